@@ -1,0 +1,257 @@
+"""One typed configuration object, read in one place.
+
+Precedence (lowest first): built-in defaults < ``spark.sparkflow.exchange.*``
+in spark-defaults.conf (``$SPARK_CONF_DIR`` or ``$SPARK_HOME/conf``, which is
+what reaches a Python data source's workers) < ``SPARKFLOW_EXCHANGE_CONF``
+(JSON, set by the launcher/plugin) < read/write options.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+PREFIX = "spark.sparkflow.exchange."
+ENV_CONF = "SPARKFLOW_EXCHANGE_CONF"
+
+PARTITION_TYPES = ("HYBRID", "BLOCKING", "PIPELINED_BOUNDED")
+COMPRESSIONS = ("none", "zstd", "lz4")
+
+
+class ConfigError(ValueError):
+    """A setting or option is unknown or has a value that cannot be used."""
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30}
+_TIME_UNITS = {"ms": 0.001, "s": 1.0, "": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_size(value: str | int) -> int:
+    if isinstance(value, int):
+        return value
+    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(value))
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise ConfigError(f"not a size: {value!r} (use bytes or a suffix k, m, g)")
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+
+
+def parse_duration(value: str | float) -> float:
+    if isinstance(value, (int, float)):
+        return float(value)
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
+    if not m or m.group(2).lower() not in _TIME_UNITS:
+        raise ConfigError(f"not a duration: {value!r} (use seconds or a suffix ms, s, min, h)")
+    return float(m.group(1)) * _TIME_UNITS[m.group(2).lower()]
+
+
+def _bool(value: str | bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    v = str(value).strip().lower()
+    if v in ("true", "1", "yes", "on"):
+        return True
+    if v in ("false", "0", "no", "off"):
+        return False
+    raise ConfigError(f"not a boolean: {value!r}")
+
+
+def _opt_int(value: str | int | None) -> int | None:
+    if value is None or value == "":
+        return None
+    return int(value)
+
+
+# key -> (field name, parser, meaning). The README's and conf/spark-defaults.conf's tables follow this.
+_KEYS: dict[str, tuple[str, Any, str]] = {
+    "exchange": ("exchange", str, "name of the exchange (required for read and write)"),
+    "partitioner": ("partitioner", lambda v: str(v).lower(), "hash | broadcast | forward | rebalance | rescale | custom"),
+    "keys": ("keys", lambda v: tuple(k.strip() for k in str(v).split(",") if k.strip()), "hash keys, comma separated"),
+    "custom": ("custom", str, "module:function for the custom partitioner"),
+    "numSubpartitions": ("num_subpartitions", _opt_int, "consumer parallelism (read partitions)"),
+    "numProducers": ("num_producers", _opt_int, "producer parallelism, when known (rescale, forward check)"),
+    "partitionType": ("partition_type", lambda v: str(v).upper(), "HYBRID | BLOCKING | PIPELINED_BOUNDED"),
+    "bufferSize": ("buffer_size", parse_size, "largest buffer before compression"),
+    "bufferTimeout": ("buffer_timeout", parse_duration, "output flusher interval: a partly filled buffer is sent after this"),
+    "compression": ("compression", lambda v: str(v).lower(), "none | zstd | lz4 (Arrow IPC body compression)"),
+    "buffersPerChannel": ("buffers_per_channel", int, "exclusive buffers (initial credit) per input channel"),
+    "floatingBuffersPerGate": ("floating_buffers_per_gate", int, "floating buffers shared by an input gate's channels"),
+    "buffersPerPartition": ("buffers_per_partition", int, "in-memory buffers of a result partition's pool (the writer's credit)"),
+    "memory.budget": ("memory_budget", parse_size, "memory of all partition pools of a service"),
+    "declareTimeout": ("declare_timeout", parse_duration, "how long a read waits for its exchange to be declared"),
+    "producerTimeout": ("producer_timeout", parse_duration, "how long a read waits without any producer"),
+    "pipelined.noConsumerTimeout": ("no_consumer_timeout", parse_duration, "PIPELINED_BOUNDED writer blocked with no consumer fails after this"),
+    "coordinator": ("coordinator", str, "host:port or unix:/path of the coordinator (default: the embedded service)"),
+    "service": ("service", str, "host:port or unix:/path of this host's exchange service (default: the coordinator's)"),
+    "secret": ("secret", str, "shared secret for the HMAC handshake (embedded: generated)"),
+    "secretFile": ("secret_file", str, "file holding the shared secret"),
+    "tls.certFile": ("tls_cert_file", str, "service certificate (PEM); enables TLS"),
+    "tls.keyFile": ("tls_key_file", str, "service private key (PEM)"),
+    "tls.caFile": ("tls_ca_file", str, "CA bundle the clients verify the service with"),
+    "bindHost": ("bind_host", str, "address a service listens on"),
+    "port": ("port", int, "TCP port of a service (0 = ephemeral)"),
+    "hostId": ("host_id", str, "identity of this host; local vs remote channels follow it"),
+    "serviceScope": ("service_scope", lambda v: str(v).lower(), "host | executor"),
+    "spillDir": ("spill_dir", str, "directory for spill files (default: a fresh temp dir)"),
+    "embedded.idleTimeout": ("idle_timeout", parse_duration, "embedded service exits this long after its last application"),
+    "ttl": ("ttl", parse_duration, "an exchange is dropped this long after its last use (0 = never)"),
+    "maxFrameSize": ("max_frame_size", parse_size, "hard maximum frame size on the wire"),
+    "metricsPort": ("metrics_port", int, "HTTP port of Prometheus metrics (0 = off)"),
+    "readerTimeout": ("reader_timeout", parse_duration, "a read fails when no data or event arrives for this long"),
+}
+_BY_LOWER = {k.lower(): k for k in _KEYS}
+_IGNORED = {"path"}  # Spark may pass these on its own
+
+
+@dataclass(frozen=True)
+class ExchangeConfig:
+    exchange: str | None = None
+    partitioner: str = "hash"
+    keys: tuple[str, ...] = ()
+    custom: str | None = None
+    num_subpartitions: int | None = None
+    num_producers: int | None = None
+    partition_type: str = "HYBRID"
+    buffer_size: int = 1 << 20
+    buffer_timeout: float = 0.1
+    compression: str = "none"
+    buffers_per_channel: int = 2
+    floating_buffers_per_gate: int = 8
+    buffers_per_partition: int = 16
+    memory_budget: int = 1 << 30
+    declare_timeout: float = 60.0
+    producer_timeout: float = 120.0
+    no_consumer_timeout: float = 300.0
+    coordinator: str | None = None
+    service: str | None = None
+    secret: str | None = None
+    secret_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_ca_file: str | None = None
+    bind_host: str = "127.0.0.1"
+    port: int = 0
+    host_id: str | None = None
+    service_scope: str = "host"
+    spill_dir: str | None = None
+    idle_timeout: float = 10.0
+    ttl: float = 3600.0
+    max_frame_size: int = 64 << 20
+    metrics_port: int = 0
+    reader_timeout: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.partition_type not in PARTITION_TYPES:
+            raise ConfigError(f"unknown partitionType {self.partition_type!r}; use one of {', '.join(PARTITION_TYPES)}")
+        if self.compression not in COMPRESSIONS:
+            raise ConfigError(f"unknown compression {self.compression!r}; use one of {', '.join(COMPRESSIONS)}")
+        if self.service_scope not in ("host", "executor"):
+            raise ConfigError(f"unknown serviceScope {self.service_scope!r}; use host or executor")
+        if self.num_subpartitions is not None and self.num_subpartitions < 1:
+            raise ConfigError(f"numSubpartitions must be at least 1, got {self.num_subpartitions}")
+        for name in ("buffers_per_channel", "buffers_per_partition", "buffer_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.buffer_size > self.max_frame_size // 2:
+            raise ConfigError(f"bufferSize {self.buffer_size} must be at most half of maxFrameSize {self.max_frame_size}")
+
+    # ------------------------------------------------------------ building
+    @classmethod
+    def load(cls, options: Mapping[str, str] | None = None, *, spark_conf: Mapping[str, str] | None = None) -> "ExchangeConfig":
+        """Defaults < spark-defaults.conf < $SPARKFLOW_EXCHANGE_CONF < options."""
+        merged: dict[str, Any] = {}
+        conf = read_spark_defaults() if spark_conf is None else dict(spark_conf)
+        for key, value in conf.items():
+            if key.startswith(PREFIX):
+                merged[_canonical(key[len(PREFIX):], source=f"spark-defaults.conf ({key})")] = value
+        env = os.environ.get(ENV_CONF)
+        if env:
+            for key, value in json.loads(env).items():
+                merged[_canonical(key, source=ENV_CONF)] = value
+        for key, value in (options or {}).items():
+            if key.lower() in _IGNORED:
+                continue
+            merged[_canonical(key, source="option")] = value
+        return cls.from_keys(merged)
+
+    @classmethod
+    def from_keys(cls, values: Mapping[str, Any]) -> "ExchangeConfig":
+        kwargs = {}
+        for key, value in values.items():
+            name, parse, _ = _KEYS[_canonical(key)]
+            try:
+                kwargs[name] = parse(value) if value is not None else None
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(f"bad value for {key}: {value!r} ({exc})") from None
+        return cls(**kwargs)
+
+    def with_options(self, options: Mapping[str, Any]) -> "ExchangeConfig":
+        current = self.to_keys()
+        for key, value in options.items():
+            if key.lower() not in _IGNORED:
+                current[_canonical(key, source="option")] = value
+        return ExchangeConfig.from_keys(current)
+
+    def to_keys(self) -> dict[str, Any]:
+        """The non-default settings under their public keys (to hand to another process)."""
+        out = {}
+        defaults = ExchangeConfig()
+        for key, (name, _, _) in _KEYS.items():
+            value = getattr(self, name)
+            if value != getattr(defaults, name):
+                out[key] = ",".join(value) if isinstance(value, tuple) else value
+        return out
+
+    def replace(self, **changes: Any) -> "ExchangeConfig":
+        return dataclasses.replace(self, **changes)
+
+    def resolved_secret(self) -> str | None:
+        if self.secret:
+            return self.secret
+        if self.secret_file:
+            return Path(self.secret_file).read_text().strip()
+        return None
+
+
+def _canonical(key: str, source: str = "setting") -> str:
+    canon = _BY_LOWER.get(key.lower())
+    if canon is None:
+        raise ConfigError(f"unknown {source} {key!r}; known keys: {', '.join(sorted(_KEYS))}")
+    return canon
+
+
+def known_keys() -> dict[str, tuple[str, str]]:
+    """key -> (default, meaning), for docs and conf/spark-defaults.conf."""
+    defaults = ExchangeConfig()
+    return {k: (getattr(defaults, name), meaning) for k, (name, _, meaning) in _KEYS.items()}
+
+
+def read_spark_defaults() -> dict[str, str]:
+    """The spark-defaults.conf a Spark worker would see, or {} when there is none."""
+    candidates = []
+    if os.environ.get("SPARK_CONF_DIR"):
+        candidates.append(Path(os.environ["SPARK_CONF_DIR"]) / "spark-defaults.conf")
+    if os.environ.get("SPARK_HOME"):
+        candidates.append(Path(os.environ["SPARK_HOME"]) / "conf" / "spark-defaults.conf")
+    for path in candidates:
+        if path.is_file():
+            return parse_spark_defaults(path.read_text())
+    return {}
+
+
+def parse_spark_defaults(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = re.split(r"[\s=]+", line, maxsplit=1)
+        if len(parts) == 2:
+            out[parts[0]] = parts[1].strip()
+    return out
+
+
+FIELD_NAMES = {f.name for f in fields(ExchangeConfig)}

@@ -1,0 +1,138 @@
+"""Input channels: one per producer partition a gate reads (Flink's Local/Remote/UnknownInputChannel).
+
+* every channel starts *pending* (Flink's UnknownInputChannel): the producer
+  is known, the connection to its service is not up yet; then it becomes
+* :class:`LocalInputChannel`: the producer's service is on this host: Unix socket.
+* :class:`RemoteInputChannel`: any other host: TCP (TLS when configured).
+
+All methods run on the process's IO thread, except :meth:`InputChannel.consumed`
+which the gate schedules there once the reader is done with a buffer.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..network.aio_client import ClientConnection, next_receiver_id
+from ..network.blocking_client import ServiceError
+from ..network.protocol import (
+    AddCredit,
+    BufferKind,
+    BufferResponse,
+    CancelPartitionRequest,
+    ErrorResponse,
+    PartitionRequest,
+)
+from .buffer_manager import ChannelCredit
+
+if TYPE_CHECKING:
+    from .input_gate import InputGate
+
+
+class InputChannel:
+    locality = "?"
+
+    def __init__(self, gate: "InputGate", producer: dict, subpartition: int, address: str) -> None:
+        self.gate = gate
+        self.producer = producer
+        self.partition: str = producer["partition"]
+        self.subpartition = subpartition
+        self.address = address
+        self.receiver_id = next_receiver_id()
+        self.credit = ChannelCredit(gate.config.buffers_per_channel, gate.floating, self.receiver_id)
+        self.conn: ClientConnection | None = None
+        self.state = "pending"  # pending | requested | finished | failed | cancelled
+        self.next_seq = 0
+        self.data_received = 0
+        self.bytes_received = 0
+
+    def describe(self) -> dict[str, Any]:
+        return {"partition": self.partition, "producer": self.producer["index"], "locality": self.locality,
+                "state": self.state, "buffers": self.data_received, "bytes": self.bytes_received}
+
+    async def request(self) -> None:
+        try:
+            self.conn = await self.gate.runtime.connection(
+                self.address, self.gate.secret, host_id=self.gate.host_id, ssl_ctx=self.gate.ssl_for(self.address),
+                max_frame=self.gate.config.max_frame_size)
+        except ServiceError as exc:
+            self.fail(f"cannot reach the service holding partition {self.partition} ({self.address}): {exc}")
+            return
+        if self.state != "pending":
+            return
+        self.conn.channels[self.receiver_id] = self
+        self.state = "requested"
+        self.conn.send(PartitionRequest(self.partition, self.subpartition, self.receiver_id,
+                                        self.credit.initial_credit(), self.next_seq))
+
+    # ------------------------------------------------------------ from the connection
+    def on_message(self, msg: BufferResponse | ErrorResponse) -> None:
+        if self.state != "requested":
+            return
+        if isinstance(msg, ErrorResponse):
+            self.fail(msg.message, code=msg.code)
+            return
+        if msg.seq != self.next_seq:
+            self.fail(f"buffer {msg.seq} of partition {self.partition} arrived out of order (expected {self.next_seq})")
+            return
+        self.next_seq += 1
+        try:
+            announcements = self.credit.on_buffer(msg.kind, msg.backlog)
+        except Exception as exc:  # noqa: BLE001 - a credit violation is the sender's bug; fail the read
+            self.fail(str(exc))
+            return
+        self.gate.announce(announcements)
+        if msg.kind == BufferKind.DATA:
+            self.data_received += 1
+            self.bytes_received += len(msg.payload)
+            self.gate.deliver(self, msg)
+        elif msg.kind == BufferKind.END_OF_PARTITION:
+            self.state = "finished"
+            self._detach()
+            self.gate.announce(self.credit.close())
+            self.gate.channel_finished(self)
+
+    def on_connection_lost(self, reason: str) -> None:
+        if self.state in ("requested", "pending"):
+            self.fail(f"lost the exchange service holding partition {self.partition} at {self.address}: {reason}", code="lost")
+
+    # ------------------------------------------------------------ from the gate
+    def consumed(self) -> None:
+        """The reader finished with one data buffer of this channel: it becomes credit again."""
+        self.gate.announce(self.credit.on_consumed())
+
+    def send_credit(self, n: int) -> None:
+        if self.state == "requested" and self.conn is not None:
+            self.conn.send(AddCredit(self.receiver_id, n))
+
+    def cancel(self) -> None:
+        if self.state == "requested" and self.conn is not None:
+            self.conn.send(CancelPartitionRequest(self.receiver_id))
+        self.state = "cancelled"
+        self._detach()
+        self.gate.announce(self.credit.close())
+
+    def fail(self, message: str, code: str = "error") -> None:
+        if self.state in ("finished", "failed", "cancelled"):
+            return
+        self.state = "failed"
+        self._detach()
+        self.gate.channel_failed(self, message, code)
+
+    def _detach(self) -> None:
+        if self.conn is not None:
+            self.conn.channels.pop(self.receiver_id, None)
+
+
+class LocalInputChannel(InputChannel):
+    locality = "local"
+
+
+class RemoteInputChannel(InputChannel):
+    locality = "remote"
+
+
+def make_channel(gate: "InputGate", producer: dict, subpartition: int) -> InputChannel:
+    location = producer.get("location") or {}
+    if location.get("host_id") == gate.host_id and location.get("unix"):
+        return LocalInputChannel(gate, producer, subpartition, location["unix"])
+    return RemoteInputChannel(gate, producer, subpartition, location.get("tcp", ""))

@@ -1,0 +1,225 @@
+"""The input gate: one per Spark read task; merges its channels in arrival order.
+
+Flink's SingleInputGate. It subscribes to the exchange's producer set at the
+coordinator, adds a channel whenever a producer registers, and ends when the
+set is sealed (the write committed) and every committed channel delivered
+end-of-partition. Iteration runs on the Spark task's thread; channel work on
+the process's IO thread; a queue joins them, and taking the next buffer is
+what returns the previous one's credit.
+"""
+from __future__ import annotations
+
+import asyncio
+import queue
+import time
+from typing import Any, Iterator
+
+import pyarrow as pa
+
+from ..buffer import decode
+from ..config import ExchangeConfig
+from ..network import auth
+from ..network.aio_client import ClientConnection, ClientRuntime
+from ..network.blocking_client import ServiceError
+from ..network.protocol import BufferResponse
+from .buffer_manager import ChannelCredit, FloatingBufferPool
+from .input_channel import InputChannel, make_channel
+
+_DONE = object()
+
+
+class ExchangeReadError(RuntimeError):
+    """The read cannot complete; the message says why (lost service, failed or aborted write...)."""
+
+
+class InputGate:
+    def __init__(self, config: ExchangeConfig, exchange: dict, subpartition: int, coordinator: str,
+                 secret: str | None, host_id: str) -> None:
+        self.config = config
+        self.exchange = exchange
+        self.name = exchange["name"]
+        self.epoch = exchange["epoch"]
+        self.partitioner = exchange["partitioner"].get("name", "hash")
+        self.subpartition = subpartition
+        self.coordinator = coordinator
+        self.secret = secret
+        self.host_id = host_id
+        self.runtime = ClientRuntime.get()
+        self.floating = FloatingBufferPool(config.floating_buffers_per_gate)
+        self.channels: dict[str, InputChannel] = {}
+        self._by_rid: dict[int, InputChannel] = {}
+        self.finished: set[str] = set()
+        self.sealed: list[str] | None = None
+        self.ready: queue.SimpleQueue = queue.SimpleQueue()
+        self.error: str | None = None
+        self.topic = f"gate-{id(self)}-{time.monotonic_ns()}"
+        self._coord: ClientConnection | None = None
+        self._closed = False
+        self._producer_timer: asyncio.TimerHandle | None = None
+        self.buffers = 0
+        self.bytes = 0
+
+    def ssl_for(self, address: str):
+        if address.startswith("unix:"):
+            return None
+        return auth.client_ssl_context(self.config.tls_ca_file, self.config.tls_cert_file)
+
+    # ------------------------------------------------------------ IO thread
+    async def _start(self) -> None:
+        self._coord = await self.runtime.connection(self.coordinator, self.secret, host_id=self.host_id,
+                                                    ssl_ctx=self.ssl_for(self.coordinator),
+                                                    max_frame=self.config.max_frame_size)
+        self._coord.topics[self.topic] = self._on_producers
+        await self._coord.rpc("subscribe", {"name": self.name, "topic": self.topic})
+        loop = asyncio.get_running_loop()
+        self._producer_timer = loop.call_later(self.config.producer_timeout, self._check_producers)
+
+    def _check_producers(self) -> None:
+        if not self.channels and self.sealed is None and not self._closed:
+            self._fail(
+                f"no producer of exchange {self.name!r} registered within producerTimeout={self.config.producer_timeout:g} s. "
+                "If the write runs in this same application, it needs free task slots while this read holds its "
+                "slots (use more cores, e.g. local[8], FAIR scheduler pools, or read after the write finished)")
+
+    def _wanted(self, producer: dict) -> int | None:
+        """The subpartition of this producer this gate reads, or None if it reads nothing from it."""
+        if self.partitioner == "forward":
+            return 0 if producer["index"] == self.subpartition else None
+        if self.partitioner == "broadcast":
+            return 0
+        return self.subpartition
+
+    def _on_producers(self, body: dict) -> None:
+        if self._closed or self.error:
+            return
+        state = body.get("state")
+        if state == "lost":
+            self._fail(f"lost the coordinator of exchange {self.name!r}: {body.get('reason')}")
+            return
+        if state == "dropped":
+            self._fail(f"exchange {self.name!r} was dropped while it was being read")
+            return
+        if body.get("epoch") != self.epoch:
+            self._fail(f"exchange {self.name!r} was replaced by an overwrite while it was being read")
+            return
+        if state == "aborted":
+            self._fail(f"the write of exchange {self.name!r} was aborted: {body.get('abort_reason') or 'a task failed'}")
+            return
+        committed = set(body.get("committed", ()))
+        for producer in body.get("producers", []):
+            pid = producer["partition"]
+            if pid in self.channels:
+                if producer["state"] == "failed" and pid not in committed:
+                    self._drop_attempt(self.channels[pid], producer.get("reason", ""))
+                continue
+            sub = self._wanted(producer)
+            if sub is None or producer["state"] == "failed":
+                continue
+            channel = make_channel(self, producer, sub)
+            self.channels[pid] = channel
+            self._by_rid[channel.receiver_id] = channel
+            asyncio.ensure_future(channel.request())
+        if body.get("sealed"):
+            self.sealed = [p for p in body["committed"] if p in self.channels]
+            for pid, channel in list(self.channels.items()):
+                if pid not in committed:
+                    self._drop_attempt(channel, "its task attempt did not win the commit")
+            self._check_done()
+
+    def _drop_attempt(self, channel: InputChannel, why: str) -> None:
+        if channel.state in ("cancelled", "failed"):
+            return
+        if channel.data_received:
+            self._fail(
+                f"this read took {channel.data_received} buffers from producer attempt {channel.partition} of exchange "
+                f"{self.name!r}, which failed ({why}); the read task must be retried to see each row once")
+            return
+        channel.cancel()
+
+    def channel_finished(self, channel: InputChannel) -> None:
+        self.finished.add(channel.partition)
+        self._check_done()
+
+    def channel_failed(self, channel: InputChannel, message: str, code: str) -> None:
+        if code == "producer_failed" and self.sealed is None and not channel.data_received:
+            return  # a failed attempt that gave us nothing: Spark retries the write, the commit tells the winner
+        if self.sealed is not None and channel.partition not in self.sealed:
+            return
+        self._fail(message)
+
+    def _check_done(self) -> None:
+        if self.sealed is not None and all(p in self.finished for p in self.sealed):
+            self._close_subscription()
+            self.ready.put(_DONE)
+
+    def _fail(self, message: str) -> None:
+        if self.error is None:
+            self.error = message
+            self._close_subscription()
+            for channel in self.channels.values():
+                channel.cancel()
+            self.ready.put(ExchangeReadError(message))
+
+    def _close_subscription(self) -> None:
+        if self._producer_timer is not None:
+            self._producer_timer.cancel()
+        if self._coord is not None:
+            self._coord.topics.pop(self.topic, None)
+            if self._coord.alive:
+                asyncio.ensure_future(self._quiet_rpc("unsubscribe", {"topic": self.topic}))
+
+    async def _quiet_rpc(self, method: str, args: dict) -> None:
+        try:
+            await self._coord.rpc(method, args)
+        except (ServiceError, asyncio.TimeoutError):
+            pass
+
+    def deliver(self, channel: InputChannel, msg: BufferResponse) -> None:
+        self.ready.put((channel, msg.payload))
+
+    def announce(self, announcements: list[tuple[ChannelCredit, int]]) -> None:
+        for credit, n in announcements:
+            channel = self._by_rid.get(credit.receiver_id)
+            if channel is not None:
+                channel.send_credit(n)
+
+    def _close(self) -> None:
+        self._closed = True
+        self._close_subscription()
+        for channel in self.channels.values():
+            if channel.state in ("pending", "requested"):
+                channel.cancel()
+
+    # ------------------------------------------------------------ task thread
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        schema = self.exchange["arrow_schema"]
+        self.runtime.run(self._start(), timeout=self.config.declare_timeout + 30)
+        previous: InputChannel | None = None
+        try:
+            while True:
+                if previous is not None:
+                    self.runtime.call_soon(previous.consumed)
+                    previous = None
+                try:
+                    item = self.ready.get(timeout=self.config.reader_timeout)
+                except queue.Empty:
+                    raise ExchangeReadError(
+                        f"no data from exchange {self.name!r} for readerTimeout={self.config.reader_timeout:g} s "
+                        f"({len(self.finished)} of {len(self.channels)} channels finished)") from None
+                if item is _DONE:
+                    return
+                if isinstance(item, ExchangeReadError):
+                    raise item
+                channel, payload = item
+                previous = channel
+                self.buffers += 1
+                self.bytes += len(payload)
+                yield decode(payload, schema)
+        finally:
+            if previous is not None:
+                self.runtime.call_soon(previous.consumed)
+            self.runtime.call_soon(self._close)
+
+    def stats(self) -> dict[str, Any]:
+        return {"buffers": self.buffers, "bytes": self.bytes,
+                "channels": [c.describe() for c in self.channels.values()]}

@@ -1,0 +1,202 @@
+"""The exchange lifecycle as clients see it: declare, produce, commit/abort, read, drop.
+
+Everything the Spark glue needs, usable without Spark (the service tests use
+it directly). Each function takes the one :class:`ExchangeConfig`.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+
+import pyarrow as pa
+
+from .buffer import schema_from_b64, schema_to_b64
+from .config import ConfigError, ExchangeConfig
+from .consumer.input_gate import InputGate
+from .network.blocking_client import ServiceError
+from .service.discovery import Endpoints, resolve
+from .writer.partition_writer import PartitionWriter
+from .writer.record_writer import SINGLE_SUBPARTITION, RecordWriter
+from .writer.selectors import SelectorError, make_selector
+
+PARTITIONERS = ("hash", "broadcast", "forward", "rebalance", "rescale", "custom")
+
+
+class ExchangeError(RuntimeError):
+    """A user-facing failure of an exchange operation; the message names the problem."""
+
+
+def _endpoints(config: ExchangeConfig) -> Endpoints:
+    return resolve(config)
+
+
+def _call(config: ExchangeConfig, method: str, timeout: float | None = None, **args: Any) -> Any:
+    ep = _endpoints(config)
+    with ep.connect(ep.coordinator, config) as conn:
+        try:
+            return conn.call(method, timeout=timeout, **args)
+        except ServiceError as exc:
+            raise ExchangeError(str(exc)) from None
+
+
+def _require_name(config: ExchangeConfig) -> str:
+    if not config.exchange:
+        raise ConfigError("the 'exchange' option is required: .option('exchange', '<name>')")
+    return config.exchange
+
+
+def validate_write(config: ExchangeConfig, schema: pa.Schema) -> None:
+    """Fail at planning time on what every task would fail on."""
+    if config.partitioner not in PARTITIONERS:
+        raise ConfigError(f"unknown partitioner {config.partitioner!r}; use one of {', '.join(PARTITIONERS)}")
+    if config.partitioner in SINGLE_SUBPARTITION:
+        return
+    if config.num_subpartitions is None:
+        raise ConfigError(
+            f"the {config.partitioner} partitioner needs the numSubpartitions option (the consumer parallelism): Spark "
+            "does not tell a Python data source how many partitions its input has. Set it, e.g. to "
+            "df.rdd.getNumPartitions(), or use sparkflow_exchange.write(df, ...) which does")
+    try:
+        make_selector(config.partitioner, config.num_subpartitions, 0, schema, keys=config.keys,
+                      num_producers=config.num_producers, custom=config.custom)
+    except SelectorError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+@dataclass
+class WriteHandle:
+    """What the driver's writer hands to every task (pickled) and gets back at commit."""
+
+    config: ExchangeConfig
+    name: str
+    epoch: int
+    write_id: str
+    schema_b64: str
+    num_subpartitions: int | None
+    partitioner: str
+
+    @property
+    def schema(self) -> pa.Schema:
+        return schema_from_b64(self.schema_b64)
+
+
+def declare_write(config: ExchangeConfig, schema: pa.Schema, overwrite: bool) -> WriteHandle:
+    name = _require_name(config)
+    validate_write(config, schema)
+    desc = _call(config, "declare", name=name, schema=schema_to_b64(schema),
+                 num_subpartitions=config.num_subpartitions,
+                 partitioner={"name": config.partitioner, "keys": list(config.keys), "custom": config.custom},
+                 partition_type=config.partition_type, mode="overwrite" if overwrite else "append")
+    return WriteHandle(config, name, desc["epoch"], desc["write_id"], desc["schema"], desc["num_subpartitions"],
+                       config.partitioner)
+
+
+class ProducerTask:
+    """One task attempt's result partition: register, write batches, finish (or fail)."""
+
+    def __init__(self, handle: WriteHandle, index: int, attempt: str) -> None:
+        self.handle = handle
+        config = handle.config
+        self.config = config
+        self.index = index
+        self.endpoints = _endpoints(config)
+        n = handle.num_subpartitions
+        single = handle.partitioner in SINGLE_SUBPARTITION
+        if handle.partitioner == "forward" and n is not None and index >= n:
+            raise ExchangeError(
+                f"forward needs equal parallelism: producer {index} has no subpartition among numSubpartitions={n}; "
+                "repartition the DataFrame to that many partitions or drop the numSubpartitions option")
+        self.partition = f"{handle.name}.{handle.epoch}.{index}.{attempt}.{uuid.uuid4().hex[:8]}"
+        self.conn = self.endpoints.connect(self.endpoints.service, config)
+        self.location = self.conn.call("ping")
+        num_subs = 1 if single else n
+        try:
+            self.writer = PartitionWriter(self.conn, self.partition, num_subs, config.partition_type,
+                                          exchange=handle.name, attempt=attempt,
+                                          no_consumer_timeout=config.no_consumer_timeout)
+        except ServiceError as exc:
+            raise ExchangeError(str(exc)) from None
+        self._coordinator_call("register_producer", name=handle.name, epoch=handle.epoch, write_id=handle.write_id,
+                               index=index, attempt=attempt, partition=self.partition, location=self.location)
+        self.records = RecordWriter(self.writer, handle.schema, handle.partitioner, num_subs or 1, index,
+                                    keys=config.keys, buffer_size=config.buffer_size,
+                                    buffer_timeout=config.buffer_timeout, compression=config.compression,
+                                    num_producers=config.num_producers, custom=config.custom)
+
+    def _coordinator_call(self, method: str, **args: Any) -> Any:
+        if self.endpoints.coordinator == self.endpoints.service:
+            try:
+                return self.conn.call(method, **args)
+            except ServiceError as exc:
+                raise ExchangeError(str(exc)) from None
+        return _call(self.config, method, **args)
+
+    def write(self, batches: Iterable[pa.RecordBatch]) -> None:
+        self.records.write_all(batches)
+
+    def finish(self) -> dict:
+        stats = self.records.close()
+        if self.writer.backpressure_seconds:
+            self.conn.call("report_backpressure", partition=self.partition, seconds=self.writer.backpressure_seconds)
+        self._coordinator_call("producer_finished", name=self.handle.name, epoch=self.handle.epoch,
+                               partition=self.partition)
+        self.conn.close()
+        return {"partition": self.partition, "index": self.index, "rows": self.records.rows,
+                "bytes": stats.get("bytes", 0)}
+
+    def fail(self, reason: str) -> None:
+        try:
+            self.records.abort(reason)
+            self._coordinator_call("producer_failed", name=self.handle.name, epoch=self.handle.epoch,
+                                   partition=self.partition, reason=reason)
+        except (ExchangeError, ServiceError):
+            pass
+        finally:
+            self.conn.close()
+
+
+def commit_write(handle: WriteHandle, partitions: list[str]) -> dict:
+    return _call(handle.config, "commit", name=handle.name, epoch=handle.epoch, write_id=handle.write_id,
+                 partitions=partitions)
+
+
+def abort_write(handle: WriteHandle, reason: str = "") -> None:
+    try:
+        _call(handle.config, "abort", name=handle.name, epoch=handle.epoch, write_id=handle.write_id, reason=reason)
+    except (ExchangeError, ServiceError):
+        pass
+
+
+def describe_exchange(config: ExchangeConfig, *, wait: bool = True) -> dict:
+    """The exchange (schema, numSubpartitions...), waiting up to declareTimeout for it to be declared."""
+    name = _require_name(config)
+    timeout = config.declare_timeout if wait else 0.0
+    desc = _call(config, "get_exchange", timeout=timeout + 30, name=name, wait=timeout, need_subpartitions=True)
+    desc["arrow_schema"] = schema_from_b64(desc["schema"])
+    return desc
+
+
+def read_subpartition(config: ExchangeConfig, desc: dict, index: int) -> Iterator[pa.RecordBatch]:
+    if "arrow_schema" not in desc:
+        desc = {**desc, "arrow_schema": schema_from_b64(desc["schema"])}
+    ep = _endpoints(config)
+    gate = InputGate(config, desc, index, ep.coordinator, ep.secret, ep.host_id)
+    return iter(gate)
+
+
+def drop_exchange(name: str, config: ExchangeConfig | None = None) -> dict:
+    config = (config or ExchangeConfig.load()).replace(exchange=name)
+    return _call(config, "drop", name=name)
+
+
+def list_exchanges(config: ExchangeConfig | None = None) -> list[dict]:
+    return _call(config or ExchangeConfig.load(), "list_exchanges")
+
+
+def attempt_id(partition_id: int, attempt_number: int, task_attempt_id: int | None = None) -> str:
+    base = f"{partition_id}-{attempt_number}"
+    return f"{base}-{task_attempt_id}" if task_attempt_id is not None else f"{base}-{socket.gethostname()}-{os.getpid()}-{time.monotonic_ns()}"

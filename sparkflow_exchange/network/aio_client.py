@@ -1,0 +1,213 @@
+"""The consumer's client: one multiplexed connection per (process, service), on an IO thread.
+
+Flink's NettyClient + PartitionRequestClientFactory. A process has one
+:class:`ClientRuntime` (an event loop on a daemon thread) and at most one
+:class:`ClientConnection` per service address; every input channel of every
+gate in the process shares it, keyed by receiver id. Channel callbacks run on
+the IO thread; gates hand results to the Spark task thread through queues.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import ssl
+import threading
+from typing import Any, Callable, Protocol
+
+from . import auth
+from .address import Address, parse_address
+from .blocking_client import ServiceError, client_id
+from .protocol import (
+    DEFAULT_MAX_FRAME,
+    BufferResponse,
+    ErrorResponse,
+    FrameDecoder,
+    Hello,
+    Notify,
+    ProtocolError,
+    RpcRequest,
+    RpcResponse,
+    ServerHello,
+    Welcome,
+    encode,
+)
+
+_receiver_ids = itertools.count(1)
+
+
+def next_receiver_id() -> int:
+    return next(_receiver_ids)
+
+
+class ChannelHandler(Protocol):
+    def on_message(self, msg: BufferResponse | ErrorResponse) -> None: ...
+    def on_connection_lost(self, reason: str) -> None: ...
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(self, address: Address, secret: str | None, host_id: str, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.address = address
+        self.secret = secret
+        self.host_id = host_id
+        self.decoder = FrameDecoder(max_frame)
+        self.transport: asyncio.Transport | None = None
+        self.ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.channels: dict[int, ChannelHandler] = {}
+        self.topics: dict[str, Callable[[dict], None]] = {}
+        self._calls = itertools.count(1)
+        self._pending: dict[int, asyncio.Future] = {}
+        self.lost_reason: str | None = None
+        self.server_hello: ServerHello | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            messages = self.decoder.feed(data)
+        except ProtocolError as exc:
+            self._lose(f"garbage from the exchange service at {self.address}: {exc}")
+            return
+        for msg in messages:
+            self.dispatch(msg)
+
+    def dispatch(self, msg: Any) -> None:
+        if isinstance(msg, BufferResponse):
+            handler = self.channels.get(msg.receiver_id)
+            if handler is not None:
+                handler.on_message(msg)
+        elif isinstance(msg, ServerHello):
+            self.server_hello = msg
+            self.send(Hello(client_id(), auth.prove(self.secret, msg.nonce), self.host_id))
+        elif isinstance(msg, Welcome):
+            if not self.ready.done():
+                self.ready.set_result(msg)
+        elif isinstance(msg, RpcResponse):
+            fut = self._pending.pop(msg.call_id, None)
+            if fut is not None and not fut.done():
+                if msg.error:
+                    fut.set_exception(ServiceError(msg.error, msg.code))
+                else:
+                    fut.set_result(msg.result)
+        elif isinstance(msg, Notify):
+            callback = self.topics.get(msg.topic)
+            if callback is not None:
+                callback(msg.body)
+        elif isinstance(msg, ErrorResponse):
+            if msg.receiver_id is not None and msg.receiver_id in self.channels:
+                self.channels[msg.receiver_id].on_message(msg)
+            elif msg.fatal or not self.ready.done():
+                self._lose(f"exchange service at {self.address}: {msg.message}", code=msg.code)
+
+    def send(self, msg: Any) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(encode(msg))
+
+    async def rpc(self, method: str, args: dict, timeout: float = 30.0) -> Any:
+        await self.ready
+        call_id = next(self._calls)
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[call_id] = fut
+        self.send(RpcRequest(call_id, method, args))
+        return await asyncio.wait_for(fut, timeout)
+
+    def _lose(self, reason: str, code: str = "lost") -> None:
+        if self.lost_reason is None:
+            self.lost_reason = reason
+        if not self.ready.done():
+            self.ready.set_exception(ServiceError(reason, code))
+        if self.transport is not None:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = self.lost_reason or f"connection to the exchange service at {self.address} was lost" + (f": {exc}" if exc else "")
+        self.lost_reason = reason
+        if not self.ready.done():
+            self.ready.set_exception(ServiceError(reason, "lost"))
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(ServiceError(reason, "lost"))
+        for handler in list(self.channels.values()):
+            handler.on_connection_lost(reason)
+        for callback in list(self.topics.values()):
+            callback({"state": "lost", "reason": reason})
+
+    @property
+    def alive(self) -> bool:
+        return self.lost_reason is None and self.transport is not None and not self.transport.is_closing()
+
+
+async def open_connection(address: str | Address, secret: str | None, *, host_id: str = "",
+                          ssl_ctx: ssl.SSLContext | None = None, timeout: float = 30.0,
+                          max_frame: int = DEFAULT_MAX_FRAME) -> ClientConnection:
+    addr = parse_address(address) if isinstance(address, str) else address
+    loop = asyncio.get_running_loop()
+    try:
+        if addr.is_unix:
+            _, conn = await asyncio.wait_for(
+                loop.create_unix_connection(lambda: ClientConnection(addr, secret, host_id, max_frame), addr.path), timeout)
+        else:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(lambda: ClientConnection(addr, secret, host_id, max_frame), addr.host, addr.port,
+                                       ssl=ssl_ctx), timeout)
+    except (OSError, asyncio.TimeoutError) as exc:
+        raise ServiceError(f"cannot reach the exchange service at {addr}: {exc or 'timed out'}", "unreachable") from None
+    await asyncio.wait_for(conn.ready, timeout)
+    return conn
+
+
+async def rpc_once(address: str, secret: str | None, config: Any, method: str, args: dict) -> Any:
+    ssl_ctx = auth.client_ssl_context(config.tls_ca_file, config.tls_cert_file)
+    conn = await open_connection(address, secret, ssl_ctx=ssl_ctx, max_frame=config.max_frame_size)
+    try:
+        return await conn.rpc(method, args)
+    finally:
+        conn.transport.close()
+
+
+class ClientRuntime:
+    """The process's IO thread and its connection cache."""
+
+    _instance: "ClientRuntime | None" = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name="sparkflow-exchange-io", daemon=True)
+        self.thread.start()
+        self._connections: dict[tuple[str, str | None], asyncio.Future] = {}
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    @classmethod
+    def get(cls) -> "ClientRuntime":
+        with cls._lock:
+            if cls._instance is None or not cls._instance.thread.is_alive():
+                cls._instance = ClientRuntime()
+            return cls._instance
+
+    def run(self, coro: Any, timeout: float | None = None) -> Any:
+        """Run a coroutine on the IO thread and wait for its result (from any other thread)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def call_soon(self, fn: Callable, *args: Any) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    async def connection(self, address: str, secret: str | None, *, host_id: str = "",
+                         ssl_ctx: ssl.SSLContext | None = None, max_frame: int = DEFAULT_MAX_FRAME) -> ClientConnection:
+        """The shared connection to a service (IO thread only)."""
+        key = (address, secret)
+        pending = self._connections.get(key)
+        if pending is not None:
+            try:
+                conn = await asyncio.shield(pending)
+                if conn.alive:
+                    return conn
+            except ServiceError:
+                pass
+        pending = asyncio.ensure_future(
+            open_connection(address, secret, host_id=host_id, ssl_ctx=ssl_ctx, max_frame=max_frame))
+        self._connections[key] = pending
+        return await asyncio.shield(pending)

@@ -1,0 +1,157 @@
+"""A blocking client connection: used by writer tasks (pushing buffers) and for RPCs.
+
+Spark's write tasks are plain synchronous Python; a blocking socket with the
+sans-IO decoder is the cheapest way to push buffers from there (no thread hop).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import select
+import socket
+import ssl
+from typing import Any
+
+from . import auth
+from .address import Address, parse_address
+from .protocol import (
+    DEFAULT_MAX_FRAME,
+    ErrorResponse,
+    FrameDecoder,
+    Hello,
+    RpcRequest,
+    RpcResponse,
+    ServerHello,
+    Welcome,
+    encode,
+)
+
+
+class ServiceError(RuntimeError):
+    """The service refused a request or the connection to it failed; the message says which."""
+
+    def __init__(self, message: str, code: str = "error") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def client_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def open_socket(address: Address, timeout: float, ssl_ctx: ssl.SSLContext | None) -> socket.socket:
+    try:
+        if address.is_unix:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(timeout)
+            sock.connect(address.path)
+        else:
+            sock = socket.create_connection((address.host, address.port), timeout=timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if ssl_ctx is not None:
+                sock = ssl_ctx.wrap_socket(sock)
+    except OSError as exc:
+        raise ServiceError(f"cannot reach the exchange service at {address}: {exc}", "unreachable") from None
+    for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
+        except OSError:
+            pass
+    return sock
+
+
+class BlockingConnection:
+    def __init__(self, address: str | Address, secret: str | None, *, timeout: float = 30.0,
+                 ssl_ctx: ssl.SSLContext | None = None, host_id: str = "",
+                 max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.address = parse_address(address) if isinstance(address, str) else address
+        self.sock = open_socket(self.address, timeout, None if self.address.is_unix else ssl_ctx)
+        self.decoder = FrameDecoder(max_frame)
+        self.inbox: list[Any] = []
+        self.stash: list[Any] = []  # messages that arrived while an RPC waited for its answer
+        self._calls = itertools.count(1)
+        self.timeout = timeout
+        hello = self.recv(timeout)
+        if isinstance(hello, ErrorResponse):
+            raise ServiceError(f"service at {self.address} refused the connection: {hello.message}", hello.code)
+        if not isinstance(hello, ServerHello):
+            raise ServiceError(f"service at {self.address} did not greet with ServerHello but {type(hello).__name__}")
+        self.server_hello = hello
+        self.send(Hello(client_id(), auth.prove(secret, hello.nonce), host_id))
+        welcome = self.recv(timeout)
+        if isinstance(welcome, ErrorResponse):
+            self.close()
+            raise ServiceError(f"service at {self.address} refused the connection: {welcome.message}", welcome.code)
+        if not isinstance(welcome, Welcome):
+            raise ServiceError(f"service at {self.address} answered Hello with {type(welcome).__name__}")
+        self.welcome = welcome
+
+    def send(self, msg: Any) -> None:
+        try:
+            for piece in encode(msg):
+                self.sock.sendall(piece)
+        except OSError as exc:
+            raise ServiceError(f"connection to the exchange service at {self.address} failed while sending: {exc}", "lost") from None
+
+    def recv(self, timeout: float | None) -> Any:
+        """The next message, waiting up to ``timeout`` s (None = forever); None on timeout."""
+        while not self.inbox:
+            if not self._fill(timeout):
+                return None
+        return self.inbox.pop(0)
+
+    def poll(self) -> list[Any]:
+        """Messages that have already arrived, without waiting."""
+        while self._fill(0):
+            pass
+        out, self.inbox, self.stash = self.stash + self.inbox, [], []
+        return out
+
+    def _fill(self, timeout: float | None) -> bool:
+        if timeout is not None:
+            pending = isinstance(self.sock, ssl.SSLSocket) and self.sock.pending()
+            if not pending:
+                ready, _, _ = select.select([self.sock], [], [], timeout)
+                if not ready:
+                    return False
+        try:
+            self.sock.settimeout(None if timeout is None else max(timeout, 1.0))
+            data = self.sock.recv(1 << 20)
+        except OSError as exc:
+            raise ServiceError(f"connection to the exchange service at {self.address} failed: {exc}", "lost") from None
+        if not data:
+            raise ServiceError(f"the exchange service at {self.address} closed the connection", "lost")
+        self.inbox.extend(self.decoder.feed(data))
+        return True
+
+    def call(self, method: str, timeout: float | None = None, **args: Any) -> Any:
+        """A request/response RPC; raises ServiceError with the service's message on failure."""
+        call_id = next(self._calls)
+        self.send(RpcRequest(call_id, method, args))
+        wait = self.timeout if timeout is None else timeout
+        while True:
+            msg = self.recv(wait)
+            if msg is None:
+                raise ServiceError(f"{method} on the exchange service at {self.address} timed out after {wait:g} s", "timeout")
+            if isinstance(msg, RpcResponse) and msg.call_id == call_id:
+                if msg.error:
+                    raise ServiceError(msg.error, msg.code)
+                return msg.result
+            if isinstance(msg, ErrorResponse) and msg.fatal:
+                raise ServiceError(f"exchange service at {self.address}: {msg.message}", msg.code)
+            # anything else (credit, notifications) is for a caller that polls; keep it
+            self.stash.append(msg)
+            if len(self.stash) > 10000:
+                raise ServiceError(f"unexpected traffic while waiting for {method}")
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self) -> "BlockingConnection":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,345 @@
+"""The wire protocol, sans-IO: messages, a frame encoder and an incremental decoder.
+
+Nothing here touches a socket (as in h11): the asyncio server, the client's IO
+thread and the producer's blocking socket all feed bytes to a
+:class:`FrameDecoder` and write what :func:`encode` returns.
+
+Frame layout (big endian)::
+
+    length:u32 | magic:u32 | version:u8 | type:u8 | header_len:u32 | header | payload
+
+``length`` counts every byte after itself. Data messages (buffers, credit)
+carry a fixed binary header; control messages carry a small JSON header.
+"""
+from __future__ import annotations
+
+import enum
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+MAGIC = 0x53465845  # "SFXE"
+VERSION = 1
+PREFIX = struct.Struct(">IIBBI")  # length, magic, version, type, header_len
+PREFIX_SIZE = PREFIX.size
+DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not a valid frame; the connection must close."""
+
+
+class MsgType(enum.IntEnum):
+    SERVER_HELLO = 1
+    HELLO = 2
+    WELCOME = 3
+    PARTITION_REQUEST = 10
+    ADD_CREDIT = 11
+    RESUME_CONSUMPTION = 12
+    CANCEL_PARTITION_REQUEST = 13
+    CLOSE_REQUEST = 14
+    BUFFER_RESPONSE = 15
+    ERROR_RESPONSE = 16
+    REGISTER_PARTITION = 20
+    PARTITION_REGISTERED = 21
+    PUSH_BUFFER = 22
+    PRODUCER_CREDIT = 23
+    FINISH_PARTITION = 24
+    FAIL_PARTITION = 25
+    PARTITION_FINISHED = 26
+    RPC_REQUEST = 30
+    RPC_RESPONSE = 31
+    NOTIFY = 32
+
+
+class BufferKind(enum.IntEnum):
+    """Data needs credit; events (end of partition, markers) do not."""
+
+    DATA = 0
+    END_OF_PARTITION = 1
+    MARKER = 2
+
+
+FLAG_COMPRESSED = 1
+BROADCAST = -1  # subpartition index of a buffer meant for every subpartition
+
+_BUFFER_RESPONSE = struct.Struct(">qqiBB")  # receiver, seq, backlog, kind, flags
+_ADD_CREDIT = struct.Struct(">qi")  # receiver, credit
+_PUSH_BUFFER = struct.Struct(">qiBB")  # handle, subpartition, kind, flags
+_PRODUCER_CREDIT = struct.Struct(">qi")  # handle, credit
+
+
+# ---------------------------------------------------------------- messages
+@dataclass(frozen=True)
+class ServerHello:
+    nonce: str
+    service_id: str = ""
+    host_id: str = ""
+
+
+@dataclass(frozen=True)
+class Hello:
+    client_id: str
+    proof: str  # hex HMAC-SHA256(secret, nonce), "" when no secret is known
+    host_id: str = ""
+
+
+@dataclass(frozen=True)
+class Welcome:
+    service_id: str
+    host_id: str
+
+
+@dataclass(frozen=True)
+class PartitionRequest:
+    partition: str
+    subpartition: int
+    receiver_id: int
+    initial_credit: int
+    resume_from: int = 0
+
+
+@dataclass(frozen=True)
+class AddCredit:
+    receiver_id: int
+    credit: int
+
+
+@dataclass(frozen=True)
+class ResumeConsumption:
+    receiver_id: int
+
+
+@dataclass(frozen=True)
+class CancelPartitionRequest:
+    receiver_id: int
+
+
+@dataclass(frozen=True)
+class CloseRequest:
+    pass
+
+
+@dataclass(frozen=True)
+class BufferResponse:
+    receiver_id: int
+    seq: int
+    backlog: int
+    kind: int
+    flags: int
+    payload: bytes | memoryview = b""
+
+
+@dataclass(frozen=True)
+class ErrorResponse:
+    message: str
+    receiver_id: int | None = None
+    fatal: bool = False
+    code: str = "error"
+
+
+@dataclass(frozen=True)
+class RegisterPartition:
+    partition: str
+    num_subpartitions: int
+    partition_type: str
+    exchange: str = ""
+    attempt: str = ""
+
+
+@dataclass(frozen=True)
+class PartitionRegistered:
+    partition: str
+    handle: int
+    credit: int
+    buffer_size: int
+
+
+@dataclass(frozen=True)
+class PushBuffer:
+    handle: int
+    subpartition: int
+    kind: int
+    flags: int
+    payload: bytes | memoryview = b""
+
+
+@dataclass(frozen=True)
+class ProducerCredit:
+    handle: int
+    credit: int
+
+
+@dataclass(frozen=True)
+class FinishPartition:
+    handle: int
+
+
+@dataclass(frozen=True)
+class FailPartition:
+    handle: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class PartitionFinished:
+    handle: int
+    stats: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RpcRequest:
+    call_id: int
+    method: str
+    args: dict
+
+
+@dataclass(frozen=True)
+class RpcResponse:
+    call_id: int
+    result: Any = None
+    error: str | None = None
+    code: str = ""
+
+
+@dataclass(frozen=True)
+class Notify:
+    topic: str
+    body: dict
+
+
+_JSON_TYPES: dict[MsgType, type] = {
+    MsgType.SERVER_HELLO: ServerHello,
+    MsgType.HELLO: Hello,
+    MsgType.WELCOME: Welcome,
+    MsgType.PARTITION_REQUEST: PartitionRequest,
+    MsgType.RESUME_CONSUMPTION: ResumeConsumption,
+    MsgType.CANCEL_PARTITION_REQUEST: CancelPartitionRequest,
+    MsgType.CLOSE_REQUEST: CloseRequest,
+    MsgType.ERROR_RESPONSE: ErrorResponse,
+    MsgType.REGISTER_PARTITION: RegisterPartition,
+    MsgType.PARTITION_REGISTERED: PartitionRegistered,
+    MsgType.FINISH_PARTITION: FinishPartition,
+    MsgType.FAIL_PARTITION: FailPartition,
+    MsgType.PARTITION_FINISHED: PartitionFinished,
+    MsgType.RPC_REQUEST: RpcRequest,
+    MsgType.RPC_RESPONSE: RpcResponse,
+    MsgType.NOTIFY: Notify,
+}
+_TYPE_OF = {cls: t for t, cls in _JSON_TYPES.items()}
+_TYPE_OF.update(
+    {
+        BufferResponse: MsgType.BUFFER_RESPONSE,
+        AddCredit: MsgType.ADD_CREDIT,
+        PushBuffer: MsgType.PUSH_BUFFER,
+        ProducerCredit: MsgType.PRODUCER_CREDIT,
+    }
+)
+
+Message = Any  # one of the dataclasses above
+
+
+# ---------------------------------------------------------------- encoding
+def _frame(mtype: int, header: bytes, payload_len: int) -> bytes:
+    length = PREFIX_SIZE - 4 + len(header) + payload_len
+    return PREFIX.pack(length, MAGIC, VERSION, mtype, len(header)) + header
+
+
+def encode(msg: Message) -> list[bytes | memoryview]:
+    """Frame a message; returns pieces to write in order (payloads are not copied)."""
+    if isinstance(msg, BufferResponse):
+        header = _BUFFER_RESPONSE.pack(msg.receiver_id, msg.seq, msg.backlog, msg.kind, msg.flags)
+        return [_frame(MsgType.BUFFER_RESPONSE, header, len(msg.payload)), msg.payload]
+    if isinstance(msg, PushBuffer):
+        header = _PUSH_BUFFER.pack(msg.handle, msg.subpartition, msg.kind, msg.flags)
+        return [_frame(MsgType.PUSH_BUFFER, header, len(msg.payload)), msg.payload]
+    if isinstance(msg, AddCredit):
+        return [_frame(MsgType.ADD_CREDIT, _ADD_CREDIT.pack(msg.receiver_id, msg.credit), 0)]
+    if isinstance(msg, ProducerCredit):
+        return [_frame(MsgType.PRODUCER_CREDIT, _PRODUCER_CREDIT.pack(msg.handle, msg.credit), 0)]
+    mtype = _TYPE_OF.get(type(msg))
+    if mtype is None:
+        raise TypeError(f"not a protocol message: {msg!r}")
+    header = json.dumps(msg.__dict__, separators=(",", ":")).encode()
+    return [_frame(mtype, header, 0)]
+
+
+def encode_bytes(msg: Message) -> bytes:
+    return b"".join(bytes(p) if isinstance(p, memoryview) else p for p in encode(msg))
+
+
+# ---------------------------------------------------------------- decoding
+def _decode(mtype: int, header: bytes, payload: memoryview) -> Message:
+    try:
+        kind = MsgType(mtype)
+    except ValueError:
+        raise ProtocolError(f"unknown message type {mtype}") from None
+    try:
+        if kind is MsgType.BUFFER_RESPONSE:
+            rid, seq, backlog, bkind, flags = _BUFFER_RESPONSE.unpack(header)
+            return BufferResponse(rid, seq, backlog, bkind, flags, payload)
+        if kind is MsgType.PUSH_BUFFER:
+            handle, sub, bkind, flags = _PUSH_BUFFER.unpack(header)
+            return PushBuffer(handle, sub, bkind, flags, payload)
+        if kind is MsgType.ADD_CREDIT:
+            return AddCredit(*_ADD_CREDIT.unpack(header))
+        if kind is MsgType.PRODUCER_CREDIT:
+            return ProducerCredit(*_PRODUCER_CREDIT.unpack(header))
+        fields = json.loads(header) if header else {}
+        if not isinstance(fields, dict):
+            raise ProtocolError(f"{kind.name} header is not an object")
+        return _JSON_TYPES[kind](**fields)
+    except ProtocolError:
+        raise
+    except (struct.error, ValueError, TypeError) as exc:
+        raise ProtocolError(f"malformed {kind.name} frame: {exc}") from None
+
+
+class FrameDecoder:
+    """Incremental decoder: feed bytes, take complete messages.
+
+    The prefix is validated as soon as it arrives, so a garbage or oversized
+    frame is refused before its bytes are buffered; a payload is copied once.
+    """
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.max_frame = max_frame
+        self._buf = bytearray()
+        self.bytes_received = 0
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Message]:
+        """Add received bytes; returns every message they complete (may be empty)."""
+        self.bytes_received += len(data)
+        self._buf += data
+        out: list[Message] = []
+        buf = self._buf
+        pos = 0
+        n = len(buf)
+        while n - pos >= PREFIX_SIZE:
+            length, magic, version, mtype, hlen = PREFIX.unpack_from(buf, pos)
+            if magic != MAGIC:
+                raise ProtocolError(f"bad magic 0x{magic:08x} (expected 0x{MAGIC:08x}): not a sparkflow-exchange peer")
+            if version != VERSION:
+                raise ProtocolError(f"unsupported protocol version {version} (this side speaks {VERSION})")
+            if length > self.max_frame:
+                raise ProtocolError(f"frame of {length} bytes exceeds the maximum frame size {self.max_frame}")
+            if hlen > length - (PREFIX_SIZE - 4):
+                raise ProtocolError(f"header length {hlen} exceeds frame length {length}")
+            end = pos + 4 + length
+            if end > n:
+                break
+            hstart = pos + PREFIX_SIZE
+            with memoryview(buf) as view:
+                header = bytes(view[hstart : hstart + hlen])
+                payload = memoryview(bytes(view[hstart + hlen : end]))
+            out.append(_decode(mtype, header, payload))
+            pos = end
+        if pos:
+            del buf[:pos]
+        return out
+
+    @property
+    def pending(self) -> int:
+        """Bytes held of an incomplete frame (a peer that vanishes leaves these)."""
+        return len(self._buf)

@@ -1,0 +1,298 @@
+"""The server side of a connection: asyncio moves bytes, the sans-IO pieces decide.
+
+One ``ServerConnection`` per client connection (Flink's
+PartitionRequestServerHandler + PartitionRequestQueue). It authenticates the
+client, serves partition requests from a :class:`PartitionRequestQueue`
+(writing while the transport is below its high-water mark and resuming at the
+low one), takes producers' pushes under credit, and answers RPCs. Anything
+malformed gets an :class:`ErrorResponse` naming the problem and, when the
+stream can no longer be trusted, the connection is closed.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..partition.subpartition import ERROR_KIND
+from . import auth
+from .credit import PartitionRequestQueue
+from .protocol import (
+    AddCredit,
+    BufferKind,
+    BufferResponse,
+    CancelPartitionRequest,
+    CloseRequest,
+    ErrorResponse,
+    FailPartition,
+    FinishPartition,
+    FrameDecoder,
+    Hello,
+    PartitionFinished,
+    PartitionRegistered,
+    PartitionRequest,
+    ProducerCredit,
+    ProtocolError,
+    PushBuffer,
+    RegisterPartition,
+    ResumeConsumption,
+    RpcRequest,
+    RpcResponse,
+    ServerHello,
+    Welcome,
+    encode,
+)
+
+if TYPE_CHECKING:
+    from ..partition.result_partition import ResultPartition
+    from ..service.exchange_service import ExchangeService
+
+log = logging.getLogger(__name__)
+
+HIGH_WATER = 4 * 1024 * 1024
+LOW_WATER = 1 * 1024 * 1024
+MAX_GRANT = 64  # credit granted to a BLOCKING writer at a time
+
+
+class RpcError(Exception):
+    """An RPC failed for a reason the caller should see (unknown exchange, bad schema...)."""
+
+    def __init__(self, message: str, code: str = "error") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Producer:
+    def __init__(self, partition: "ResultPartition") -> None:
+        self.partition = partition
+        self.outstanding = 0  # credit granted and not used yet
+
+
+class ServerConnection(asyncio.Protocol):
+    def __init__(self, service: "ExchangeService", transport_kind: str) -> None:
+        self.service = service
+        self.transport_kind = transport_kind  # "tcp" or "unix"
+        self.decoder = FrameDecoder(service.config.max_frame_size)
+        self.queue = PartitionRequestQueue()
+        self.transport: asyncio.Transport | None = None
+        self.nonce = auth.new_nonce()
+        self.authenticated = False
+        self.client_id = "?"
+        self.client_host = ""
+        self.paused = False
+        self.pump_scheduled = False
+        self.closed = False
+        self.producers: dict[int, _Producer] = {}
+        self.subscriptions: set[str] = set()
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.peer = ""
+
+    # ------------------------------------------------------------ transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
+        self.peer = str(transport.get_extra_info("peername") or "unix")
+        self.service.connections.add(self)
+        self.send(ServerHello(self.nonce, self.service.service_id, self.service.host_id))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.service.connections.discard(self)
+        if self.decoder.pending:
+            log.info("client %s vanished mid-frame (%d bytes of an incomplete frame dropped)", self.peer, self.decoder.pending)
+        for rid, view in self.queue.views().items():
+            view.release()
+        for producer in self.producers.values():
+            part = producer.partition
+            if not part.finished and not part.failure:
+                self.service.producer_lost(part, f"connection of its writer ({self.client_id}) was lost before finish")
+        self.service.on_connection_closed(self)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self.schedule_pump()
+
+    def data_received(self, data: bytes) -> None:
+        self.bytes_received += len(data)
+        try:
+            messages = self.decoder.feed(data)
+        except ProtocolError as exc:
+            self.fatal(f"protocol error: {exc}", code="protocol")
+            return
+        for msg in messages:
+            if self.closed:
+                return
+            try:
+                self.handle(msg)
+            except ProtocolError as exc:
+                self.fatal(f"protocol error: {exc}", code="protocol")
+                return
+            except (RuntimeError, ValueError, OSError) as exc:
+                self.send(ErrorResponse(f"{type(msg).__name__} failed: {exc}", None, False, "failed"))
+
+    def send(self, msg: Any) -> None:
+        if self.closed or self.transport is None:
+            return
+        pieces = encode(msg)
+        self.transport.writelines(pieces)
+        self.bytes_sent += sum(len(p) for p in pieces)
+
+    def fatal(self, message: str, code: str = "error") -> None:
+        log.warning("closing connection from %s: %s", self.peer, message)
+        self.send(ErrorResponse(message, None, True, code))
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    # ------------------------------------------------------------ dispatch
+    def handle(self, msg: Any) -> None:
+        if not self.authenticated:
+            if not isinstance(msg, Hello):
+                raise ProtocolError(f"expected Hello as the first message, got {type(msg).__name__}")
+            reason = auth.verify(self.service.secret, self.nonce, msg.proof)
+            if reason:
+                self.fatal(reason, code="auth")
+                return
+            self.authenticated = True
+            self.client_id = msg.client_id
+            self.client_host = msg.host_id
+            self.send(Welcome(self.service.service_id, self.service.host_id))
+            return
+        if isinstance(msg, PushBuffer):
+            self.on_push(msg)
+        elif isinstance(msg, AddCredit):
+            self.queue.add_credit(msg.receiver_id, msg.credit)
+            self.schedule_pump()
+        elif isinstance(msg, PartitionRequest):
+            self.on_partition_request(msg)
+        elif isinstance(msg, (CancelPartitionRequest, ResumeConsumption)):
+            if isinstance(msg, CancelPartitionRequest):
+                view = self.queue.remove(msg.receiver_id)
+                if view is not None:
+                    view.release()
+            else:
+                self.queue.notify_available(msg.receiver_id)
+                self.schedule_pump()
+        elif isinstance(msg, RegisterPartition):
+            self.on_register(msg)
+        elif isinstance(msg, FinishPartition):
+            producer = self._producer(msg.handle)
+            producer.partition.finish()
+            self.service.partition_finished(producer.partition)
+            self.send(PartitionFinished(msg.handle, producer.partition.stats()))
+        elif isinstance(msg, FailPartition):
+            producer = self._producer(msg.handle)
+            self.service.producer_lost(producer.partition, msg.reason)
+        elif isinstance(msg, RpcRequest):
+            asyncio.ensure_future(self.on_rpc(msg))
+        elif isinstance(msg, CloseRequest):
+            self.closed = True
+            if self.transport is not None:
+                self.transport.close()
+        else:
+            raise ProtocolError(f"unexpected {type(msg).__name__} from a client")
+
+    def _producer(self, handle: int) -> _Producer:
+        producer = self.producers.get(handle)
+        if producer is None:
+            raise ProtocolError(f"unknown partition handle {handle} on this connection")
+        return producer
+
+    # ------------------------------------------------------------ consumer side
+    def on_partition_request(self, msg: PartitionRequest) -> None:
+        rid = msg.receiver_id
+        part = self.service.partitions.get(msg.partition)
+        if part is None:
+            self.send(ErrorResponse(f"unknown partition {msg.partition!r} on service {self.service.service_id}", rid, False, "unknown_partition"))
+            return
+        if rid in self.queue:
+            raise ProtocolError(f"receiver id {rid} is already in use on this connection")
+        try:
+            view = part.create_view(msg.subpartition, msg.resume_from, lambda: self.on_view_available(rid))
+        except (IndexError, ValueError, RuntimeError) as exc:
+            self.send(ErrorResponse(str(exc), rid, False, type(exc).__name__))
+            return
+        self.queue.add_view(rid, view, msg.initial_credit)
+        self.schedule_pump()
+
+    def on_view_available(self, receiver_id: int) -> None:
+        self.queue.notify_available(receiver_id)
+        self.schedule_pump()
+
+    def schedule_pump(self) -> None:
+        if not self.pump_scheduled and not self.closed:
+            self.pump_scheduled = True
+            asyncio.get_running_loop().call_soon(self.pump)
+
+    def pump(self) -> None:
+        """Write available buffers until the transport reaches its high-water mark."""
+        self.pump_scheduled = False
+        while not self.paused and not self.closed:
+            polled = self.queue.poll()
+            if polled is None:
+                return
+            rid, item, seq, backlog = polled
+            if item.kind == ERROR_KIND:
+                self.queue.remove(rid)
+                self.send(ErrorResponse(bytes(item.payload).decode(), rid, False, "producer_failed"))
+                continue
+            self.send(BufferResponse(rid, seq, backlog, item.kind, item.flags, item.payload))
+            if item.kind == BufferKind.END_OF_PARTITION:
+                view = self.queue.remove(rid)
+                if view is not None:
+                    view.release()
+
+    # ------------------------------------------------------------ producer side
+    def on_register(self, msg: RegisterPartition) -> None:
+        try:
+            part = self.service.register_partition(msg)
+        except (ValueError, RuntimeError) as exc:
+            self.send(ErrorResponse(str(exc), None, False, "register_failed"))
+            return
+        handle = len(self.producers) + 1
+        producer = _Producer(part)
+        self.producers[handle] = producer
+        part.on_slots_freed = lambda: self.grant(handle)
+        self.send(PartitionRegistered(part.pid, handle, 0, part.pool.buffer_size if part.pool else self.service.config.buffer_size))
+        self.grant(handle)
+
+    def grant(self, handle: int) -> None:
+        producer = self.producers.get(handle)
+        if producer is None or self.closed:
+            return
+        part = producer.partition
+        if part.finished or part.failure or part.released:
+            return
+        new = min(part.free_slots, MAX_GRANT) - producer.outstanding
+        if new > 0:
+            producer.outstanding += new
+            self.send(ProducerCredit(handle, new))
+
+    def on_push(self, msg: PushBuffer) -> None:
+        producer = self._producer(msg.handle)
+        if producer.outstanding <= 0:
+            raise ProtocolError(f"PushBuffer without credit for partition {producer.partition.pid}")
+        producer.outstanding -= 1
+        try:
+            producer.partition.add(msg.subpartition, msg.kind, msg.flags, msg.payload)
+        except RuntimeError as exc:
+            self.send(ErrorResponse(str(exc), None, False, "push_failed"))
+            return
+        self.grant(msg.handle)
+
+    # ------------------------------------------------------------ rpc
+    async def on_rpc(self, msg: RpcRequest) -> None:
+        try:
+            result = await self.service.rpc(self, msg.method, msg.args)
+            self.send(RpcResponse(msg.call_id, result))
+        except RpcError as exc:
+            self.send(RpcResponse(msg.call_id, None, str(exc), exc.code))
+        except (TypeError, KeyError, ValueError) as exc:
+            self.send(RpcResponse(msg.call_id, None, f"bad {msg.method!r} request: {exc}", "bad_request"))
+        except Exception as exc:  # noqa: BLE001 - the client must hear about it, the service goes on
+            log.exception("rpc %s failed", msg.method)
+            self.send(RpcResponse(msg.call_id, None, f"{msg.method} failed: {exc}", "internal"))

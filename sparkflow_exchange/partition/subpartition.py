@@ -1,0 +1,145 @@
+"""Subpartitions and their views.
+
+A subpartition is the sequence of buffers meant for one consumer (sequence
+number = position). A view is one consumer's cursor over it: the server asks
+a view whether its next item is an event or data, and takes items under
+credit. ``PIPELINED_BOUNDED`` drops what it has sent (consume once);
+``HYBRID`` and ``BLOCKING`` keep every buffer reachable (memory or spill file)
+so a view may start again from any sequence number.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from ..network.protocol import BufferKind
+from .buffer_pool import StoredBuffer
+
+if TYPE_CHECKING:
+    from .result_partition import ResultPartition
+
+ERROR_KIND = 255  # internal: the partition failed; the server turns this into an ErrorResponse
+
+
+@dataclass(frozen=True)
+class Item:
+    kind: int
+    flags: int
+    payload: bytes | memoryview
+
+
+class ConsumeOnceError(RuntimeError):
+    pass
+
+
+class Subpartition:
+    def __init__(self, partition: "ResultPartition", index: int) -> None:
+        self.partition = partition
+        self.index = index
+        self.entries: deque[StoredBuffer] = deque()
+        self.base = 0  # sequence number of entries[0] (PIPELINED_BOUNDED drops sent entries)
+        self.data_count = 0  # data buffers ever added
+        self.data_before: deque[int] = deque()  # per entry: data buffers before it
+        self.streamed = 0  # highest position any view has taken (memory is released behind it)
+        self.views: list[SubpartitionView] = []
+        self.bytes_added = 0
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.entries)
+
+    def append(self, buf: StoredBuffer) -> None:
+        self.entries.append(buf)
+        self.data_before.append(self.data_count)
+        if buf.kind == BufferKind.DATA:
+            self.data_count += 1
+        self.bytes_added += buf.size
+        for view in list(self.views):
+            view.notify()
+
+    def data_after(self, pos: int) -> int:
+        """Data buffers at positions >= pos that exist now (the backlog)."""
+        if pos >= self.end:
+            return 0
+        return self.data_count - self.data_before[pos - self.base]
+
+    def entry(self, pos: int) -> StoredBuffer:
+        return self.entries[pos - self.base]
+
+    def create_view(self, resume_from: int, listener: Callable[[], None]) -> "SubpartitionView":
+        part = self.partition
+        if part.consume_once:
+            if self.views or self.streamed > 0 and resume_from < self.streamed:
+                raise ConsumeOnceError(
+                    f"subpartition {self.index} of PIPELINED_BOUNDED partition {part.pid} was already consumed; "
+                    "re-reading is impossible because its buffers are released as soon as they are sent "
+                    "(use partitionType HYBRID or BLOCKING for re-readable exchanges)"
+                )
+            resume_from = max(resume_from, self.base)
+        if resume_from < 0 or resume_from > self.end and part.finished:
+            raise ValueError(f"resume sequence number {resume_from} is outside 0..{self.end} of subpartition {self.index}")
+        view = SubpartitionView(self, resume_from, listener)
+        self.views.append(view)
+        return view
+
+    def on_taken(self, pos: int, buf: StoredBuffer) -> None:
+        """A view took position pos: release memory that every target has now streamed."""
+        if pos < self.streamed:
+            return
+        self.streamed = pos + 1
+        self.partition.release_ref(buf)
+        if self.partition.consume_once:
+            while self.entries and self.base < self.streamed:
+                self.entries.popleft()
+                self.data_before.popleft()
+                self.base += 1
+
+
+class SubpartitionView:
+    """One consumer's cursor; ``notify`` tells the server that something may be readable."""
+
+    def __init__(self, sub: Subpartition, pos: int, listener: Callable[[], None]) -> None:
+        self.sub = sub
+        self.pos = pos
+        self.listener = listener
+        self.released = False
+
+    def notify(self) -> None:
+        if not self.released:
+            self.listener()
+
+    def _readable(self) -> bool:
+        part = self.sub.partition
+        if part.blocking and not part.finished:
+            return False
+        return self.pos < self.sub.end
+
+    def next_is_event(self) -> bool | None:
+        if self.released:
+            return None
+        if self.sub.partition.failure is not None:
+            return True
+        if not self._readable():
+            return None
+        return self.sub.entry(self.pos).kind != BufferKind.DATA
+
+    def take(self) -> tuple[Item, int, int]:
+        part = self.sub.partition
+        if part.failure is not None:
+            self.released = True
+            return Item(ERROR_KIND, 0, part.failure.encode()), self.pos, 0
+        pos = self.pos
+        buf = self.sub.entry(pos)
+        payload = buf.payload if buf.payload is not None else part.read_spilled(buf)
+        self.pos += 1
+        self.sub.on_taken(pos, buf)
+        return Item(buf.kind, buf.flags, payload), pos, self.sub.data_after(self.pos)
+
+    def backlog(self) -> int:
+        return self.sub.data_after(self.pos) if self._readable() else 0
+
+    def release(self) -> None:
+        self.released = True
+        if self in self.sub.views:
+            self.sub.views.remove(self)

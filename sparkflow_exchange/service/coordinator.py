@@ -1,0 +1,284 @@
+"""The coordinator role: exchanges, their producers and their lifecycle (DESIGN.md section 6).
+
+Flink's JobManager partition tracking, reduced to what a Spark write needs:
+the driver declares an exchange with its schema; every task attempt registers
+its result partition and location; commit seals the winning attempts; abort
+and drop release everything. Readers subscribe and are told the producer set
+each time it changes, until it is sealed. All of it runs on the service's
+event loop, so no locks.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from ..network.server import RpcError
+
+FORWARD_LIKE = ("forward", "broadcast")  # one subpartition per producer; N may be fixed at commit
+
+
+@dataclass
+class ProducerInfo:
+    index: int
+    attempt: str
+    partition: str
+    location: dict
+    write_id: str
+    state: str = "running"  # running | finished | failed
+    reason: str = ""
+
+
+@dataclass
+class Exchange:
+    name: str
+    epoch: int
+    schema: str  # base64 Arrow IPC schema
+    num_subpartitions: int | None
+    partitioner: dict
+    partition_type: str
+    state: str = "open"  # open | committed | aborted
+    producers: dict[str, ProducerInfo] = field(default_factory=dict)
+    committed: list[str] = field(default_factory=list)
+    open_writes: set[str] = field(default_factory=set)
+    commits: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+    abort_reason: str = ""
+
+    @property
+    def sealed(self) -> bool:
+        return self.commits > 0 and not self.open_writes
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "epoch": self.epoch,
+            "schema": self.schema,
+            "num_subpartitions": self.num_subpartitions,
+            "partitioner": self.partitioner,
+            "partition_type": self.partition_type,
+            "state": self.state,
+            "sealed": self.sealed,
+            "open_writes": len(self.open_writes),
+            "abort_reason": self.abort_reason,
+            "producers": [asdict(p) for p in self.producers.values()],
+            "committed": list(self.committed),
+        }
+
+
+Release = Callable[[list[tuple[dict, str]]], None]
+
+
+class Coordinator:
+    def __init__(self, release: Release, ttl: float = 3600.0) -> None:
+        self.exchanges: dict[str, Exchange] = {}
+        self.release = release  # called with (location, partition id) of partitions to free
+        self.ttl = ttl
+        self._epochs = itertools.count(1)
+        self._writes = itertools.count(1)
+        self._changed = asyncio.Condition()
+        self._subscribers: dict[str, set[Callable[[dict], None]]] = {}
+
+    # ------------------------------------------------------------ helpers
+    def _get(self, name: str, epoch: int | None = None) -> Exchange:
+        ex = self.exchanges.get(name)
+        if ex is None:
+            raise RpcError(f"exchange {name!r} does not exist", "no_exchange")
+        if epoch is not None and ex.epoch != epoch:
+            raise RpcError(
+                f"exchange {name!r} was replaced (overwrite or drop) while this write or read was running", "replaced"
+            )
+        ex.last_used = time.monotonic()
+        return ex
+
+    async def _notify(self, ex: Exchange | None, name: str) -> None:
+        body = ex.describe() if ex is not None else {"name": name, "state": "dropped"}
+        for callback in list(self._subscribers.get(name, ())):
+            callback(body)
+        async with self._changed:
+            self._changed.notify_all()
+
+    def _release_producers(self, producers: list[ProducerInfo]) -> None:
+        if producers:
+            self.release([(p.location, p.partition) for p in producers])
+
+    # ------------------------------------------------------------ writer side
+    async def declare(self, name: str, schema: str, num_subpartitions: int | None, partitioner: dict,
+                      partition_type: str, mode: str) -> dict:
+        """Start a write: create (overwrite) or extend (append) an exchange; returns its description + write id."""
+        if not name:
+            raise RpcError("the 'exchange' option is required (the name of the exchange)", "bad_request")
+        if mode not in ("overwrite", "append"):
+            raise RpcError(f"unknown save mode {mode!r}", "bad_request")
+        ex = self.exchanges.get(name)
+        if ex is not None and mode == "append" and ex.state != "aborted":
+            if ex.schema != schema:
+                raise RpcError(
+                    f"append to exchange {name!r} with another schema: the exchange holds {_schema_text(ex.schema)}, "
+                    f"this write has {_schema_text(schema)}; use mode('overwrite') to replace it",
+                    "schema_mismatch",
+                )
+            if num_subpartitions is not None and ex.num_subpartitions not in (None, num_subpartitions):
+                raise RpcError(
+                    f"append to exchange {name!r} with numSubpartitions={num_subpartitions}, but it has {ex.num_subpartitions}",
+                    "bad_request",
+                )
+            if partitioner.get("name") != ex.partitioner.get("name") or ex.partition_type != partition_type:
+                raise RpcError(
+                    f"append to exchange {name!r} must use its partitioner {ex.partitioner.get('name')!r} and "
+                    f"partitionType {ex.partition_type}", "bad_request")
+        else:
+            if ex is not None:
+                self._release_producers(list(ex.producers.values()))
+            ex = Exchange(name, next(self._epochs), schema, num_subpartitions, partitioner, partition_type)
+            self.exchanges[name] = ex
+        write_id = f"w{next(self._writes)}"
+        ex.open_writes.add(write_id)
+        ex.state = "open"
+        await self._notify(ex, name)
+        return {**ex.describe(), "write_id": write_id}
+
+    async def register_producer(self, name: str, epoch: int, write_id: str, index: int, attempt: str,
+                                partition: str, location: dict) -> dict:
+        ex = self._get(name, epoch)
+        if write_id not in ex.open_writes:
+            raise RpcError(f"write {write_id} of exchange {name!r} is not open (committed or aborted already)", "closed")
+        if ex.partitioner.get("name") == "forward" and ex.num_subpartitions is not None and index >= ex.num_subpartitions:
+            raise RpcError(
+                f"forward needs equal parallelism: producer {index} has no subpartition among {ex.num_subpartitions}; "
+                "repartition the DataFrame or set numSubpartitions to its partition count", "forward_parallelism")
+        ex.producers[partition] = ProducerInfo(index, attempt, partition, location, write_id)
+        await self._notify(ex, name)
+        return {"ok": True}
+
+    async def producer_finished(self, name: str, epoch: int, partition: str) -> dict:
+        ex = self._get(name, epoch)
+        if partition in ex.producers:
+            ex.producers[partition].state = "finished"
+            await self._notify(ex, name)
+        return {"ok": True}
+
+    async def producer_failed(self, name: str, epoch: int | None, partition: str, reason: str) -> dict:
+        ex = self.exchanges.get(name)
+        if ex is not None and partition in ex.producers and (epoch is None or ex.epoch == epoch):
+            p = ex.producers[partition]
+            if p.state != "failed":
+                p.state, p.reason = "failed", reason
+                await self._notify(ex, name)
+        return {"ok": True}
+
+    async def commit(self, name: str, epoch: int, write_id: str, partitions: list[str]) -> dict:
+        """Seal the winning attempts of one write; every other attempt of it is released."""
+        ex = self._get(name, epoch)
+        if write_id not in ex.open_writes:
+            raise RpcError(f"write {write_id} of exchange {name!r} is not open", "closed")
+        missing = [p for p in partitions if p not in ex.producers]
+        if missing:
+            raise RpcError(f"commit names partitions that never registered: {missing}", "bad_request")
+        winners = set(partitions)
+        of_write = [p for p in ex.producers.values() if p.write_id == write_id]
+        indexes = sorted(ex.producers[p].index for p in partitions)
+        if len(set(indexes)) != len(indexes):
+            raise RpcError(f"commit of {name!r} names two attempts of one task: {indexes}", "bad_request")
+        if ex.partitioner.get("name") == "forward":
+            total = len([p for p in ex.committed]) + len(partitions)
+            if ex.num_subpartitions is not None and total != ex.num_subpartitions:
+                raise RpcError(
+                    f"forward needs equal parallelism: {total} producers but numSubpartitions={ex.num_subpartitions}; "
+                    "repartition the DataFrame or drop the numSubpartitions option", "forward_parallelism")
+        if ex.num_subpartitions is None:
+            ex.num_subpartitions = len(ex.committed) + len(partitions)
+        losers = [p for p in of_write if p.partition not in winners]
+        for p in losers:
+            del ex.producers[p.partition]
+        self._release_producers(losers)
+        ex.committed.extend(partitions)
+        ex.open_writes.discard(write_id)
+        ex.commits += 1
+        ex.state = "committed" if not ex.open_writes else "open"
+        await self._notify(ex, name)
+        return ex.describe()
+
+    async def abort(self, name: str, epoch: int, write_id: str, reason: str = "") -> dict:
+        ex = self.exchanges.get(name)
+        if ex is None or ex.epoch != epoch:
+            return {"ok": True}
+        ex.open_writes.discard(write_id)
+        of_write = [p for p in ex.producers.values() if p.write_id == write_id]
+        for p in of_write:
+            del ex.producers[p.partition]
+        self._release_producers(of_write)
+        if ex.commits == 0:
+            ex.state = "aborted"
+            ex.abort_reason = reason or "the write failed"
+        await self._notify(ex, name)
+        return {"ok": True}
+
+    async def drop(self, name: str) -> dict:
+        ex = self.exchanges.pop(name, None)
+        if ex is None:
+            raise RpcError(f"exchange {name!r} does not exist", "no_exchange")
+        self._release_producers(list(ex.producers.values()))
+        await self._notify(None, name)
+        return {"dropped": name, "partitions": len(ex.producers)}
+
+    # ------------------------------------------------------------ reader side
+    async def get_exchange(self, name: str, wait: float = 0.0, need_subpartitions: bool = False) -> dict:
+        """The exchange's description, waiting up to ``wait`` s for it to be declared."""
+        timeout = wait
+        def ready() -> bool:
+            ex = self.exchanges.get(name)
+            return ex is not None and (not need_subpartitions or ex.num_subpartitions is not None or ex.state == "aborted")
+
+        if not ready() and timeout > 0:
+            try:
+                async with self._changed:
+                    await asyncio.wait_for(self._changed.wait_for(ready), timeout)
+            except asyncio.TimeoutError:
+                pass
+        if self.exchanges.get(name) is None:
+            raise RpcError(
+                f"exchange {name!r} does not exist (waited {timeout:g} s for a writer to declare it; "
+                "check the name, or raise declareTimeout)", "no_exchange")
+        if not ready():
+            raise RpcError(
+                f"exchange {name!r} does not know its number of subpartitions yet (a forward/broadcast write "
+                "without numSubpartitions fixes it at commit); set numSubpartitions on the writer to read while it writes",
+                "no_subpartitions")
+        return self._get(name).describe()
+
+    def subscribe(self, name: str, callback: Callable[[dict], None]) -> Callable[[], None]:
+        ex = self._get(name)
+        self._subscribers.setdefault(name, set()).add(callback)
+        callback(ex.describe())
+
+        def unsubscribe() -> None:
+            subs = self._subscribers.get(name)
+            if subs is not None:
+                subs.discard(callback)
+                if not subs:
+                    del self._subscribers[name]
+        return unsubscribe
+
+    def list(self) -> list[dict]:
+        return [ex.describe() for ex in self.exchanges.values()]
+
+    async def expire(self) -> None:
+        """Drop exchanges unused for ``ttl`` seconds (nobody reading, no write open)."""
+        if self.ttl <= 0:
+            return
+        now = time.monotonic()
+        for name, ex in list(self.exchanges.items()):
+            if not ex.open_writes and not self._subscribers.get(name) and now - ex.last_used > self.ttl:
+                await self.drop(name)
+
+
+def _schema_text(schema_b64: str) -> str:
+    from ..buffer import schema_from_b64
+
+    try:
+        return "(" + ", ".join(f"{f.name}: {f.type}" for f in schema_from_b64(schema_b64)) + ")"
+    except Exception:  # noqa: BLE001 - only for the message
+        return "<unreadable schema>"

@@ -1,0 +1,309 @@
+"""The exchange service: holds result partitions and serves them (Flink's TaskManager network environment).
+
+One asyncio process per host (or per executor), listening on TCP and on a
+Unix domain socket. It may also carry the coordinator role. Everything runs
+on one event loop; spill-file I/O is plain pread/pwrite on that loop, which the
+page cache makes cheap.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ..config import PARTITION_TYPES, ExchangeConfig
+from ..network import auth
+from ..network.protocol import RegisterPartition
+from ..network.server import RpcError, ServerConnection
+from ..partition.buffer_pool import MemoryBudget
+from ..partition.result_partition import ResultPartition
+from .coordinator import Coordinator
+
+log = logging.getLogger(__name__)
+
+
+def default_host_id() -> str:
+    return socket.gethostname()
+
+
+class ExchangeService:
+    def __init__(self, config: ExchangeConfig, *, coordinator: bool = True, unix_path: str | None = None,
+                 secret: str | None = None, attach_mode: bool = False) -> None:
+        self.config = config
+        self.service_id = f"svc-{uuid.uuid4().hex[:8]}"
+        self.host_id = config.host_id or default_host_id()
+        self.secret = secret if secret is not None else config.resolved_secret()
+        self.budget = MemoryBudget(config.memory_budget)
+        self._own_spill_dir = config.spill_dir is None
+        self.spill_dir = Path(config.spill_dir or tempfile.mkdtemp(prefix="sparkflow-spill-"))
+        self.spill_dir.mkdir(parents=True, exist_ok=True)
+        self.partitions: dict[str, ResultPartition] = {}
+        self.connections: set[ServerConnection] = set()
+        self.coordinator = Coordinator(self._release, config.ttl) if coordinator else None
+        self.unix_path = unix_path
+        self.attach_mode = attach_mode  # embedded: exit when the attached applications are gone
+        self.apps: dict[str, int] = {}  # application id -> pid of its JVM
+        self.servers: list[asyncio.AbstractServer] = []
+        self.tcp_address: tuple[str, int] | None = None
+        self.started = time.monotonic()
+        self.last_app_seen = time.monotonic()
+        self.stopping: asyncio.Event | None = None
+        self.metrics_server: Any = None
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self.stopping = asyncio.Event()
+        ssl_ctx = auth.server_ssl_context(self.config.tls_cert_file, self.config.tls_key_file)
+        loop = asyncio.get_running_loop()
+        tcp = await loop.create_server(lambda: ServerConnection(self, "tcp"), self.config.bind_host,
+                                       self.config.port, ssl=ssl_ctx, reuse_address=True)
+        self.servers.append(tcp)
+        self.tcp_address = tcp.sockets[0].getsockname()[:2]
+        if self.unix_path is None:
+            self.unix_path = str(self.spill_dir / "service.sock")
+        if os.path.exists(self.unix_path):
+            os.unlink(self.unix_path)
+        unix = await loop.create_unix_server(lambda: ServerConnection(self, "unix"), self.unix_path)
+        os.chmod(self.unix_path, 0o600)
+        self.servers.append(unix)
+        if self.config.metrics_port:
+            from .metrics import start_metrics_server
+
+            self.metrics_server = await start_metrics_server(self, self.config.bind_host, self.config.metrics_port)
+        asyncio.ensure_future(self._housekeeping())
+
+    def addresses(self) -> dict[str, Any]:
+        host, port = self.tcp_address or ("", 0)
+        return {
+            "tcp": f"{host}:{port}",
+            "unix": f"unix:{self.unix_path}",
+            "host_id": self.host_id,
+            "service_id": self.service_id,
+            "pid": os.getpid(),
+            "coordinator": self.coordinator is not None,
+            "tls": bool(self.config.tls_cert_file),
+            "metrics_port": self.metrics_server.port if self.metrics_server else 0,
+        }
+
+    async def serve_until_stopped(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self.stop)
+            except (NotImplementedError, RuntimeError):
+                pass
+        await self.stopping.wait()
+        await self.shutdown()
+
+    def stop(self) -> None:
+        if self.stopping is not None:
+            self.stopping.set()
+
+    async def shutdown(self) -> None:
+        for server in self.servers:
+            server.close()
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.close()
+        for part in list(self.partitions.values()):
+            part.release()
+        self.partitions.clear()
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+        if self.unix_path and os.path.exists(self.unix_path):
+            os.unlink(self.unix_path)
+        if self._own_spill_dir:
+            shutil.rmtree(self.spill_dir, ignore_errors=True)
+
+    async def _housekeeping(self) -> None:
+        while not self.stopping.is_set():
+            await asyncio.sleep(0.5)
+            if self.coordinator is not None:
+                await self.coordinator.expire()
+            self._expire_partitions()
+            if self.attach_mode and self._apps_gone():
+                log.info("no attached application is alive; embedded service exits")
+                self.stop()
+
+    def _expire_partitions(self) -> None:
+        """A service without the coordinator frees partitions nobody touched for ``ttl``."""
+        if self.coordinator is not None or self.config.ttl <= 0:
+            return
+        now = time.monotonic()
+        for pid, part in list(self.partitions.items()):
+            if part.finished and now - part.created > self.config.ttl and not any(s.views for s in part.subpartitions):
+                self.release_partition(pid)
+
+    def _apps_gone(self) -> bool:
+        alive = {app: pid for app, pid in self.apps.items() if _pid_alive(pid)}
+        self.apps = alive
+        if alive:
+            self.last_app_seen = time.monotonic()
+            return False
+        return time.monotonic() - self.last_app_seen > self.config.idle_timeout
+
+    # ------------------------------------------------------------ partitions
+    def register_partition(self, msg: RegisterPartition) -> ResultPartition:
+        if msg.partition_type not in PARTITION_TYPES:
+            raise ValueError(f"unknown partition type {msg.partition_type!r}; use one of {', '.join(PARTITION_TYPES)}")
+        if msg.partition in self.partitions:
+            raise ValueError(f"partition {msg.partition!r} is already registered")
+        if not 1 <= msg.num_subpartitions <= 1 << 16:
+            raise ValueError(f"numSubpartitions {msg.num_subpartitions} is out of range 1..65536")
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in msg.partition)[:80]
+        part = ResultPartition(
+            msg.partition, msg.num_subpartitions, msg.partition_type, self.budget,
+            self.config.buffers_per_partition, self.config.buffer_size,
+            self.spill_dir, exchange=msg.exchange, attempt=msg.attempt,
+        )
+        if part.spill is not None:
+            target = self.spill_dir / f"{safe}-{uuid.uuid4().hex[:6]}.data"
+            os.rename(part.spill.path, target)
+            part.spill.path, part.spill.index_path = target, target.with_suffix(".index")
+        self.partitions[msg.partition] = part
+        return part
+
+    def partition_finished(self, part: ResultPartition) -> None:
+        pass
+
+    def producer_lost(self, part: ResultPartition, reason: str) -> None:
+        part.fail(reason)
+        if self.coordinator is not None and part.exchange:
+            asyncio.ensure_future(self.coordinator.producer_failed(part.exchange, None, part.pid, reason))
+
+    def release_partition(self, pid: str) -> bool:
+        part = self.partitions.pop(pid, None)
+        if part is None:
+            return False
+        part.release()
+        return True
+
+    def _release(self, targets: list[tuple[dict, str]]) -> None:
+        """Coordinator callback: free partitions here, or ask the service that holds them."""
+        remote: dict[str, list[str]] = {}
+        for location, pid in targets:
+            if location.get("service_id") == self.service_id:
+                self.release_partition(pid)
+            else:
+                remote.setdefault(location.get("tcp", ""), []).append(pid)
+        for address, pids in remote.items():
+            if address:
+                asyncio.ensure_future(self._release_remote(address, pids))
+
+    async def _release_remote(self, address: str, pids: list[str]) -> None:
+        from ..network.aio_client import rpc_once
+
+        try:
+            await rpc_once(address, self.secret, self.config, "release_partitions", {"partitions": pids})
+        except Exception as exc:  # noqa: BLE001 - best effort: the other service's TTL frees them too
+            log.warning("could not release %d partitions on %s: %s", len(pids), address, exc)
+
+    def on_connection_closed(self, conn: ServerConnection) -> None:
+        for unsubscribe in getattr(conn, "unsubscribers", []):
+            unsubscribe()
+
+    # ------------------------------------------------------------ rpc
+    async def rpc(self, conn: ServerConnection, method: str, args: dict) -> Any:
+        if method == "ping":
+            return self.addresses()
+        if method == "status":
+            return self.status()
+        if method == "release_partitions":
+            return {"released": sum(self.release_partition(p) for p in args["partitions"])}
+        if method == "attach_app":
+            self.apps[str(args["app"])] = int(args["pid"])
+            self.last_app_seen = time.monotonic()
+            return {"ok": True}
+        if method == "report_backpressure":
+            part = self.partitions.get(args["partition"])
+            if part is not None:
+                part.backpressure_seconds = float(args["seconds"])
+            return {"ok": True}
+        if method == "shutdown":
+            asyncio.get_running_loop().call_later(0.05, self.stop)
+            return {"ok": True}
+        coord = self.coordinator
+        if coord is None:
+            raise RpcError(f"service {self.service_id} does not have the coordinator role (method {method!r})", "not_coordinator")
+        if method == "subscribe":
+            name = args["name"]
+            topic = args["topic"]
+            from ..network.protocol import Notify
+
+            unsubscribe = coord.subscribe(name, lambda body: conn.send(Notify(topic, body)))
+            conn.__dict__.setdefault("unsubscribers", []).append(unsubscribe)
+            conn.__dict__.setdefault("subscriptions_by_topic", {})[topic] = unsubscribe
+            return {"ok": True}
+        if method == "unsubscribe":
+            unsubscribe = conn.__dict__.get("subscriptions_by_topic", {}).pop(args["topic"], None)
+            if unsubscribe:
+                unsubscribe()
+            return {"ok": True}
+        if method == "list_exchanges":
+            return coord.list()
+        handlers = {
+            "declare": coord.declare,
+            "register_producer": coord.register_producer,
+            "producer_finished": coord.producer_finished,
+            "producer_failed": coord.producer_failed,
+            "commit": coord.commit,
+            "abort": coord.abort,
+            "drop": coord.drop,
+            "get_exchange": coord.get_exchange,
+        }
+        handler = handlers.get(method)
+        if handler is None:
+            raise RpcError(f"unknown method {method!r}", "bad_request")
+        return await handler(**args)
+
+    def status(self) -> dict[str, Any]:
+        channels = []
+        for conn in self.connections:
+            for rid, view in conn.queue.views().items():
+                channels.append({
+                    "receiver_id": rid,
+                    "client": conn.client_id,
+                    "client_host": conn.client_host,
+                    "transport": conn.transport_kind,
+                    "locality": "local" if conn.client_host == self.host_id else "remote",
+                    "partition": view.sub.partition.pid,
+                    "subpartition": view.sub.index,
+                    "credit": conn.queue.credit_of(rid),
+                    "backlog": view.backlog(),
+                    "position": view.pos,
+                })
+        return {
+            "service": self.addresses(),
+            "memory": {"budget": self.budget.total_bytes, "reserved": self.budget.reserved_bytes},
+            "partitions": [p.stats() for p in self.partitions.values()],
+            "channels": channels,
+            "connections": [
+                {"client": c.client_id, "client_host": c.client_host, "transport": c.transport_kind,
+                 "bytes_sent": c.bytes_sent, "bytes_received": c.bytes_received}
+                for c in self.connections
+            ],
+            "exchanges": self.coordinator.list() if self.coordinator else [],
+            "apps": dict(self.apps),
+        }
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is gone for our purposes
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return True

@@ -1,0 +1,96 @@
+"""Run an exchange service process: ``sparkflow-exchange serve`` / ``python -m sparkflow_exchange.service``."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from ..config import ExchangeConfig
+from ..network import auth
+from .exchange_service import ExchangeService
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", help="address to listen on (default 127.0.0.1, or bindHost)")
+    parser.add_argument("--port", type=int, help="TCP port (default: ephemeral)")
+    parser.add_argument("--unix", help="Unix socket path (default: inside the spill directory)")
+    parser.add_argument("--no-coordinator", action="store_true", help="serve partitions only; the coordinator runs elsewhere")
+    parser.add_argument("--secret-file", help="file with the shared secret (default: a fresh one, written beside the spill files)")
+    parser.add_argument("--insecure", action="store_true", help="accept clients without a secret (loopback experiments only)")
+    parser.add_argument("--spill-dir", help="directory for spill files")
+    parser.add_argument("--host-id", help="host identity (default: the hostname)")
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this HTTP port")
+    parser.add_argument("--embedded", action="store_true", help="exit once no attached application is alive")
+    parser.add_argument("--state-file", help="write the service's addresses (and secret) here, mode 0600")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="any spark.sparkflow.exchange.<KEY> setting")
+
+
+def config_from_args(args: argparse.Namespace) -> ExchangeConfig:
+    overrides: dict[str, str] = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--conf needs KEY=VALUE, got {item!r}")
+        overrides[key.removeprefix("spark.sparkflow.exchange.")] = value
+    for flag, key in (("host", "bindHost"), ("port", "port"), ("spill_dir", "spillDir"), ("host_id", "hostId"),
+                      ("secret_file", "secretFile"), ("metrics_port", "metricsPort")):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides[key] = value
+    return ExchangeConfig.load(overrides)
+
+
+def write_state(path: str, info: dict) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(info, f)
+    os.replace(tmp, path)
+
+
+async def run(args: argparse.Namespace) -> None:
+    config = config_from_args(args)
+    secret = config.resolved_secret()
+    generated_secret_file = None
+    if not secret and not args.insecure:
+        secret = auth.new_secret()
+    service = ExchangeService(config, coordinator=not args.no_coordinator, unix_path=args.unix, secret=secret or None,
+                              attach_mode=args.embedded)
+    await service.start()
+    if secret and not config.resolved_secret():
+        generated_secret_file = str(service.spill_dir / "secret")
+        fd = os.open(generated_secret_file, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secret)
+    info = service.addresses()
+    info["secret_file"] = generated_secret_file or config.secret_file
+    if args.state_file:
+        write_state(args.state_file, {**info, "secret": secret})
+    print(json.dumps(info), flush=True)
+    try:
+        await service.serve_until_stopped()
+    finally:
+        if args.state_file:
+            try:
+                with open(args.state_file) as f:
+                    if json.load(f).get("pid") == os.getpid():
+                        os.unlink(args.state_file)
+            except (OSError, ValueError):
+                pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="sparkflow-exchange serve", description=__doc__)
+    add_serve_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=os.environ.get("SPARKFLOW_EXCHANGE_LOG", "WARNING"), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()

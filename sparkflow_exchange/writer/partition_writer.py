@@ -1,0 +1,110 @@
+"""The producer's end of a result partition: pushes buffers into the service under credit.
+
+Flink's ResultPartitionWriter as seen from a task: the service grants one
+credit per free slot of the partition's pool; with no credit the writer
+blocks reading credit announcements. That wait is backpressure, measured as
+Flink's ``backPressuredTimeMsPerSecond``.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from ..network.blocking_client import BlockingConnection, ServiceError
+from ..network.protocol import (
+    BufferKind,
+    ErrorResponse,
+    FailPartition,
+    FinishPartition,
+    PartitionFinished,
+    PartitionRegistered,
+    ProducerCredit,
+    PushBuffer,
+    RegisterPartition,
+)
+
+
+class NoConsumerError(RuntimeError):
+    pass
+
+
+class PartitionWriter:
+    def __init__(self, conn: BlockingConnection, partition: str, num_subpartitions: int, partition_type: str,
+                 exchange: str = "", attempt: str = "", no_consumer_timeout: float = 300.0) -> None:
+        self.conn = conn
+        self.partition = partition
+        self.partition_type = partition_type
+        self.no_consumer_timeout = no_consumer_timeout
+        self.lock = threading.Lock()  # the output flusher pushes from its own thread
+        conn.send(RegisterPartition(partition, num_subpartitions, partition_type, exchange, attempt))
+        self.credit = 0
+        self.handle = 0
+        self.backpressure_seconds = 0.0
+        self.bytes_pushed = 0
+        self.buffers_pushed = 0
+        self.started = time.monotonic()
+        deadline = time.monotonic() + conn.timeout
+        while not self.handle:
+            msg = conn.recv(max(0.0, deadline - time.monotonic()))
+            if msg is None:
+                raise ServiceError(f"the exchange service did not register partition {partition}", "timeout")
+            self._on_message(msg)
+
+    def _on_message(self, msg) -> None:
+        if isinstance(msg, PartitionRegistered):
+            self.handle = msg.handle
+        elif isinstance(msg, ProducerCredit):
+            self.credit += msg.credit
+        elif isinstance(msg, ErrorResponse):
+            raise ServiceError(f"exchange service refused partition {self.partition}: {msg.message}", msg.code)
+
+    def push(self, subpartition: int, payload, kind: int = BufferKind.DATA, flags: int = 0) -> None:
+        """Send one buffer; blocks while the partition's pool is full (no credit)."""
+        with self.lock:
+            for msg in self.conn.poll():
+                self._on_message(msg)
+            if self.credit <= 0:
+                self._wait_for_credit()
+            self.credit -= 1
+            self.conn.send(PushBuffer(self.handle, subpartition, kind, flags, payload))
+            self.bytes_pushed += len(payload)
+            self.buffers_pushed += 1
+
+    def _wait_for_credit(self) -> None:
+        start = time.monotonic()
+        try:
+            while self.credit <= 0:
+                waited = time.monotonic() - start
+                if waited > self.no_consumer_timeout:
+                    raise NoConsumerError(
+                        f"partition {self.partition} ({self.partition_type}) has been full for {waited:.0f} s: no consumer "
+                        "is reading it (pipelined.noConsumerTimeout). Start the read, or use partitionType HYBRID, "
+                        "which spills instead of blocking")
+                msg = self.conn.recv(min(1.0, self.no_consumer_timeout - waited + 0.01))
+                if msg is not None:
+                    self._on_message(msg)
+        finally:
+            self.backpressure_seconds += time.monotonic() - start
+
+    def finish(self) -> dict:
+        with self.lock:
+            self.conn.send(FinishPartition(self.handle))
+            while True:
+                msg = self.conn.recv(self.conn.timeout)
+                if msg is None:
+                    raise ServiceError(f"the exchange service did not confirm finishing partition {self.partition}", "timeout")
+                if isinstance(msg, PartitionFinished):
+                    return msg.stats
+                self._on_message(msg)
+
+    def fail(self, reason: str) -> None:
+        try:
+            with self.lock:
+                self.conn.send(FailPartition(self.handle, reason))
+        except ServiceError:
+            pass
+
+    def backpressure_ratio(self) -> float:
+        """Seconds waited for credit per second of writing (Flink's backPressuredTimeMsPerSecond / 1000)."""
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        return self.backpressure_seconds / elapsed
