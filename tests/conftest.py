@@ -3,26 +3,58 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
-# Workers must run the interpreter that has the project installed.
+TESTS = Path(__file__).parent
+
+# Workers must run the interpreter that has the project installed, find the tests'
+# helper modules (custom partitioners, fault injection) and use a private runtime
+# directory, so the embedded service of this test run is its own.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
+RUNTIME_DIR = tempfile.mkdtemp(prefix="sparkflow-test-runtime-")
+os.environ["SPARKFLOW_EXCHANGE_RUNTIME_DIR"] = RUNTIME_DIR
+sys.path.insert(0, str(TESTS))
 
 
 @pytest.fixture(scope="session")
 def spark():
-    """A local[4] session shared by every Spark test (start-up costs ~6 s)."""
+    """A local session shared by every Spark test (start-up costs ~6 s).
+
+    ``local[4, 2]``: four task slots (a pipelined read and its write need slots
+    at once) and two attempts per task, so fault tests see Spark's retry.
+    """
     from pyspark.sql import SparkSession
 
     session = (
-        SparkSession.builder.master("local[4]")
+        SparkSession.builder.master("local[4, 2]")
         .appName("sparkflow-exchange-tests")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.python.worker.reuse", "true")
         .getOrCreate()
     )
     yield session
     session.stop()
+
+
+@pytest.fixture
+def tmp_service(tmp_path):
+    """A real service process (with the coordinator role) on 127.0.0.1, stopped after the test."""
+    from harness import start_service
+
+    services = []
+
+    def start(**kwargs):
+        svc = start_service(tmp_path / f"svc{len(services)}", **kwargs)
+        services.append(svc)
+        return svc
+
+    yield start
+    for svc in services:
+        svc.stop()

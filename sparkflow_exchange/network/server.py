@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from ..partition.subpartition import ERROR_KIND
@@ -66,6 +67,23 @@ class _Producer:
     def __init__(self, partition: "ResultPartition") -> None:
         self.partition = partition
         self.outstanding = 0  # credit granted and not used yet
+        self.started = time.monotonic()
+        self.blocked_since: float | None = None  # the writer has no credit since then
+        self.blocked_seconds = 0.0
+
+    def set_blocked(self, blocked: bool) -> None:
+        now = time.monotonic()
+        if blocked and self.blocked_since is None:
+            self.blocked_since = now
+        elif not blocked and self.blocked_since is not None:
+            self.blocked_seconds += now - self.blocked_since
+            self.blocked_since = None
+
+    def backpressure_ratio(self) -> float:
+        """Share of the writer's time spent without credit (Flink's backPressuredTimeMsPerSecond / 1000)."""
+        now = time.monotonic()
+        blocked = self.blocked_seconds + (now - self.blocked_since if self.blocked_since is not None else 0.0)
+        return blocked / max(now - self.started, 1e-9)
 
 
 class ServerConnection(asyncio.Protocol):
@@ -86,6 +104,7 @@ class ServerConnection(asyncio.Protocol):
         self.subscriptions: set[str] = set()
         self.bytes_sent = 0
         self.bytes_received = 0
+        self.channel_bytes: dict[int, int] = {}
         self.peer = ""
 
     # ------------------------------------------------------------ transport
@@ -181,6 +200,7 @@ class ServerConnection(asyncio.Protocol):
             self.on_register(msg)
         elif isinstance(msg, FinishPartition):
             producer = self._producer(msg.handle)
+            producer.set_blocked(False)
             producer.partition.finish()
             self.service.partition_finished(producer.partition)
             self.send(PartitionFinished(msg.handle, producer.partition.stats()))
@@ -241,6 +261,7 @@ class ServerConnection(asyncio.Protocol):
                 self.send(ErrorResponse(bytes(item.payload).decode(), rid, False, "producer_failed"))
                 continue
             self.send(BufferResponse(rid, seq, backlog, item.kind, item.flags, item.payload))
+            self.channel_bytes[rid] = self.channel_bytes.get(rid, 0) + len(item.payload)
             if item.kind == BufferKind.END_OF_PARTITION:
                 view = self.queue.remove(rid)
                 if view is not None:
@@ -271,6 +292,7 @@ class ServerConnection(asyncio.Protocol):
         if new > 0:
             producer.outstanding += new
             self.send(ProducerCredit(handle, new))
+        producer.set_blocked(producer.outstanding <= 0)
 
     def on_push(self, msg: PushBuffer) -> None:
         producer = self._producer(msg.handle)

@@ -279,11 +279,18 @@ class ExchangeService:
                     "credit": conn.queue.credit_of(rid),
                     "backlog": view.backlog(),
                     "position": view.pos,
+                    "bytes_sent": conn.channel_bytes.get(rid, 0),
                 })
+        ratios = {prod.partition.pid: prod.backpressure_ratio() for c in self.connections for prod in c.producers.values()}
+        partitions = []
+        for part in self.partitions.values():
+            stats = part.stats()
+            stats["backpressure_ratio"] = round(ratios.get(part.pid, 0.0), 4)
+            partitions.append(stats)
         return {
             "service": self.addresses(),
             "memory": {"budget": self.budget.total_bytes, "reserved": self.budget.reserved_bytes},
-            "partitions": [p.stats() for p in self.partitions.values()],
+            "partitions": partitions,
             "channels": channels,
             "connections": [
                 {"client": c.client_id, "client_host": c.client_host, "transport": c.transport_kind,
