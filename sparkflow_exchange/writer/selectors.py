@@ -1,0 +1,327 @@
+"""Channel selectors: which subpartition each row of a batch goes to.
+
+Flink's ChannelSelector picks a channel per record; here a selector returns
+the target of every row of an Arrow batch at once (an int32 array), and
+:func:`split_by_target` cuts the batch into one slice per subpartition, so no
+Python code runs per row.
+
+Partitioners (names are case-insensitive):
+
+``hash``
+    ``pmod(murmur3(keys, 42), n)``, exactly Spark's ``repartition(n, *keys)``.
+``broadcast``
+    every row to every subpartition; ``is_broadcast`` is set and the writer
+    serialises the batch once instead of calling ``select``.
+``forward``
+    producer *i* to subpartition *i*; needs as many producers as
+    subpartitions.
+``rebalance``
+    round robin over all subpartitions, each producer starting at
+    ``producer_index % n`` and continuing across batches, so producers do
+    not all pile onto subpartition 0 with their first rows.
+``rescale``
+    producer *i* to a contiguous range of subpartitions (Flink's POINTWISE
+    pattern: a local, cheaper fan-out than rebalance). With ``P`` producers
+    and ``n >= P``, producer *i* round-robins over
+    ``[i*n//P, (i+1)*n//P)``; with ``n < P`` it sends everything to
+    ``i*n//P``. When ``num_producers`` is unknown we assume ``P == n``
+    (producer *i* to subpartition *i*) and wrap producers beyond ``n`` to
+    ``i % n``; pass ``num_producers`` for the real fan-out.
+``custom``
+    ``custom="module:function"`` (attributes may be dotted), called as
+    ``function(batch, num_subpartitions)`` and returning one integer index
+    per row; the result is validated because a bad index would otherwise
+    lose rows or fail far away in the network layer.
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import pyarrow as pa
+
+from .spark_hash import check_hashable, spark_partition_ids
+
+__all__ = [
+    "PARTITIONERS",
+    "ChannelSelector",
+    "SelectorError",
+    "make_selector",
+    "split_by_target",
+    "HashSelector",
+    "BroadcastSelector",
+    "ForwardSelector",
+    "RebalanceSelector",
+    "RescaleSelector",
+    "CustomSelector",
+]
+
+PARTITIONERS = ("hash", "broadcast", "forward", "rebalance", "rescale", "custom")
+
+
+class SelectorError(ValueError):
+    """A partitioner that cannot work with the given options, schema or data."""
+
+
+@runtime_checkable
+class ChannelSelector(Protocol):
+    """Routes the rows of a batch to subpartitions."""
+
+    is_broadcast: bool
+
+    def select(self, batch: pa.RecordBatch) -> np.ndarray:
+        """int32 subpartition index per row (not called when is_broadcast)."""
+        ...
+
+
+class HashSelector:
+    """Spark-compatible placement, so subpartition i holds Spark's partition i."""
+
+    is_broadcast = False
+
+    def __init__(self, keys: Sequence[str], num_subpartitions: int) -> None:
+        self.keys = tuple(keys)
+        self.n = num_subpartitions
+
+    def select(self, batch: pa.RecordBatch) -> np.ndarray:
+        return spark_partition_ids(batch, self.keys, self.n)
+
+
+class BroadcastSelector:
+    """Every row everywhere; the writer copies the batch, not the selector."""
+
+    is_broadcast = True
+
+    def __init__(self, num_subpartitions: int) -> None:
+        self.n = num_subpartitions
+
+    def select(self, batch: pa.RecordBatch) -> np.ndarray:
+        raise SelectorError(
+            "the broadcast partitioner has no per-row target: write the batch to every subpartition"
+        )
+
+
+class _ConstantSelector:
+    is_broadcast = False
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+
+    def select(self, batch: pa.RecordBatch) -> np.ndarray:
+        return np.full(batch.num_rows, self.target, dtype=np.int32)
+
+
+class ForwardSelector(_ConstantSelector):
+    """Producer i feeds consumer i only (a local, one-to-one exchange)."""
+
+
+class _RoundRobin:
+    """Cycles over ``width`` subpartitions from ``base``, remembering its position."""
+
+    is_broadcast = False
+
+    def __init__(self, base: int, width: int, start: int) -> None:
+        self.base = base
+        self.width = width
+        self.next = start % width
+
+    def select(self, batch: pa.RecordBatch) -> np.ndarray:
+        rows = batch.num_rows
+        targets = np.arange(self.next, self.next + rows, dtype=np.int64)
+        targets %= self.width
+        targets += self.base
+        self.next = (self.next + rows) % self.width
+        return targets.astype(np.int32)
+
+
+class RebalanceSelector(_RoundRobin):
+    """Even spread regardless of keys; offsets differ per producer."""
+
+    def __init__(self, num_subpartitions: int, producer_index: int) -> None:
+        super().__init__(0, num_subpartitions, producer_index % num_subpartitions)
+
+
+class RescaleSelector(_RoundRobin):
+    """Round robin over this producer's own contiguous range of subpartitions."""
+
+    def __init__(self, num_subpartitions: int, producer_index: int, num_producers: int | None) -> None:
+        n = num_subpartitions
+        if num_producers is None:
+            lo, hi = producer_index % n, producer_index % n + 1
+        elif n >= num_producers:
+            lo = producer_index * n // num_producers
+            hi = (producer_index + 1) * n // num_producers
+        else:
+            lo = producer_index * n // num_producers
+            hi = lo + 1
+        self.range = (lo, hi)
+        super().__init__(lo, hi - lo, 0)
+
+
+class CustomSelector:
+    """A user function; its output is checked before any row moves."""
+
+    is_broadcast = False
+
+    def __init__(self, spec: str, func: Callable[[pa.RecordBatch, int], object], num_subpartitions: int) -> None:
+        self.spec = spec
+        self.func = func
+        self.n = num_subpartitions
+
+    def select(self, batch: pa.RecordBatch) -> np.ndarray:
+        try:
+            result = self.func(batch, self.n)
+        except Exception as exc:
+            raise SelectorError(f"custom partitioner {self.spec} failed: {exc!r}") from exc
+        if isinstance(result, (pa.Array, pa.ChunkedArray)):
+            if not pa.types.is_integer(result.type):
+                raise SelectorError(
+                    f"custom partitioner {self.spec} returned an Arrow array of {result.type}; "
+                    "expected integer subpartition indices"
+                )
+            if result.null_count:
+                raise SelectorError(
+                    f"custom partitioner {self.spec} returned {result.null_count} null indices"
+                )
+            result = result.to_numpy()
+        targets = np.asarray(result)
+        if targets.ndim != 1 or targets.dtype.kind not in "iu":
+            raise SelectorError(
+                f"custom partitioner {self.spec} must return a 1-D integer array, "
+                f"got {targets.ndim}-D array of {targets.dtype}"
+            )
+        if len(targets) != batch.num_rows:
+            raise SelectorError(
+                f"custom partitioner {self.spec} returned {len(targets)} indices "
+                f"for a batch of {batch.num_rows} rows"
+            )
+        if len(targets):
+            lo, hi = int(targets.min()), int(targets.max())
+            if lo < 0 or hi >= self.n:
+                bad = lo if lo < 0 else hi
+                raise SelectorError(
+                    f"custom partitioner {self.spec} returned index {bad}; "
+                    f"valid subpartitions are 0..{self.n - 1}"
+                )
+        return targets.astype(np.int32, copy=False)
+
+
+def _load_custom(spec: str | None) -> Callable[[pa.RecordBatch, int], object]:
+    if not spec:
+        raise SelectorError("custom partitioner needs the 'custom' option as 'module:function'")
+    module_name, sep, attr_path = spec.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise SelectorError(f"custom partitioner must be given as 'module:function', got {spec!r}")
+    try:
+        obj: object = importlib.import_module(module_name)
+    except Exception as exc:
+        raise SelectorError(f"custom partitioner {spec!r}: cannot import module {module_name!r}: {exc}") from exc
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise SelectorError(
+                f"custom partitioner {spec!r}: {module_name!r} has no attribute {attr_path!r}"
+            ) from exc
+    if not callable(obj):
+        raise SelectorError(f"custom partitioner {spec!r} is not callable")
+    return obj  # type: ignore[return-value]
+
+
+def make_selector(
+    partitioner: str,
+    num_subpartitions: int,
+    producer_index: int,
+    schema: pa.Schema,
+    keys: Sequence[str] = (),
+    num_producers: int | None = None,
+    custom: str | None = None,
+) -> ChannelSelector:
+    """Build and validate a selector when the writer opens, not at the first batch.
+
+    ``keys`` is only used by ``hash`` and ``custom`` only by ``custom``.
+    """
+    name = str(partitioner).strip().lower()
+    if name not in PARTITIONERS:
+        raise SelectorError(f"unknown partitioner {partitioner!r}; known: {', '.join(PARTITIONERS)}")
+    n = num_subpartitions
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise SelectorError(f"number of subpartitions must be a positive integer, got {n!r}")
+    if producer_index < 0:
+        raise SelectorError(f"producer index must be >= 0, got {producer_index}")
+    if num_producers is not None:
+        if num_producers < 1:
+            raise SelectorError(f"number of producers must be >= 1, got {num_producers}")
+        if producer_index >= num_producers:
+            raise SelectorError(
+                f"producer index {producer_index} is out of range for {num_producers} producers"
+            )
+
+    if name == "hash":
+        if isinstance(keys, str):
+            keys = [keys]
+        if not keys:
+            raise SelectorError("hash partitioner needs the 'keys' option")
+        available = schema.names
+        for key in keys:
+            if key not in available:
+                raise SelectorError(
+                    f"hash key {key!r} is not a column; available columns: {', '.join(available)}"
+                )
+            try:
+                check_hashable(schema.field(key).type)
+            except TypeError as exc:
+                raise SelectorError(f"hash key {key!r}: {exc}") from exc
+        return HashSelector(keys, n)
+    if name == "broadcast":
+        return BroadcastSelector(n)
+    if name == "forward":
+        if producer_index >= n:
+            raise SelectorError(
+                "forward partitioner needs equal parallelism: producer index "
+                f"{producer_index} but only {n} subpartitions"
+            )
+        if num_producers is not None and num_producers != n:
+            raise SelectorError(
+                f"forward partitioner needs equal parallelism: {num_producers} producers "
+                f"but {n} subpartitions"
+            )
+        return ForwardSelector(producer_index)
+    if name == "rebalance":
+        return RebalanceSelector(n, producer_index)
+    if name == "rescale":
+        return RescaleSelector(n, producer_index, num_producers)
+    return CustomSelector(str(custom), _load_custom(custom), n)
+
+
+def split_by_target(batch: pa.RecordBatch, targets: np.ndarray, n: int) -> list[pa.RecordBatch | None]:
+    """One slice per subpartition, rows in their original order within each.
+
+    A stable sort by target plus one ``take`` gathers each subpartition's
+    rows contiguously; the slices are then zero-copy views of that result.
+    """
+    targets = np.asarray(targets)
+    if len(targets) != batch.num_rows:
+        raise SelectorError(f"{len(targets)} targets for a batch of {batch.num_rows} rows")
+    out: list[pa.RecordBatch | None] = [None] * n
+    if batch.num_rows == 0:
+        return out
+    lo, hi = int(targets.min()), int(targets.max())
+    if lo < 0 or hi >= n:
+        raise SelectorError(f"target {lo if lo < 0 else hi} out of range 0..{n - 1}")
+    if lo == hi:  # the whole batch goes to one place: no copy
+        out[lo] = batch
+        return out
+    # uint16 keys let NumPy use its O(n) radix sort, which is stable.
+    sort_keys = targets.astype(np.uint16 if n <= 1 << 16 else np.int64, copy=False)
+    order = np.argsort(sort_keys, kind="stable")
+    counts = np.bincount(targets.astype(np.intp, copy=False), minlength=n)
+    gathered = batch.take(pa.array(order))
+    start = 0
+    for i, count in enumerate(counts.tolist()):
+        if count:
+            out[i] = gathered.slice(start, count)
+            start += count
+    return out
