@@ -8,6 +8,7 @@ what reaches a Python data source's workers) < ``SPARKFLOW_EXCHANGE_CONF``
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import re
@@ -219,7 +220,9 @@ class ExchangeConfig:
 def _canonical(key: str, source: str = "setting") -> str:
     canon = _BY_LOWER.get(key.lower())
     if canon is None:
-        raise ConfigError(f"unknown {source} {key!r}; known keys: {', '.join(sorted(_KEYS))}")
+        close = difflib.get_close_matches(key.lower(), list(_BY_LOWER), n=1)
+        hint = f" (did you mean {_BY_LOWER[close[0]]!r}?)" if close else ""
+        raise ConfigError(f"unknown {source} {key!r}{hint}; known keys: {', '.join(sorted(_KEYS))}")
     return canon
 
 

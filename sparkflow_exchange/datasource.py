@@ -30,6 +30,10 @@ def _arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
+def _describe(schema: pa.Schema) -> str:
+    return "(" + ", ".join(f"{f.name} {f.type}" + ("" if f.nullable else " not null") for f in schema) + ")"
+
+
 def _task_attempt() -> tuple[int, str]:
     from pyspark import TaskContext
 
@@ -61,9 +65,8 @@ class PipelinedDataSource(DataSource):
         given = _arrow_schema(schema)
         if not given.equals(expected):
             raise ConfigError(
-                f"the given schema does not match exchange {self.config.exchange!r}: given "
-                f"({', '.join(f'{f.name} {f.type}{'' if f.nullable else ' not null'}' for f in given)}), exchange has "
-                f"({', '.join(f'{f.name} {f.type}{'' if f.nullable else ' not null'}' for f in expected)})")
+                f"the given schema does not match exchange {self.config.exchange!r}: given {_describe(given)}, "
+                f"exchange has {_describe(expected)}")
         desc.pop("arrow_schema")
         return PipelinedReader(self.config, desc)
 

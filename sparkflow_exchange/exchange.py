@@ -53,6 +53,10 @@ def validate_write(config: ExchangeConfig, schema: pa.Schema) -> None:
     """Fail at planning time on what every task would fail on."""
     if config.partitioner not in PARTITIONERS:
         raise ConfigError(f"unknown partitioner {config.partitioner!r}; use one of {', '.join(PARTITIONERS)}")
+    if config.partitioner == "broadcast" and config.partition_type == "PIPELINED_BOUNDED" and config.num_subpartitions is None:
+        raise ConfigError(
+            "broadcast with partitionType PIPELINED_BOUNDED needs numSubpartitions: each reader consumes its own copy "
+            "of every buffer once, so the number of readers must be known when writing")
     if config.partitioner in SINGLE_SUBPARTITION:
         return
     if config.num_subpartitions is None:
@@ -89,7 +93,9 @@ def declare_write(config: ExchangeConfig, schema: pa.Schema, overwrite: bool) ->
     validate_write(config, schema)
     desc = _call(config, "declare", name=name, schema=schema_to_b64(schema),
                  num_subpartitions=config.num_subpartitions,
-                 partitioner={"name": config.partitioner, "keys": list(config.keys), "custom": config.custom},
+                 partitioner={"name": config.partitioner, "keys": list(config.keys), "custom": config.custom,
+                              # one subpartition read by every consumer (forward, or broadcast of unknown width)
+                              "shared": config.partitioner == "broadcast" and config.num_subpartitions is None},
                  partition_type=config.partition_type, mode="overwrite" if overwrite else "append")
     return WriteHandle(config, name, desc["epoch"], desc["write_id"], desc["schema"], desc["num_subpartitions"],
                        config.partitioner)
@@ -113,7 +119,7 @@ class ProducerTask:
         self.partition = f"{handle.name}.{handle.epoch}.{index}.{attempt}.{uuid.uuid4().hex[:8]}"
         self.conn = self.endpoints.connect(self.endpoints.service, config)
         self.location = self.conn.call("ping")
-        num_subs = 1 if single else n
+        num_subs = n if handle.partitioner == "broadcast" and n is not None else 1 if single else n
         try:
             self.writer = PartitionWriter(self.conn, self.partition, num_subs, config.partition_type,
                                           exchange=handle.name, attempt=attempt,

@@ -37,6 +37,7 @@ def spark():
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.legacy.allowHashOnMapType", "true")  # chispa sorts rows by hashing map columns
         .getOrCreate()
     )
     yield session

@@ -52,7 +52,7 @@ def read(spark, name: str, **options):
 
 PARTITIONERS = {
     "hash": {"partitioner": "hash", "keys": "k,s", "numSubpartitions": 4},
-    "broadcast": {"partitioner": "broadcast"},
+    "broadcast": {"partitioner": "broadcast", "numSubpartitions": 4},
     "forward": {"partitioner": "forward"},
     "rebalance": {"partitioner": "rebalance", "numSubpartitions": 4},
     "rescale": {"partitioner": "rescale", "numSubpartitions": 6},
@@ -67,13 +67,26 @@ def test_round_trip_every_partitioner_and_type(spark, partitioner, partition_typ
     name = unique(f"rt-{partitioner}-{partition_type}")
     write(df, name, partitionType=partition_type, **PARTITIONERS[partitioner])
     result = read(spark, name)
+    if partition_type == "PIPELINED_BOUNDED":
+        result = result.localCheckpoint(eager=True)  # consume once: every later action uses this copy
     if partitioner == "broadcast":
         # every read partition holds every row
-        assert result.rdd.getNumPartitions() == df.rdd.getNumPartitions()
+        assert result.rdd.getNumPartitions() == 4
         per_partition = result.groupBy(F.spark_partition_id().alias("p")).count().collect()
-        assert sorted(r["count"] for r in per_partition) == [df.count()] * df.rdd.getNumPartitions()
+        assert sorted(r["count"] for r in per_partition) == [df.count()] * 4
         result = result.where(F.spark_partition_id() == 0)
     assert_df_equality(df, result, ignore_row_order=True)
+
+
+def test_broadcast_without_width_serves_every_reader(spark):
+    """No numSubpartitions: the width is the producer count, fixed at commit; one stored copy serves all."""
+    name = unique("bcast-shared")
+    dim = spark.range(0, 50, 1, 2)
+    write(dim, name, partitioner="broadcast")
+    got = read(spark, name)
+    assert got.rdd.getNumPartitions() == 2
+    counts = got.groupBy(F.spark_partition_id()).count().collect()
+    assert sorted(r["count"] for r in counts) == [50, 50]
 
 
 def test_hash_places_rows_as_spark_repartition(spark):
@@ -111,7 +124,7 @@ def test_forward_with_unequal_parallelism_is_a_clear_error(spark):
         ({"partitioner": "hash", "numSubpartitions": 2}, "keys"),
         ({"partitioner": "hash", "keys": "nope", "numSubpartitions": 2}, "nope"),
         ({"partitioner": "hash", "keys": "id"}, "numSubpartitions"),
-        ({"partitioner": "hash", "keys": "id", "numSubpartitions": 2, "bufferSiz": "1k"}, "unknown option 'bufferSiz'"),
+        ({"partitioner": "hash", "keys": "id", "numSubpartitions": 2, "bufferSiz": "1k"}, "(?i)unknown option 'bufferSiz' \\(did you mean 'bufferSize'"),
         ({"partitionType": "PIPELINED", "partitioner": "broadcast"}, "unknown partitionType 'PIPELINED'"),
     ],
 )
@@ -156,7 +169,7 @@ def test_read_of_missing_exchange_fails_after_declare_timeout(spark):
 
 def test_user_schema_must_match(spark):
     name = unique("schema")
-    write(spark.range(5), name, partitioner="broadcast")
+    write(spark.range(5), name, partitioner="forward")
     with pytest.raises(Exception, match="does not match exchange"):
         spark.read.format("pipelined").option("exchange", name).schema("id string").load().collect()
     ok = spark.read.format("pipelined").option("exchange", name).schema("id long not null").load()

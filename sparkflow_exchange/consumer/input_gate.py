@@ -86,7 +86,7 @@ class InputGate:
         if self.partitioner == "forward":
             return 0 if producer["index"] == self.subpartition else None
         if self.partitioner == "broadcast":
-            return 0
+            return 0 if self.exchange["partitioner"].get("shared") else self.subpartition
         return self.subpartition
 
     def _on_producers(self, body: dict) -> None:

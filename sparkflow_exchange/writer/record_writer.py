@@ -6,9 +6,10 @@ slices gather per subpartition until ``bufferSize`` bytes, then become one
 buffer. An output flusher thread sends partly filled buffers every
 ``bufferTimeout``, so a trickle of rows reaches a running consumer in time.
 
-``forward`` and ``broadcast`` partitions have one subpartition: a forward
-producer's output is its consumer's whole input, and a broadcast buffer is
-serialised once and served to every consumer.
+``forward`` partitions have one subpartition: a forward producer's output is
+its consumer's whole input. A ``broadcast`` buffer is serialised once and
+pushed once; the service stores it once and every subpartition refers to it
+(with no numSubpartitions known, one shared subpartition serves every reader).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Iterable
 import pyarrow as pa
 
 from ..buffer import BatchEncoder
+from ..network.protocol import BROADCAST
 from .partition_writer import PartitionWriter
 from .selectors import make_selector, split_by_target
 
@@ -53,6 +55,9 @@ class RecordWriter:
         self.buffer_size = buffer_size
         self.single = partitioner in SINGLE_SUBPARTITION
         self.n = 1 if self.single else num_subpartitions
+        # the subpartition index each accumulator pushes to
+        self.targets = [BROADCAST if partitioner == "broadcast" and num_subpartitions > 1 else 0] if self.single \
+            else list(range(self.n))
         self.selector = None if self.single else make_selector(
             partitioner, num_subpartitions, producer_index, schema, keys=keys, num_producers=num_producers,
             custom=custom)
@@ -103,7 +108,7 @@ class RecordWriter:
         start = 0
         while rows - start >= per_buffer or (not full_only and start < rows):
             piece = combined.slice(start, min(per_buffer, rows - start))
-            self.writer.push(sub, self.encoder.encode(piece), flags=self.encoder.flags)
+            self.writer.push(self.targets[sub], self.encoder.encode(piece), flags=self.encoder.flags)
             start += piece.num_rows
         rest = combined.slice(start) if start < rows else None
         self.pending[sub] = [rest] if rest is not None else []
