@@ -26,6 +26,7 @@ from ..network.server import RpcError, ServerConnection
 from ..partition.buffer_pool import MemoryBudget
 from ..partition.result_partition import ResultPartition
 from .coordinator import Coordinator
+from .launcher import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,8 @@ class ExchangeService:
 
     def addresses(self) -> dict[str, Any]:
         host, port = self.tcp_address or ("", 0)
+        if host in ("0.0.0.0", "::", ""):
+            host = _advertised_host()
         return {
             "tcp": f"{host}:{port}",
             "unix": f"unix:{self.unix_path}",
@@ -143,7 +146,7 @@ class ExchangeService:
                 self.release_partition(pid)
 
     def _apps_gone(self) -> bool:
-        alive = {app: pid for app, pid in self.apps.items() if _pid_alive(pid)}
+        alive = {app: pid for app, pid in self.apps.items() if pid_alive(pid)}
         self.apps = alive
         if alive:
             self.last_app_seen = time.monotonic()
@@ -302,15 +305,9 @@ class ExchangeService:
         }
 
 
-def _pid_alive(pid: int) -> bool:
+def _advertised_host() -> str:
+    """The address other hosts reach a service bound to every interface at."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is gone for our purposes
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
+        return socket.gethostbyname(socket.gethostname())
     except OSError:
-        return True
+        return socket.gethostname()

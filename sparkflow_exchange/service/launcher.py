@@ -1,0 +1,133 @@
+"""Start a service process in the background, or join the one already running, and attach a JVM to it.
+
+Shared by the embedded default and the Spark plugin. A state file (0600) in
+the per-user runtime directory names a running service; a lock beside it
+makes concurrent starters agree on one. An attached service (``--embedded``)
+exits by itself once every JVM attached to it has ended.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..config import ENV_CONF, ExchangeConfig
+from ..network.blocking_client import BlockingConnection, ServiceError
+
+_children: list[subprocess.Popen] = []  # keep a reference so the child is not reaped as garbage
+_attached: set[tuple[int, int]] = set()  # (service pid, jvm pid) pairs attached by this process
+PER_USE_KEYS = ("exchange", "partitioner", "keys", "numSubpartitions", "partitionType", "custom", "numProducers")
+
+
+def read_state(path: Path) -> dict | None:
+    try:
+        info = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    pid = info.get("pid")
+    if not isinstance(pid, int) or not pid_alive(pid):
+        return None
+    return info
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def write_private(path: Path, info: dict) -> None:
+    tmp = Path(f"{path}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(info, f)
+    os.replace(tmp, path)
+
+
+def _answers(info: dict) -> bool:
+    try:
+        with BlockingConnection(info["unix"], info.get("secret"), timeout=5.0) as conn:
+            conn.call("ping")
+        return True
+    except (ServiceError, OSError, KeyError):
+        return False
+
+
+def ensure_service(state: Path, config: ExchangeConfig, extra_args: list[str], *, attach_pid: int | None,
+                   timeout: float = 30.0) -> dict:
+    """The running service named by ``state``, started if needed, with ``attach_pid`` attached."""
+    with open(state.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        info = read_state(state)
+        if info is None or not _answers(info):
+            info = _start(state, config, extra_args, timeout)
+    if attach_pid is not None and (info["pid"], attach_pid) not in _attached:
+        attach(info, attach_pid)
+        _attached.add((info["pid"], attach_pid))
+    return info
+
+
+def _start(state: Path, config: ExchangeConfig, extra_args: list[str], timeout: float) -> dict:
+    try:
+        state.unlink()
+    except FileNotFoundError:
+        pass
+    settings = {k: v for k, v in config.to_keys().items() if k not in PER_USE_KEYS}
+    env = {**os.environ, ENV_CONF: json.dumps(settings)}
+    log_path = state.with_suffix(".log")
+    with open(log_path, "ab") as log:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "sparkflow_exchange.service", "--embedded", "--state-file", str(state), *extra_args],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, env=env, start_new_session=True,
+            close_fds=True,
+        )
+    _children.append(child)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = read_state(state)
+        if info is not None and info.get("pid") == child.pid:
+            return info
+        if child.poll() is not None:
+            break
+        time.sleep(0.05)
+    tail = log_path.read_text(errors="replace")[-2000:]
+    raise ServiceError(f"the exchange service did not start (log {log_path}):\n{tail}", "no_service")
+
+
+def attach(info: dict, pid: int) -> None:
+    """Tell a service that the JVM ``pid`` uses it; it stays up while any attached JVM lives."""
+    try:
+        with BlockingConnection(info["unix"], info.get("secret"), timeout=5.0) as conn:
+            conn.call("attach_app", app=f"jvm-{pid}", pid=pid)
+    except ServiceError:
+        pass
+
+
+def jvm_pid() -> int | None:
+    """The nearest ``java`` ancestor of this process: the Spark JVM that started this Python worker."""
+    pid = os.getpid()
+    for _ in range(8):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            return None
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        if comm == "java" and pid != os.getpid():
+            return pid
+        pid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        if pid <= 1:
+            return None
+    return None

@@ -1,0 +1,87 @@
+"""The Python half of the Spark plugin (``jvm-stub/``): ``python -m sparkflow_exchange.service.plugin``.
+
+The Java plugin only runs this launcher; everything else is here:
+
+* ``driver --jvm-pid P --app-id A``: start the application's coordinator
+  (attached to the driver JVM), print ``{"coordinator", "secret", "host_id"}``.
+* ``executor --jvm-pid P --executor-id E``: start or join this host's service
+  (``serviceScope=host``) or start one for this executor (``executor``),
+  attached to the executor JVM; write ``jvm-P.json`` so the executor's Python
+  workers find it with no configuration.
+* ``detach --jvm-pid P``: forget the JVM's file (the service also notices the
+  JVM is gone and exits once nothing attached to it lives).
+
+Settings arrive as JSON in ``SPARKFLOW_EXCHANGE_CONF`` (the plugin's copy of
+every ``spark.sparkflow.exchange.*`` entry).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import socket
+
+from ..config import ExchangeConfig
+from ..network import auth
+from .discovery import jvm_file, runtime_dir
+from .launcher import ensure_service, write_private
+
+
+def _driver(args: argparse.Namespace) -> dict:
+    config = ExchangeConfig.load()
+    secret = config.resolved_secret() or auth.new_secret()
+    config = config.replace(secret=secret, idle_timeout=min(config.idle_timeout, 5.0))
+    state = runtime_dir() / f"coordinator-{args.jvm_pid}.json"
+    host = config.bind_host
+    info = ensure_service(state, config, ["--host", host], attach_pid=args.jvm_pid)
+    result = {"coordinator": info["tcp"], "secret": secret, "host_id": info["host_id"], "pid": info["pid"]}
+    write_private(jvm_file(args.jvm_pid), {**info, "pid": args.jvm_pid, "service_pid": info["pid"],
+                                          "coordinator_address": info["tcp"], "secret": secret})
+    return result
+
+
+def _executor(args: argparse.Namespace) -> dict:
+    config = ExchangeConfig.load()
+    if not config.coordinator:
+        raise SystemExit("executor launcher: no 'coordinator' setting was handed over by the driver plugin")
+    config = config.replace(idle_timeout=min(config.idle_timeout, 5.0))
+    extra = ["--no-coordinator"]
+    if config.service_scope == "executor":
+        state = runtime_dir() / f"executor-{args.jvm_pid}.json"
+        if not config.host_id:
+            config = config.replace(host_id=f"{socket.gethostname()}/executor-{args.executor_id}")
+    else:
+        key = hashlib.sha256(f"{config.coordinator}".encode()).hexdigest()[:12]
+        state = runtime_dir() / f"host-service-{key}.json"
+    info = ensure_service(state, config, extra, attach_pid=args.jvm_pid)
+    write_private(jvm_file(args.jvm_pid), {**info, "pid": args.jvm_pid, "service_pid": info["pid"],
+                                          "coordinator_address": config.coordinator,
+                                          "secret": config.resolved_secret()})
+    return {"service": info["tcp"], "unix": info["unix"], "host_id": info["host_id"], "pid": info["pid"]}
+
+
+def _detach(args: argparse.Namespace) -> dict:
+    try:
+        jvm_file(args.jvm_pid).unlink()
+    except FileNotFoundError:
+        pass
+    return {"detached": args.jvm_pid}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sparkflow_exchange.service.plugin")
+    sub = parser.add_subparsers(dest="role", required=True)
+    for role in ("driver", "executor", "detach"):
+        p = sub.add_parser(role)
+        p.add_argument("--jvm-pid", type=int, required=True)
+        if role == "driver":
+            p.add_argument("--app-id", default="")
+        if role == "executor":
+            p.add_argument("--executor-id", default="0")
+    args = parser.parse_args(argv)
+    handler = {"driver": _driver, "executor": _executor, "detach": _detach}[args.role]
+    print(json.dumps(handler(args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
