@@ -235,3 +235,21 @@ def test_pipelined_bounded_cannot_be_reread(spark):
     assert read(spark, name).count() == 100
     with pytest.raises(Exception, match="re-reading is impossible"):
         read(spark, name).count()
+
+
+def test_read_without_producers_fails_after_producer_timeout_and_mentions_slots(spark):
+    import pyarrow as pa
+
+    from sparkflow_exchange import exchange as ex
+    from sparkflow_exchange.config import ExchangeConfig
+
+    name = unique("no-producers")
+    config = ExchangeConfig.load({"exchange": name, "partitioner": "hash", "keys": "id", "numSubpartitions": "2"})
+    handle = ex.declare_write(config, pa.schema([pa.field("id", pa.int64(), nullable=False)]), overwrite=True)
+    try:
+        start = time.monotonic()
+        with pytest.raises(Exception, match=r"no producer of exchange .* registered within producerTimeout=2 s.*task slots"):
+            read(spark, name, producerTimeout="2s").collect()
+        assert time.monotonic() - start < 60
+    finally:
+        ex.abort_write(handle, "test over")

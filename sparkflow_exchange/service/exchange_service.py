@@ -94,6 +94,7 @@ class ExchangeService:
             "coordinator": self.coordinator is not None,
             "tls": bool(self.config.tls_cert_file),
             "metrics_port": self.metrics_server.port if self.metrics_server else 0,
+            "spill_dir": str(self.spill_dir),
         }
 
     async def serve_until_stopped(self) -> None:
