@@ -105,6 +105,7 @@ class ServerConnection(asyncio.Protocol):
         self.bytes_sent = 0
         self.bytes_received = 0
         self.channel_bytes: dict[int, int] = {}
+        self.locality = "remote"
         self.peer = ""
 
     # ------------------------------------------------------------ transport
@@ -179,6 +180,7 @@ class ServerConnection(asyncio.Protocol):
             self.authenticated = True
             self.client_id = msg.client_id
             self.client_host = msg.host_id
+            self.locality = "local" if msg.host_id == self.service.host_id else "remote"
             self.send(Welcome(self.service.service_id, self.service.host_id))
             return
         if isinstance(msg, PushBuffer):
@@ -262,6 +264,7 @@ class ServerConnection(asyncio.Protocol):
                 continue
             self.send(BufferResponse(rid, seq, backlog, item.kind, item.flags, item.payload))
             self.channel_bytes[rid] = self.channel_bytes.get(rid, 0) + len(item.payload)
+            self.service.traffic[self.locality] += len(item.payload)
             if item.kind == BufferKind.END_OF_PARTITION:
                 view = self.queue.remove(rid)
                 if view is not None:

@@ -48,6 +48,7 @@ class ExchangeService:
         self.spill_dir.mkdir(parents=True, exist_ok=True)
         self.partitions: dict[str, ResultPartition] = {}
         self.connections: set[ServerConnection] = set()
+        self.traffic = {"local": 0, "remote": 0}  # payload bytes served to consumers, by locality
         self.coordinator = Coordinator(self._release, config.ttl) if coordinator else None
         self.unix_path = unix_path
         self.attach_mode = attach_mode  # embedded: exit when the attached applications are gone
@@ -277,7 +278,7 @@ class ExchangeService:
                     "client": conn.client_id,
                     "client_host": conn.client_host,
                     "transport": conn.transport_kind,
-                    "locality": "local" if conn.client_host == self.host_id else "remote",
+                    "locality": conn.locality,
                     "partition": view.sub.partition.pid,
                     "subpartition": view.sub.index,
                     "credit": conn.queue.credit_of(rid),
@@ -302,6 +303,7 @@ class ExchangeService:
                 for c in self.connections
             ],
             "exchanges": self.coordinator.list() if self.coordinator else [],
+            "traffic": dict(self.traffic),
             "apps": dict(self.apps),
         }
 

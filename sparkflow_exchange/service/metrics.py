@@ -1,0 +1,83 @@
+"""Prometheus text metrics on an optional HTTP port (``metricsPort``), from the same status as the CLI."""
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .exchange_service import ExchangeService
+
+
+def _labels(**labels: object) -> str:
+    inner = ",".join(f'{k}="{str(v).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
+                     for k, v in labels.items())
+    return "{" + inner + "}" if inner else ""
+
+
+def render(status: dict) -> str:
+    """The service status as Prometheus exposition text."""
+    svc = status["service"]
+    out: list[str] = []
+
+    def metric(name: str, kind: str, help_text: str, samples: list[tuple[dict, float]]) -> None:
+        out.append(f"# HELP sparkflow_{name} {help_text}")
+        out.append(f"# TYPE sparkflow_{name} {kind}")
+        for labels, value in samples:
+            out.append(f"sparkflow_{name}{_labels(service=svc['service_id'], **labels)} {value}")
+
+    metric("memory_budget_bytes", "gauge", "memory.budget of the service", [({}, status["memory"]["budget"])])
+    metric("memory_reserved_bytes", "gauge", "bytes reserved by partition pools", [({}, status["memory"]["reserved"])])
+    parts = status["partitions"]
+    metric("partition_bytes_total", "counter", "bytes pushed into a result partition",
+           [({"partition": p["partition"], "exchange": p["exchange"]}, p["bytes"]) for p in parts])
+    metric("partition_buffers_total", "counter", "buffers pushed into a result partition",
+           [({"partition": p["partition"], "exchange": p["exchange"]}, p["buffers"]) for p in parts])
+    metric("partition_pool_used", "gauge", "in-memory buffers of a partition's pool in use",
+           [({"partition": p["partition"]}, p["pool_used"]) for p in parts])
+    metric("partition_spill_bytes", "gauge", "bytes in a partition's spill file",
+           [({"partition": p["partition"]}, p["spill_bytes"]) for p in parts])
+    metric("partition_backpressure_ratio", "gauge",
+           "share of time the writer waited for credit (backPressuredTimeMsPerSecond / 1000)",
+           [({"partition": p["partition"]}, p.get("backpressure_ratio", 0.0)) for p in parts])
+    chans = status["channels"]
+    labels = [{"partition": c["partition"], "subpartition": c["subpartition"], "locality": c["locality"]} for c in chans]
+    metric("channel_credit", "gauge", "credit a consumer channel has announced and not used",
+           [(lab, c["credit"]) for lab, c in zip(labels, chans)])
+    metric("channel_backlog", "gauge", "data buffers queued for a consumer channel",
+           [(lab, c["backlog"]) for lab, c in zip(labels, chans)])
+    metric("channel_bytes_sent_total", "counter", "bytes sent to a consumer channel",
+           [(lab, c["bytes_sent"]) for lab, c in zip(labels, chans)])
+    metric("connections", "gauge", "open client connections", [({}, len(status["connections"]))])
+    metric("exchanges", "gauge", "exchanges known to the coordinator", [({}, len(status["exchanges"]))])
+    return "\n".join(out) + "\n"
+
+
+class MetricsServer:
+    def __init__(self, server: asyncio.AbstractServer) -> None:
+        self.server = server
+        self.port = server.sockets[0].getsockname()[1]
+
+    def close(self) -> None:
+        self.server.close()
+
+
+async def start_metrics_server(service: "ExchangeService", host: str, port: int) -> MetricsServer:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readline(), 5)
+            while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
+                pass
+            if request.split()[:2] == [b"GET", b"/metrics"]:
+                body, code = render(service.status()).encode(), "200 OK"
+            else:
+                body, code = b"only GET /metrics is served\n", "404 Not Found"
+            writer.write(f"HTTP/1.1 {code}\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+            await writer.drain()
+        except (asyncio.TimeoutError, ConnectionError, IndexError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, host, port)
+    return MetricsServer(server)
