@@ -199,6 +199,11 @@ def test_pipelined_read_while_writing_in_another_thread(spark):
 
 
 def test_killed_write_task_is_retried_and_rows_arrive_once(spark):
+    from pathlib import Path
+
+    from conftest import RUNTIME_DIR
+
+    marker = Path(RUNTIME_DIR) / "kill-marker"
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
     try:
         df = spark.range(0, 5000, 1, 2)
@@ -208,6 +213,7 @@ def test_killed_write_task_is_retried_and_rows_arrive_once(spark):
         assert_df_equality(df, read(spark, name), ignore_row_order=True)
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert marker.exists(), "the first attempt's Python worker was not killed: the test proved nothing"
 
 
 def _fail_first_attempt(iterator):
