@@ -31,6 +31,9 @@ from .launcher import pid_alive
 log = logging.getLogger(__name__)
 
 
+SPILL_PREFIX = "sparkflow-spill-"
+
+
 def default_host_id() -> str:
     return socket.gethostname()
 
@@ -44,7 +47,8 @@ class ExchangeService:
         self.secret = secret if secret is not None else config.resolved_secret()
         self.budget = MemoryBudget(config.memory_budget)
         self._own_spill_dir = config.spill_dir is None
-        self.spill_dir = Path(config.spill_dir or tempfile.mkdtemp(prefix="sparkflow-spill-"))
+        # the default spill directory carries our pid, so a launcher can sweep it if we are killed
+        self.spill_dir = Path(config.spill_dir or tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-"))
         self.spill_dir.mkdir(parents=True, exist_ok=True)
         self.partitions: dict[str, ResultPartition] = {}
         self.connections: set[ServerConnection] = set()

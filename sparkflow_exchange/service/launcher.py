@@ -79,7 +79,28 @@ def ensure_service(state: Path, config: ExchangeConfig, extra_args: list[str], *
     return info
 
 
+def sweep_orphan_spill_dirs() -> list[str]:
+    """Remove default spill directories of this user's services that died without cleaning up (kill -9)."""
+    import shutil
+    import tempfile
+
+    from .exchange_service import SPILL_PREFIX
+
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f"{SPILL_PREFIX}*-*"):
+        try:
+            pid = int(path.name[len(SPILL_PREFIX):].split("-", 1)[0])
+            if path.stat().st_uid != os.getuid() or pid_alive(pid):
+                continue
+        except (ValueError, OSError):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(str(path))
+    return removed
+
+
 def _start(state: Path, config: ExchangeConfig, extra_args: list[str], timeout: float) -> dict:
+    sweep_orphan_spill_dirs()
     try:
         state.unlink()
     except FileNotFoundError:

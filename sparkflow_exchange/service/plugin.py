@@ -24,7 +24,7 @@ import socket
 from ..config import ExchangeConfig
 from ..network import auth
 from .discovery import jvm_file, runtime_dir
-from .launcher import ensure_service, write_private
+from .launcher import ensure_service, sweep_orphan_spill_dirs, write_private
 
 
 def _driver(args: argparse.Namespace) -> dict:
@@ -65,7 +65,7 @@ def _detach(args: argparse.Namespace) -> dict:
         jvm_file(args.jvm_pid).unlink()
     except FileNotFoundError:
         pass
-    return {"detached": args.jvm_pid}
+    return {"detached": args.jvm_pid, "swept": sweep_orphan_spill_dirs()}
 
 
 def main(argv: list[str] | None = None) -> None:
