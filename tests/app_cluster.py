@@ -1,0 +1,94 @@
+"""A local-cluster application for tests/test_cluster.py, configured only through spark-defaults.conf.
+
+mode "exact": 1M rows hash-exchanged by 4 writer tasks over both executors, read by 4 tasks, compared
+with chispa; prints the services' traffic by locality.
+mode "kill": a BLOCKING exchange is read slowly while one executor's service is killed with SIGKILL;
+prints the error and how long the read took to fail.
+"""
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+from sparkflow_exchange.network.blocking_client import BlockingConnection  # noqa: E402
+from sparkflow_exchange.service.discovery import runtime_dir  # noqa: E402
+
+
+def executor_services() -> list[dict]:
+    out = []
+    for path in sorted(runtime_dir().glob("executor-*.json")):
+        out.append(json.loads(path.read_text()))
+    return out
+
+
+def status(info: dict) -> dict:
+    with BlockingConnection(info["unix"], info["secret"], timeout=10) as conn:
+        return conn.call("status")
+
+
+def wait_for_executors(spark, n: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if len(spark.sparkContext._jsc.sc().getExecutorMemoryStatus()) >= n + 1 and len(executor_services()) >= n:
+            return
+        spark.range(0, 100, 1, 4).count()  # touching executors makes them start their plugin
+        time.sleep(0.5)
+    raise SystemExit(f"executors did not come up: {executor_services()}")
+
+
+def main(mode: str) -> None:
+    spark = SparkSession.builder.master("local-cluster[2,1,1024]").appName(f"cluster-{mode}").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    wait_for_executors(spark, 2)
+    if mode == "exact":
+        from chispa import assert_df_equality
+
+        df = spark.range(0, 1_000_000, 1, 4).selectExpr("id", "id % 1000 AS key")
+        (df.write.format("pipelined").mode("overwrite").option("exchange", "cluster-exact")
+           .option("partitioner", "hash").option("keys", "key").option("numSubpartitions", "4")
+           .option("bufferSize", "64k").save())
+        got = spark.read.format("pipelined").option("exchange", "cluster-exact").load()
+        assert got.rdd.getNumPartitions() == 4
+        assert_df_equality(df, got, ignore_row_order=True)
+        traffic = [status(info)["traffic"] for info in executor_services()]
+        print(json.dumps({"ok": True, "services": len(traffic), "traffic": traffic}), flush=True)
+    else:
+        df = spark.range(0, 400_000, 1, 4).selectExpr("id", "id % 1000 AS key")
+        (df.write.format("pipelined").mode("overwrite").option("exchange", "cluster-kill")
+           .option("partitioner", "hash").option("keys", "key").option("numSubpartitions", "4")
+           .option("partitionType", "BLOCKING").option("bufferSize", "16k").save())
+        victim = executor_services()[0]
+        services = [{"pid": s["service_pid"], "spill_dir": status(s)["service"]["spill_dir"]} for s in executor_services()]
+
+        def slow(iterator):
+            for batch in iterator:
+                time.sleep(0.05)
+                yield batch
+
+        def killer():
+            time.sleep(4)
+            os.kill(victim["service_pid"], signal.SIGKILL)
+
+        threading.Thread(target=killer, daemon=True).start()
+        started = time.monotonic()
+        error = ""
+        try:
+            got = spark.read.format("pipelined").option("exchange", "cluster-kill").load()
+            got.mapInArrow(slow, got.schema).write.format("noop").mode("overwrite").save()
+        except Exception as exc:  # noqa: BLE001 - the test inspects the message
+            error = str(exc)
+        failed_after = time.monotonic() - started - 4
+        print(json.dumps({"error": error[:4000], "failed_after": failed_after, "victim": victim["tcp"],
+                          "victim_unix": victim["unix"], "services": services}), flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
