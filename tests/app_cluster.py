@@ -65,7 +65,7 @@ def main(mode: str) -> None:
            .option("partitioner", "hash").option("keys", "key").option("numSubpartitions", "4")
            .option("partitionType", "BLOCKING").option("bufferSize", "16k").save())
         victim = executor_services()[0]
-        services = [{"pid": s["service_pid"], "spill_dir": status(s)["service"]["spill_dir"]} for s in executor_services()]
+        services = [{"pid": s["pid"], "spill_dir": status(s)["service"]["spill_dir"]} for s in executor_services()]
 
         def slow(iterator):
             for batch in iterator:
@@ -74,7 +74,7 @@ def main(mode: str) -> None:
 
         def killer():
             time.sleep(4)
-            os.kill(victim["service_pid"], signal.SIGKILL)
+            os.kill(victim["pid"], signal.SIGKILL)
 
         threading.Thread(target=killer, daemon=True).start()
         started = time.monotonic()

@@ -237,3 +237,30 @@ def test_error_raised_even_after_good_frames_in_same_feed():
     good = encode_bytes(p.AddCredit(1, 1))
     with pytest.raises(ProtocolError, match="bad magic"):
         dec.feed(good + b"\x00" * 4 + b"XXXX" + b"\x01\x01\x00\x00\x00\x00")
+
+
+@pytest.mark.parametrize(
+    "mtype, fields, bad",
+    [
+        (MsgType.PARTITION_REQUEST, {"partition": "p", "subpartition": "0", "receiver_id": 1, "initial_credit": 2}, "subpartition"),
+        (MsgType.PARTITION_REQUEST, {"partition": "p", "subpartition": 0, "receiver_id": 1, "initial_credit": None}, "initial_credit"),
+        (MsgType.PARTITION_REQUEST, {"partition": 5, "subpartition": 0, "receiver_id": 1, "initial_credit": 2}, "partition"),
+        (MsgType.RESUME_CONSUMPTION, {"receiver_id": 1.5}, "receiver_id"),
+        (MsgType.FINISH_PARTITION, {"handle": True}, "handle"),
+        (MsgType.ERROR_RESPONSE, {"message": "m", "receiver_id": "7"}, "receiver_id"),
+        (MsgType.RPC_REQUEST, {"call_id": 1, "method": "m", "args": []}, "args"),
+    ],
+)
+def test_json_header_field_of_wrong_type(mtype, fields, bad):
+    """A string where an int belongs must be refused here, not fail later inside the server."""
+    _refused(_raw(mtype, json.dumps(fields).encode()), rf"malformed {MsgType(mtype).name} frame: field '{bad}'")
+
+
+def test_json_header_optional_and_any_fields_accept_their_types():
+    dec = FrameDecoder()
+    msgs = [
+        p.ErrorResponse("m", None, True),
+        p.RpcResponse(3, [1, "two", None]),
+        p.RpcResponse(4, "text", None),
+    ]
+    assert dec.feed(b"".join(encode_bytes(m) for m in msgs)) == msgs

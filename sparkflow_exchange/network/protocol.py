@@ -16,6 +16,8 @@ from __future__ import annotations
 import enum
 import json
 import struct
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,6 +272,24 @@ def encode_bytes(msg: Message) -> bytes:
 
 
 # ---------------------------------------------------------------- decoding
+_FIELD_TYPES: dict[type, dict[str, Any]] = {}
+
+
+def _check_field_types(kind: MsgType, cls: type, fields: dict) -> None:
+    """A peer's JSON must not smuggle a string where an int belongs (it would fail far from here)."""
+    hints = _FIELD_TYPES.get(cls)
+    if hints is None:
+        hints = _FIELD_TYPES[cls] = typing.get_type_hints(cls)
+    for name, value in fields.items():
+        hint = hints.get(name)
+        if hint is None or hint is Any:
+            continue  # unknown names are refused by the constructor
+        allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        allowed = tuple(type(None) if a is None else typing.get_origin(a) or a for a in allowed)
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            raise ProtocolError(f"malformed {kind.name} frame: field {name!r} is {type(value).__name__}, not {hint}")
+
+
 def _decode(mtype: int, header: bytes, payload: memoryview) -> Message:
     try:
         kind = MsgType(mtype)
@@ -289,7 +309,9 @@ def _decode(mtype: int, header: bytes, payload: memoryview) -> Message:
         fields = json.loads(header) if header else {}
         if not isinstance(fields, dict):
             raise ProtocolError(f"{kind.name} header is not an object")
-        return _JSON_TYPES[kind](**fields)
+        cls = _JSON_TYPES[kind]
+        _check_field_types(kind, cls, fields)
+        return cls(**fields)
     except ProtocolError:
         raise
     except (struct.error, ValueError, TypeError) as exc:
