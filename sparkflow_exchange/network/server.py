@@ -151,7 +151,7 @@ class ServerConnection(asyncio.Protocol):
             except ProtocolError as exc:
                 self.fatal(f"protocol error: {exc}", code="protocol")
                 return
-            except (RuntimeError, ValueError, OSError) as exc:
+            except (RuntimeError, ValueError, OSError, TypeError, KeyError) as exc:
                 self.send(ErrorResponse(f"{type(msg).__name__} failed: {exc}", None, False, "failed"))
 
     def send(self, msg: Any) -> None:

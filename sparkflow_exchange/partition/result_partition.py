@@ -111,6 +111,8 @@ class ResultPartition:
     def _drop_memory(self, buf: StoredBuffer) -> None:
         buf.in_memory_slot = False
         self.pool.give(buf.size)
+        while self._in_memory and not self._in_memory[0].in_memory_slot:
+            self._in_memory.popleft()  # keep the eviction queue as short as what memory holds
         if buf.spill is not None:
             buf.payload = None
         self.on_slots_freed()
