@@ -149,7 +149,7 @@ class ProducerTask:
         if self.writer.backpressure_seconds:
             self.conn.call("report_backpressure", partition=self.partition, seconds=self.writer.backpressure_seconds)
         self._coordinator_call("producer_finished", name=self.handle.name, epoch=self.handle.epoch,
-                               partition=self.partition)
+                               partition=self.partition, spill=stats.get("spill_path", ""))
         self.conn.close()
         return {"partition": self.partition, "index": self.index, "rows": self.records.rows,
                 "bytes": stats.get("bytes", 0)}

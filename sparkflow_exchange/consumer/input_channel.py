@@ -2,6 +2,8 @@
 
 * every channel starts *pending* (Flink's UnknownInputChannel): the producer
   is known, the connection to its service is not up yet; then it becomes
+* :class:`LocalFileInputChannel`: a finished HYBRID/BLOCKING partition on this
+  host: its spill file is read directly (no service round trip);
 * :class:`LocalInputChannel`: the producer's service is on this host: Unix socket.
 * :class:`RemoteInputChannel`: any other host: TCP (TLS when configured).
 
@@ -10,7 +12,9 @@ which the gate schedules there once the reader is done with a buffer.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ..network.aio_client import ClientConnection, next_receiver_id
 from ..network.blocking_client import ServiceError
@@ -22,6 +26,7 @@ from ..network.protocol import (
     ErrorResponse,
     PartitionRequest,
 )
+from ..partition.spill import read_index
 from .buffer_manager import ChannelCredit
 
 if TYPE_CHECKING:
@@ -127,12 +132,95 @@ class LocalInputChannel(InputChannel):
     locality = "local"
 
 
+class LocalFileInputChannel:
+    """A finished re-readable partition on this host, read straight from its spill file.
+
+    No service round trip and no credit: the reading task pulls buffers at its
+    own pace with pread. The open file descriptor keeps the data readable even
+    if the partition is released meanwhile.
+    """
+
+    locality = "local-file"
+
+    def __init__(self, gate: "InputGate", producer: dict, subpartition: int) -> None:
+        self.gate = gate
+        self.producer = producer
+        self.partition: str = producer["partition"]
+        self.subpartition = subpartition
+        self.receiver_id = next_receiver_id()
+        self.data_path = Path(producer["spill"])
+        self.state = "pending"
+        self.data_received = 0
+        self.bytes_received = 0
+        self._fd = -1
+        self._entries: list[tuple[int, int, int, int, int]] = []
+
+    def describe(self) -> dict[str, Any]:
+        return {"partition": self.partition, "producer": self.producer["index"], "locality": self.locality,
+                "state": self.state, "buffers": self.data_received, "bytes": self.bytes_received}
+
+    async def request(self) -> None:
+        try:
+            self._fd = os.open(self.data_path, os.O_RDONLY)
+            self._entries = read_index(self.data_path.with_suffix(".index"), self.subpartition)
+        except OSError as exc:
+            self.fail(f"cannot read the spill file of partition {self.partition} ({self.data_path}): {exc}")
+            return
+        if self.state == "pending":
+            self.state = "requested"
+            self.gate.deliver_file(self)
+
+    def payloads(self) -> Iterator[bytes]:
+        """Runs on the task thread: the subpartition's data buffers, in sequence order."""
+        try:
+            for seq, offset, length, kind, _flags in self._entries:
+                if self.state != "requested":
+                    return
+                if kind != BufferKind.DATA:
+                    continue
+                data = os.pread(self._fd, length, offset)
+                if len(data) != length:
+                    raise OSError(f"spill file {self.data_path} is truncated at buffer {seq}")
+                self.data_received += 1
+                self.bytes_received += length
+                yield data
+            self.state = "finished"
+        finally:
+            self._close()
+
+    def consumed(self) -> None:
+        pass
+
+    def send_credit(self, n: int) -> None:
+        pass
+
+    def cancel(self) -> None:
+        if self.state in ("pending", "requested"):
+            self.state = "cancelled"
+
+    def fail(self, message: str, code: str = "error") -> None:
+        if self.state in ("finished", "failed", "cancelled"):
+            return
+        self.state = "failed"
+        self._close()
+        self.gate.channel_failed(self, message, code)
+
+    def _close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
 class RemoteInputChannel(InputChannel):
     locality = "remote"
 
 
-def make_channel(gate: "InputGate", producer: dict, subpartition: int) -> InputChannel:
+def make_channel(gate: "InputGate", producer: dict, subpartition: int) -> InputChannel | LocalFileInputChannel:
     location = producer.get("location") or {}
-    if location.get("host_id") == gate.host_id and location.get("unix"):
+    local = location.get("host_id") == gate.host_id
+    spill = producer.get("spill")
+    if local and spill and producer.get("state") == "finished" and os.path.exists(Path(spill).with_suffix(".index")):
+        return LocalFileInputChannel(gate, producer, subpartition)
+    if local and location.get("unix"):
         return LocalInputChannel(gate, producer, subpartition, location["unix"])
     return RemoteInputChannel(gate, producer, subpartition, location.get("tcp", ""))

@@ -23,7 +23,7 @@ from ..network.aio_client import ClientConnection, ClientRuntime
 from ..network.blocking_client import ServiceError
 from ..network.protocol import BufferResponse
 from .buffer_manager import ChannelCredit, FloatingBufferPool
-from .input_channel import InputChannel, make_channel
+from .input_channel import InputChannel, LocalFileInputChannel, make_channel
 
 _DONE = object()
 
@@ -177,6 +177,10 @@ class InputGate:
     def deliver(self, channel: InputChannel, msg: BufferResponse) -> None:
         self.ready.put((channel, msg.payload))
 
+    def deliver_file(self, channel: LocalFileInputChannel) -> None:
+        """The task thread reads this channel's spill file itself when it reaches this item."""
+        self.ready.put(channel)
+
     def announce(self, announcements: list[tuple[ChannelCredit, int]]) -> None:
         for credit, n in announcements:
             channel = self._by_rid.get(credit.receiver_id)
@@ -210,6 +214,14 @@ class InputGate:
                     return
                 if isinstance(item, ExchangeReadError):
                     raise item
+                if isinstance(item, LocalFileInputChannel):
+                    for payload in item.payloads():
+                        self.buffers += 1
+                        self.bytes += len(payload)
+                        yield decode(payload, schema)
+                    if item.state == "finished":
+                        self.runtime.call_soon(self.channel_finished, item)
+                    continue
                 channel, payload = item
                 previous = channel
                 self.buffers += 1

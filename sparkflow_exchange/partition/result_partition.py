@@ -194,6 +194,7 @@ class ResultPartition:
             "pool_slots": self.pool.slots if self.pool else 0,
             "pool_used": self.pool.used if self.pool else 0,
             "spill_bytes": self.spill.size if self.spill else 0,
+            "spill_path": str(self.spill.path) if self.spill and self.finished else "",
             "backpressure_seconds": round(self.backpressure_seconds, 3),
             "age_seconds": round(time.monotonic() - self.created, 3),
         }

@@ -29,6 +29,7 @@ class ProducerInfo:
     write_id: str
     state: str = "running"  # running | finished | failed
     reason: str = ""
+    spill: str = ""  # data file of a finished re-readable partition (local readers may read it directly)
 
 
 @dataclass
@@ -153,10 +154,11 @@ class Coordinator:
         await self._notify(ex, name)
         return {"ok": True}
 
-    async def producer_finished(self, name: str, epoch: int, partition: str) -> dict:
+    async def producer_finished(self, name: str, epoch: int, partition: str, spill: str = "") -> dict:
         ex = self._get(name, epoch)
         if partition in ex.producers:
             ex.producers[partition].state = "finished"
+            ex.producers[partition].spill = spill
             await self._notify(ex, name)
         return {"ok": True}
 
