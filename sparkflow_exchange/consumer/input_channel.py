@@ -33,26 +33,45 @@ if TYPE_CHECKING:
     from .input_gate import InputGate
 
 
-class InputChannel:
+class Channel:
+    """What every channel of a gate has: its producer, a state, what it delivered, how it fails."""
+
     locality = "?"
 
-    def __init__(self, gate: "InputGate", producer: dict, subpartition: int, address: str) -> None:
+    def __init__(self, gate: "InputGate", producer: dict, subpartition: int) -> None:
         self.gate = gate
         self.producer = producer
         self.partition: str = producer["partition"]
         self.subpartition = subpartition
-        self.address = address
         self.receiver_id = next_receiver_id()
-        self.credit = ChannelCredit(gate.config.buffers_per_channel, gate.floating, self.receiver_id)
-        self.conn: ClientConnection | None = None
         self.state = "pending"  # pending | requested | finished | failed | cancelled
-        self.next_seq = 0
         self.data_received = 0
         self.bytes_received = 0
 
     def describe(self) -> dict[str, Any]:
         return {"partition": self.partition, "producer": self.producer["index"], "locality": self.locality,
                 "state": self.state, "buffers": self.data_received, "bytes": self.bytes_received}
+
+    def fail(self, message: str, code: str = "error") -> None:
+        if self.state in ("finished", "failed", "cancelled"):
+            return
+        self.state = "failed"
+        self._release()
+        self.gate.channel_failed(self, message, code)
+
+    def _release(self) -> None:
+        """Let go of the connection or file this channel holds."""
+
+
+class InputChannel(Channel):
+    """A channel fed by a service over a connection, under credit."""
+
+    def __init__(self, gate: "InputGate", producer: dict, subpartition: int, address: str) -> None:
+        super().__init__(gate, producer, subpartition)
+        self.address = address
+        self.credit = ChannelCredit(gate.config.buffers_per_channel, gate.floating, self.receiver_id)
+        self.conn: ClientConnection | None = None
+        self.next_seq = 0
 
     async def request(self) -> None:
         try:
@@ -116,12 +135,8 @@ class InputChannel:
         self._detach()
         self.gate.announce(self.credit.close())
 
-    def fail(self, message: str, code: str = "error") -> None:
-        if self.state in ("finished", "failed", "cancelled"):
-            return
-        self.state = "failed"
+    def _release(self) -> None:
         self._detach()
-        self.gate.channel_failed(self, message, code)
 
     def _detach(self) -> None:
         if self.conn is not None:
@@ -132,7 +147,7 @@ class LocalInputChannel(InputChannel):
     locality = "local"
 
 
-class LocalFileInputChannel:
+class LocalFileInputChannel(Channel):
     """A finished re-readable partition on this host, read straight from its spill file.
 
     No service round trip and no credit: the reading task pulls buffers at its
@@ -143,21 +158,10 @@ class LocalFileInputChannel:
     locality = "local-file"
 
     def __init__(self, gate: "InputGate", producer: dict, subpartition: int) -> None:
-        self.gate = gate
-        self.producer = producer
-        self.partition: str = producer["partition"]
-        self.subpartition = subpartition
-        self.receiver_id = next_receiver_id()
+        super().__init__(gate, producer, subpartition)
         self.data_path = Path(producer["spill"])
-        self.state = "pending"
-        self.data_received = 0
-        self.bytes_received = 0
         self._fd = -1
         self._entries: list[tuple[int, int, int, int, int]] = []
-
-    def describe(self) -> dict[str, Any]:
-        return {"partition": self.partition, "producer": self.producer["index"], "locality": self.locality,
-                "state": self.state, "buffers": self.data_received, "bytes": self.bytes_received}
 
     async def request(self) -> None:
         try:
@@ -186,7 +190,7 @@ class LocalFileInputChannel:
                 yield data
             self.state = "finished"
         finally:
-            self._close()
+            self._release()
 
     def consumed(self) -> None:
         pass
@@ -198,14 +202,7 @@ class LocalFileInputChannel:
         if self.state in ("pending", "requested"):
             self.state = "cancelled"
 
-    def fail(self, message: str, code: str = "error") -> None:
-        if self.state in ("finished", "failed", "cancelled"):
-            return
-        self.state = "failed"
-        self._close()
-        self.gate.channel_failed(self, message, code)
-
-    def _close(self) -> None:
+    def _release(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
