@@ -37,7 +37,7 @@ def test_status_drop_and_metrics(tmp_service, tmp_path):
     port = _free_port()
     svc = tmp_service(conf={"metricsPort": port})
     config = client_config(svc, exchange="cli-orders", partitioner="hash", keys="id", numSubpartitions=2,
-                           bufferSize="4k", hostId="127.0.0.1")
+                           bufferSize="4k", hostId="another-host")  # another host: a remote (TCP) channel
     _write(config, 20_000)
 
     # a reader on subpartition 0 that stops after one batch keeps its channel open for status
@@ -53,8 +53,8 @@ def test_status_drop_and_metrics(tmp_service, tmp_path):
     assert [e["name"] for e in data["exchanges"]] == ["cli-orders"]
     assert data["partitions"][0]["bytes"] > 0 and "backpressure_ratio" in data["partitions"][0]
     chan = [c for c in data["channels"] if c["subpartition"] == 0]
-    assert chan and chan[0]["bytes_sent"] > 0 and chan[0]["locality"] == "local" and chan[0]["credit"] >= 0
-    assert data["traffic"]["local"] > 0
+    assert chan and chan[0]["bytes_sent"] > 0 and chan[0]["locality"] == "remote" and chan[0]["credit"] >= 0
+    assert data["traffic"]["remote"] > 0
 
     human = _cli("status", *base)
     assert human.returncode == 0 and "cli-orders" in human.stdout and "backpressure" in human.stdout
