@@ -190,7 +190,7 @@ def read_subpartition(config: ExchangeConfig, desc: dict, index: int) -> Iterato
     if "arrow_schema" not in desc:
         desc = {**desc, "arrow_schema": schema_from_b64(desc["schema"])}
     ep = _endpoints(config)
-    gate = InputGate(config, desc, index, ep.coordinator, ep.secret, ep.host_id)
+    gate = InputGate(config, desc, index, ep.coordinator, ep.secret, ep.host_id, local_service=ep.service)
     return iter(gate)
 
 

@@ -36,7 +36,7 @@ def status(info: dict) -> dict:
 def wait_for_executors(spark, n: int) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if len(spark.sparkContext._jsc.sc().getExecutorMemoryStatus()) >= n + 1 and len(executor_services()) >= n:
+        if spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() >= n + 1 and len(executor_services()) >= n:
             return
         spark.range(0, 100, 1, 4).count()  # touching executors makes them start their plugin
         time.sleep(0.5)
@@ -57,7 +57,12 @@ def main(mode: str) -> None:
         got = spark.read.format("pipelined").option("exchange", "cluster-exact").load()
         assert got.rdd.getNumPartitions() == 4
         assert_df_equality(df, got, ignore_row_order=True)
-        traffic = [status(info)["traffic"] for info in executor_services()]
+        deadline = time.monotonic() + 10  # readers report their spill-file reads as they close
+        while True:
+            traffic = [status(info)["traffic"] for info in executor_services()]
+            if sum(t["local"] + t["local_file"] for t in traffic) > 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         print(json.dumps({"ok": True, "services": len(traffic), "traffic": traffic}), flush=True)
     else:
         df = spark.range(0, 400_000, 1, 4).selectExpr("id", "id % 1000 AS key")

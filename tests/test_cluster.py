@@ -52,7 +52,7 @@ def _services_gone(runtime: Path, services: list[dict], timeout: float = 30.0) -
 def test_hash_exchange_over_two_executors_is_exact_and_uses_local_and_remote_channels(tmp_path):
     result, _ = _run(tmp_path, "exact")
     assert result["ok"] and result["services"] == 2
-    local = sum(t["local"] for t in result["traffic"])
+    local = sum(t["local"] + t["local_file"] for t in result["traffic"])
     remote = sum(t["remote"] for t in result["traffic"])
     assert local > 0, result
     assert remote > 0, result

@@ -1,6 +1,8 @@
 """A finished re-readable partition on this host is read straight from its spill file."""
 from __future__ import annotations
 
+import time
+
 import pyarrow as pa
 import pytest
 
@@ -33,3 +35,8 @@ def test_same_host_reads_the_spill_file_other_hosts_the_network(tmp_service, par
         after = svc.status()["traffic"]
         served = after["local"] + after["remote"] - before["local"] - before["remote"]
         assert (served > 0) == via_network, (host, before, after)
+        if not via_network:  # the reader tells its service what it read from the spill files
+            deadline = time.monotonic() + 5
+            while svc.status()["traffic"]["local_file"] == before["local_file"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert svc.status()["traffic"]["local_file"] > before["local_file"]

@@ -34,7 +34,7 @@ class ExchangeReadError(RuntimeError):
 
 class InputGate:
     def __init__(self, config: ExchangeConfig, exchange: dict, subpartition: int, coordinator: str,
-                 secret: str | None, host_id: str) -> None:
+                 secret: str | None, host_id: str, local_service: str | None = None) -> None:
         self.config = config
         self.exchange = exchange
         self.name = exchange["name"]
@@ -42,6 +42,7 @@ class InputGate:
         self.partitioner = exchange["partitioner"].get("name", "hash")
         self.subpartition = subpartition
         self.coordinator = coordinator
+        self.local_service = local_service  # told how much was read straight from its spill files
         self.secret = secret
         self.host_id = host_id
         self.runtime = ClientRuntime.get()
@@ -168,6 +169,14 @@ class InputGate:
             if self._coord.alive:
                 asyncio.ensure_future(self._quiet_rpc("unsubscribe", {"topic": self.topic}))
 
+    async def _report_file_reads(self, nbytes: int) -> None:
+        try:
+            conn = await self.runtime.connection(self.local_service, self.secret, host_id=self.host_id,
+                                                 max_frame=self.config.max_frame_size)
+            await conn.rpc("report_file_reads", {"bytes": nbytes})
+        except (ServiceError, asyncio.TimeoutError):
+            pass
+
     async def _quiet_rpc(self, method: str, args: dict) -> None:
         try:
             await self._coord.rpc(method, args)
@@ -190,6 +199,9 @@ class InputGate:
     def _close(self) -> None:
         self._closed = True
         self._close_subscription()
+        file_bytes = sum(c.bytes_received for c in self.channels.values() if isinstance(c, LocalFileInputChannel))
+        if file_bytes and self.local_service:
+            asyncio.ensure_future(self._report_file_reads(file_bytes))
         for channel in self.channels.values():
             if channel.state in ("pending", "requested"):
                 channel.cancel()

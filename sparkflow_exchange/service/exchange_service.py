@@ -52,7 +52,9 @@ class ExchangeService:
         self.spill_dir.mkdir(parents=True, exist_ok=True)
         self.partitions: dict[str, ResultPartition] = {}
         self.connections: set[ServerConnection] = set()
-        self.traffic = {"local": 0, "remote": 0}  # payload bytes served to consumers, by locality
+        # payload bytes consumers read, by path: served over a Unix/TCP connection from a reader on this
+        # host ("local") or another ("remote"), or read by a reader on this host from our spill files
+        self.traffic = {"local": 0, "remote": 0, "local_file": 0}
         self.coordinator = Coordinator(self._release, config.ttl) if coordinator else None
         self.unix_path = unix_path
         self.attach_mode = attach_mode  # embedded: exit when the attached applications are gone
@@ -230,6 +232,9 @@ class ExchangeService:
         if method == "attach_app":
             self.apps[str(args["app"])] = int(args["pid"])
             self.last_app_seen = time.monotonic()
+            return {"ok": True}
+        if method == "report_file_reads":
+            self.traffic["local_file"] += int(args["bytes"])
             return {"ok": True}
         if method == "report_backpressure":
             part = self.partitions.get(args["partition"])

@@ -61,8 +61,10 @@ public class ExchangePlugin implements SparkPlugin {
             SparkConf conf = sc.getConf();
             python = Launcher.python(conf.get("spark.pyspark.python", ""));
             Map<String, String> settings = Launcher.settings(entries(conf));
+            // the application id is not assigned yet when driver plugins start; the app name identifies it in logs
+            String app = conf.get("spark.app.id", conf.get("spark.app.name", "spark"));
             String line = Launcher.run(python, settings, TIMEOUT_SECONDS, "driver", "--jvm-pid", Long.toString(pid()),
-                    "--app-id", sc.applicationId());
+                    "--app-id", app);
             String coordinator = Json.field(line, "coordinator");
             String secret = Json.field(line, "secret");
             if (coordinator == null || secret == null) {
