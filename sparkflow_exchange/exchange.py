@@ -123,7 +123,8 @@ class ProducerTask:
         try:
             self.writer = PartitionWriter(self.conn, self.partition, num_subs, config.partition_type,
                                           exchange=handle.name, attempt=attempt,
-                                          no_consumer_timeout=config.no_consumer_timeout)
+                                          no_consumer_timeout=config.no_consumer_timeout,
+                                          buffer_size=config.buffer_size, buffers=config.buffers_per_partition)
         except ServiceError as exc:
             raise ExchangeError(str(exc)) from None
         self._coordinator_call("register_producer", name=handle.name, epoch=handle.epoch, write_id=handle.write_id,

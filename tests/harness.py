@@ -83,8 +83,8 @@ def start_service(tmp: Path, *, host: str = "127.0.0.1", host_id: str | None = N
     return RunningService(proc, json.loads(line), secret, spill)
 
 
-def client_config(service: RunningService, **options) -> ExchangeConfig:
-    """A config pointing at a test service (as options would)."""
-    opts = {"coordinator": service.tcp, "service": service.tcp, "secret": service.secret}
+def client_config(coordinator: RunningService, **options) -> ExchangeConfig:
+    """A config pointing at a test service (as options would); ``service=`` may name another one."""
+    opts = {"coordinator": coordinator.tcp, "service": coordinator.tcp, "secret": coordinator.secret}
     opts.update(options)
     return ExchangeConfig.load(opts, spark_conf={})

@@ -148,6 +148,8 @@ class RegisterPartition:
     partition_type: str
     exchange: str = ""
     attempt: str = ""
+    buffer_size: int = 0  # the writer's bufferSize; 0 = the service's
+    buffers: int = 0  # the writer's buffersPerPartition (pool slots); 0 = the service's
 
 
 @dataclass(frozen=True)

@@ -170,9 +170,11 @@ class ExchangeService:
         if not 1 <= msg.num_subpartitions <= 1 << 16:
             raise ValueError(f"numSubpartitions {msg.num_subpartitions} is out of range 1..65536")
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in msg.partition)[:80]
+        if msg.buffer_size < 0 or msg.buffer_size > self.config.max_frame_size // 2 or msg.buffers < 0:
+            raise ValueError(f"bad pool request: {msg.buffers} buffers of {msg.buffer_size} bytes")
         part = ResultPartition(
             msg.partition, msg.num_subpartitions, msg.partition_type, self.budget,
-            self.config.buffers_per_partition, self.config.buffer_size,
+            msg.buffers or self.config.buffers_per_partition, msg.buffer_size or self.config.buffer_size,
             self.spill_dir, exchange=msg.exchange, attempt=msg.attempt,
         )
         if part.spill is not None:

@@ -30,13 +30,15 @@ class NoConsumerError(RuntimeError):
 
 class PartitionWriter:
     def __init__(self, conn: BlockingConnection, partition: str, num_subpartitions: int, partition_type: str,
-                 exchange: str = "", attempt: str = "", no_consumer_timeout: float = 300.0) -> None:
+                 exchange: str = "", attempt: str = "", no_consumer_timeout: float = 300.0,
+                 buffer_size: int = 0, buffers: int = 0) -> None:
         self.conn = conn
         self.partition = partition
         self.partition_type = partition_type
         self.no_consumer_timeout = no_consumer_timeout
         self.lock = threading.Lock()  # the output flusher pushes from its own thread
-        conn.send(RegisterPartition(partition, num_subpartitions, partition_type, exchange, attempt))
+        conn.send(RegisterPartition(partition, num_subpartitions, partition_type, exchange, attempt,
+                                    buffer_size, buffers))
         self.credit = 0
         self.handle = 0
         self.backpressure_seconds = 0.0

@@ -1,0 +1,190 @@
+"""The exchange service with real processes on loopback: two hosts, backpressure, spilling."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from harness import client_config
+from sparkflow_exchange import exchange as ex
+from sparkflow_exchange.writer.selectors import make_selector
+
+SCHEMA = pa.schema([pa.field("producer", pa.int32(), nullable=False), pa.field("seq", pa.int64(), nullable=False),
+                    pa.field("key", pa.int64(), nullable=False), pa.field("pad", pa.string())])
+
+
+def producer_batches(producer: int, rows: int, batch_rows: int = 2000) -> list[pa.RecordBatch]:
+    out = []
+    for start in range(0, rows, batch_rows):
+        seq = np.arange(start, min(start + batch_rows, rows), dtype=np.int64)
+        key = (seq * 7919 + producer * 104729) % 1009
+        out.append(pa.record_batch([pa.array(np.full(len(seq), producer, np.int32)), pa.array(seq), pa.array(key),
+                                    pa.array([f"p{producer}-{s:08d}" for s in seq[:1]] * len(seq))], schema=SCHEMA))
+    return out
+
+
+def expected_rows(producer: int, batches: list[pa.RecordBatch], sub: int, n: int) -> list[int]:
+    selector = make_selector("hash", n, producer, SCHEMA, keys=("key",))
+    seqs = []
+    for b in batches:
+        mask = selector.select(b) == sub
+        seqs.extend(b.column("seq").to_numpy()[mask].tolist())
+    return seqs
+
+
+def run_producer(config, handle, index: int, batches, results: dict) -> None:
+    task = ex.ProducerTask(handle, index, f"attempt-{index}")
+    task.write(batches)
+    results[index] = task.finish()["partition"]
+
+
+def read_all(config, desc, sub: int) -> pa.Table:
+    return pa.Table.from_batches(list(ex.read_subpartition(config, desc, sub)), schema=SCHEMA)
+
+
+@pytest.mark.parametrize("partition_type", ["HYBRID", "BLOCKING", "PIPELINED_BOUNDED"])
+def test_two_hosts_four_producers_three_consumers(tmp_service, partition_type):
+    host_a = tmp_service(host="127.0.0.1", host_id="hostA")
+    host_b = tmp_service(host="127.0.0.2", host_id="hostB", coordinator=False)
+    n, producers, rows = 3, 4, 30_000
+    base = dict(exchange=f"two-hosts-{partition_type}", partitioner="hash", keys="key", numSubpartitions=n,
+                partitionType=partition_type, bufferSize="32k", buffersPerPartition=4, bufferTimeout="20ms")
+    # the driver and the consumers are on host A; producers 0, 1 write to A's service, 2, 3 to B's
+    driver = client_config(host_a, hostId="hostA", **base)
+    handle = ex.declare_write(driver, SCHEMA, overwrite=True)
+    data = {p: producer_batches(p, rows) for p in range(producers)}
+    results: dict[int, str] = {}
+    received: dict[int, pa.Table] = {}
+
+    def consume(sub: int) -> None:
+        desc = ex.describe_exchange(driver)
+        received[sub] = read_all(client_config(host_a, hostId="hostA", **base), desc, sub)
+
+    def produce(p: int) -> None:
+        svc = host_a if p < 2 else host_b
+        cfg = client_config(host_a, service=svc.tcp, hostId=svc.info["host_id"], **base)
+        run_producer(cfg, ex.WriteHandle(cfg, handle.name, handle.epoch, handle.write_id, handle.schema_b64,
+                                         handle.num_subpartitions, handle.partitioner), p, data[p], results)
+
+    consumers = [threading.Thread(target=consume, args=(s,)) for s in range(n)]
+    writers = [threading.Thread(target=produce, args=(p,)) for p in range(producers)]
+    streaming = partition_type == "PIPELINED_BOUNDED"
+    if streaming:  # consume while producing: the pool holds 4 buffers of 32k only
+        for t in consumers + writers:
+            t.start()
+    else:
+        for t in writers:
+            t.start()
+    for t in writers:
+        t.join(60)
+    ex.commit_write(handle, [results[p] for p in range(producers)])
+    if not streaming:
+        for t in consumers:
+            t.start()
+    for t in consumers:
+        t.join(60)
+        assert not t.is_alive()
+    for sub in range(n):
+        table = received[sub]
+        for p in range(producers):
+            got = table.filter(pa.compute.equal(table.column("producer"), p)).column("seq").to_pylist()
+            # exactly this subpartition's rows of producer p, in the order p produced them
+            assert got == expected_rows(p, data[p], sub, n), (sub, p)
+    traffic_a, traffic_b = host_a.status()["traffic"], host_b.status()["traffic"]
+    assert traffic_b["remote"] > 0  # host A's consumers read B's partitions over TCP
+    if streaming:
+        assert traffic_a["local"] > 0  # and A's own partitions over the Unix socket
+    else:
+        assert traffic_a["local_file"] > 0 or traffic_a["local"] > 0
+
+
+def test_backpressure_bounds_memory_and_spares_other_channels(tmp_service):
+    budget = 16 << 20
+    svc = tmp_service(conf={"memory.budget": budget})
+    base = dict(partitioner="forward", numSubpartitions=1, partitionType="PIPELINED_BOUNDED", bufferSize="1m",
+                buffersPerPartition=4, bufferTimeout="0")
+    pool_bytes = 4 << 20
+    slow_rows = 50 * pool_bytes // 40  # ~50 pools of 40-byte rows
+    schema = pa.schema([pa.field("a", pa.int64()), pa.field("b", pa.int64()), pa.field("c", pa.int64()),
+                        pa.field("d", pa.int64()), pa.field("e", pa.int64())])
+    block = pa.record_batch([pa.array(np.arange(100_000, dtype=np.int64))] * 5, schema=schema)
+    configs = {name: client_config(svc, exchange=name, hostId="127.0.0.1", **base) for name in ("slow", "fast")}
+    handles = {name: ex.declare_write(cfg, schema, overwrite=True) for name, cfg in configs.items()}
+    rss_start = svc.rss_bytes()
+    counts = {"slow": 0, "fast": 0}
+    finished: dict[str, float] = {}
+    producers: dict[str, ex.ProducerTask] = {}
+    rss_samples = []
+
+    def produce(name: str, rows: int) -> None:
+        task = ex.ProducerTask(handles[name], 0, "a0")
+        producers[name] = task
+        task.write(block for _ in range(rows // block.num_rows))
+        ex.commit_write(handles[name], [task.finish()["partition"]])
+
+    def consume(name: str, delay: float) -> None:
+        desc = ex.describe_exchange(configs[name])
+        for batch in ex.read_subpartition(configs[name], desc, 0):
+            counts[name] += batch.num_rows
+            if delay:
+                time.sleep(delay)
+        finished[name] = time.monotonic()
+
+    threads = [threading.Thread(target=consume, args=("slow", 0.01)), threading.Thread(target=consume, args=("fast", 0)),
+               threading.Thread(target=produce, args=("slow", slow_rows)),
+               threading.Thread(target=produce, args=("fast", slow_rows // 4))]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads[:2]):
+        rss_samples.append(svc.rss_bytes())
+        time.sleep(0.05)
+        if len(rss_samples) > 4000:
+            break
+    for t in threads:
+        t.join(120)
+    assert counts["slow"] == (slow_rows // block.num_rows) * block.num_rows
+    assert counts["fast"] == (slow_rows // 4 // block.num_rows) * block.num_rows
+    assert producers["slow"].writer.backpressure_seconds > 0.5, "the writer never waited for credit"
+    # the fast channel shares the connection but finished long before the slow one
+    assert finished["fast"] < finished["slow"] - 1.0
+    overhead = 64 << 20
+    assert max(rss_samples) <= rss_start + budget + overhead, (max(rss_samples) - rss_start) / 2**20
+
+
+def test_hybrid_without_consumer_spills_and_serves_everything_twice(tmp_service):
+    svc = tmp_service()
+    cfg = client_config(svc, exchange="hybrid-late", partitioner="hash", keys="key", numSubpartitions=2,
+                        partitionType="HYBRID", bufferSize="16k", buffersPerPartition=4, hostId="elsewhere")
+    handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
+    batches = producer_batches(0, 60_000)
+    results: dict[int, str] = {}
+    run_producer(cfg, handle, 0, batches, results)
+    ex.commit_write(handle, [results[0]])
+    part = svc.status()["partitions"][0]
+    assert part["pool_used"] <= part["pool_slots"] == 4
+    assert part["spill_bytes"] > 4 * 16 * 1024  # far more than the pool holds went to disk
+    desc = ex.describe_exchange(cfg)
+    first = [read_all(cfg, desc, s) for s in range(2)]
+    second = [read_all(cfg, desc, s) for s in range(2)]
+    assert sum(t.num_rows for t in first) == 60_000
+    for a, b in zip(first, second):
+        assert a.equals(b)
+    for s in range(2):
+        assert first[s].column("seq").to_pylist() == expected_rows(0, batches, s, 2)
+
+
+def test_pipelined_writer_without_consumer_fails_clearly(tmp_service):
+    svc = tmp_service()
+    cfg = client_config(svc, exchange="nobody-reads", partitioner="forward", numSubpartitions=1,
+                        partitionType="PIPELINED_BOUNDED", bufferSize="8k", buffersPerPartition=2, bufferTimeout="0",
+                        **{"pipelined.noConsumerTimeout": "1s"})
+    handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
+    task = ex.ProducerTask(handle, 0, "a0")
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"has been full for .* no consumer is reading it.*HYBRID"):
+        task.write(producer_batches(0, 50_000))
+    assert time.monotonic() - start < 10
+    task.fail("test over")
