@@ -72,7 +72,8 @@ class ExchangeService:
         ssl_ctx = auth.server_ssl_context(self.config.tls_cert_file, self.config.tls_key_file)
         loop = asyncio.get_running_loop()
         tcp = await loop.create_server(lambda: ServerConnection(self, "tcp"), self.config.bind_host,
-                                       self.config.port, ssl=ssl_ctx, reuse_address=True)
+                                       self.config.port, ssl=ssl_ctx, reuse_address=True,
+                                       ssl_handshake_timeout=10.0 if ssl_ctx else None)
         self.servers.append(tcp)
         self.tcp_address = tcp.sockets[0].getsockname()[:2]
         if self.unix_path is None:
