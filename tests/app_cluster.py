@@ -68,13 +68,13 @@ def main(mode: str) -> None:
         df = spark.range(0, 400_000, 1, 4).selectExpr("id", "id % 1000 AS key")
         (df.write.format("pipelined").mode("overwrite").option("exchange", "cluster-kill")
            .option("partitioner", "hash").option("keys", "key").option("numSubpartitions", "4")
-           .option("partitionType", "BLOCKING").option("bufferSize", "16k").save())
+           .option("partitionType", "BLOCKING").option("bufferSize", "8k").save())
         victim = executor_services()[0]
         services = [{"pid": s["pid"], "spill_dir": status(s)["service"]["spill_dir"]} for s in executor_services()]
 
         def slow(iterator):
             for batch in iterator:
-                time.sleep(0.05)
+                time.sleep(0.1)
                 yield batch
 
         def killer():

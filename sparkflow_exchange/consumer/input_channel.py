@@ -27,6 +27,7 @@ from ..network.protocol import (
     PartitionRequest,
 )
 from ..partition.spill import read_index
+from ..service.launcher import pid_alive
 from .buffer_manager import ChannelCredit
 
 if TYPE_CHECKING:
@@ -164,6 +165,12 @@ class LocalFileInputChannel(Channel):
         self._entries: list[tuple[int, int, int, int, int]] = []
 
     async def request(self) -> None:
+        location = self.producer.get("location") or {}
+        pid = location.get("pid")
+        if isinstance(pid, int) and not pid_alive(pid):
+            self.fail(f"lost the exchange service holding partition {self.partition} at {location.get('tcp')} "
+                      f"(its process {pid} is gone); its spill files are no longer served")
+            return
         try:
             self._fd = os.open(self.data_path, os.O_RDONLY)
             self._entries = read_index(self.data_path.with_suffix(".index"), self.subpartition)
