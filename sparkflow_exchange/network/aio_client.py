@@ -16,7 +16,7 @@ from typing import Any, Callable, Protocol
 
 from . import auth
 from .address import Address, parse_address
-from .blocking_client import ServiceError, client_id
+from .blocking_client import ServiceError, client_id, tune_socket
 from .protocol import (
     DEFAULT_MAX_FRAME,
     BufferResponse,
@@ -44,7 +44,7 @@ class ChannelHandler(Protocol):
     def on_connection_lost(self, reason: str) -> None: ...
 
 
-class ClientConnection(asyncio.Protocol):
+class ClientConnection(asyncio.BufferedProtocol):
     def __init__(self, address: Address, secret: str | None, host_id: str, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.address = address
         self.secret = secret
@@ -61,10 +61,14 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        tune_socket(transport.get_extra_info("socket"))
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
         try:
-            messages = self.decoder.feed(data)
+            messages = self.decoder.buffer_updated(nbytes)
         except ProtocolError as exc:
             self._lose(f"garbage from the exchange service at {self.address}: {exc}")
             return
@@ -101,7 +105,8 @@ class ClientConnection(asyncio.Protocol):
 
     def send(self, msg: Any) -> None:
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.writelines(encode(msg))
+            for piece in encode(msg):  # not writelines: in 3.11 it joins, copying every payload
+                self.transport.write(piece)
 
     async def rpc(self, method: str, args: dict, timeout: float = 30.0) -> Any:
         await self.ready

@@ -321,49 +321,118 @@ def _decode(mtype: int, header: bytes, payload: memoryview) -> Message:
 
 
 class FrameDecoder:
-    """Incremental decoder: feed bytes, take complete messages.
+    """Incremental decoder: give it bytes, take complete messages.
 
-    The prefix is validated as soon as it arrives, so a garbage or oversized
-    frame is refused before its bytes are buffered; a payload is copied once.
+    Two ways in: ``feed(data)`` for a blocking socket, or ``get_buffer`` /
+    ``buffer_updated`` for asyncio's BufferedProtocol, where the kernel writes
+    straight into the decoder's memory. Small frames gather in a staging
+    area; a large frame gets a buffer of its own size as soon as its prefix is
+    known, so its payload is received in place and never copied again. The
+    prefix is validated as soon as it arrives, so a garbage or oversized frame
+    is refused before its bytes are buffered.
     """
+
+    STAGING = 256 * 1024
+    LARGE = 64 * 1024  # frames at least this big are received into their own buffer
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.max_frame = max_frame
-        self._buf = bytearray()
+        self._stage = bytearray(self.STAGING)
+        self._start = 0  # unparsed bytes are _stage[_start:_end]
+        self._end = 0
+        self._large: bytearray | None = None  # the frame being received in place (from its length word)
+        self._large_have = 0
+        self._out: list[Message] = []
         self.bytes_received = 0
+
+    # ------------------------------------------------------------ buffered protocol
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """Where the next received bytes should be written."""
+        if self._large is not None:
+            return memoryview(self._large)[self._large_have:]
+        if self._end == len(self._stage):
+            self._compact()
+        return memoryview(self._stage)[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> list[Message]:
+        """``nbytes`` were written into the last ``get_buffer``; returns the messages they complete."""
+        self.bytes_received += nbytes
+        if self._large is not None:
+            self._large_have += nbytes
+            if self._large_have == len(self._large):
+                frame, self._large = self._large, None
+                self._out.append(self._decode_frame(memoryview(frame), 0))
+            return self._take()
+        self._end += nbytes
+        self._parse_stage()
+        return self._take()
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Message]:
         """Add received bytes; returns every message they complete (may be empty)."""
-        self.bytes_received += len(data)
-        self._buf += data
+        view = memoryview(data).cast("B")
         out: list[Message] = []
-        buf = self._buf
-        pos = 0
-        n = len(buf)
-        while n - pos >= PREFIX_SIZE:
-            length, magic, version, mtype, hlen = PREFIX.unpack_from(buf, pos)
-            if magic != MAGIC:
-                raise ProtocolError(f"bad magic 0x{magic:08x} (expected 0x{MAGIC:08x}): not a sparkflow-exchange peer")
-            if version != VERSION:
-                raise ProtocolError(f"unsupported protocol version {version} (this side speaks {VERSION})")
-            if length > self.max_frame:
-                raise ProtocolError(f"frame of {length} bytes exceeds the maximum frame size {self.max_frame}")
-            if hlen > length - (PREFIX_SIZE - 4):
-                raise ProtocolError(f"header length {hlen} exceeds frame length {length}")
-            end = pos + 4 + length
-            if end > n:
-                break
-            hstart = pos + PREFIX_SIZE
-            with memoryview(buf) as view:
-                header = bytes(view[hstart : hstart + hlen])
-                payload = memoryview(bytes(view[hstart + hlen : end]))
-            out.append(_decode(mtype, header, payload))
-            pos = end
-        if pos:
-            del buf[:pos]
+        while len(view):
+            target = self.get_buffer()
+            n = min(len(target), len(view))
+            target[:n] = view[:n]
+            view = view[n:]
+            out.extend(self.buffer_updated(n))
         return out
+
+    # ------------------------------------------------------------ internals
+    def _take(self) -> list[Message]:
+        out, self._out = self._out, []
+        return out
+
+    def _compact(self) -> None:
+        pending = self._end - self._start
+        if self._start:
+            self._stage[:pending] = self._stage[self._start:self._end]
+        self._start, self._end = 0, pending
+        if pending == len(self._stage):  # a frame longer than the staging area but below LARGE cannot happen
+            self._stage.extend(bytes(len(self._stage)))
+
+    def _check_prefix(self, buf, pos: int) -> tuple[int, int, int]:
+        length, magic, version, mtype, hlen = PREFIX.unpack_from(buf, pos)
+        if magic != MAGIC:
+            raise ProtocolError(f"bad magic 0x{magic:08x} (expected 0x{MAGIC:08x}): not a sparkflow-exchange peer")
+        if version != VERSION:
+            raise ProtocolError(f"unsupported protocol version {version} (this side speaks {VERSION})")
+        if length > self.max_frame:
+            raise ProtocolError(f"frame of {length} bytes exceeds the maximum frame size {self.max_frame}")
+        if length < PREFIX_SIZE - 4 or hlen > length - (PREFIX_SIZE - 4):
+            raise ProtocolError(f"header length {hlen} exceeds frame length {length}")
+        return length, mtype, hlen
+
+    def _parse_stage(self) -> None:
+        stage = self._stage
+        while self._end - self._start >= PREFIX_SIZE:
+            pos = self._start
+            length, _, _ = self._check_prefix(stage, pos)
+            total = 4 + length
+            have = self._end - pos
+            if have >= total:
+                with memoryview(stage) as view:
+                    frame = bytes(view[pos:pos + total]) if total < self.LARGE else bytearray(view[pos:pos + total])
+                self._start += total
+                self._out.append(self._decode_frame(memoryview(frame), 0))
+                continue
+            if total >= self.LARGE:  # receive the rest of this frame in place
+                large = bytearray(total)
+                large[:have] = stage[pos:self._end]
+                self._large, self._large_have = large, have
+                self._start = self._end = 0
+            break
+        if self._start == self._end:
+            self._start = self._end = 0
+
+    def _decode_frame(self, frame: memoryview, pos: int) -> Message:
+        length, mtype, hlen = self._check_prefix(frame, pos)
+        hstart = pos + PREFIX_SIZE
+        header = bytes(frame[hstart:hstart + hlen])
+        return _decode(mtype, header, frame[hstart + hlen:pos + 4 + length])
 
     @property
     def pending(self) -> int:
         """Bytes held of an incomplete frame (a peer that vanishes leaves these)."""
-        return len(self._buf)
+        return self._large_have if self._large is not None else self._end - self._start

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..partition.subpartition import ERROR_KIND
 from . import auth
+from .blocking_client import tune_socket
 from .credit import PartitionRequestQueue
 from .protocol import (
     AddCredit,
@@ -86,7 +87,7 @@ class _Producer:
         return blocked / max(now - self.started, 1e-9)
 
 
-class ServerConnection(asyncio.Protocol):
+class ServerConnection(asyncio.BufferedProtocol):
     def __init__(self, service: "ExchangeService", transport_kind: str) -> None:
         self.service = service
         self.transport_kind = transport_kind  # "tcp" or "unix"
@@ -112,6 +113,7 @@ class ServerConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
+        tune_socket(transport.get_extra_info("socket"))
         self.peer = str(transport.get_extra_info("peername") or "unix")
         self.service.connections.add(self)
         self.send(ServerHello(self.nonce, self.service.service_id, self.service.host_id))
@@ -136,10 +138,14 @@ class ServerConnection(asyncio.Protocol):
         self.paused = False
         self.schedule_pump()
 
-    def data_received(self, data: bytes) -> None:
-        self.bytes_received += len(data)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """The kernel wrote ``nbytes`` straight into the decoder (large payloads land in place)."""
+        self.bytes_received += nbytes
         try:
-            messages = self.decoder.feed(data)
+            messages = self.decoder.buffer_updated(nbytes)
         except ProtocolError as exc:
             self.fatal(f"protocol error: {exc}", code="protocol")
             return
@@ -158,7 +164,8 @@ class ServerConnection(asyncio.Protocol):
         if self.closed or self.transport is None:
             return
         pieces = encode(msg)
-        self.transport.writelines(pieces)
+        for piece in pieces:  # not writelines: in 3.11 it joins, copying every payload
+            self.transport.write(piece)
         self.bytes_sent += sum(len(p) for p in pieces)
 
     def fatal(self, message: str, code: str = "error") -> None:

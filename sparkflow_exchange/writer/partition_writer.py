@@ -63,10 +63,11 @@ class PartitionWriter:
     def push(self, subpartition: int, payload, kind: int = BufferKind.DATA, flags: int = 0) -> None:
         """Send one buffer; blocks while the partition's pool is full (no credit)."""
         with self.lock:
-            for msg in self.conn.poll():
-                self._on_message(msg)
             if self.credit <= 0:
-                self._wait_for_credit()
+                for msg in self.conn.poll():  # credit announcements that already arrived
+                    self._on_message(msg)
+                if self.credit <= 0:
+                    self._wait_for_credit()
             self.credit -= 1
             self.conn.send(PushBuffer(self.handle, subpartition, kind, flags, payload))
             self.bytes_pushed += len(payload)

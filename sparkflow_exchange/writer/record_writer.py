@@ -87,37 +87,43 @@ class RecordWriter:
             parts = [(i, p) for i, p in enumerate(split_by_target(batch, targets, self.n)) if p is not None]
         with self._lock:
             for sub, part in parts:
-                self.pending[sub].append(part)
-                self.pending_bytes[sub] += part.nbytes
-                if self.pending_bytes[sub] >= self.buffer_size:
-                    self._emit(sub, full_only=True)
+                if self.pending[sub] and self.pending_bytes[sub] + part.nbytes > self.buffer_size:
+                    self._push_pending(sub)
+                if part.nbytes >= self.buffer_size:
+                    part = self._push_whole_buffers(sub, part)
+                if part is not None:
+                    self.pending[sub].append(part)
+                    self.pending_bytes[sub] += part.nbytes
 
     def write_all(self, batches: Iterable[pa.RecordBatch]) -> None:
         for batch in batches:
             self.write(batch)
 
-    def _emit(self, sub: int, full_only: bool) -> None:
-        """Turn subpartition ``sub``'s pending slices into buffers of at most bufferSize bytes."""
-        slices = self.pending[sub]
-        if not slices:
-            return
-        combined = slices[0] if len(slices) == 1 else pa.concat_batches(slices)
-        total = self.pending_bytes[sub]
-        rows = combined.num_rows
-        per_buffer = max(1, rows * self.buffer_size // max(total, 1))
+    def _push(self, sub: int, batch: pa.RecordBatch) -> None:
+        self.writer.push(self.targets[sub], self.encoder.encode(batch), flags=self.encoder.flags)
+
+    def _push_whole_buffers(self, sub: int, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+        """Cut a large slice into buffers of about bufferSize, straight from its memory; return the rest."""
+        rows = batch.num_rows
+        per_buffer = max(1, rows * self.buffer_size // max(batch.nbytes, 1))
         start = 0
-        while rows - start >= per_buffer or (not full_only and start < rows):
-            piece = combined.slice(start, min(per_buffer, rows - start))
-            self.writer.push(self.targets[sub], self.encoder.encode(piece), flags=self.encoder.flags)
-            start += piece.num_rows
-        rest = combined.slice(start) if start < rows else None
-        self.pending[sub] = [rest] if rest is not None else []
-        self.pending_bytes[sub] = rest.nbytes if rest is not None else 0
+        while rows - start >= per_buffer:
+            self._push(sub, batch.slice(start, per_buffer))
+            start += per_buffer
+        return batch.slice(start) if start < rows else None
+
+    def _push_pending(self, sub: int) -> None:
+        """The small slices gathered for ``sub`` leave as one buffer (only small data is concatenated)."""
+        slices = self.pending[sub]
+        if slices:
+            self._push(sub, slices[0] if len(slices) == 1 else pa.concat_batches(slices))
+            self.pending[sub] = []
+            self.pending_bytes[sub] = 0
 
     def flush(self) -> None:
         with self._lock:
             for sub in range(self.n):
-                self._emit(sub, full_only=False)
+                self._push_pending(sub)
 
     def _flush_loop(self, interval: float) -> None:
         while not self._stop.wait(interval):

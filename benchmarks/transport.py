@@ -1,0 +1,207 @@
+"""Transport benchmark: a credit-controlled transfer through the exchange vs a raw socket copy.
+
+For each path, the same number of bytes moves from a producer process to a consumer process:
+
+* raw TCP / raw Unix: a plain socket sender (``sendall`` of 1 MiB chunks) and receiver (``recv_into``);
+* remote channel: producer -> service (TCP push under credit) -> consumer gate over TCP;
+* local channel: the same with the consumer on the service's host, over the Unix socket;
+* local spill file: a BLOCKING partition written first, then read straight from its spill file.
+
+PIPELINED_BOUNDED for the two channel paths (a streaming transfer: the consumer runs while the
+producer pushes). Every payload is an Arrow record batch of ``bufferSize`` bytes (the default).
+Run: .venv/bin/python benchmarks/transport.py [--size 1g]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from sparkflow_exchange import exchange as ex
+from sparkflow_exchange.config import ExchangeConfig, parse_size
+from sparkflow_exchange.service.process import client_config, start_service
+
+CHUNK = 1 << 20
+
+
+def batch_of(nbytes: int) -> pa.RecordBatch:
+    rows = nbytes // 8
+    return pa.record_batch([pa.array(np.arange(rows, dtype=np.int64))], names=["v"])
+
+
+# ------------------------------------------------------------------ raw copy
+def raw_sender(family: str, address: str, size: int) -> None:
+    if family == "unix":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(address)
+    else:
+        host, port = address.rsplit(":", 1)
+        sock = socket.create_connection((host, int(port)))
+    chunk = bytes(CHUNK)
+    sent = 0
+    while sent < size:
+        sock.sendall(chunk)
+        sent += CHUNK
+    sock.close()
+
+
+def raw_copy(family: str, size: int, tmp: Path) -> float:
+    if family == "unix":
+        path = str(tmp / "raw.sock")
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(path)
+        address = path
+    else:
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+    server.listen(1)
+    sender = subprocess.Popen([sys.executable, __file__, "--role", "raw-sender", "--family", family,
+                               "--address", address, "--size", str(size)])
+    conn, _ = server.accept()
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    got = 0
+    start = time.perf_counter()
+    while True:
+        n = conn.recv_into(view)
+        if not n:
+            break
+        got += n
+    elapsed = time.perf_counter() - start
+    conn.close()
+    server.close()
+    sender.wait(60)
+    assert got >= size, (got, size)
+    return elapsed
+
+
+# ------------------------------------------------------------------ exchange
+def producer(args: argparse.Namespace) -> None:
+    config = ExchangeConfig.load(json.loads(args.config), spark_conf={})
+    handle = ex.WriteHandle(config, **json.loads(args.handle))
+    task = ex.ProducerTask(handle, 0, "bench")
+    batch = batch_of(config.buffer_size - 1024)
+    count = args.size // batch.nbytes
+    print("ready", flush=True)
+    sys.stdin.readline()  # the consumer starts its clock, then says go
+    start = time.perf_counter()
+    task.write(batch for _ in range(count))
+    result = task.finish()
+    result["producer_seconds"] = time.perf_counter() - start
+    result["waited_for_credit"] = task.writer.backpressure_seconds
+    print(json.dumps(result), flush=True)
+
+
+def exchange_transfer(svc, size: int, partition_type: str, reader_host: str, tmp: Path) -> tuple[float, int]:
+    name = f"bench-{partition_type}-{reader_host}-{time.monotonic_ns()}"
+    options = dict(exchange=name, partitioner="forward", numSubpartitions=1, partitionType=partition_type,
+                   hostId=svc.info["host_id"])
+    config = client_config(svc, **options)
+    schema = batch_of(64).schema
+    handle = ex.declare_write(config, schema, overwrite=True)
+    fields = {k: getattr(handle, k) for k in ("name", "epoch", "write_id", "schema_b64", "num_subpartitions",
+                                               "partitioner")}
+    producer_cmd = [sys.executable, __file__, "--role", "producer", "--size", str(size),
+                    "--config", json.dumps(config.to_keys()), "--handle", json.dumps(fields)]
+    reader_config = client_config(svc, **{**options, "hostId": reader_host})
+    streaming = partition_type == "PIPELINED_BOUNDED"
+    proc = subprocess.Popen(producer_cmd, stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"  # imported and registered: only the transfer is timed
+    if not streaming:  # written first, read afterwards
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        result = json.loads(proc.stdout.read().strip().splitlines()[-1])
+        proc.wait(120)
+        ex.commit_write(handle, [result["partition"]])
+    desc = ex.describe_exchange(reader_config)
+    got = 0
+    start = time.perf_counter()
+    it = ex.read_subpartition(reader_config, desc, 0)
+    if streaming:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        # the gate ends at commit; commit as soon as the producer is done
+        import threading
+
+        def committer() -> None:
+            result = json.loads(proc.stdout.read().strip().splitlines()[-1])
+            if os.environ.get("BENCH_DEBUG"):
+                print("producer", result, file=sys.stderr)
+            proc.wait(120)
+            ex.commit_write(handle, [result["partition"]])
+
+        t = threading.Thread(target=committer, daemon=True)
+        t.start()
+    for b in it:
+        got += b.nbytes
+    elapsed = time.perf_counter() - start
+    if streaming:
+        t.join(60)
+    ex.drop_exchange(name, config)
+    return elapsed, got
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size", default="1g")
+    parser.add_argument("--role", default="main")
+    parser.add_argument("--family")
+    parser.add_argument("--address")
+    parser.add_argument("--config")
+    parser.add_argument("--handle")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "transport-latest.json"))
+    args = parser.parse_args()
+    size = parse_size(args.size)
+    args.size = size
+    if args.role == "raw-sender":
+        raw_sender(args.family, args.address, size)
+        return
+    if args.role == "producer":
+        producer(args)
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="sparkflow-bench-"))
+    svc = start_service(tmp / "svc", host_id="benchhost", conf={"memory.budget": "512m"})
+    try:
+        results = {}
+        raw_tcp = raw_copy("tcp", size, tmp)
+        raw_unix = raw_copy("unix", size, tmp)
+        remote, got_r = exchange_transfer(svc, size, "PIPELINED_BOUNDED", "otherhost", tmp)
+        local, got_l = exchange_transfer(svc, size, "PIPELINED_BOUNDED", "benchhost", tmp)
+        spill, got_s = exchange_transfer(svc, size, "BLOCKING", "benchhost", tmp)
+        mb = size / 1e6
+        rows = [
+            ("raw TCP copy", raw_tcp, size, None),
+            ("remote channel (TCP)", remote, got_r, raw_tcp),
+            ("raw Unix socket copy", raw_unix, size, None),
+            ("local channel (Unix socket)", local, got_l, raw_unix),
+            ("local spill file (BLOCKING, read after write)", spill, got_s, raw_unix),
+        ]
+        print(f"{'path':48s} {'seconds':>8s} {'MB/s':>8s} {'vs raw':>7s}")
+        for label, secs, nbytes, base in rows:
+            ratio = f"{base / secs * nbytes / size:.2f}" if base else "1.00"
+            print(f"{label:48s} {secs:8.2f} {nbytes / 1e6 / secs:8.0f} {ratio:>7s}")
+            results[label] = {"seconds": secs, "bytes": nbytes, "MBps": nbytes / 1e6 / secs,
+                              "ratio_to_raw": (base / secs * nbytes / size) if base else 1.0}
+        Path(args.out).write_text(json.dumps({"size": size, "date": time.strftime("%Y-%m-%d %H:%M"),
+                                              "buffer_size": ExchangeConfig().buffer_size, "results": results},
+                                             indent=2))
+        print(f"({mb:.0f} MB per path; bufferSize {ExchangeConfig().buffer_size} bytes)")
+    finally:
+        svc.stop()
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

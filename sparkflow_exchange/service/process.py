@@ -1,0 +1,95 @@
+"""Start a service process and drive it by pid: for tests, benchmarks and notebooks.
+
+``start_service`` runs ``python -m sparkflow_exchange.service`` with its own spill
+directory, secret file and Unix socket under a directory you give, waits for
+the address line and returns a handle that stops exactly that process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkflow_exchange.config import ExchangeConfig
+from sparkflow_exchange.network.blocking_client import BlockingConnection
+
+
+@dataclass
+class RunningService:
+    proc: subprocess.Popen
+    info: dict
+    secret: str
+    spill_dir: Path
+
+    @property
+    def tcp(self) -> str:
+        return self.info["tcp"]
+
+    @property
+    def unix(self) -> str:
+        return self.info["unix"]
+
+    def connect(self, address: str | None = None, secret: str | None = "__default__", host_id: str = "") -> BlockingConnection:
+        return BlockingConnection(address or self.tcp, self.secret if secret == "__default__" else secret,
+                                  timeout=10.0, host_id=host_id)
+
+    def status(self) -> dict:
+        with self.connect() as conn:
+            return conn.call("status")
+
+    def rss_bytes(self) -> int:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            return self.proc.wait(5)
+
+
+def start_service(tmp: Path, *, host: str = "127.0.0.1", host_id: str | None = None, coordinator: bool = True,
+                  secret: str = "test-secret", conf: dict | None = None, extra: list[str] | None = None) -> RunningService:
+    tmp.mkdir(parents=True, exist_ok=True)
+    secret_file = tmp / "secret"
+    secret_file.write_text(secret)
+    spill = tmp / "spill"
+    args = [sys.executable, "-m", "sparkflow_exchange.service", "--host", host, "--port", "0",
+            "--secret-file", str(secret_file), "--spill-dir", str(spill), "--unix", str(tmp / "svc.sock"),
+            "--host-id", host_id or host]
+    if not coordinator:
+        args.append("--no-coordinator")
+    for key, value in (conf or {}).items():
+        args += ["--conf", f"{key}={value}"]
+    args += extra or []
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(tmp / "service.log", "wb"), text=True)
+    deadline = time.monotonic() + 20
+    line = ""
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.strip():
+            break
+        if proc.poll() is not None:
+            break
+    if not line.strip():
+        proc.kill()
+        raise RuntimeError(f"service did not start: {(tmp / 'service.log').read_text()[-2000:]}")
+    return RunningService(proc, json.loads(line), secret, spill)
+
+
+def client_config(coordinator: RunningService, **options) -> ExchangeConfig:
+    """A config pointing at a test service (as options would); ``service=`` may name another one."""
+    opts = {"coordinator": coordinator.tcp, "service": coordinator.tcp, "secret": coordinator.secret}
+    opts.update(options)
+    return ExchangeConfig.load(opts, spark_conf={})
