@@ -188,3 +188,32 @@ def test_pipelined_writer_without_consumer_fails_clearly(tmp_service):
         task.write(producer_batches(0, 50_000))
     assert time.monotonic() - start < 10
     task.fail("test over")
+
+
+def test_output_flusher_sends_a_trickle_within_the_buffer_timeout(tmp_service):
+    """A few rows, far below bufferSize, reach a running reader before the writer finishes."""
+    svc = tmp_service()
+    cfg = client_config(svc, exchange="trickle", partitioner="forward", numSubpartitions=1,
+                        partitionType="PIPELINED_BOUNDED", bufferTimeout="50ms", hostId="elsewhere")
+    handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
+    task = ex.ProducerTask(handle, 0, "a0")
+    arrived: list[float] = []
+
+    def consume() -> None:
+        desc = ex.describe_exchange(cfg)
+        for batch in ex.read_subpartition(cfg, desc, 0):
+            arrived.append(time.monotonic())
+
+    reader = threading.Thread(target=consume)
+    reader.start()
+    time.sleep(0.5)
+    sent = time.monotonic()
+    task.write(producer_batches(0, 10))  # ten rows: the buffer is nowhere near full
+    deadline = time.monotonic() + 5
+    while not arrived and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert arrived, "a partly filled buffer never reached the running reader"
+    assert arrived[0] - sent < 1.0
+    ex.commit_write(handle, [task.finish()["partition"]])
+    reader.join(10)
+    assert not reader.is_alive()
