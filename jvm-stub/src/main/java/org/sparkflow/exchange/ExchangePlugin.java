@@ -22,6 +22,7 @@ import scala.Tuple2;
  */
 public class ExchangePlugin implements SparkPlugin {
     static final long TIMEOUT_SECONDS = 60;
+    static final long DETACH_TIMEOUT_SECONDS = 10;
 
     @Override
     public DriverPlugin driverPlugin() {
@@ -45,59 +46,82 @@ public class ExchangePlugin implements SparkPlugin {
         return all.entrySet();
     }
 
-    static void detach(String python) {
+    /** Best effort: runs the launcher's detach with a 10 s timeout; never throws. */
+    static void detach(String python, Map<String, String> settings) {
         try {
-            Launcher.run(python, new HashMap<>(), 10, "detach", "--jvm-pid", Long.toString(pid()));
-        } catch (RuntimeException e) {
-            System.err.println("sparkflow-exchange: detach failed (the service exits by itself): " + e.getMessage());
+            Launcher.run(python, settings == null ? new HashMap<>() : settings, DETACH_TIMEOUT_SECONDS,
+                    "detach", "--jvm-pid", Long.toString(pid()));
+        } catch (Throwable e) {
+            System.err.println("WARN sparkflow-exchange: detach failed (the service exits by itself once this JVM"
+                    + " is gone): " + e.getMessage());
         }
+    }
+
+    /**
+     * sc.applicationId() when it is known. Spark initializes plugins before the task scheduler,
+     * which is what assigns the id, so at DriverPlugin.init it is normally still null; then
+     * spark.app.id (set when the user gave one), else the application name.
+     */
+    static String applicationId(SparkContext sc, SparkConf conf) {
+        String id = null;
+        try {
+            id = sc.applicationId();
+        } catch (RuntimeException e) {
+            // not assigned yet
+        }
+        if (id == null || id.isEmpty()) {
+            id = conf.get("spark.app.id", conf.get("spark.app.name", "spark"));
+        }
+        return id;
     }
 
     static final class Driver implements DriverPlugin {
         private String python;
+        private Map<String, String> settings;
 
         @Override
         public Map<String, String> init(SparkContext sc, PluginContext ctx) {
             SparkConf conf = sc.getConf();
             python = Launcher.python(conf.get("spark.pyspark.python", ""));
-            Map<String, String> settings = Launcher.settings(entries(conf));
-            // the application id is not assigned yet when driver plugins start; the app name identifies it in logs
-            String app = conf.get("spark.app.id", conf.get("spark.app.name", "spark"));
-            String line = Launcher.run(python, settings, TIMEOUT_SECONDS, "driver", "--jvm-pid", Long.toString(pid()),
-                    "--app-id", app);
-            String coordinator = Json.field(line, "coordinator");
-            String secret = Json.field(line, "secret");
-            if (coordinator == null || secret == null) {
-                throw new RuntimeException("sparkflow-exchange launcher gave no coordinator/secret: " + line);
+            settings = Launcher.settings(entries(conf));
+            Map<String, String> reply = Launcher.run(python, settings, TIMEOUT_SECONDS, "driver",
+                    "--jvm-pid", Long.toString(pid()), "--app-id", applicationId(sc, conf));
+            String coordinator = reply.get("coordinator");
+            String secret = reply.get("secret");
+            if (coordinator == null || coordinator.isEmpty() || secret == null || secret.isEmpty()) {
+                throw new RuntimeException("sparkflow-exchange launcher gave no coordinator/secret: " + reply);
             }
             Map<String, String> forExecutors = new HashMap<>(settings);
             forExecutors.put("coordinator", coordinator);
             forExecutors.put("secret", secret);
+            settings = forExecutors;
             return forExecutors;
         }
 
         @Override
         public void shutdown() {
             if (python != null) {
-                detach(python);
+                detach(python, settings);
             }
         }
     }
 
     static final class Executor implements ExecutorPlugin {
         private String python;
+        private Map<String, String> settings;
 
         @Override
         public void init(PluginContext ctx, Map<String, String> extraConf) {
             python = Launcher.python(ctx.conf().get("spark.pyspark.python", ""));
-            Launcher.run(python, extraConf, TIMEOUT_SECONDS, "executor", "--jvm-pid", Long.toString(pid()),
+            settings = extraConf == null ? new HashMap<>() : new HashMap<>(extraConf);
+            Launcher.run(python, settings, TIMEOUT_SECONDS, "executor", "--jvm-pid", Long.toString(pid()),
                     "--executor-id", ctx.executorID());
         }
 
         @Override
         public void shutdown() {
             if (python != null) {
-                detach(python);
+                detach(python, settings);
             }
         }
     }

@@ -1,95 +1,129 @@
 package org.sparkflow.exchange;
 
-import java.io.ByteArrayOutputStream;
 import java.io.File;
 import java.io.IOException;
-import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
 
 /**
- * Runs {@code python -m sparkflow_exchange.service.plugin ...}: all service logic lives in Python;
- * this side only starts the launcher, hands it the settings and reads back one JSON line.
+ * Runs {@code <python> -m sparkflow_exchange.service.plugin ...}: all service logic lives in Python;
+ * this side only starts the launcher, hands it the settings (JSON in SPARKFLOW_EXCHANGE_CONF) and
+ * reads back its one JSON line.
+ *
+ * <p>The child's stdout and stderr go to temporary files, not pipes: a pipe can neither fill up and
+ * block the child, nor keep us waiting for EOF when the launcher leaves a background service
+ * behind that inherited it. The timeout therefore bounds the whole call.
  */
 final class Launcher {
     static final String PREFIX = "spark.sparkflow.exchange.";
+    static final String CONF_ENV = "SPARKFLOW_EXCHANGE_CONF";
+    static final String MODULE = "sparkflow_exchange.service.plugin";
+    private static final int STDERR_LIMIT = 16 * 1024;
 
     private Launcher() {}
 
-    /** The Python interpreter executors use: spark.pyspark.python, else PYSPARK_PYTHON, else python3. */
+    /** The Python interpreter: the spark.pyspark.python value, else PYSPARK_PYTHON, else python3. */
     static String python(String confValue) {
-        if (confValue != null && !confValue.isEmpty()) {
-            return confValue;
+        if (confValue != null && !confValue.trim().isEmpty()) {
+            return confValue.trim();
         }
         String env = System.getenv("PYSPARK_PYTHON");
-        return env != null && !env.isEmpty() ? env : "python3";
+        return env != null && !env.trim().isEmpty() ? env.trim() : "python3";
     }
 
     /** Every spark.sparkflow.exchange.* entry, with the prefix stripped. */
     static Map<String, String> settings(Iterable<Map.Entry<String, String>> conf) {
         Map<String, String> out = new LinkedHashMap<>();
         for (Map.Entry<String, String> e : conf) {
-            if (e.getKey().startsWith(PREFIX)) {
+            if (e.getKey().startsWith(PREFIX) && e.getKey().length() > PREFIX.length()) {
                 out.put(e.getKey().substring(PREFIX.length()), e.getValue());
             }
         }
         return out;
     }
 
-    /** Run the launcher and return its one JSON line of output; throws with its stderr on failure. */
-    static String run(String python, Map<String, String> settings, long timeoutSeconds, String... args) {
+    /**
+     * Runs the launcher and returns its JSON line (the last stdout line that is a JSON object) as a
+     * flat map. Throws a RuntimeException, including the launcher's stderr, when it cannot be
+     * started, exceeds the timeout (it is then killed), exits non-zero or prints no JSON object.
+     */
+    static Map<String, String> run(String python, Map<String, String> settings, long timeoutSeconds,
+                                   String... args) {
         List<String> command = new ArrayList<>();
         command.add(python);
         command.add("-m");
-        command.add("sparkflow_exchange.service.plugin");
-        for (String a : args) {
-            command.add(a);
-        }
+        command.add(MODULE);
+        command.addAll(Arrays.asList(args));
+        File outFile = null;
         File errFile = null;
         try {
-            errFile = File.createTempFile("sparkflow-plugin-", ".log");
+            outFile = File.createTempFile("sparkflow-plugin-", ".out");
+            errFile = File.createTempFile("sparkflow-plugin-", ".err");
             ProcessBuilder pb = new ProcessBuilder(command);
-            pb.environment().put("SPARKFLOW_EXCHANGE_CONF", Json.object(settings));
+            pb.environment().put(CONF_ENV, Json.object(settings));
+            pb.redirectOutput(outFile);
             pb.redirectError(errFile);
-            pb.redirectInput(ProcessBuilder.Redirect.from(new File("/dev/null")));
             Process p = pb.start();
-            String out = readAll(p.getInputStream());
+            p.getOutputStream().close(); // no stdin
             if (!p.waitFor(timeoutSeconds, TimeUnit.SECONDS)) {
                 p.destroyForcibly();
-                throw new RuntimeException("sparkflow-exchange launcher timed out after " + timeoutSeconds + " s: " + command);
+                p.waitFor(5, TimeUnit.SECONDS);
+                throw new RuntimeException("sparkflow-exchange launcher timed out after " + timeoutSeconds
+                        + " s and was killed: " + command + stderr(errFile));
             }
             if (p.exitValue() != 0) {
-                String err = new String(Files.readAllBytes(errFile.toPath()), StandardCharsets.UTF_8);
                 throw new RuntimeException("sparkflow-exchange launcher failed (exit " + p.exitValue() + "): "
-                        + command + "\n" + err);
+                        + command + stderr(errFile));
             }
-            String[] lines = out.trim().split("\n");
-            return lines[lines.length - 1];
+            String out = new String(Files.readAllBytes(outFile.toPath()), StandardCharsets.UTF_8);
+            String line = null;
+            for (String l : out.split("\r?\n")) {
+                if (l.trim().startsWith("{")) {
+                    line = l.trim();
+                }
+            }
+            if (line == null) {
+                throw new RuntimeException("sparkflow-exchange launcher printed no JSON line: " + command
+                        + "\nstdout: " + out + stderr(errFile));
+            }
+            try {
+                return Json.parseFlat(line);
+            } catch (IllegalArgumentException e) {
+                throw new RuntimeException("sparkflow-exchange launcher printed unreadable JSON: " + command
+                        + ": " + e.getMessage() + stderr(errFile), e);
+            }
         } catch (IOException e) {
-            throw new RuntimeException("cannot run the sparkflow-exchange launcher " + command + ": " + e.getMessage()
-                    + " (is the sparkflow-exchange package installed for " + python + "?)", e);
+            throw new RuntimeException("cannot run the sparkflow-exchange launcher " + command + ": " + e
+                    + " (is Python with the sparkflow-exchange package at " + python
+                    + "? set spark.pyspark.python or PYSPARK_PYTHON)", e);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            throw new RuntimeException("interrupted while starting the exchange service", e);
+            throw new RuntimeException("interrupted while running the sparkflow-exchange launcher " + command, e);
         } finally {
+            if (outFile != null) {
+                outFile.delete();
+            }
             if (errFile != null) {
                 errFile.delete();
             }
         }
     }
 
-    private static String readAll(InputStream in) throws IOException {
-        ByteArrayOutputStream buf = new ByteArrayOutputStream();
-        byte[] chunk = new byte[8192];
-        int n;
-        while ((n = in.read(chunk)) > 0) {
-            buf.write(chunk, 0, n);
+    /** The launcher's stderr (its last 16 KiB), prefixed for appending to a message. */
+    private static String stderr(File errFile) {
+        try {
+            byte[] all = Files.readAllBytes(errFile.toPath());
+            int from = Math.max(0, all.length - STDERR_LIMIT);
+            String text = new String(all, from, all.length - from, StandardCharsets.UTF_8).trim();
+            return text.isEmpty() ? "\nstderr: (empty)" : "\nstderr:\n" + text;
+        } catch (IOException e) {
+            return "\nstderr: (unreadable: " + e.getMessage() + ")";
         }
-        return buf.toString(StandardCharsets.UTF_8);
     }
 }
