@@ -16,6 +16,8 @@ from __future__ import annotations
 import enum
 import json
 import struct
+import sys
+import threading
 import types
 import typing
 from dataclasses import dataclass, field
@@ -320,6 +322,43 @@ def _decode(mtype: int, header: bytes, payload: memoryview) -> Message:
         raise ProtocolError(f"malformed {kind.name} frame: {exc}") from None
 
 
+class _FramePool:
+    """Receive buffers for large frames, reused once nothing refers to them any more.
+
+    A fresh 1 MiB ``bytearray`` per frame costs a page fault per 4 KiB page
+    (malloc serves such sizes with mmap): more than the copy out of the kernel.
+    Frames are received into pooled buffers instead; a buffer is handed out
+    again only when its reference count shows that no message, memoryview or
+    Arrow buffer still holds it. One pool per process, bounded in bytes;
+    beyond that, buffers are allocated and freed as before.
+    """
+
+    GRAIN = 256 * 1024
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._buffers: list[bytearray] = []
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> bytearray:
+        capacity = -(-size // self.GRAIN) * self.GRAIN
+        getrefcount = sys.getrefcount
+        with self._lock:
+            for buf in self._buffers:
+                # referenced only by the list, this loop and getrefcount's argument: free
+                if size <= len(buf) <= 2 * capacity and getrefcount(buf) == 3:
+                    return buf
+            buf = bytearray(capacity)
+            if self._bytes + capacity <= self.max_bytes:
+                self._buffers.append(buf)
+                self._bytes += capacity
+            return buf
+
+
+_FRAME_POOL = _FramePool(32 * 1024 * 1024)
+
+
 class FrameDecoder:
     """Incremental decoder: give it bytes, take complete messages.
 
@@ -342,6 +381,8 @@ class FrameDecoder:
         self._end = 0
         self._large: bytearray | None = None  # the frame being received in place (from its length word)
         self._large_have = 0
+        self._large_len = 0  # the frame's size (its pooled buffer may be longer)
+        self._expect_large = False  # the last frame was large: read only a prefix into the staging area
         self._out: list[Message] = []
         self.bytes_received = 0
 
@@ -349,9 +390,12 @@ class FrameDecoder:
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """Where the next received bytes should be written."""
         if self._large is not None:
-            return memoryview(self._large)[self._large_have:]
+            return memoryview(self._large)[self._large_have:self._large_len]
         if self._end == len(self._stage):
             self._compact()
+        if self._expect_large and self._end - self._start < PREFIX_SIZE:
+            # most likely another large frame: take just its prefix here, its body then lands in place
+            return memoryview(self._stage)[self._end:self._start + PREFIX_SIZE]
         return memoryview(self._stage)[self._end:]
 
     def buffer_updated(self, nbytes: int) -> list[Message]:
@@ -359,9 +403,10 @@ class FrameDecoder:
         self.bytes_received += nbytes
         if self._large is not None:
             self._large_have += nbytes
-            if self._large_have == len(self._large):
+            if self._large_have == self._large_len:
                 frame, self._large = self._large, None
-                self._out.append(self._decode_frame(memoryview(frame), 0))
+                self._expect_large = True
+                self._out.append(self._decode_frame(memoryview(frame)[:self._large_len], 0))
             return self._take()
         self._end += nbytes
         self._parse_stage()
@@ -411,6 +456,8 @@ class FrameDecoder:
             length, _, _ = self._check_prefix(stage, pos)
             total = 4 + length
             have = self._end - pos
+            if total < self.LARGE:
+                self._expect_large = False
             if have >= total:
                 with memoryview(stage) as view:
                     frame = bytes(view[pos:pos + total]) if total < self.LARGE else bytearray(view[pos:pos + total])
@@ -418,9 +465,10 @@ class FrameDecoder:
                 self._out.append(self._decode_frame(memoryview(frame), 0))
                 continue
             if total >= self.LARGE:  # receive the rest of this frame in place
-                large = bytearray(total)
-                large[:have] = stage[pos:self._end]
-                self._large, self._large_have = large, have
+                large = _FRAME_POOL.take(total)
+                with memoryview(stage) as view:
+                    large[:have] = view[pos:self._end]
+                self._large, self._large_have, self._large_len = large, have, total
                 self._start = self._end = 0
             break
         if self._start == self._end:
