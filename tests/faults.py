@@ -6,7 +6,6 @@ import signal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 _batches_seen = 0
 

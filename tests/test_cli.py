@@ -5,7 +5,6 @@ import json
 import socket
 import subprocess
 import sys
-import threading
 import urllib.request
 
 import pyarrow as pa

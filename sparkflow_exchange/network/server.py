@@ -211,7 +211,6 @@ class ServerConnection(asyncio.BufferedProtocol):
             producer = self._producer(msg.handle)
             producer.set_blocked(False)
             producer.partition.finish()
-            self.service.partition_finished(producer.partition)
             self.send(PartitionFinished(msg.handle, producer.partition.stats()))
         elif isinstance(msg, FailPartition):
             producer = self._producer(msg.handle)

@@ -185,9 +185,6 @@ class ExchangeService:
         self.partitions[msg.partition] = part
         return part
 
-    def partition_finished(self, part: ResultPartition) -> None:
-        pass
-
     def producer_lost(self, part: ResultPartition, reason: str) -> None:
         part.fail(reason)
         if self.coordinator is not None and part.exchange:
