@@ -12,7 +12,7 @@ import difflib
 import json
 import os
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -189,13 +189,6 @@ class ExchangeConfig:
                 raise ConfigError(f"bad value for {key}: {value!r} ({exc})") from None
         return cls(**kwargs)
 
-    def with_options(self, options: Mapping[str, Any]) -> "ExchangeConfig":
-        current = self.to_keys()
-        for key, value in options.items():
-            if key.lower() not in _IGNORED:
-                current[_canonical(key, source="option")] = value
-        return ExchangeConfig.from_keys(current)
-
     def to_keys(self) -> dict[str, Any]:
         """The non-default settings under their public keys (to hand to another process)."""
         out = {}
@@ -256,5 +249,3 @@ def parse_spark_defaults(text: str) -> dict[str, str]:
             out[parts[0]] = parts[1].strip()
     return out
 
-
-FIELD_NAMES = {f.name for f in fields(ExchangeConfig)}

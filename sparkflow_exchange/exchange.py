@@ -5,9 +5,6 @@ it directly). Each function takes the one :class:`ExchangeConfig`.
 """
 from __future__ import annotations
 
-import os
-import socket
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
@@ -204,6 +201,6 @@ def list_exchanges(config: ExchangeConfig | None = None) -> list[dict]:
     return _call(config or ExchangeConfig.load(), "list_exchanges")
 
 
-def attempt_id(partition_id: int, attempt_number: int, task_attempt_id: int | None = None) -> str:
-    base = f"{partition_id}-{attempt_number}"
-    return f"{base}-{task_attempt_id}" if task_attempt_id is not None else f"{base}-{socket.gethostname()}-{os.getpid()}-{time.monotonic_ns()}"
+def attempt_id(partition_id: int, attempt_number: int, task_attempt_id: int) -> str:
+    """A task attempt's name: Spark's partition, attempt number and unique task attempt id."""
+    return f"{partition_id}-{attempt_number}-{task_attempt_id}"
