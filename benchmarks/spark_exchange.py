@@ -1,17 +1,25 @@
-"""Spark benchmark: 10 million rows hash-exchanged to 8 subpartitions, beside baselines in the same session.
+"""Spark benchmark: 10 million rows hash-exchanged to 8 subpartitions, beside baselines in ONE session.
 
-Rows: long id, long key, a 16-character string, a double. Measured (best of --repeat runs after a warm-up):
+Rows: long id, long key (id % 100003), a 16-character string, a double. Cases, every one ending in
+``write.format("noop")`` so all rows flow through the measured action:
 
-* floor: a no-op Arrow sink (a Python data source writer that discards) plus a reader that yields
-  prepared Arrow batches: the cost of moving the rows through Python data sources at all;
+* floor: the generated DataFrame into a no-op Arrow sink (a ``DataSourceArrowWriter`` that discards),
+  then a reader data source yielding prepared Arrow batches of the same rows (Arrow IPC files prepared
+  before timing, memory-mapped, batches of about ``bufferSize`` bytes like the exchange's): the cost
+  of moving the rows through Python data sources at all, out and back in;
 * parquet: write to local disk, read, ``repartition(8, "key")``;
-* spark: Spark's own ``repartition(8, "key")`` (its shuffle);
-* pipelined HYBRID: written, then read;
-* pipelined PIPELINED_BOUNDED: read while written (the reader starts first, in another thread).
+* spark repartition: Spark's own ``repartition(8, "key")`` of the generated DataFrame (its shuffle);
+* pipelined HYBRID: ``df.write.format("pipelined")`` (hash on key, 8 subpartitions), then read;
+* pipelined PIPELINED_BOUNDED: the read (thread started first, waiting for the declaration) while the
+  write runs in another thread.
 
-Every measured action ends in ``write.format("noop")`` so all rows flow. The session is local[10]
-on this 2-core machine: a pipelined read and its write need slots at once (2 writers + 8 readers).
-Run: .venv/bin/python benchmarks/spark_exchange.py [--rows 10000000] [--repeat 2]
+Session: ``local[10]`` on this 2-core machine. A pipelined read and its write run at once and need
+slots at once: 8 read tasks (one per subpartition) + 2 write tasks (the DataFrame has 2 partitions,
+one per core). Every case uses the same session; AQE is off so plans do not change between rounds.
+Rounds are interleaved (each round runs every case once) after a warm-up round; best of ``--repeat``.
+The embedded exchange service runs from a temp runtime dir; it is stopped by pid and the dir removed.
+
+Run: .venv/bin/python benchmarks/spark_exchange.py [--rows 10000000] [--repeat 3]
 """
 from __future__ import annotations
 
@@ -19,16 +27,21 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-os.environ.setdefault("SPARKFLOW_EXCHANGE_RUNTIME_DIR", tempfile.mkdtemp(prefix="sparkflow-bench-rt-"))
+TMP = Path(tempfile.mkdtemp(prefix="sparkflow-bench-spark-"))
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+os.environ["SPARKFLOW_EXCHANGE_RUNTIME_DIR"] = str(TMP / "runtime")
 
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql.datasource import (  # noqa: E402
     DataSource,
@@ -39,6 +52,8 @@ from pyspark.sql.datasource import (  # noqa: E402
 )
 
 N_SUB = 8
+SLOTS = 10
+WRITE_PARTITIONS = 2
 
 
 class NoopArrowSink(DataSource):
@@ -54,20 +69,16 @@ class NoopArrowSink(DataSource):
 
 class _NoopWriter(DataSourceArrowWriter):
     def write(self, iterator):
-        rows = 0
-        for batch in iterator:
-            rows += batch.num_rows
+        for _batch in iterator:
+            pass
         return WriterCommitMessage()
 
     def commit(self, messages):
         pass
 
 
-_PREPARED: dict = {}
-
-
 class PreparedBatches(DataSource):
-    """The floor's reader: yields Arrow batches prepared once per worker (same rows as the exchange)."""
+    """The floor's reader: yields the prepared Arrow batches of one file per partition (memory-mapped)."""
 
     @classmethod
     def name(cls) -> str:
@@ -77,7 +88,7 @@ class PreparedBatches(DataSource):
         return "id long, key long, s string, d double"
 
     def reader(self, schema):
-        return _PreparedReader(int(self.options["rows"]))
+        return _PreparedReader(self.options["dir"])
 
 
 class _Split(InputPartition):
@@ -86,63 +97,111 @@ class _Split(InputPartition):
 
 
 class _PreparedReader(DataSourceReader):
-    def __init__(self, rows: int) -> None:
-        self.rows = rows
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
 
     def partitions(self):
         return [_Split(i) for i in range(N_SUB)]
 
     def read(self, partition):
-        import numpy as np
         import pyarrow as pa
-        import pyarrow.compute as pc
 
-        key = (self.rows, partition.index)
-        if key not in _PREPARED:
-            per = self.rows // N_SUB
-            ids = np.arange(partition.index * per, (partition.index + 1) * per, dtype=np.int64)
-            table = pa.table({
-                "id": ids, "key": ids % 100_003,
-                "s": pc.utf8_lpad(pc.cast(pa.array(ids), pa.string()), 16, "x"),
-                "d": np.random.default_rng(partition.index).random(len(ids)),
-            })
-            _PREPARED[key] = table.to_batches(max_chunksize=10_000)
-        yield from _PREPARED[key]
+        with pa.memory_map(f"{self.directory}/part-{partition.index}.arrow") as source:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
 
 
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+def prepare_floor_files(rows: int, directory: Path, batch_bytes: int) -> None:
+    """The same rows as the generated DataFrame, in N_SUB Arrow IPC files of about batch_bytes batches."""
+    directory.mkdir(parents=True)
+    schema = pa.schema([("id", pa.int64()), ("key", pa.int64()), ("s", pa.string()), ("d", pa.float64())])
+    per = -(-rows // N_SUB)
+    for index in range(N_SUB):
+        ids = np.arange(index * per, min(rows, (index + 1) * per), dtype=np.int64)
+        table = pa.table({"id": ids, "key": ids % 100_003,
+                          "s": pc.utf8_lpad(pc.cast(pa.array(ids), pa.string()), 16, "x"),
+                          "d": np.random.default_rng(index).random(len(ids))}, schema=schema)
+        rows_per_batch = max(1, len(ids) * batch_bytes // max(table.nbytes, 1))
+        with pa.OSFile(str(directory / f"part-{index}.arrow"), "wb") as sink, \
+                pa.ipc.new_file(sink, schema) as writer:
+            for batch in table.to_batches(max_chunksize=rows_per_batch):
+                writer.write_batch(batch)
+
+
+def stop_embedded_services(runtime: Path) -> list[int]:
+    """Stop the exchange service(s) this run started (found by pid in the runtime dir)."""
+    stopped = []
+    for state in runtime.glob("*.json"):
+        try:
+            pid = json.loads(state.read_text()).get("pid")
+        except (OSError, ValueError):
+            continue
+        if not isinstance(pid, int):
+            continue
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        stopped.append(pid)
+    return stopped
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=10_000_000)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", default=str(Path(__file__).parent / "spark_exchange-latest.json"))
     args = parser.parse_args()
+    spark = None
+    try:
+        from sparkflow_exchange.config import ExchangeConfig
 
-    spark = (SparkSession.builder.master("local[10]").appName("sparkflow-bench")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", str(N_SUB))
-             .config("spark.sql.adaptive.enabled", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+        buffer_size = ExchangeConfig().buffer_size
+        prepare_floor_files(args.rows, TMP / "floor", buffer_size)
+        spark = (SparkSession.builder.master(f"local[{SLOTS}]").appName("sparkflow-bench")
+                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", str(N_SUB))
+                 .config("spark.sql.adaptive.enabled", "false").config("spark.driver.memory", "3g")
+                 .getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        results = run(spark, args, buffer_size)
+    finally:
+        if spark is not None:
+            spark.stop()
+        stopped = stop_embedded_services(TMP / "runtime")
+        shutil.rmtree(TMP, ignore_errors=True)
+    print(f"(stopped exchange service pid(s) {stopped}; removed {TMP})")
+    Path(args.out).write_text(json.dumps(results, indent=2))
+
+
+def run(spark: SparkSession, args: argparse.Namespace, buffer_size: int) -> dict:
     spark.dataSource.register(NoopArrowSink)
     spark.dataSource.register(PreparedBatches)
-    df = spark.range(0, args.rows, 1, 2).selectExpr(
+    df = spark.range(0, args.rows, 1, WRITE_PARTITIONS).selectExpr(
         "id", "id % 100003 AS key", "lpad(CAST(id AS STRING), 16, 'x') AS s", "rand(7) AS d")
-    tmp = Path(tempfile.mkdtemp(prefix="sparkflow-bench-parquet-"))
+    parquet_dir = TMP / "parquet"
 
     def noop(frame) -> None:
         frame.write.format("noop").mode("overwrite").save()
 
     def floor() -> None:
         df.write.format("floor_sink").mode("append").save()
-        noop(spark.read.format("floor_source").option("rows", str(args.rows)).load())
+        noop(spark.read.format("floor_source").option("dir", str(TMP / "floor")).load())
 
     def parquet() -> None:
-        df.write.mode("overwrite").parquet(str(tmp / "p"))
-        noop(spark.read.parquet(str(tmp / "p")).repartition(N_SUB, "key"))
+        df.write.mode("overwrite").parquet(str(parquet_dir))
+        noop(spark.read.parquet(str(parquet_dir)).repartition(N_SUB, "key"))
 
     def spark_shuffle() -> None:
         noop(df.repartition(N_SUB, "key"))
@@ -161,48 +220,70 @@ def main() -> None:
 
     counter = [0]
 
+    def in_thread(fn, *fn_args) -> tuple[threading.Thread, list]:
+        errors: list[BaseException] = []
+
+        def body() -> None:
+            try:
+                spark._jvm.org.apache.spark.sql.classic.SparkSession.setActiveSession(spark._jsparkSession)
+                fn(*fn_args)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by the caller
+                errors.append(exc)
+
+        thread = threading.Thread(target=body)
+        thread.start()
+        return thread, errors
+
     def pipelined() -> None:
         counter[0] += 1
         name = f"bench-pipelined-{counter[0]}"
-        errors: list[BaseException] = []
+        reader, read_errors = in_thread(read_exchange, name)
+        time.sleep(0.2)  # the read is being planned: it waits for the write's declaration
+        writer, write_errors = in_thread(write_exchange, name, "PIPELINED_BOUNDED")
+        writer.join()
+        reader.join()
+        if write_errors or read_errors:
+            raise (write_errors or read_errors)[0]
 
-        def reader() -> None:
-            try:
-                read_exchange(name)
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
-
-        t = threading.Thread(target=reader)
-        t.start()
-        time.sleep(0.05)  # let the reader thread start planning; it waits for the declaration
-        write_exchange(name, "PIPELINED_BOUNDED")
-        t.join()
-        if errors:
-            raise errors[0]
-
-    cases = {"floor": floor, "parquet": parquet, "spark repartition": spark_shuffle,
+    cases = {"floor (no-op Arrow sink + prepared Arrow batches)": floor,
+             "parquet (write, read, repartition(8, key))": parquet,
+             "spark repartition(8, key)": spark_shuffle,
              "pipelined HYBRID (write, then read)": hybrid,
              "pipelined PIPELINED_BOUNDED (read while written)": pipelined}
-    for fn in cases.values():  # warm-up: workers, imports, the embedded service, prepared batches
+    for fn in cases.values():  # warm-up: JVM code paths, Python workers, imports, the embedded service
         fn()
-    best = {label: min(timed(fn) for _ in range(args.repeat)) for label, fn in cases.items()}
-    spark.stop()
-    shutil.rmtree(tmp, ignore_errors=True)
-
+    times: dict[str, list[float]] = {label: [] for label in cases}
+    load_before = os.getloadavg()[0]
+    for _ in range(args.repeat):
+        for label, fn in cases.items():
+            start = time.perf_counter()
+            fn()
+            times[label].append(time.perf_counter() - start)
+    load_after = os.getloadavg()[0]
+    best = {label: min(t) for label, t in times.items()}
+    floor_s, parquet_s = best["floor (no-op Arrow sink + prepared Arrow batches)"], \
+        best["parquet (write, read, repartition(8, key))"]
+    hybrid_s, pipelined_s = best["pipelined HYBRID (write, then read)"], \
+        best["pipelined PIPELINED_BOUNDED (read while written)"]
     ratios = {
-        "HYBRID / parquet (target <= 1.1)": best["pipelined HYBRID (write, then read)"] / best["parquet"],
-        "HYBRID / floor (target <= 1.3)": best["pipelined HYBRID (write, then read)"] / best["floor"],
-        "PIPELINED_BOUNDED / parquet (target <= 0.9)":
-            best["pipelined PIPELINED_BOUNDED (read while written)"] / best["parquet"],
-        "HYBRID / spark repartition": best["pipelined HYBRID (write, then read)"] / best["spark repartition"],
+        "HYBRID / parquet (target <= 1.1)": hybrid_s / parquet_s,
+        "HYBRID / floor (target <= 1.3)": hybrid_s / floor_s,
+        "PIPELINED_BOUNDED / parquet (target <= 0.9)": pipelined_s / parquet_s,
+        "PIPELINED_BOUNDED / floor": pipelined_s / floor_s,
+        "HYBRID / spark repartition": hybrid_s / best["spark repartition(8, key)"],
+        "PIPELINED_BOUNDED / spark repartition": pipelined_s / best["spark repartition(8, key)"],
     }
-    print(f"{args.rows:,} rows, hash to {N_SUB} subpartitions, best of {args.repeat}")
+    print(f"{args.rows:,} rows, hash on key to {N_SUB} subpartitions, local[{SLOTS}] on {os.cpu_count()} CPUs, "
+          f"best of {args.repeat} (load average {load_before:.1f} before, {load_after:.1f} after)")
     for label, secs in best.items():
-        print(f"  {label:52s} {secs:7.2f} s")
+        every = " ".join(f"{t:.2f}" for t in times[label])
+        print(f"  {label:52s} {secs:7.2f} s   [{every}]")
     for label, ratio in ratios.items():
         print(f"  {label:52s} {ratio:7.2f}")
-    Path(args.out).write_text(json.dumps({"rows": args.rows, "date": time.strftime("%Y-%m-%d %H:%M"),
-                                          "seconds": best, "ratios": ratios}, indent=2))
+    return {"rows": args.rows, "repeat": args.repeat, "date": time.strftime("%Y-%m-%d %H:%M"),
+            "master": f"local[{SLOTS}]", "cpus": os.cpu_count(), "buffer_size": buffer_size,
+            "loadavg_before_after": [load_before, load_after], "seconds": best, "all_seconds": times,
+            "ratios": ratios}
 
 
 if __name__ == "__main__":
