@@ -35,7 +35,16 @@ def write(df: Any, exchange: str, mode: str = "overwrite", **options: Any) -> No
     opts = {k: str(v) for k, v in options.items()}
     if not any(k.lower() == "numsubpartitions" for k in opts):
         opts["numSubpartitions"] = str(df.rdd.getNumPartitions())
+    _activate(df.sparkSession)
     df.write.format("pipelined").mode(mode).option("exchange", exchange).options(**opts).save()
+
+
+def _activate(session: Any) -> None:
+    """A write from a fresh thread needs the JVM's active session, or Spark cannot find the source."""
+    try:
+        session._jvm.org.apache.spark.sql.classic.SparkSession.setActiveSession(session._jsparkSession)
+    except Exception:  # noqa: BLE001 - Spark Connect or older Spark: nothing to set
+        pass
 
 
 def plugin_jar() -> str:

@@ -259,3 +259,25 @@ def test_read_without_producers_fails_after_producer_timeout_and_mentions_slots(
         assert time.monotonic() - start < 60
     finally:
         ex.abort_write(handle, "test over")
+
+
+def test_write_helper_fills_the_width_and_works_from_a_fresh_thread(spark):
+    import sparkflow_exchange
+
+    df = spark.range(0, 300, 1, 3)
+    name = unique("helper")
+    errors: list = []
+
+    def writer():
+        try:
+            sparkflow_exchange.write(df, name, partitioner="hash", keys="id")
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            errors.append(exc)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    t.join(120)
+    assert not errors, errors
+    got = read(spark, name)
+    assert got.rdd.getNumPartitions() == 3  # the DataFrame's partition count
+    assert sorted(r.id for r in got.collect()) == list(range(300))
