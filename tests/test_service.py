@@ -217,3 +217,34 @@ def test_output_flusher_sends_a_trickle_within_the_buffer_timeout(tmp_service):
     ex.commit_write(handle, [task.finish()["partition"]])
     reader.join(10)
     assert not reader.is_alive()
+
+
+@pytest.mark.parametrize("partition_type", ["BLOCKING", "HYBRID"])
+def test_partition_request_resumes_from_a_sequence_number(tmp_service, partition_type):
+    """A consumer that reconnects asks for the rest only: buffers from ``resume_from`` on, in order."""
+    from sparkflow_exchange.network.protocol import BufferKind, BufferResponse, PartitionRequest
+
+    svc = tmp_service()
+    cfg = client_config(svc, exchange=f"resume-{partition_type}", partitioner="forward", numSubpartitions=1,
+                        partitionType=partition_type, bufferSize="8k", hostId="elsewhere")
+    handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
+    results: dict[int, str] = {}
+    run_producer(cfg, handle, 0, producer_batches(0, 20_000), results)
+    ex.commit_write(handle, [results[0]])
+
+    def fetch(resume_from: int) -> list[BufferResponse]:
+        got = []
+        with svc.connect() as conn:
+            conn.send(PartitionRequest(results[0], 0, 1, 1000, resume_from))
+            while True:
+                msg = conn.recv(10)
+                assert isinstance(msg, BufferResponse), msg
+                got.append(msg)
+                if msg.kind == BufferKind.END_OF_PARTITION:
+                    return got
+
+    everything = fetch(0)
+    assert len(everything) > 10
+    rest = fetch(7)
+    assert [m.seq for m in rest] == [m.seq for m in everything[7:]]
+    assert [bytes(m.payload) for m in rest] == [bytes(m.payload) for m in everything[7:]]
