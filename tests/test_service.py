@@ -248,3 +248,27 @@ def test_partition_request_resumes_from_a_sequence_number(tmp_service, partition
     rest = fetch(7)
     assert [m.seq for m in rest] == [m.seq for m in everything[7:]]
     assert [bytes(m.payload) for m in rest] == [bytes(m.payload) for m in everything[7:]]
+
+
+def test_channel_reconnects_and_resumes_after_its_connection_drops(tmp_service):
+    from sparkflow_exchange.network.aio_client import ClientRuntime
+
+    svc = tmp_service()
+    cfg = client_config(svc, exchange="reconnect", partitioner="forward", numSubpartitions=1,
+                        partitionType="HYBRID", bufferSize="8k", hostId="elsewhere")
+    handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
+    results: dict[int, str] = {}
+    run_producer(cfg, handle, 0, producer_batches(0, 30_000), results)
+    ex.commit_write(handle, [results[0]])
+    desc = ex.describe_exchange(cfg)
+    runtime = ClientRuntime.get()
+    seqs: list[int] = []
+    cut: list = []
+    for batch in ex.read_subpartition(cfg, desc, 0):
+        seqs.extend(batch.column("seq").to_pylist())
+        if not cut and len(seqs) > 5000:
+            cut = [runtime._connections[(svc.tcp, svc.secret)].result()]
+            runtime.call_soon(cut[0].transport.abort)  # the connection to the service drops mid-read
+    assert cut and len(seqs) == 30_000
+    assert seqs == list(range(30_000))  # every row once, in order, across the reconnect
+    assert runtime._connections[(svc.tcp, svc.secret)].result() is not cut[0], "no new connection was opened"

@@ -12,6 +12,7 @@ which the gate schedules there once the reader is done with a buffer.
 """
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -65,7 +66,14 @@ class Channel:
 
 
 class InputChannel(Channel):
-    """A channel fed by a service over a connection, under credit."""
+    """A channel fed by a service over a connection, under credit.
+
+    If the connection drops while reading a re-readable partition (HYBRID,
+    BLOCKING), the channel reconnects and asks for the rest from its next
+    sequence number, re-announcing its empty buffers as the initial credit.
+    """
+
+    MAX_RECONNECTS = 3
 
     def __init__(self, gate: "InputGate", producer: dict, subpartition: int, address: str) -> None:
         super().__init__(gate, producer, subpartition)
@@ -73,6 +81,8 @@ class InputChannel(Channel):
         self.credit = ChannelCredit(gate.config.buffers_per_channel, gate.floating, self.receiver_id)
         self.conn: ClientConnection | None = None
         self.next_seq = 0
+        self.resumable = gate.exchange.get("partition_type") in ("HYBRID", "BLOCKING")
+        self.reconnects = 0
 
     async def request(self) -> None:
         try:
@@ -86,8 +96,9 @@ class InputChannel(Channel):
             return
         self.conn.channels[self.receiver_id] = self
         self.state = "requested"
+        # every empty buffer is credit: the exclusive ones at first, whatever is free after a reconnect
         self.conn.send(PartitionRequest(self.partition, self.subpartition, self.receiver_id,
-                                        self.credit.initial_credit(), self.next_seq))
+                                        self.credit.announced, self.next_seq))
 
     # ------------------------------------------------------------ from the connection
     def on_message(self, msg: BufferResponse | ErrorResponse) -> None:
@@ -117,6 +128,13 @@ class InputChannel(Channel):
             self.gate.channel_finished(self)
 
     def on_connection_lost(self, reason: str) -> None:
+        if self.state == "requested" and self.resumable and self.reconnects < self.MAX_RECONNECTS:
+            self.reconnects += 1
+            self._detach()
+            self.state = "pending"
+            delay = 0.2 * self.reconnects
+            asyncio.get_running_loop().call_later(delay, lambda: asyncio.ensure_future(self.request()))
+            return
         if self.state in ("requested", "pending"):
             self.fail(f"lost the exchange service holding partition {self.partition} at {self.address}: {reason}", code="lost")
 

@@ -95,7 +95,8 @@ class InputGate:
             return
         state = body.get("state")
         if state == "lost":
-            self._fail(f"lost the coordinator of exchange {self.name!r}: {body.get('reason')}")
+            if self.sealed is None:  # once the producer set is final, the coordinator has nothing more to say
+                self._fail(f"lost the coordinator of exchange {self.name!r}: {body.get('reason')}")
             return
         if state == "dropped":
             self._fail(f"exchange {self.name!r} was dropped while it was being read")
