@@ -212,8 +212,19 @@ def test_tls(tmp_service, tmp_path):
     desc = ex.describe_exchange(cfg)
     rows = sorted(v for s in range(2) for b in ex.read_subpartition(cfg, desc, s) for v in b.column("a").to_pylist())
     assert rows == list(range(5000))
-    # a plaintext client on the TLS port fails with an error, not a hang
+    # a plaintext client on the TLS port fails with an error that says what is wrong, not a hang
+    import asyncio
+
+    from sparkflow_exchange.network.aio_client import open_connection
+    from sparkflow_exchange.network.blocking_client import BlockingConnection
+
     start = time.monotonic()
-    with pytest.raises(ServiceError):
-        svc.connect()
-    assert time.monotonic() - start < 15
+    with pytest.raises(ServiceError, match="no ServerHello within 2 s .*TLS"):
+        BlockingConnection(svc.tcp, svc.secret, timeout=2.0)
+    with pytest.raises(ServiceError, match="no ServerHello within 2 s .*TLS"):
+        asyncio.run(open_connection(svc.tcp, svc.secret, timeout=2.0))
+    assert time.monotonic() - start < 10
+    healthy_tls = BlockingConnection(svc.tcp, svc.secret, timeout=10.0,
+                                     ssl_ctx=auth.client_ssl_context(str(cert)))
+    with healthy_tls as conn:  # and the service still serves TLS clients
+        assert conn.call("ping")["service_id"]

@@ -157,7 +157,12 @@ async def open_connection(address: str | Address, secret: str | None, *, host_id
                                        ssl=ssl_ctx), timeout)
     except (OSError, asyncio.TimeoutError) as exc:
         raise ServiceError(f"cannot reach the exchange service at {addr}: {exc or 'timed out'}", "unreachable") from None
-    await asyncio.wait_for(conn.ready, timeout)
+    try:
+        await asyncio.wait_for(conn.ready, timeout)
+    except asyncio.TimeoutError:
+        conn.transport.close()
+        raise ServiceError(f"the exchange service at {addr} sent no ServerHello within {timeout:g} s "
+                           "(is it a TLS port? then set tls.caFile)", "timeout") from None
     return conn
 
 

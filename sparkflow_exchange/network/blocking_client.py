@@ -82,6 +82,10 @@ class BlockingConnection:
         self._calls = itertools.count(1)
         self.timeout = timeout
         hello = self.recv(timeout)
+        if hello is None:  # e.g. a plaintext client on a TLS port: both sides wait for the other to speak
+            self.close()
+            raise ServiceError(f"service at {self.address} sent no ServerHello within {timeout:g} s "
+                               "(is it a TLS port? then set tls.caFile)", "timeout")
         if isinstance(hello, ErrorResponse):
             raise ServiceError(f"service at {self.address} refused the connection: {hello.message}", hello.code)
         if not isinstance(hello, ServerHello):
