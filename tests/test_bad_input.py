@@ -55,8 +55,8 @@ class RawClient:
             self.pending.extend(self.decoder.feed(data))
         return self.pending.pop(0)
 
-    def error_then_close(self) -> ErrorResponse:
-        msg = self.next()
+    def error_then_close(self, timeout: float = 10.0) -> ErrorResponse:
+        msg = self.next(timeout)
         assert isinstance(msg, ErrorResponse), msg
         self.sock.settimeout(10)
         assert self.sock.recv(65536) == b"", "the service should close the connection after a fatal error"
@@ -228,3 +228,18 @@ def test_tls(tmp_service, tmp_path):
                                      ssl_ctx=auth.client_ssl_context(str(cert)))
     with healthy_tls as conn:  # and the service still serves TLS clients
         assert conn.call("ping")["service_id"]
+
+
+def test_silent_or_half_frame_clients_do_not_block_others_and_are_dropped(svc):
+    from sparkflow_exchange.network.server import HELLO_TIMEOUT
+
+    silent = RawClient(svc, authenticate=False)  # connects, reads ServerHello, never says Hello
+    half = RawClient(svc, authenticate=False)
+    half.sock.sendall(encode_bytes(Hello("slow", auth.prove(svc.secret, half.nonce)))[:10])  # and stalls mid-frame
+    healthy(svc)  # neither holds up the service
+    start = time.monotonic()
+    for client in (silent, half):
+        error = client.error_then_close(timeout=HELLO_TIMEOUT + 5)
+        assert error.fatal and "no Hello within" in error.message
+    assert time.monotonic() - start < HELLO_TIMEOUT + 5
+    healthy(svc)

@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 HIGH_WATER = 4 * 1024 * 1024
 LOW_WATER = 1 * 1024 * 1024
+HELLO_TIMEOUT = 10.0  # a connection that has not authenticated by then is closed
 MAX_GRANT = 64  # credit granted to a BLOCKING writer at a time
 
 
@@ -108,6 +109,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.channel_bytes: dict[int, int] = {}
         self.locality = "remote"
         self.peer = ""
+        self._hello_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------ transport
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -117,9 +119,16 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.peer = str(transport.get_extra_info("peername") or "unix")
         self.service.connections.add(self)
         self.send(ServerHello(self.nonce, self.service.service_id, self.service.host_id))
+        self._hello_timer = asyncio.get_running_loop().call_later(HELLO_TIMEOUT, self._no_hello)
+
+    def _no_hello(self) -> None:
+        if not self.authenticated and not self.closed:
+            self.fatal(f"no Hello within {HELLO_TIMEOUT:g} s of connecting", code="auth")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
         self.service.connections.discard(self)
         if self.decoder.pending:
             log.info("client %s vanished mid-frame (%d bytes of an incomplete frame dropped)", self.peer, self.decoder.pending)
@@ -185,6 +194,7 @@ class ServerConnection(asyncio.BufferedProtocol):
                 self.fatal(reason, code="auth")
                 return
             self.authenticated = True
+            self._hello_timer.cancel()
             self.client_id = msg.client_id
             self.client_host = msg.host_id
             self.locality = "local" if msg.host_id == self.service.host_id else "remote"
