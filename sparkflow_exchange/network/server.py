@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..partition.subpartition import ERROR_KIND
 from . import auth
@@ -103,7 +103,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.pump_scheduled = False
         self.closed = False
         self.producers: dict[int, _Producer] = {}
-        self.subscriptions: set[str] = set()
+        self.subscriptions: dict[str, Callable[[], None]] = {}  # topic -> unsubscribe from the coordinator
         self.bytes_sent = 0
         self.bytes_received = 0
         self.channel_bytes: dict[int, int] = {}

@@ -13,6 +13,7 @@ may be read (DESIGN.md section 3):
 from __future__ import annotations
 
 import time
+import uuid
 from collections import deque
 from pathlib import Path
 from typing import Callable
@@ -25,6 +26,12 @@ from .subpartition import Subpartition, SubpartitionView
 
 class PartitionStateError(RuntimeError):
     pass
+
+
+def _spill_name(pid: str) -> str:
+    """A file name for any partition id: safe characters, bounded length, unique per registration."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in pid)[:80]
+    return f"{safe}-{uuid.uuid4().hex[:6]}.data"
 
 
 class ResultPartition:
@@ -49,9 +56,9 @@ class ResultPartition:
         self.consume_once = partition_type == "PIPELINED_BOUNDED"
         self.blocking = partition_type == "BLOCKING"
         self.num_subpartitions = num_subpartitions
-        self.pool = BufferPool(budget, 0 if self.blocking else slots, buffer_size) if not self.blocking else None
+        self.pool = None if self.blocking else BufferPool(budget, slots, buffer_size)
         self.subpartitions = [Subpartition(self, i) for i in range(num_subpartitions)]
-        self.spill: SpillFile | None = None if self.consume_once else SpillFile(Path(spill_dir) / f"{pid}.data")
+        self.spill: SpillFile | None = None if self.consume_once else SpillFile(Path(spill_dir) / _spill_name(pid))
         self._in_memory: deque[StoredBuffer] = deque()  # oldest first, for eviction
         self.finished = False
         self.failure: str | None = None

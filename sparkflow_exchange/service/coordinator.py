@@ -185,7 +185,7 @@ class Coordinator:
         if len(set(indexes)) != len(indexes):
             raise RpcError(f"commit of {name!r} names two attempts of one task: {indexes}", "bad_request")
         if ex.partitioner.get("name") == "forward":
-            total = len([p for p in ex.committed]) + len(partitions)
+            total = len(ex.committed) + len(partitions)
             if ex.num_subpartitions is not None and total != ex.num_subpartitions:
                 raise RpcError(
                     f"forward needs equal parallelism: {total} producers but numSubpartitions={ex.num_subpartitions}; "

@@ -170,7 +170,6 @@ class ExchangeService:
             raise ValueError(f"partition {msg.partition!r} is already registered")
         if not 1 <= msg.num_subpartitions <= 1 << 16:
             raise ValueError(f"numSubpartitions {msg.num_subpartitions} is out of range 1..65536")
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in msg.partition)[:80]
         if msg.buffer_size < 0 or msg.buffer_size > self.config.max_frame_size // 2 or msg.buffers < 0:
             raise ValueError(f"bad pool request: {msg.buffers} buffers of {msg.buffer_size} bytes")
         part = ResultPartition(
@@ -178,10 +177,6 @@ class ExchangeService:
             msg.buffers or self.config.buffers_per_partition, msg.buffer_size or self.config.buffer_size,
             self.spill_dir, exchange=msg.exchange, attempt=msg.attempt,
         )
-        if part.spill is not None:
-            target = self.spill_dir / f"{safe}-{uuid.uuid4().hex[:6]}.data"
-            os.rename(part.spill.path, target)
-            part.spill.path, part.spill.index_path = target, target.with_suffix(".index")
         self.partitions[msg.partition] = part
         return part
 
@@ -218,8 +213,9 @@ class ExchangeService:
             log.warning("could not release %d partitions on %s: %s", len(pids), address, exc)
 
     def on_connection_closed(self, conn: ServerConnection) -> None:
-        for unsubscribe in getattr(conn, "unsubscribers", []):
+        for unsubscribe in conn.subscriptions.values():
             unsubscribe()
+        conn.subscriptions.clear()
 
     # ------------------------------------------------------------ rpc
     async def rpc(self, conn: ServerConnection, method: str, args: dict) -> Any:
@@ -252,12 +248,13 @@ class ExchangeService:
             topic = args["topic"]
             from ..network.protocol import Notify
 
-            unsubscribe = coord.subscribe(name, lambda body: conn.send(Notify(topic, body)))
-            conn.__dict__.setdefault("unsubscribers", []).append(unsubscribe)
-            conn.__dict__.setdefault("subscriptions_by_topic", {})[topic] = unsubscribe
+            previous = conn.subscriptions.pop(topic, None)
+            if previous:
+                previous()
+            conn.subscriptions[topic] = coord.subscribe(name, lambda body: conn.send(Notify(topic, body)))
             return {"ok": True}
         if method == "unsubscribe":
-            unsubscribe = conn.__dict__.get("subscriptions_by_topic", {}).pop(args["topic"], None)
+            unsubscribe = conn.subscriptions.pop(args["topic"], None)
             if unsubscribe:
                 unsubscribe()
             return {"ok": True}
