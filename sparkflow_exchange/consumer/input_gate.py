@@ -61,9 +61,7 @@ class InputGate:
         self.bytes = 0
 
     def ssl_for(self, address: str):
-        if address.startswith("unix:"):
-            return None
-        return auth.client_ssl_context(self.config.tls_ca_file, self.config.tls_cert_file)
+        return auth.ssl_for(address, self.config)
 
     # ------------------------------------------------------------ IO thread
     async def _start(self) -> None:

@@ -167,7 +167,7 @@ async def open_connection(address: str | Address, secret: str | None, *, host_id
 
 
 async def rpc_once(address: str, secret: str | None, config: Any, method: str, args: dict) -> Any:
-    ssl_ctx = auth.client_ssl_context(config.tls_ca_file, config.tls_cert_file)
+    ssl_ctx = auth.ssl_for(address, config)
     conn = await open_connection(address, secret, ssl_ctx=ssl_ctx, max_frame=config.max_frame_size)
     try:
         return await conn.rpc(method, args)

@@ -46,6 +46,13 @@ def server_ssl_context(cert_file: str | None, key_file: str | None) -> ssl.SSLCo
     return ctx
 
 
+def ssl_for(address: str, config) -> ssl.SSLContext | None:
+    """The client context for a service address: TLS over TCP when configured, never on a Unix socket."""
+    if address.startswith("unix:"):
+        return None
+    return client_ssl_context(config.tls_ca_file, config.tls_cert_file)
+
+
 def client_ssl_context(ca_file: str | None, cert_file: str | None = None) -> ssl.SSLContext | None:
     """A client context when TLS is configured; the service's certificate (or CA) is the trust root."""
     trust = ca_file or cert_file

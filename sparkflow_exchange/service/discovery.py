@@ -26,7 +26,7 @@ class Endpoints:
     host_id: str
 
     def connect(self, address: str, config: ExchangeConfig, timeout: float = 30.0) -> BlockingConnection:
-        ssl_ctx = None if address.startswith("unix:") else auth.client_ssl_context(config.tls_ca_file, config.tls_cert_file)
+        ssl_ctx = auth.ssl_for(address, config)
         return BlockingConnection(address, self.secret, timeout=timeout, ssl_ctx=ssl_ctx, host_id=self.host_id,
                                   max_frame=config.max_frame_size)
 
@@ -48,11 +48,7 @@ def plugin_state() -> dict | None:
     pid = jvm_pid()
     if pid is None:
         return None
-    path = jvm_file(pid)
-    if not path.exists():
-        return None
-    info = read_state(path)
-    return info
+    return read_state(jvm_file(pid))
 
 
 def resolve(config: ExchangeConfig, *, start_embedded: bool = True) -> Endpoints:
