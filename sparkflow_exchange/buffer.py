@@ -32,6 +32,26 @@ class BatchEncoder:
         self.compression = None if compression == "none" else compression
         self.flags = FLAG_COMPRESSED if self.compression else 0
         self._options = ipc.IpcWriteOptions(compression=self.compression)
+        self._schema_len = self._stream_schema_length()
+
+    def _stream_schema_length(self) -> int | None:
+        """Bytes an IPC stream spends on its schema before the first batch; None if not just a schema.
+
+        ``encode_into`` writes a whole stream into the destination and hands out
+        what follows the schema; that needs the schema message to be all that
+        precedes the batch (no dictionary batches).
+        """
+        sink = pa.BufferOutputStream()
+        with ipc.new_stream(sink, self.schema, options=self._options) as writer:
+            empty = pa.RecordBatch.from_pylist([], schema=self.schema)
+            writer.write_batch(empty)
+        stream = sink.getvalue()
+        schema_len = len(self.schema.serialize())
+        try:
+            ipc.read_record_batch(stream.slice(schema_len), self.schema)
+        except (pa.ArrowInvalid, OSError, ValueError):
+            return None
+        return schema_len
 
     def encode(self, batch: pa.RecordBatch) -> pa.Buffer:
         if self.compression is None:
@@ -44,6 +64,20 @@ class BatchEncoder:
             writer.write_batch(batch)
             end = sink.tell()
         return sink.getvalue().slice(start, end - start)
+
+
+    def encode_into(self, batch: pa.RecordBatch, dest: memoryview) -> tuple[int, int] | None:
+        """Serialise ``batch`` straight into ``dest`` (a shared-memory slot): (offset, length), or None if it won't fit."""
+        if self._schema_len is None:
+            return None
+        if self.compression is None and ipc.get_record_batch_size(batch) + self._schema_len > len(dest):
+            return None
+        sink = pa.FixedSizeBufferWriter(pa.py_buffer(dest))
+        try:
+            ipc.new_stream(sink, self.schema, options=self._options).write_batch(batch)
+        except (pa.ArrowInvalid, OSError):  # compressed data that did not shrink enough
+            return None
+        return self._schema_len, sink.tell() - self._schema_len
 
 
 def decode(payload: bytes | memoryview | pa.Buffer, schema: pa.Schema) -> pa.RecordBatch:

@@ -121,7 +121,8 @@ class ProducerTask:
             self.writer = PartitionWriter(self.conn, self.partition, num_subs, config.partition_type,
                                           exchange=handle.name, attempt=attempt,
                                           no_consumer_timeout=config.no_consumer_timeout,
-                                          buffer_size=config.buffer_size, buffers=config.buffers_per_partition)
+                                          buffer_size=config.buffer_size, buffers=config.buffers_per_partition,
+                                          shared_memory=config.shared_memory)
         except ServiceError as exc:
             raise ExchangeError(str(exc)) from None
         self._coordinator_call("register_producer", name=handle.name, epoch=handle.epoch, write_id=handle.write_id,

@@ -30,9 +30,14 @@ from sparkflow_exchange.network.protocol import (
 class RawClient:
     """A raw socket speaking (or mangling) the protocol."""
 
-    def __init__(self, svc, authenticate: bool = True, secret: str | None = None) -> None:
-        host, port = svc.tcp.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=10)
+    def __init__(self, svc, authenticate: bool = True, secret: str | None = None, unix: bool = False) -> None:
+        if unix:  # the service's host: the Unix socket
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(10)
+            self.sock.connect(svc.unix.removeprefix("unix:"))
+        else:
+            host, port = svc.tcp.rsplit(":", 1)
+            self.sock = socket.create_connection((host, int(port)), timeout=10)
         self.decoder = FrameDecoder()
         self.pending: list = []
         hello = self.next()

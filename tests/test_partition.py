@@ -39,9 +39,11 @@ def read_all(view):
 class Listener:
     def __init__(self):
         self.calls = 0
+        self.args = []
 
-    def __call__(self):
+    def __call__(self, *args):
         self.calls += 1
+        self.args.extend(args)
 
 
 # ------------------------------------------------------------------ PIPELINED_BOUNDED
@@ -66,8 +68,35 @@ def test_pipelined_free_slots_is_writer_credit(tmp_path):
     assert [r[3] for r in rest] == [2, 1, 0, 0]
     assert rest[-1][:2] == (MARKER, b"m")
     assert part.free_slots == 4 and freed.calls == 4
+    assert freed.args == [-1, -1, -1, -1]  # socket-pushed buffers occupy no arena slot
     assert part.spill is None  # memory only
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("ptype", ["PIPELINED_BOUNDED", "HYBRID"])
+def test_arena_slot_is_freed_with_its_buffer_and_never_read_again(tmp_path, ptype):
+    """A buffer in a writer's shared slot: when its memory is dropped, the slot is named and the
+    partition stops referring to it (HYBRID reads the spill file from then on)."""
+    part = make(tmp_path, ptype, slots=2)
+    freed = Listener()
+    part.on_slots_freed = freed
+    slot_memory = [bytearray(payload(i)) for i in range(3)]
+    for i in range(2):
+        part.add(0, DATA, 0, memoryview(slot_memory[i]), arena_slot=i)
+    view = part.create_view(0, 0, Listener())
+    if ptype == "HYBRID":
+        assert freed.args == [0]  # the full pool evicted the oldest (it is on disk)
+        slot_memory[0][:] = b"X" * len(slot_memory[0])  # the writer reuses slot 0 at once
+    item, _, _ = view.take()
+    assert bytes(item.payload) == payload(0)
+    assert freed.args == [0]
+    item, _, _ = view.take()
+    assert bytes(item.payload) == payload(1)
+    assert freed.args == [0, 1]
+    if ptype == "HYBRID":
+        part.finish()
+        again = part.create_view(0, 0, Listener())
+        assert [bytes(again.take()[0].payload) for _ in range(2)] == [payload(0), payload(1)]
 
 
 def test_pipelined_listener_told_of_new_data(tmp_path):

@@ -35,8 +35,10 @@ def expected_rows(producer: int, batches: list[pa.RecordBatch], sub: int, n: int
     return seqs
 
 
-def run_producer(config, handle, index: int, batches, results: dict) -> None:
+def run_producer(config, handle, index: int, batches, results: dict, shared: dict | None = None) -> None:
     task = ex.ProducerTask(handle, index, f"attempt-{index}")
+    if shared is not None:
+        shared[index] = task.writer.arena is not None
     task.write(batches)
     results[index] = task.finish()["partition"]
 
@@ -80,6 +82,7 @@ def test_two_hosts_four_producers_three_consumers(tmp_service, partition_type):
     handle = ex.declare_write(driver, SCHEMA, overwrite=True)
     data = {p: producer_batches(p, rows) for p in range(producers)}
     results: dict[int, str] = {}
+    shared: dict[int, bool] = {}
     received: dict[int, pa.Table] = {}
 
     def consume(sub: int) -> None:
@@ -88,9 +91,10 @@ def test_two_hosts_four_producers_three_consumers(tmp_service, partition_type):
 
     def produce(p: int) -> None:
         svc = host_a if p < 2 else host_b
-        cfg = client_config(host_a, service=svc.tcp, hostId=svc.info["host_id"], **base)
+        # even producers reach their service over its Unix socket (shared-memory slots), odd ones over TCP
+        cfg = client_config(host_a, service=svc.unix if p % 2 == 0 else svc.tcp, hostId=svc.info["host_id"], **base)
         run_producer(cfg, ex.WriteHandle(cfg, handle.name, handle.epoch, handle.write_id, handle.schema_b64,
-                                         handle.num_subpartitions, handle.partitioner), p, data[p], results)
+                                         handle.num_subpartitions, handle.partitioner), p, data[p], results, shared)
 
     consumers = [Worker(consume, s) for s in range(n)]
     writers = [Worker(produce, p) for p in range(producers)]
@@ -109,6 +113,8 @@ def test_two_hosts_four_producers_three_consumers(tmp_service, partition_type):
             t.start()
     join_all(consumers, deadline)
     assert sum(t.num_rows for t in received.values()) == producers * rows  # none lost, none duplicated
+    # writers on a service's Unix socket used its shared-memory slots (BLOCKING goes straight to disk)
+    assert shared == {p: partition_type != "BLOCKING" and p % 2 == 0 for p in range(producers)}
     for sub in range(n):
         table = received[sub]
         for p in range(producers):

@@ -52,6 +52,8 @@ class MsgType(enum.IntEnum):
     FINISH_PARTITION = 24
     FAIL_PARTITION = 25
     PARTITION_FINISHED = 26
+    PUSH_SHARED_BUFFER = 27
+    SLOTS_FREED = 28
     RPC_REQUEST = 30
     RPC_RESPONSE = 31
     NOTIFY = 32
@@ -72,6 +74,8 @@ _BUFFER_RESPONSE = struct.Struct(">qqiBB")  # receiver, seq, backlog, kind, flag
 _ADD_CREDIT = struct.Struct(">qi")  # receiver, credit
 _PUSH_BUFFER = struct.Struct(">qiBB")  # handle, subpartition, kind, flags
 _PRODUCER_CREDIT = struct.Struct(">qi")  # handle, credit
+_PUSH_SHARED = struct.Struct(">qiBBiII")  # handle, subpartition, kind, flags, slot, offset, length
+_SLOTS_FREED = struct.Struct(">qI")  # handle, count; then count x i32 slot numbers
 
 
 # ---------------------------------------------------------------- messages
@@ -152,6 +156,9 @@ class RegisterPartition:
     attempt: str = ""
     buffer_size: int = 0  # the writer's bufferSize; 0 = the service's
     buffers: int = 0  # the writer's buffersPerPartition (pool slots); 0 = the service's
+    shm_path: str = ""  # the writer's shared-memory arena (same host only); "" = push over the socket
+    shm_slots: int = 0
+    shm_slot_size: int = 0
 
 
 @dataclass(frozen=True)
@@ -160,6 +167,7 @@ class PartitionRegistered:
     handle: int
     credit: int
     buffer_size: int
+    shm_slots: int = 0  # arena slots the service mapped; 0 = it did not, push over the socket
 
 
 @dataclass(frozen=True)
@@ -169,6 +177,27 @@ class PushBuffer:
     kind: int
     flags: int
     payload: bytes | memoryview = b""
+
+
+@dataclass(frozen=True)
+class PushSharedBuffer:
+    """A buffer the writer put at ``offset`` in slot ``slot`` of its arena; needs credit like PushBuffer."""
+
+    handle: int
+    subpartition: int
+    kind: int
+    flags: int
+    slot: int
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
+class SlotsFreed:
+    """The service no longer reads these arena slots; the writer may fill them again."""
+
+    handle: int
+    slots: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -240,6 +269,8 @@ _TYPE_OF.update(
         AddCredit: MsgType.ADD_CREDIT,
         PushBuffer: MsgType.PUSH_BUFFER,
         ProducerCredit: MsgType.PRODUCER_CREDIT,
+        PushSharedBuffer: MsgType.PUSH_SHARED_BUFFER,
+        SlotsFreed: MsgType.SLOTS_FREED,
     }
 )
 
@@ -264,6 +295,12 @@ def encode(msg: Message) -> list[bytes | memoryview]:
         return [_frame(MsgType.ADD_CREDIT, _ADD_CREDIT.pack(msg.receiver_id, msg.credit), 0)]
     if isinstance(msg, ProducerCredit):
         return [_frame(MsgType.PRODUCER_CREDIT, _PRODUCER_CREDIT.pack(msg.handle, msg.credit), 0)]
+    if isinstance(msg, PushSharedBuffer):
+        header = _PUSH_SHARED.pack(msg.handle, msg.subpartition, msg.kind, msg.flags, msg.slot, msg.offset, msg.length)
+        return [_frame(MsgType.PUSH_SHARED_BUFFER, header, 0)]
+    if isinstance(msg, SlotsFreed):
+        header = _SLOTS_FREED.pack(msg.handle, len(msg.slots)) + struct.pack(f">{len(msg.slots)}i", *msg.slots)
+        return [_frame(MsgType.SLOTS_FREED, header, 0)]
     mtype = _TYPE_OF.get(type(msg))
     if mtype is None:
         raise TypeError(f"not a protocol message: {msg!r}")
@@ -310,6 +347,13 @@ def _decode(mtype: int, header: bytes, payload: memoryview) -> Message:
             return AddCredit(*_ADD_CREDIT.unpack(header))
         if kind is MsgType.PRODUCER_CREDIT:
             return ProducerCredit(*_PRODUCER_CREDIT.unpack(header))
+        if kind is MsgType.PUSH_SHARED_BUFFER:
+            return PushSharedBuffer(*_PUSH_SHARED.unpack(header))
+        if kind is MsgType.SLOTS_FREED:
+            handle, count = _SLOTS_FREED.unpack_from(header)
+            if len(header) != _SLOTS_FREED.size + 4 * count:
+                raise ProtocolError(f"malformed SLOTS_FREED frame: {count} slots announced, {len(header)} header bytes")
+            return SlotsFreed(handle, struct.unpack_from(f">{count}i", header, _SLOTS_FREED.size))
         fields = json.loads(header) if header else {}
         if not isinstance(fields, dict):
             raise ProtocolError(f"{kind.name} header is not an object")

@@ -15,6 +15,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..partition.shared_arena import ArenaError, SharedArena
 from ..partition.subpartition import ERROR_KIND
 from . import auth
 from .blocking_client import tune_socket
@@ -36,11 +37,13 @@ from .protocol import (
     ProducerCredit,
     ProtocolError,
     PushBuffer,
+    PushSharedBuffer,
     RegisterPartition,
     ResumeConsumption,
     RpcRequest,
     RpcResponse,
     ServerHello,
+    SlotsFreed,
     Welcome,
     encode,
 )
@@ -66,8 +69,12 @@ class RpcError(Exception):
 
 
 class _Producer:
-    def __init__(self, partition: "ResultPartition") -> None:
+    def __init__(self, partition: "ResultPartition", arena: SharedArena | None = None) -> None:
         self.partition = partition
+        self.arena = arena  # the writer's shared-memory slots, on the same host
+        self.slots_in_use: set[int] = set()
+        self.slots_freed: list[int] = []  # announced to the writer once the current callback is done
+        self.grant_scheduled = False
         self.outstanding = 0  # credit granted and not used yet
         self.started = time.monotonic()
         self.blocked_since: float | None = None  # the writer has no credit since then
@@ -202,6 +209,8 @@ class ServerConnection(asyncio.BufferedProtocol):
             return
         if isinstance(msg, PushBuffer):
             self.on_push(msg)
+        elif isinstance(msg, PushSharedBuffer):
+            self.on_push_shared(msg)
         elif isinstance(msg, AddCredit):
             self.queue.add_credit(msg.receiver_id, msg.credit)
             self.schedule_pump()
@@ -294,10 +303,47 @@ class ServerConnection(asyncio.BufferedProtocol):
             self.send(ErrorResponse(str(exc), None, False, "register_failed"))
             return
         handle = len(self.producers) + 1
-        producer = _Producer(part)
+        arena = self._attach_arena(msg, part)
+        producer = _Producer(part, arena)
         self.producers[handle] = producer
-        part.on_slots_freed = lambda: self.grant(handle)
-        self.send(PartitionRegistered(part.pid, handle, 0, part.pool.buffer_size if part.pool else self.service.config.buffer_size))
+        part.on_slots_freed = lambda arena_slot: self.slot_freed(handle, arena_slot)
+        self.send(PartitionRegistered(part.pid, handle, 0, part.pool.buffer_size if part.pool else self.service.config.buffer_size,
+                                      arena.slots if arena else 0))
+        self.grant(handle)
+
+    def _attach_arena(self, msg: RegisterPartition, part: "ResultPartition") -> SharedArena | None:
+        """Map the writer's arena when it is on this host (Unix socket) and the partition has a pool."""
+        if not msg.shm_path or self.transport_kind != "unix" or part.pool is None \
+                or not self.service.config.shared_memory:
+            return None
+        try:
+            return SharedArena.attach(msg.shm_path, min(msg.shm_slots, part.pool.slots), msg.shm_slot_size)
+        except ArenaError as exc:
+            log.info("partition %s pushes over the socket: %s", part.pid, exc)
+            return None
+
+    def slot_freed(self, handle: int, arena_slot: int) -> None:
+        """A pool slot is free. An arena slot is announced only after this callback: the payload
+        may be on its way into a transport's write right now, and the writer must not refill it before."""
+        producer = self.producers.get(handle)
+        if producer is None or producer.arena is None:
+            self.grant(handle)
+            return
+        if arena_slot >= 0:
+            producer.slots_in_use.discard(arena_slot)
+            producer.slots_freed.append(arena_slot)
+        if not producer.grant_scheduled:
+            producer.grant_scheduled = True
+            asyncio.get_running_loop().call_soon(self._announce_slots, handle)
+
+    def _announce_slots(self, handle: int) -> None:
+        producer = self.producers.get(handle)
+        if producer is None:
+            return
+        producer.grant_scheduled = False
+        if producer.slots_freed and not self.closed:
+            self.send(SlotsFreed(handle, tuple(producer.slots_freed)))
+        producer.slots_freed.clear()
         self.grant(handle)
 
     def grant(self, handle: int) -> None:
@@ -321,6 +367,31 @@ class ServerConnection(asyncio.BufferedProtocol):
         try:
             producer.partition.add(msg.subpartition, msg.kind, msg.flags, msg.payload)
         except RuntimeError as exc:
+            self.send(ErrorResponse(str(exc), None, False, "push_failed"))
+            return
+        self.grant(msg.handle)
+
+    def on_push_shared(self, msg: PushSharedBuffer) -> None:
+        producer = self._producer(msg.handle)
+        arena = producer.arena
+        pid = producer.partition.pid
+        if arena is None:
+            raise ProtocolError(f"PushSharedBuffer for partition {pid}, which has no shared-memory arena")
+        if not 0 <= msg.slot < arena.slots or msg.slot in producer.slots_in_use:
+            state = "in use" if msg.slot in producer.slots_in_use else f"outside 0..{arena.slots - 1}"
+            raise ProtocolError(f"PushSharedBuffer for partition {pid}: arena slot {msg.slot} is {state}")
+        if msg.offset + msg.length > arena.slot_size or msg.kind != BufferKind.DATA:
+            raise ProtocolError(f"PushSharedBuffer for partition {pid}: {msg.length} bytes at offset {msg.offset} "
+                                f"do not fit a slot of {arena.slot_size} bytes (or kind {msg.kind} is not data)")
+        if producer.outstanding <= 0:
+            raise ProtocolError(f"PushSharedBuffer without credit for partition {pid}")
+        producer.outstanding -= 1
+        producer.slots_in_use.add(msg.slot)
+        payload = arena.slot(msg.slot)[msg.offset:msg.offset + msg.length]
+        try:
+            producer.partition.add(msg.subpartition, msg.kind, msg.flags, payload, arena_slot=msg.slot)
+        except RuntimeError as exc:
+            self.slot_freed(msg.handle, msg.slot)
             self.send(ErrorResponse(str(exc), None, False, "push_failed"))
             return
         self.grant(msg.handle)

@@ -20,6 +20,7 @@ class StoredBuffer:
     spill: tuple[int, int] | None = None  # (offset, length) in the partition's data file
     pending_refs: int = 0  # target subpartitions that have not streamed it yet
     in_memory_slot: bool = False  # whether it occupies a pool slot
+    arena_slot: int = -1  # the writer's shared-memory slot holding the payload, -1 = own memory
 
 
 class BudgetExhausted(RuntimeError):

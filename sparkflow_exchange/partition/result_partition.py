@@ -63,7 +63,7 @@ class ResultPartition:
         self.finished = False
         self.failure: str | None = None
         self.released = False
-        self.on_slots_freed: Callable[[], None] = lambda: None
+        self.on_slots_freed: Callable[[int], None] = lambda arena_slot: None  # a slot freed; its arena slot or -1
         self.created = time.monotonic()
         self.bytes_in = 0
         self.buffers_in = 0
@@ -77,7 +77,7 @@ class ResultPartition:
             return 1 << 20  # BLOCKING writes straight to disk
         return self.pool.free
 
-    def add(self, subpartition: int, kind: int, flags: int, payload: bytes | memoryview) -> None:
+    def add(self, subpartition: int, kind: int, flags: int, payload: bytes | memoryview, arena_slot: int = -1) -> None:
         if self.finished or self.released or self.failure:
             raise PartitionStateError(f"partition {self.pid} does not accept buffers any more")
         if subpartition == BROADCAST:
@@ -88,7 +88,7 @@ class ResultPartition:
             raise PartitionStateError(
                 f"subpartition index {subpartition} is out of range 0..{self.num_subpartitions - 1} of partition {self.pid}"
             )
-        buf = StoredBuffer(kind, flags, len(payload), payload, pending_refs=len(targets))
+        buf = StoredBuffer(kind, flags, len(payload), payload, pending_refs=len(targets), arena_slot=arena_slot)
         if self.spill is not None:
             buf.spill = self.spill.append(payload)
         if self.blocking:
@@ -120,9 +120,9 @@ class ResultPartition:
         self.pool.give(buf.size)
         while self._in_memory and not self._in_memory[0].in_memory_slot:
             self._in_memory.popleft()  # keep the eviction queue as short as what memory holds
-        if buf.spill is not None:
-            buf.payload = None
-        self.on_slots_freed()
+        if buf.spill is not None or buf.arena_slot >= 0:
+            buf.payload = None  # an arena slot is the writer's again: read the spill file from now on
+        self.on_slots_freed(buf.arena_slot)
 
     def release_ref(self, buf: StoredBuffer) -> None:
         buf.pending_refs -= 1

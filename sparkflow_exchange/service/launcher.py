@@ -80,10 +80,11 @@ def ensure_service(state: Path, config: ExchangeConfig, extra_args: list[str], *
 
 
 def sweep_orphan_spill_dirs() -> list[str]:
-    """Remove default spill directories of this user's services that died without cleaning up (kill -9)."""
+    """Remove default spill directories (and shared-memory arenas) of this user's dead processes (kill -9)."""
     import shutil
     import tempfile
 
+    from ..partition.shared_arena import sweep_orphan_arenas
     from .exchange_service import SPILL_PREFIX
 
     removed = []
@@ -96,7 +97,7 @@ def sweep_orphan_spill_dirs() -> list[str]:
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(str(path))
-    return removed
+    return removed + [str(p) for p in sweep_orphan_arenas()]
 
 
 def _start(state: Path, config: ExchangeConfig, extra_args: list[str], timeout: float) -> dict:

@@ -3,12 +3,21 @@
 Flink's ResultPartitionWriter as seen from a task: the service grants one
 credit per free slot of the partition's pool; with no credit the writer
 blocks reading credit announcements. That wait is backpressure, measured as
-Flink's ``backPressuredTimeMsPerSecond``.
+Flink's ``backPressuredTimeMsPerSecond``. On the service's host the writer
+serialises batches straight into the pool's slots in shared memory
+(``partition/shared_arena.py``) and pushes only their place.
 """
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
+
+import pyarrow as pa
+
+from ..buffer import BatchEncoder
+from ..partition import shared_arena
+from ..partition.shared_arena import ArenaError, SharedArena
 
 from ..network.blocking_client import BlockingConnection, ServiceError
 from ..network.protocol import (
@@ -20,7 +29,9 @@ from ..network.protocol import (
     PartitionRegistered,
     ProducerCredit,
     PushBuffer,
+    PushSharedBuffer,
     RegisterPartition,
+    SlotsFreed,
 )
 
 
@@ -31,14 +42,37 @@ class NoConsumerError(RuntimeError):
 class PartitionWriter:
     def __init__(self, conn: BlockingConnection, partition: str, num_subpartitions: int, partition_type: str,
                  exchange: str = "", attempt: str = "", no_consumer_timeout: float = 300.0,
-                 buffer_size: int = 0, buffers: int = 0) -> None:
+                 buffer_size: int = 0, buffers: int = 0, shared_memory: bool = False) -> None:
         self.conn = conn
         self.partition = partition
         self.partition_type = partition_type
         self.no_consumer_timeout = no_consumer_timeout
         self.lock = threading.Lock()  # the output flusher pushes from its own thread
-        conn.send(RegisterPartition(partition, num_subpartitions, partition_type, exchange, attempt,
-                                    buffer_size, buffers))
+        self.arena = self._create_arena(buffers, buffer_size) if shared_memory and partition_type != "BLOCKING" \
+            and conn.address.is_unix else None
+        self.free_slots: deque[int] = deque()
+        arena = self.arena
+        try:
+            conn.send(RegisterPartition(partition, num_subpartitions, partition_type, exchange, attempt,
+                                        buffer_size, buffers, str(arena.path) if arena else "",
+                                        arena.slots if arena else 0, arena.slot_size if arena else 0))
+            self._await_registration()
+        finally:
+            if arena is not None:
+                arena.unlink()  # the service has mapped it (or refused it): the name is no longer needed
+
+    @staticmethod
+    def _create_arena(buffers: int, buffer_size: int) -> SharedArena | None:
+        if buffers < 1 or buffer_size < 1 or not shared_arena.available():
+            return None
+        try:
+            return SharedArena.create(buffers, buffer_size + shared_arena.SLOT_SLACK)
+        except ArenaError:
+            return None
+
+    def _await_registration(self) -> None:
+        conn = self.conn
+        partition = self.partition
         self.credit = 0
         self.handle = 0
         self.backpressure_seconds = 0.0
@@ -55,6 +89,12 @@ class PartitionWriter:
     def _on_message(self, msg) -> None:
         if isinstance(msg, PartitionRegistered):
             self.handle = msg.handle
+            if msg.shm_slots and self.arena is not None:
+                self.free_slots.extend(range(min(msg.shm_slots, self.arena.slots)))
+            else:
+                self.arena = None
+        elif isinstance(msg, SlotsFreed):
+            self.free_slots.extend(msg.slots)
         elif isinstance(msg, ProducerCredit):
             self.credit += msg.credit
         elif isinstance(msg, ErrorResponse):
@@ -63,15 +103,38 @@ class PartitionWriter:
     def push(self, subpartition: int, payload, kind: int = BufferKind.DATA, flags: int = 0) -> None:
         """Send one buffer; blocks while the partition's pool is full (no credit)."""
         with self.lock:
+            self._take_credit()
+            self._send_payload(subpartition, payload, kind, flags)
+
+    def push_batch(self, subpartition: int, batch: pa.RecordBatch, encoder: BatchEncoder) -> None:
+        """Serialise and send one data buffer: into a shared slot when there is one, else over the socket."""
+        with self.lock:
+            self._take_credit()
+            if self.free_slots:
+                slot = self.free_slots.popleft()
+                placed = encoder.encode_into(batch, self.arena.slot(slot))
+                if placed is not None:
+                    offset, length = placed
+                    self.conn.send(PushSharedBuffer(self.handle, subpartition, BufferKind.DATA, encoder.flags,
+                                                    slot, offset, length))
+                    self.bytes_pushed += length
+                    self.buffers_pushed += 1
+                    return
+                self.free_slots.appendleft(slot)  # too big for a slot: this one goes over the socket
+            self._send_payload(subpartition, encoder.encode(batch), BufferKind.DATA, encoder.flags)
+
+    def _take_credit(self) -> None:
+        if self.credit <= 0:
+            for msg in self.conn.poll():  # credit announcements that already arrived
+                self._on_message(msg)
             if self.credit <= 0:
-                for msg in self.conn.poll():  # credit announcements that already arrived
-                    self._on_message(msg)
-                if self.credit <= 0:
-                    self._wait_for_credit()
-            self.credit -= 1
-            self.conn.send(PushBuffer(self.handle, subpartition, kind, flags, payload))
-            self.bytes_pushed += len(payload)
-            self.buffers_pushed += 1
+                self._wait_for_credit()
+        self.credit -= 1
+
+    def _send_payload(self, subpartition: int, payload, kind: int, flags: int) -> None:
+        self.conn.send(PushBuffer(self.handle, subpartition, kind, flags, payload))
+        self.bytes_pushed += len(payload)
+        self.buffers_pushed += 1
 
     def _wait_for_credit(self) -> None:
         start = time.monotonic()

@@ -100,7 +100,7 @@ class RecordWriter:
             self.write(batch)
 
     def _push(self, sub: int, batch: pa.RecordBatch) -> None:
-        self.writer.push(self.targets[sub], self.encoder.encode(batch), flags=self.encoder.flags)
+        self.writer.push_batch(self.targets[sub], batch, self.encoder)
 
     def _push_whole_buffers(self, sub: int, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         """Cut a large slice into buffers of about bufferSize, straight from its memory; return the rest."""

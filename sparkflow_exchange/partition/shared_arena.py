@@ -1,0 +1,119 @@
+"""A writer's shared-memory arena: the partition pool's slots, mapped by writer and service.
+
+Flink's producer writes records straight into buffers of its result
+partition's pool; here the pool lives in the service, another process. On the
+same host the writer gets the same effect through a file in ``/dev/shm``
+(tmpfs, never written back to disk) that both processes map: the writer
+serialises a batch straight into a free slot and sends a 40-byte
+``PushSharedBuffer`` instead of the buffer, so the payload crosses no socket
+on its way into the partition (two copies saved: the writer's send and the
+service's receive). The service says which slots it has stopped reading
+(``SlotsFreed``); slots are the pool's slots, so credit still means free slots.
+
+The file is unlinked as soon as the service has mapped it, so a killed
+process leaves nothing behind; the name carries the creator's pid, and
+``sweep_orphan_arenas`` removes any file whose creator died before that.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import uuid
+from pathlib import Path
+
+SHM_DIR = Path("/dev/shm")
+PREFIX = "sparkflow-arena-"
+SLOT_SLACK = 64 * 1024  # IPC metadata, schema message and padding on top of bufferSize
+_NAME = re.compile(rf"{PREFIX}(\d+)-[0-9a-f]+")
+
+
+class ArenaError(RuntimeError):
+    """An arena could not be created or mapped; the caller falls back to pushing over the socket."""
+
+
+def available() -> bool:
+    return SHM_DIR.is_dir() and os.access(SHM_DIR, os.W_OK)
+
+
+class SharedArena:
+    def __init__(self, path: Path, slots: int, slot_size: int, mapping: mmap.mmap) -> None:
+        self.path = path
+        self.slots = slots
+        self.slot_size = slot_size
+        self._map = mapping
+        self._view = memoryview(mapping)
+
+    @classmethod
+    def create(cls, slots: int, slot_size: int) -> "SharedArena":
+        """The writer's side: a new file of ``slots`` x ``slot_size`` bytes, its memory reserved now."""
+        path = SHM_DIR / f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        size = slots * slot_size
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise ArenaError(f"cannot create shared-memory arena {path}: {exc}") from None
+        try:
+            # reserve tmpfs pages now: a full /dev/shm must fail here, not as SIGBUS on first write
+            os.posix_fallocate(fd, 0, size)
+            mapping = mmap.mmap(fd, size)
+        except OSError as exc:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise ArenaError(f"cannot reserve {size} bytes of shared memory in {SHM_DIR}: {exc}") from None
+        os.close(fd)
+        return cls(path, slots, slot_size, mapping)
+
+    @classmethod
+    def attach(cls, path: str, slots: int, slot_size: int) -> "SharedArena":
+        """The service's side: map a writer's arena, then unlink it (the mappings keep it alive)."""
+        p = Path(path)
+        if p.parent != SHM_DIR or not _NAME.fullmatch(p.name):
+            raise ArenaError(f"{path!r} is not a sparkflow-exchange arena in {SHM_DIR}")
+        if slots < 1 or slot_size < 1:
+            raise ArenaError(f"arena {path} announced {slots} slots of {slot_size} bytes")
+        try:
+            fd = os.open(p, os.O_RDWR | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise ArenaError(f"cannot open shared-memory arena {path}: {exc}") from None
+        try:
+            size = os.fstat(fd).st_size
+            if size < slots * slot_size:
+                raise ArenaError(f"arena {path} holds {size} bytes, fewer than {slots} slots of {slot_size}")
+            mapping = mmap.mmap(fd, slots * slot_size)
+        except OSError as exc:
+            raise ArenaError(f"cannot map shared-memory arena {path}: {exc}") from None
+        finally:
+            os.close(fd)
+        p.unlink(missing_ok=True)
+        return cls(p, slots, slot_size, mapping)
+
+    def slot(self, index: int) -> memoryview:
+        start = index * self.slot_size
+        return self._view[start:start + self.slot_size]
+
+    def unlink(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def sweep_orphan_arenas() -> list[Path]:
+    """Remove arena files whose creating process is gone (killed between create and attach)."""
+    removed = []
+    if not SHM_DIR.is_dir():
+        return removed
+    for entry in SHM_DIR.glob(f"{PREFIX}*"):
+        m = _NAME.fullmatch(entry.name)
+        if not m:
+            continue
+        try:
+            if entry.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(m.group(1)), 0)
+            continue
+        except ProcessLookupError:
+            pass
+        except (PermissionError, FileNotFoundError):
+            continue
+        entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed

@@ -1,0 +1,191 @@
+"""Writers on the service's host push through shared-memory slots: exact data, recycled slots, no leftovers."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from harness import client_config
+from sparkflow_exchange import exchange as ex
+from sparkflow_exchange.network.protocol import (
+    BufferResponse,
+    ErrorResponse,
+    PartitionRegistered,
+    PartitionRequest,
+    ProducerCredit,
+    PushSharedBuffer,
+    RegisterPartition,
+    SlotsFreed,
+)
+from sparkflow_exchange.partition import shared_arena
+from sparkflow_exchange.partition.shared_arena import SharedArena, sweep_orphan_arenas
+from test_bad_input import RawClient, healthy
+from test_service import SCHEMA, Worker, join_all, producer_batches, read_all
+
+pytestmark = pytest.mark.skipif(not shared_arena.available(), reason="no writable /dev/shm")
+
+
+def my_arenas() -> list[Path]:
+    return list(shared_arena.SHM_DIR.glob(f"{shared_arena.PREFIX}{os.getpid()}-*"))
+
+
+def write_and_read(svc, partition_type: str, *, shared: bool = True, reads: int = 1, rows: int = 200_000):
+    """One producer on the service's host, one consumer reading while it writes; returns (writer, tables)."""
+    base = dict(exchange=f"shm-{partition_type}-{shared}", partitioner="forward", numSubpartitions=1,
+                partitionType=partition_type, bufferSize="64k", buffersPerPartition=4, bufferTimeout="0",
+                sharedMemory=str(shared).lower())
+    config = client_config(svc, service=svc.unix, hostId=svc.info["host_id"], **base)
+    handle = ex.declare_write(config, SCHEMA, overwrite=True)
+    batches = producer_batches(0, rows, batch_rows=5000)
+    tables: list[pa.Table] = []
+    state = {}
+
+    def produce() -> None:
+        task = ex.ProducerTask(handle, 0, "attempt-0")
+        state["writer"] = task.writer
+        state["arenas_while_writing"] = my_arenas()
+        task.write(batches)
+        ex.commit_write(handle, [task.finish()["partition"]])
+
+    def consume() -> None:
+        tables.append(read_all(config, ex.describe_exchange(config), 0))
+
+    workers = [Worker(consume), Worker(produce)]
+    for w in workers:
+        w.start()
+    join_all(workers, time.monotonic() + 60)
+    for _ in range(reads - 1):
+        tables.append(read_all(config, ex.describe_exchange(config), 0))
+    expected = pa.Table.from_batches(batches, schema=SCHEMA)
+    for table in tables:
+        assert table.equals(expected)  # every row once, in order
+    return state, tables
+
+
+@pytest.mark.parametrize("partition_type", ["PIPELINED_BOUNDED", "HYBRID"])
+def test_writer_on_the_service_host_recycles_shared_slots(tmp_service, partition_type):
+    """About 7 MB through a pool of 4 slots of 64 KiB: every slot is refilled many times while the
+    consumer reads, and not one buffer is read after its slot was handed back (the data would differ)."""
+    svc = tmp_service()
+    state, _ = write_and_read(svc, partition_type, reads=2 if partition_type == "HYBRID" else 1)
+    writer = state["writer"]
+    assert writer.arena is not None  # the buffers went through shared memory
+    assert writer.buffers_pushed > 10 * writer.arena.slots
+    assert state["arenas_while_writing"] == []  # unlinked once the service had mapped it
+    assert my_arenas() == []
+
+
+def test_shared_memory_can_be_switched_off(tmp_service):
+    svc = tmp_service()
+    state, _ = write_and_read(svc, "PIPELINED_BOUNDED", shared=False, rows=20_000)
+    assert state["writer"].arena is None
+
+
+def test_writer_over_tcp_pushes_over_the_socket(tmp_service):
+    svc = tmp_service()
+    config = client_config(svc, exchange="shm-tcp", partitioner="forward", numSubpartitions=1,
+                           partitionType="PIPELINED_BOUNDED", bufferSize="64k", bufferTimeout="0")
+    handle = ex.declare_write(config, SCHEMA, overwrite=True)
+    task = ex.ProducerTask(handle, 0, "attempt-0")
+    assert task.writer.arena is None  # another host as far as the service can tell
+    task.write(producer_batches(0, 1000))
+    ex.commit_write(handle, [task.finish()["partition"]])
+    assert read_all(config, ex.describe_exchange(config), 0).num_rows == 1000
+    assert my_arenas() == []
+
+
+def register_with_arena(client: RawClient, name: str, slots: int = 2, slot_size: int = 4096):
+    arena = SharedArena.create(slots, slot_size)
+    client.send(RegisterPartition(name, 1, "PIPELINED_BOUNDED", "", "", 1024, slots, str(arena.path), slots, slot_size))
+    registered = client.next()
+    credit = client.next()
+    arena.unlink()
+    assert isinstance(registered, PartitionRegistered) and isinstance(credit, ProducerCredit)
+    return arena, registered
+
+
+def test_bad_shared_pushes_are_named_and_the_service_goes_on(tmp_service):
+    svc = tmp_service()
+    client = RawClient(svc, unix=True)
+    client.send(RegisterPartition("p-plain", 1, "PIPELINED_BOUNDED", "", "", 1024, 2))
+    plain = client.next()
+    client.next()
+    client.send(PushSharedBuffer(plain.handle, 0, 0, 0, 0, 0, 10))
+    assert "has no shared-memory arena" in client.error_then_close().message
+
+    client = RawClient(svc, unix=True)
+    arena, registered = register_with_arena(client, "p-range")
+    assert registered.shm_slots == 2
+    client.send(PushSharedBuffer(registered.handle, 0, 0, 0, 7, 0, 10))
+    assert "arena slot 7 is outside 0..1" in client.error_then_close().message
+
+    client = RawClient(svc, unix=True)
+    arena, registered = register_with_arena(client, "p-twice")
+    client.send(PushSharedBuffer(registered.handle, 0, 0, 0, 1, 0, 10))
+    client.send(PushSharedBuffer(registered.handle, 0, 0, 0, 1, 0, 10))  # not freed in between
+    assert "arena slot 1 is in use" in client.error_then_close().message
+
+    client = RawClient(svc, unix=True)
+    arena, registered = register_with_arena(client, "p-size", slot_size=4096)
+    client.send(PushSharedBuffer(registered.handle, 0, 0, 0, 0, 4000, 200))
+    assert "do not fit a slot of 4096 bytes" in client.error_then_close().message
+    healthy(svc)
+
+
+def test_slots_come_back_once_read(tmp_service):
+    """Once a reader has taken both buffers, the service hands both slots back to the writer."""
+    svc = tmp_service()
+    client = RawClient(svc, unix=True)
+    arena, registered = register_with_arena(client, "p-freed", slots=2, slot_size=64 * 1024)
+    payload = pa.record_batch([pa.array(range(100))], names=["v"]).serialize().to_pybytes()
+    for slot in (0, 1):
+        arena.slot(slot)[:len(payload)] = payload
+        client.send(PushSharedBuffer(registered.handle, 0, 0, 0, slot, 0, len(payload)))
+    reader = RawClient(svc)
+    reader.send(PartitionRequest("p-freed", 0, 1, 2))
+    got = [reader.next(), reader.next()]
+    assert all(isinstance(m, BufferResponse) and bytes(m.payload) == payload for m in got)
+    freed = []
+    deadline = time.monotonic() + 10
+    while len(freed) < 2 and time.monotonic() < deadline:
+        msg = client.next()
+        if isinstance(msg, SlotsFreed):
+            freed.extend(msg.slots)
+    assert sorted(freed) == [0, 1]
+
+
+def test_service_maps_only_arenas_in_dev_shm(tmp_service, tmp_path):
+    svc = tmp_service()
+    client = RawClient(svc, unix=True)
+    outside = tmp_path / f"{shared_arena.PREFIX}{os.getpid()}-abc"
+    outside.write_bytes(bytes(8192))
+    client.send(RegisterPartition("p-outside", 1, "PIPELINED_BOUNDED", "", "", 1024, 2, str(outside), 2, 4096))
+    registered = client.next()
+    assert isinstance(registered, PartitionRegistered) and registered.shm_slots == 0  # pushes go over the socket
+    assert outside.exists()
+    client.send(RegisterPartition("p-missing", 1, "PIPELINED_BOUNDED", "", "", 1024, 2,
+                                  str(shared_arena.SHM_DIR / f"{shared_arena.PREFIX}1-feed"), 2, 4096))
+    registered = [m for m in (client.next(), client.next()) if isinstance(m, PartitionRegistered)][0]
+    assert registered.shm_slots == 0
+    assert not any(isinstance(m, ErrorResponse) for m in client.pending)
+    healthy(svc)
+
+
+def test_sweep_removes_arenas_of_dead_writers():
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    orphan = shared_arena.SHM_DIR / f"{shared_arena.PREFIX}{dead_pid}-0123456789ab"
+    mine = SharedArena.create(1, 4096)
+    orphan.write_bytes(b"x")
+    try:
+        removed = sweep_orphan_arenas()
+        assert orphan in removed and not orphan.exists()
+        assert mine.path.exists()  # its writer (this process) is alive
+    finally:
+        orphan.unlink(missing_ok=True)
+        mine.unlink()
