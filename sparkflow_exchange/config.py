@@ -81,7 +81,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "buffersPerChannel": ("buffers_per_channel", int, "exclusive buffers (initial credit) per input channel"),
     "floatingBuffersPerGate": ("floating_buffers_per_gate", int, "floating buffers shared by an input gate's channels"),
     "buffersPerPartition": ("buffers_per_partition", int, "in-memory buffers of a result partition's pool (the writer's credit)"),
-    "sharedMemory": ("shared_memory", _bool, "a writer on the service's host serialises into the pool's slots in /dev/shm"),
+    "sharedMemory": ("shared_memory", _bool, "writers and readers on the service's host move buffers through /dev/shm slots, not the socket"),
     "memory.budget": ("memory_budget", parse_size, "memory of all partition pools of a service"),
     "declareTimeout": ("declare_timeout", parse_duration, "how long a read waits for its exchange to be declared"),
     "producerTimeout": ("producer_timeout", parse_duration, "how long a read waits without any producer"),

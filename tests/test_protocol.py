@@ -45,6 +45,10 @@ MESSAGES = [
     p.PushSharedBuffer(12, 1, p.BufferKind.DATA, 0, 15, 264, 1048576),
     p.SlotsFreed(12, (3, 0, 15)),
     p.SlotsFreed(12, ()),
+    p.SharedBuffersRead(42, 3),
+    p.PartitionRequest("part-1", 0, 43, 2, 0, True),
+    p.BufferResponse(43, 0, 1, p.BufferKind.DATA, p.FLAG_SHARED,
+                     p.SharedRef("/dev/shm/sparkflow-arena-1-ab", 1 << 20, 4096).pack()),
     p.FinishPartition(11),
     p.FailPartition(11, "task killed"),
     p.PartitionFinished(11, {"bytes": 10, "buffers": 2}),
@@ -140,6 +144,15 @@ def test_decoded_payload_survives_later_feeds():
     dec.feed(encode_bytes(p.BufferResponse(1, 1, 0, 0, 0, b"B" * 100))[:50])
     dec.feed(encode_bytes(p.BufferResponse(1, 1, 0, 0, 0, b"B" * 100))[50:])
     assert bytes(first.payload) == b"A" * 100
+
+
+def test_shared_ref_round_trips_and_refuses_garbage():
+    ref = p.SharedRef("/dev/shm/sparkflow-arena-7-00ff", 3 << 20, 65536)
+    assert p.SharedRef.unpack(memoryview(ref.pack())) == ref
+    with pytest.raises(ProtocolError, match="too short"):
+        p.SharedRef.unpack(b"\x00" * 12)
+    with pytest.raises(ProtocolError, match="no readable path"):
+        p.SharedRef.unpack(b"\x00" * 12 + b"\xff\xfe")
 
 
 def test_encode_rejects_non_messages():

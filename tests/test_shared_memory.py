@@ -13,6 +13,7 @@ import pytest
 from harness import client_config
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.network.protocol import (
+    FLAG_SHARED,
     BufferResponse,
     ErrorResponse,
     PartitionRegistered,
@@ -20,6 +21,8 @@ from sparkflow_exchange.network.protocol import (
     ProducerCredit,
     PushSharedBuffer,
     RegisterPartition,
+    SharedBuffersRead,
+    SharedRef,
     SlotsFreed,
 )
 from sparkflow_exchange.partition import shared_arena
@@ -76,6 +79,8 @@ def test_writer_on_the_service_host_recycles_shared_slots(tmp_service, partition
     writer = state["writer"]
     assert writer.arena is not None  # the buffers went through shared memory
     assert writer.buffers_pushed > 10 * writer.arena.slots
+    traffic = svc.status()["traffic"]
+    assert traffic["local_shared"] > 0  # and the reader copied them out of the slots itself
     assert state["arenas_while_writing"] == []  # unlinked once the service had mapped it
     assert my_arenas() == []
 
@@ -84,6 +89,7 @@ def test_shared_memory_can_be_switched_off(tmp_service):
     svc = tmp_service()
     state, _ = write_and_read(svc, "PIPELINED_BOUNDED", shared=False, rows=20_000)
     assert state["writer"].arena is None
+    assert svc.status()["traffic"]["local_shared"] == 0 < svc.status()["traffic"]["local"]
 
 
 def test_writer_over_tcp_pushes_over_the_socket(tmp_service):
@@ -189,3 +195,62 @@ def test_sweep_removes_arenas_of_dead_writers():
     finally:
         orphan.unlink(missing_ok=True)
         mine.unlink()
+
+
+def collect_freed(client: RawClient, want: int, timeout: float) -> list[int]:
+    freed: list[int] = []
+    deadline = time.monotonic() + timeout
+    while len(freed) < want and time.monotonic() < deadline:
+        try:
+            msg = client.next(max(0.01, deadline - time.monotonic()))
+        except TimeoutError:
+            break
+        if isinstance(msg, SlotsFreed):
+            freed.extend(msg.slots)
+    return freed
+
+
+def test_local_reader_gets_references_and_slots_wait_for_its_copy(tmp_service):
+    """A reader on the service's host is sent where each buffer is; its slot goes back to the writer
+    only when that reader says it copied it (or disconnects), never merely because it was sent."""
+    svc = tmp_service()
+    writer = RawClient(svc, unix=True)
+    arena, registered = register_with_arena(writer, "p-pinned", slots=2, slot_size=64 * 1024)
+    payloads = [pa.record_batch([pa.array(range(i, i + 50))], names=["v"]).serialize().to_pybytes() for i in (0, 1)]
+    for slot, payload in enumerate(payloads):
+        arena.slot(slot)[:len(payload)] = payload
+        writer.send(PushSharedBuffer(registered.handle, 0, 0, 0, slot, 0, len(payload)))
+
+    reader = RawClient(svc, unix=True)
+    reader.send(PartitionRequest("p-pinned", 0, 5, 2, 0, True))
+    refs = [reader.next(), reader.next()]
+    assert all(isinstance(m, BufferResponse) and m.flags & FLAG_SHARED for m in refs)
+    for ref, payload in zip(refs, payloads):
+        where = SharedRef.unpack(ref.payload)
+        with open(where.path, "rb") as f:  # what a reader copies out: exactly the pushed bytes
+            f.seek(where.offset)
+            assert f.read(where.length) == payload
+    assert collect_freed(writer, 1, 0.5) == []  # sent, but not copied yet: the slots stay pinned
+
+    reader.send(SharedBuffersRead(5, 1))
+    assert collect_freed(writer, 1, 5) == [0]
+    reader.sock.close()  # the other one is never copied: the reader is gone, its pin with it
+    assert collect_freed(writer, 1, 5) == [1]
+
+    bad = RawClient(svc, unix=True)
+    bad.send(SharedBuffersRead(99, 1))
+    assert "SharedBuffersRead(1) for receiver 99, which holds 0 shared buffers" in bad.error_then_close().message
+    healthy(svc)
+
+
+def test_remote_readers_get_bytes_not_references(tmp_service):
+    svc = tmp_service()
+    writer = RawClient(svc, unix=True)
+    arena, registered = register_with_arena(writer, "p-remote", slots=1, slot_size=64 * 1024)
+    payload = pa.record_batch([pa.array(range(10))], names=["v"]).serialize().to_pybytes()
+    arena.slot(0)[:len(payload)] = payload
+    writer.send(PushSharedBuffer(registered.handle, 0, 0, 0, 0, 0, len(payload)))
+    reader = RawClient(svc)  # TCP: whatever it asks for, it cannot map this host's memory
+    reader.send(PartitionRequest("p-remote", 0, 6, 2, 0, True))
+    msg = reader.next()
+    assert isinstance(msg, BufferResponse) and not msg.flags & FLAG_SHARED and bytes(msg.payload) == payload

@@ -13,6 +13,7 @@ which the gate schedules there once the reader is done with a buffer.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -20,13 +21,20 @@ from typing import TYPE_CHECKING, Any, Iterator
 from ..network.aio_client import ClientConnection, next_receiver_id
 from ..network.blocking_client import ServiceError
 from ..network.protocol import (
+    FRAME_POOL,
+    FLAG_SHARED,
     AddCredit,
     BufferKind,
     BufferResponse,
     CancelPartitionRequest,
     ErrorResponse,
     PartitionRequest,
+    ProtocolError,
+    SharedBuffersRead,
+    SharedRef,
 )
+from ..partition import shared_arena
+from ..partition.shared_arena import ArenaError
 from ..partition.spill import read_index
 from ..service.launcher import pid_alive
 from .buffer_manager import ChannelCredit
@@ -74,6 +82,7 @@ class InputChannel(Channel):
     """
 
     MAX_RECONNECTS = 3
+    shared = False  # ask for buffers in shared memory by reference (readers on the service's host)
 
     def __init__(self, gate: "InputGate", producer: dict, subpartition: int, address: str) -> None:
         super().__init__(gate, producer, subpartition)
@@ -98,7 +107,7 @@ class InputChannel(Channel):
         self.state = "requested"
         # every empty buffer is credit: the exclusive ones at first, whatever is free after a reconnect
         self.conn.send(PartitionRequest(self.partition, self.subpartition, self.receiver_id,
-                                        self.credit.announced, self.next_seq))
+                                        self.credit.announced, self.next_seq, self.shared))
 
     # ------------------------------------------------------------ from the connection
     def on_message(self, msg: BufferResponse | ErrorResponse) -> None:
@@ -117,6 +126,13 @@ class InputChannel(Channel):
             self.fail(str(exc))
             return
         self.gate.announce(announcements)
+        if msg.flags & FLAG_SHARED:
+            try:
+                msg = self._copy_shared(msg)
+            except (ArenaError, ProtocolError) as exc:
+                self.fail(f"cannot read a shared-memory buffer of partition {self.partition}: {exc} "
+                          "(sharedMemory=false sends every buffer over the socket)")
+                return
         if msg.kind == BufferKind.DATA:
             self.data_received += 1
             self.bytes_received += len(msg.payload)
@@ -126,6 +142,13 @@ class InputChannel(Channel):
             self._detach()
             self.gate.announce(self.credit.close())
             self.gate.channel_finished(self)
+
+    def _copy_shared(self, msg: BufferResponse) -> BufferResponse:
+        """Copy the buffer out of the writer's slot, then tell the service the slot may be reused."""
+        ref = SharedRef.unpack(msg.payload)
+        payload = self.gate.arena_reader().copy_out(ref.path, ref.offset, ref.length, FRAME_POOL.take(ref.length))
+        self.conn.send(SharedBuffersRead(self.receiver_id, 1))
+        return dataclasses.replace(msg, flags=msg.flags & ~FLAG_SHARED, payload=payload)
 
     def on_connection_lost(self, reason: str) -> None:
         if self.state == "requested" and self.resumable and self.reconnects < self.MAX_RECONNECTS:
@@ -164,6 +187,10 @@ class InputChannel(Channel):
 
 class LocalInputChannel(InputChannel):
     locality = "local"
+
+    def __init__(self, gate: "InputGate", producer: dict, subpartition: int, address: str) -> None:
+        super().__init__(gate, producer, subpartition, address)
+        self.shared = gate.config.shared_memory and shared_arena.available()
 
 
 class LocalFileInputChannel(Channel):

@@ -22,6 +22,7 @@ from ..network import auth
 from ..network.aio_client import ClientConnection, ClientRuntime
 from ..network.blocking_client import ServiceError
 from ..network.protocol import BufferResponse
+from ..partition.shared_arena import ArenaReader
 from .buffer_manager import ChannelCredit, FloatingBufferPool
 from .input_channel import InputChannel, LocalFileInputChannel, make_channel
 
@@ -57,11 +58,18 @@ class InputGate:
         self._coord: ClientConnection | None = None
         self._closed = False
         self._producer_timer: asyncio.TimerHandle | None = None
+        self._arena_reader: ArenaReader | None = None
         self.buffers = 0
         self.bytes = 0
 
     def ssl_for(self, address: str):
         return auth.ssl_for(address, self.config)
+
+    def arena_reader(self) -> ArenaReader:
+        """Mappings of the writers' arenas this gate's local channels were sent buffers in (IO thread)."""
+        if self._arena_reader is None:
+            self._arena_reader = ArenaReader()
+        return self._arena_reader
 
     # ------------------------------------------------------------ IO thread
     async def _start(self) -> None:
@@ -198,6 +206,9 @@ class InputGate:
     def _close(self) -> None:
         self._closed = True
         self._close_subscription()
+        if self._arena_reader is not None:  # every shared buffer was copied out already
+            self._arena_reader.close()
+            self._arena_reader = None
         file_bytes = sum(c.bytes_received for c in self.channels.values() if isinstance(c, LocalFileInputChannel))
         if file_bytes and self.local_service:
             asyncio.ensure_future(self._report_file_reads(file_bytes))

@@ -54,6 +54,7 @@ class MsgType(enum.IntEnum):
     PARTITION_FINISHED = 26
     PUSH_SHARED_BUFFER = 27
     SLOTS_FREED = 28
+    SHARED_BUFFERS_READ = 29
     RPC_REQUEST = 30
     RPC_RESPONSE = 31
     NOTIFY = 32
@@ -68,6 +69,7 @@ class BufferKind(enum.IntEnum):
 
 
 FLAG_COMPRESSED = 1
+FLAG_SHARED = 2  # a BufferResponse whose payload is a SharedRef: the buffer is in a writer's arena
 BROADCAST = -1  # subpartition index of a buffer meant for every subpartition
 
 _BUFFER_RESPONSE = struct.Struct(">qqiBB")  # receiver, seq, backlog, kind, flags
@@ -76,6 +78,8 @@ _PUSH_BUFFER = struct.Struct(">qiBB")  # handle, subpartition, kind, flags
 _PRODUCER_CREDIT = struct.Struct(">qi")  # handle, credit
 _PUSH_SHARED = struct.Struct(">qiBBiII")  # handle, subpartition, kind, flags, slot, offset, length
 _SLOTS_FREED = struct.Struct(">qI")  # handle, count; then count x i32 slot numbers
+_SHARED_READ = struct.Struct(">qi")  # receiver, count
+_SHARED_REF = struct.Struct(">QI")  # offset in the arena file, length; then the file's path (utf-8)
 
 
 # ---------------------------------------------------------------- messages
@@ -106,6 +110,7 @@ class PartitionRequest:
     receiver_id: int
     initial_credit: int
     resume_from: int = 0
+    shared: bool = False  # a reader on the service's host: send buffers in shared memory by reference
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,37 @@ class SlotsFreed:
 
 
 @dataclass(frozen=True)
+class SharedBuffersRead:
+    """The reader has copied this many more shared buffers out of their slots (oldest first)."""
+
+    receiver_id: int
+    count: int
+
+
+@dataclass(frozen=True)
+class SharedRef:
+    """Where a shared buffer is: ``length`` bytes at ``offset`` of the arena file at ``path``."""
+
+    path: str
+    offset: int
+    length: int
+
+    def pack(self) -> bytes:
+        return _SHARED_REF.pack(self.offset, self.length) + self.path.encode()
+
+    @classmethod
+    def unpack(cls, payload: bytes | memoryview) -> "SharedRef":
+        if len(payload) <= _SHARED_REF.size:
+            raise ProtocolError(f"shared buffer reference of {len(payload)} bytes is too short")
+        offset, length = _SHARED_REF.unpack_from(payload)
+        try:
+            path = bytes(payload[_SHARED_REF.size:]).decode()
+        except UnicodeDecodeError:
+            raise ProtocolError("shared buffer reference names no readable path") from None
+        return cls(path, offset, length)
+
+
+@dataclass(frozen=True)
 class ProducerCredit:
     handle: int
     credit: int
@@ -271,6 +307,7 @@ _TYPE_OF.update(
         ProducerCredit: MsgType.PRODUCER_CREDIT,
         PushSharedBuffer: MsgType.PUSH_SHARED_BUFFER,
         SlotsFreed: MsgType.SLOTS_FREED,
+        SharedBuffersRead: MsgType.SHARED_BUFFERS_READ,
     }
 )
 
@@ -298,6 +335,8 @@ def encode(msg: Message) -> list[bytes | memoryview]:
     if isinstance(msg, PushSharedBuffer):
         header = _PUSH_SHARED.pack(msg.handle, msg.subpartition, msg.kind, msg.flags, msg.slot, msg.offset, msg.length)
         return [_frame(MsgType.PUSH_SHARED_BUFFER, header, 0)]
+    if isinstance(msg, SharedBuffersRead):
+        return [_frame(MsgType.SHARED_BUFFERS_READ, _SHARED_READ.pack(msg.receiver_id, msg.count), 0)]
     if isinstance(msg, SlotsFreed):
         header = _SLOTS_FREED.pack(msg.handle, len(msg.slots)) + struct.pack(f">{len(msg.slots)}i", *msg.slots)
         return [_frame(MsgType.SLOTS_FREED, header, 0)]
@@ -349,6 +388,8 @@ def _decode(mtype: int, header: bytes, payload: memoryview) -> Message:
             return ProducerCredit(*_PRODUCER_CREDIT.unpack(header))
         if kind is MsgType.PUSH_SHARED_BUFFER:
             return PushSharedBuffer(*_PUSH_SHARED.unpack(header))
+        if kind is MsgType.SHARED_BUFFERS_READ:
+            return SharedBuffersRead(*_SHARED_READ.unpack(header))
         if kind is MsgType.SLOTS_FREED:
             handle, count = _SLOTS_FREED.unpack_from(header)
             if len(header) != _SLOTS_FREED.size + 4 * count:
@@ -400,7 +441,7 @@ class _FramePool:
             return buf
 
 
-_FRAME_POOL = _FramePool(32 * 1024 * 1024)
+FRAME_POOL = _FramePool(32 * 1024 * 1024)
 
 
 class FrameDecoder:
@@ -509,7 +550,7 @@ class FrameDecoder:
                 self._out.append(self._decode_frame(memoryview(frame), 0))
                 continue
             if total >= self.LARGE:  # receive the rest of this frame in place
-                large = _FRAME_POOL.take(total)
+                large = FRAME_POOL.take(total)
                 with memoryview(stage) as view:
                     large[:have] = view[pos:self._end]
                 self._large, self._large_have, self._large_len = large, have, total

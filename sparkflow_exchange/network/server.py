@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..partition.shared_arena import ArenaError, SharedArena
@@ -26,6 +27,7 @@ from .protocol import (
     BufferResponse,
     CancelPartitionRequest,
     CloseRequest,
+    FLAG_SHARED,
     ErrorResponse,
     FailPartition,
     FinishPartition,
@@ -43,6 +45,8 @@ from .protocol import (
     RpcRequest,
     RpcResponse,
     ServerHello,
+    SharedBuffersRead,
+    SharedRef,
     SlotsFreed,
     Welcome,
     encode,
@@ -114,6 +118,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.bytes_sent = 0
         self.bytes_received = 0
         self.channel_bytes: dict[int, int] = {}
+        self.held: dict[int, deque] = {}  # receiver -> (partition, buffer) sent by reference, not yet copied
         self.locality = "remote"
         self.peer = ""
         self._hello_timer: asyncio.TimerHandle | None = None
@@ -141,6 +146,8 @@ class ServerConnection(asyncio.BufferedProtocol):
             log.info("client %s vanished mid-frame (%d bytes of an incomplete frame dropped)", self.peer, self.decoder.pending)
         for rid, view in self.queue.views().items():
             view.release()
+        for rid in list(self.held):
+            self._unpin(rid, None)
         for producer in self.producers.values():
             part = producer.partition
             if not part.finished and not part.failure:
@@ -214,6 +221,8 @@ class ServerConnection(asyncio.BufferedProtocol):
         elif isinstance(msg, AddCredit):
             self.queue.add_credit(msg.receiver_id, msg.credit)
             self.schedule_pump()
+        elif isinstance(msg, SharedBuffersRead):
+            self._unpin(msg.receiver_id, msg.count)
         elif isinstance(msg, PartitionRequest):
             self.on_partition_request(msg)
         elif isinstance(msg, (CancelPartitionRequest, ResumeConsumption)):
@@ -221,6 +230,7 @@ class ServerConnection(asyncio.BufferedProtocol):
                 view = self.queue.remove(msg.receiver_id)
                 if view is not None:
                     view.release()
+                self._unpin(msg.receiver_id, None)
             else:
                 self.queue.notify_available(msg.receiver_id)
                 self.schedule_pump()
@@ -263,8 +273,23 @@ class ServerConnection(asyncio.BufferedProtocol):
         except (IndexError, ValueError, RuntimeError) as exc:
             self.send(ErrorResponse(str(exc), rid, False, type(exc).__name__))
             return
+        view.shared = msg.shared and self.transport_kind == "unix" and self.service.config.shared_memory
         self.queue.add_view(rid, view, msg.initial_credit)
         self.schedule_pump()
+
+    def _unpin(self, receiver_id: int, count: int | None) -> None:
+        """The reader copied ``count`` more shared buffers (None: it will copy no more of them)."""
+        held = self.held.get(receiver_id)
+        if count is not None and (held is None or count > len(held) or count < 1):
+            raise ProtocolError(f"SharedBuffersRead({count}) for receiver {receiver_id}, which holds "
+                                f"{len(held) if held else 0} shared buffers")
+        if held is None:
+            return
+        for _ in range(len(held) if count is None else count):
+            part, buf = held.popleft()
+            part.unpin(buf)
+        if not held:
+            del self.held[receiver_id]
 
     def on_view_available(self, receiver_id: int) -> None:
         self.queue.notify_available(receiver_id)
@@ -287,7 +312,14 @@ class ServerConnection(asyncio.BufferedProtocol):
                 self.queue.remove(rid)
                 self.send(ErrorResponse(bytes(item.payload).decode(), rid, False, "producer_failed"))
                 continue
-            self.send(BufferResponse(rid, seq, backlog, item.kind, item.flags, item.payload))
+            if item.shared is not None:  # a reader on this host copies it out of the writer's slot itself
+                _part, buf = item.shared
+                ref = SharedRef(str(buf.arena.path), buf.arena_offset, buf.size).pack()
+                self.send(BufferResponse(rid, seq, backlog, item.kind, item.flags | FLAG_SHARED, ref))
+                self.held.setdefault(rid, deque()).append(item.shared)
+                self.service.traffic["local_shared"] += buf.size
+            else:
+                self.send(BufferResponse(rid, seq, backlog, item.kind, item.flags, item.payload))
             self.channel_bytes[rid] = self.channel_bytes.get(rid, 0) + len(item.payload)
             self.service.traffic[self.locality] += len(item.payload)
             if item.kind == BufferKind.END_OF_PARTITION:
@@ -317,10 +349,12 @@ class ServerConnection(asyncio.BufferedProtocol):
                 or not self.service.config.shared_memory:
             return None
         try:
-            return SharedArena.attach(msg.shm_path, min(msg.shm_slots, part.pool.slots), msg.shm_slot_size)
+            arena = SharedArena.attach(msg.shm_path, min(msg.shm_slots, part.pool.slots), msg.shm_slot_size)
         except ArenaError as exc:
             log.info("partition %s pushes over the socket: %s", part.pid, exc)
             return None
+        part.arenas.add(arena)  # unlinked when the partition is released
+        return arena
 
     def slot_freed(self, handle: int, arena_slot: int) -> None:
         """A pool slot is free. An arena slot is announced only after this callback: the payload
@@ -389,7 +423,8 @@ class ServerConnection(asyncio.BufferedProtocol):
         producer.slots_in_use.add(msg.slot)
         payload = arena.slot(msg.slot)[msg.offset:msg.offset + msg.length]
         try:
-            producer.partition.add(msg.subpartition, msg.kind, msg.flags, payload, arena_slot=msg.slot)
+            producer.partition.add(msg.subpartition, msg.kind, msg.flags, payload, arena_slot=msg.slot, arena=arena,
+                                   arena_offset=msg.slot * arena.slot_size + msg.offset)
         except RuntimeError as exc:
             self.slot_freed(msg.handle, msg.slot)
             self.send(ErrorResponse(str(exc), None, False, "push_failed"))

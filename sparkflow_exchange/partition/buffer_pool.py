@@ -7,6 +7,7 @@ unit of the writer's credit, so a full pool is backpressure.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(eq=False)
@@ -21,6 +22,10 @@ class StoredBuffer:
     pending_refs: int = 0  # target subpartitions that have not streamed it yet
     in_memory_slot: bool = False  # whether it occupies a pool slot
     arena_slot: int = -1  # the writer's shared-memory slot holding the payload, -1 = own memory
+    arena: Any = None  # that slot's SharedArena
+    arena_offset: int = 0  # where the payload starts in the arena file
+    pins: int = 0  # local readers that were sent a reference and have not copied it yet
+    slot_free_pending: bool = False  # memory dropped while pinned: free the slot at the last unpin
 
 
 class BudgetExhausted(RuntimeError):

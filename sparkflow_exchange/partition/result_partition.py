@@ -63,6 +63,7 @@ class ResultPartition:
         self.finished = False
         self.failure: str | None = None
         self.released = False
+        self.arenas: set = set()  # writers' shared-memory arenas holding buffers of this partition
         self.on_slots_freed: Callable[[int], None] = lambda arena_slot: None  # a slot freed; its arena slot or -1
         self.created = time.monotonic()
         self.bytes_in = 0
@@ -77,7 +78,8 @@ class ResultPartition:
             return 1 << 20  # BLOCKING writes straight to disk
         return self.pool.free
 
-    def add(self, subpartition: int, kind: int, flags: int, payload: bytes | memoryview, arena_slot: int = -1) -> None:
+    def add(self, subpartition: int, kind: int, flags: int, payload: bytes | memoryview, arena_slot: int = -1,
+            arena=None, arena_offset: int = 0) -> None:
         if self.finished or self.released or self.failure:
             raise PartitionStateError(f"partition {self.pid} does not accept buffers any more")
         if subpartition == BROADCAST:
@@ -88,7 +90,8 @@ class ResultPartition:
             raise PartitionStateError(
                 f"subpartition index {subpartition} is out of range 0..{self.num_subpartitions - 1} of partition {self.pid}"
             )
-        buf = StoredBuffer(kind, flags, len(payload), payload, pending_refs=len(targets), arena_slot=arena_slot)
+        buf = StoredBuffer(kind, flags, len(payload), payload, pending_refs=len(targets), arena_slot=arena_slot,
+                           arena=arena, arena_offset=arena_offset)
         if self.spill is not None:
             buf.spill = self.spill.append(payload)
         if self.blocking:
@@ -122,7 +125,17 @@ class ResultPartition:
             self._in_memory.popleft()  # keep the eviction queue as short as what memory holds
         if buf.spill is not None or buf.arena_slot >= 0:
             buf.payload = None  # an arena slot is the writer's again: read the spill file from now on
-        self.on_slots_freed(buf.arena_slot)
+        arena_slot = buf.arena_slot
+        if buf.pins:  # a local reader still copies it out of the slot: hand the slot back after that
+            buf.slot_free_pending, arena_slot = True, -1
+        self.on_slots_freed(arena_slot)
+
+    def unpin(self, buf: StoredBuffer) -> None:
+        """A local reader has copied a shared buffer out of its slot."""
+        buf.pins -= 1
+        if buf.pins <= 0 and buf.slot_free_pending:
+            buf.slot_free_pending = False
+            self.on_slots_freed(buf.arena_slot)
 
     def release_ref(self, buf: StoredBuffer) -> None:
         buf.pending_refs -= 1
@@ -187,6 +200,8 @@ class ResultPartition:
             self.pool.close()
         if self.spill is not None:
             self.spill.delete()
+        for arena in self.arenas:
+            arena.unlink()  # readers that mapped it keep their mapping
 
     def stats(self) -> dict:
         return {

@@ -10,9 +10,15 @@ on its way into the partition (two copies saved: the writer's send and the
 service's receive). The service says which slots it has stopped reading
 (``SlotsFreed``); slots are the pool's slots, so credit still means free slots.
 
-The file is unlinked as soon as the service has mapped it, so a killed
-process leaves nothing behind; the name carries the creator's pid, and
-``sweep_orphan_arenas`` removes any file whose creator died before that.
+Local readers get the same shortcut the other way: the service sends them a
+reference (``FLAG_SHARED``) instead of the bytes, the reader copies the
+buffer out of the slot (``ArenaReader``) and says so (``SharedBuffersRead``);
+only then is the slot the writer's again.
+
+Names carry the pid of the process responsible for the file: the writer's
+until the service maps it, then the service renames it to its own and
+unlinks it when the partition is released. ``sweep_orphan_arenas`` removes
+the files of dead pids (a process killed with -9).
 """
 from __future__ import annotations
 
@@ -26,6 +32,8 @@ SHM_DIR = Path("/dev/shm")
 PREFIX = "sparkflow-arena-"
 SLOT_SLACK = 64 * 1024  # IPC metadata, schema message and padding on top of bufferSize
 _NAME = re.compile(rf"{PREFIX}(\d+)-[0-9a-f]+")
+# map every page at once: one call instead of a page fault per 4 KiB on first touch
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 class ArenaError(RuntimeError):
@@ -56,7 +64,7 @@ class SharedArena:
         try:
             # reserve tmpfs pages now: a full /dev/shm must fail here, not as SIGBUS on first write
             os.posix_fallocate(fd, 0, size)
-            mapping = mmap.mmap(fd, size)
+            mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE)
         except OSError as exc:
             os.close(fd)
             path.unlink(missing_ok=True)
@@ -66,7 +74,7 @@ class SharedArena:
 
     @classmethod
     def attach(cls, path: str, slots: int, slot_size: int) -> "SharedArena":
-        """The service's side: map a writer's arena, then unlink it (the mappings keep it alive)."""
+        """The service's side: map a writer's arena and take over its name (renamed to this pid)."""
         p = Path(path)
         if p.parent != SHM_DIR or not _NAME.fullmatch(p.name):
             raise ArenaError(f"{path!r} is not a sparkflow-exchange arena in {SHM_DIR}")
@@ -80,13 +88,17 @@ class SharedArena:
             size = os.fstat(fd).st_size
             if size < slots * slot_size:
                 raise ArenaError(f"arena {path} holds {size} bytes, fewer than {slots} slots of {slot_size}")
-            mapping = mmap.mmap(fd, slots * slot_size)
+            mapping = mmap.mmap(fd, slots * slot_size, flags=mmap.MAP_SHARED | _POPULATE)
         except OSError as exc:
             raise ArenaError(f"cannot map shared-memory arena {path}: {exc}") from None
         finally:
             os.close(fd)
-        p.unlink(missing_ok=True)
-        return cls(p, slots, slot_size, mapping)
+        owned = SHM_DIR / f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        try:
+            os.rename(p, owned)
+        except OSError as exc:
+            raise ArenaError(f"cannot take over shared-memory arena {path}: {exc}") from None
+        return cls(owned, slots, slot_size, mapping)
 
     def slot(self, index: int) -> memoryview:
         start = index * self.slot_size
@@ -94,6 +106,50 @@ class SharedArena:
 
     def unlink(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+class ArenaReader:
+    """A local reader's mappings of the arenas it was sent references into (read-only, by path)."""
+
+    def __init__(self) -> None:
+        self._views: dict[str, memoryview] = {}
+        self._maps: list[mmap.mmap] = []
+
+    def copy_out(self, path: str, offset: int, length: int, into: bytearray) -> memoryview:
+        """Copy one buffer out of its slot into ``into``; the slot may be refilled once this returns."""
+        view = self._views.get(path)
+        if view is None:
+            view = self._map(path)
+        if offset + length > len(view):
+            raise ArenaError(f"shared buffer at {offset}+{length} lies outside arena {path} ({len(view)} bytes)")
+        into[:length] = view[offset:offset + length]
+        return memoryview(into)[:length]
+
+    def _map(self, path: str) -> memoryview:
+        p = Path(path)
+        if p.parent != SHM_DIR or not _NAME.fullmatch(p.name):
+            raise ArenaError(f"{path!r} is not a sparkflow-exchange arena in {SHM_DIR}")
+        try:
+            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise ArenaError(f"cannot open shared-memory arena {path}: {exc}") from None
+        try:
+            mapping = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+        except (OSError, ValueError) as exc:
+            raise ArenaError(f"cannot map shared-memory arena {path}: {exc}") from None
+        finally:
+            os.close(fd)
+        self._maps.append(mapping)
+        view = self._views[path] = memoryview(mapping)
+        return view
+
+    def close(self) -> None:
+        for view in self._views.values():
+            view.release()
+        for mapping in self._maps:
+            mapping.close()
+        self._views.clear()
+        self._maps.clear()
 
 
 def sweep_orphan_arenas() -> list[Path]:

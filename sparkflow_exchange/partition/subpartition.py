@@ -27,6 +27,7 @@ class Item:
     kind: int
     flags: int
     payload: bytes | memoryview
+    shared: tuple["ResultPartition", StoredBuffer] | None = None  # pinned in its arena slot, sent by reference
 
 
 class ConsumeOnceError(RuntimeError):
@@ -104,6 +105,7 @@ class SubpartitionView:
         self.pos = pos
         self.listener = listener
         self.released = False
+        self.shared = False  # the reader is on this host and copies buffers out of arena slots itself
 
     def notify(self) -> None:
         if not self.released:
@@ -131,10 +133,14 @@ class SubpartitionView:
             return Item(ERROR_KIND, 0, part.failure.encode()), self.pos, 0
         pos = self.pos
         buf = self.sub.entry(pos)
+        shared = None
+        if self.shared and buf.arena is not None and buf.payload is not None:
+            buf.pins += 1  # the slot goes back to the writer only once the reader has copied it
+            shared = (part, buf)
         payload = buf.payload if buf.payload is not None else part.read_spilled(buf)
         self.pos += 1
         self.sub.on_taken(pos, buf)
-        return Item(buf.kind, buf.flags, payload), pos, self.sub.data_after(self.pos)
+        return Item(buf.kind, buf.flags, payload, shared), pos, self.sub.data_after(self.pos)
 
     def backlog(self) -> int:
         return self.sub.data_after(self.pos) if self._readable() else 0

@@ -53,8 +53,9 @@ class ExchangeService:
         self.partitions: dict[str, ResultPartition] = {}
         self.connections: set[ServerConnection] = set()
         # payload bytes consumers read, by path: served over a Unix/TCP connection from a reader on this
-        # host ("local") or another ("remote"), or read by a reader on this host from our spill files
-        self.traffic = {"local": 0, "remote": 0, "local_file": 0}
+        # host ("local"; "local_shared" of it were copied by the reader out of a writer's shared-memory
+        # slot) or another ("remote"), or read by a reader on this host from our spill files
+        self.traffic = {"local": 0, "local_shared": 0, "remote": 0, "local_file": 0}
         self.coordinator = Coordinator(self._release, config.ttl) if coordinator else None
         self.unix_path = unix_path
         self.attach_mode = attach_mode  # embedded: exit when the attached applications are gone
