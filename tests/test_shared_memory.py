@@ -81,6 +81,8 @@ def test_writer_on_the_service_host_recycles_shared_slots(tmp_service, partition
     assert writer.buffers_pushed > 10 * writer.arena.slots
     traffic = svc.status()["traffic"]
     assert traffic["local_shared"] > 0  # and the reader copied them out of the slots itself
+    service_arenas = list(shared_arena.SHM_DIR.glob(f"{shared_arena.PREFIX}{svc.proc.pid}-*"))
+    assert service_arenas == []  # finished and all read: the shared memory is given back before any drop
     assert state["arenas_while_writing"] == []  # unlinked once the service had mapped it
     assert my_arenas() == []
 

@@ -64,6 +64,7 @@ class ResultPartition:
         self.failure: str | None = None
         self.released = False
         self.arenas: set = set()  # writers' shared-memory arenas holding buffers of this partition
+        self.pinned = 0  # buffers sent to local readers by reference and not copied yet
         self.on_slots_freed: Callable[[int], None] = lambda arena_slot: None  # a slot freed; its arena slot or -1
         self.created = time.monotonic()
         self.bytes_in = 0
@@ -128,14 +129,32 @@ class ResultPartition:
         arena_slot = buf.arena_slot
         if buf.pins:  # a local reader still copies it out of the slot: hand the slot back after that
             buf.slot_free_pending, arena_slot = True, -1
+        else:
+            buf.arena = None
         self.on_slots_freed(arena_slot)
+        self._release_unused_arenas()
+
+    def pin(self, buf: StoredBuffer) -> None:
+        """A local reader is sent a reference to this buffer's slot instead of its bytes."""
+        buf.pins += 1
+        self.pinned += 1
 
     def unpin(self, buf: StoredBuffer) -> None:
         """A local reader has copied a shared buffer out of its slot."""
         buf.pins -= 1
+        self.pinned -= 1
         if buf.pins <= 0 and buf.slot_free_pending:
             buf.slot_free_pending = False
+            buf.arena = None
             self.on_slots_freed(buf.arena_slot)
+        self._release_unused_arenas()
+
+    def _release_unused_arenas(self) -> None:
+        """A finished partition whose memory is all dropped needs no arena: give its shared memory back."""
+        if self.finished and self.arenas and not self.pinned and (self.pool is None or self.pool.used == 0):
+            for arena in self.arenas:
+                arena.unlink()  # the pages go once the writer's and this mapping are gone too
+            self.arenas.clear()
 
     def release_ref(self, buf: StoredBuffer) -> None:
         buf.pending_refs -= 1
@@ -152,6 +171,7 @@ class ResultPartition:
         for sub in self.subpartitions:
             sub.append(StoredBuffer(BufferKind.END_OF_PARTITION, 0, 0, b""))
         self.finished = True
+        self._release_unused_arenas()
         if self.spill is not None:
             entries = [
                 (sub.index, sub.base + i, b.spill[0] if b.spill else 0, b.size, b.kind, b.flags)
