@@ -2,7 +2,8 @@
 
 The same number of bytes moves from one process to another on every path:
 
-* raw TCP / raw Unix: a plain socket sender (``sendall`` of 1 MiB chunks) and receiver (``recv_into``);
+* raw TCP / raw Unix: a plain socket sender (``sendall`` of 1 MiB chunks) and receiver (``recv_into``),
+  with the same 4 MiB kernel socket buffers the exchange's connections use;
 * remote channel (TCP): a result partition held in the service's memory, read by an input gate on
   another host (hostId) over TCP, under credit: the channel alone, like the raw copy;
 * local channel (Unix socket): the same with the gate on the service's host;
@@ -39,6 +40,7 @@ import pyarrow as pa
 
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.config import ExchangeConfig, parse_size
+from sparkflow_exchange.network.blocking_client import tune_socket
 from sparkflow_exchange.service.process import client_config, start_service
 
 CHUNK = 1 << 20
@@ -57,6 +59,7 @@ def raw_sender(family: str, address: str, size: int) -> None:
     else:
         host, port = address.rsplit(":", 1)
         sock = socket.create_connection((host, int(port)))
+    tune_socket(sock)  # the same kernel buffers as the exchange's connections: the baseline is no weaker
     chunk = bytes(CHUNK)
     sent = 0
     while sent < size:
@@ -92,6 +95,7 @@ def raw_copy(family: str, size: int, tmp: Path) -> float:
 def _raw_receive(server: socket.socket, sender: subprocess.Popen, size: int) -> float:
     server.settimeout(60)
     conn, _ = server.accept()
+    tune_socket(conn)
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     got = 0

@@ -109,23 +109,30 @@ class SharedArena:
 
 
 class ArenaReader:
-    """A local reader's mappings of the arenas it was sent references into (read-only, by path)."""
+    """A local reader's open arenas: buffers are copied out with ``preadv`` straight from tmpfs.
+
+    One kernel copy into the reader's own (pooled) buffer: no mapping to set up or fault in,
+    and the file descriptor keeps the arena readable even if its name goes meanwhile.
+    """
 
     def __init__(self) -> None:
-        self._views: dict[str, memoryview] = {}
-        self._maps: list[mmap.mmap] = []
+        self._fds: dict[str, int] = {}
 
     def copy_out(self, path: str, offset: int, length: int, into: bytearray) -> memoryview:
         """Copy one buffer out of its slot into ``into``; the slot may be refilled once this returns."""
-        view = self._views.get(path)
-        if view is None:
-            view = self._map(path)
-        if offset + length > len(view):
-            raise ArenaError(f"shared buffer at {offset}+{length} lies outside arena {path} ({len(view)} bytes)")
-        into[:length] = view[offset:offset + length]
-        return memoryview(into)[:length]
+        fd = self._fds.get(path)
+        if fd is None:
+            fd = self._open(path)
+        target = memoryview(into)[:length]
+        done = 0
+        while done < length:
+            n = os.preadv(fd, [target[done:]], offset + done)
+            if n <= 0:
+                raise ArenaError(f"shared buffer at {offset}+{length} lies outside arena {path}")
+            done += n
+        return target
 
-    def _map(self, path: str) -> memoryview:
+    def _open(self, path: str) -> int:
         p = Path(path)
         if p.parent != SHM_DIR or not _NAME.fullmatch(p.name):
             raise ArenaError(f"{path!r} is not a sparkflow-exchange arena in {SHM_DIR}")
@@ -133,23 +140,13 @@ class ArenaReader:
             fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError as exc:
             raise ArenaError(f"cannot open shared-memory arena {path}: {exc}") from None
-        try:
-            mapping = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
-        except (OSError, ValueError) as exc:
-            raise ArenaError(f"cannot map shared-memory arena {path}: {exc}") from None
-        finally:
-            os.close(fd)
-        self._maps.append(mapping)
-        view = self._views[path] = memoryview(mapping)
-        return view
+        self._fds[path] = fd
+        return fd
 
     def close(self) -> None:
-        for view in self._views.values():
-            view.release()
-        for mapping in self._maps:
-            mapping.close()
-        self._views.clear()
-        self._maps.clear()
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
 
 
 def sweep_orphan_arenas() -> list[Path]:
