@@ -79,6 +79,8 @@ def test_writer_on_the_service_host_recycles_shared_slots(tmp_service, partition
     writer = state["writer"]
     assert writer.arena is not None  # the buffers went through shared memory
     assert writer.buffers_pushed > 10 * writer.arena.slots
+    # all of them: credit comes only with a free slot, even while the reader still copies one out
+    assert writer.buffers_shared == writer.buffers_pushed
     traffic = svc.status()["traffic"]
     assert traffic["local_shared"] > 0  # and the reader copied them out of the slots itself
     service_arenas = list(shared_arena.SHM_DIR.glob(f"{shared_arena.PREFIX}{svc.proc.pid}-*"))

@@ -387,7 +387,9 @@ class ServerConnection(asyncio.BufferedProtocol):
         part = producer.partition
         if part.finished or part.failure or part.released:
             return
-        new = min(part.free_slots, MAX_GRANT) - producer.outstanding
+        # a slot whose SlotsFreed has not gone out yet is credit only after it: the writer would have
+        # credit and no slot to fill
+        new = min(part.free_slots, MAX_GRANT) - producer.outstanding - len(producer.slots_freed)
         if new > 0:
             producer.outstanding += new
             self.send(ProducerCredit(handle, new))

@@ -121,17 +121,20 @@ class ResultPartition:
 
     def _drop_memory(self, buf: StoredBuffer) -> None:
         buf.in_memory_slot = False
-        self.pool.give(buf.size)
         while self._in_memory and not self._in_memory[0].in_memory_slot:
             self._in_memory.popleft()  # keep the eviction queue as short as what memory holds
         if buf.spill is not None or buf.arena_slot >= 0:
             buf.payload = None  # an arena slot is the writer's again: read the spill file from now on
-        arena_slot = buf.arena_slot
-        if buf.pins:  # a local reader still copies it out of the slot: hand the slot back after that
-            buf.slot_free_pending, arena_slot = True, -1
-        else:
-            buf.arena = None
-        self.on_slots_freed(arena_slot)
+        if buf.pins:  # a local reader still copies it out of its slot: the slot is free after that
+            buf.slot_free_pending = True
+            return
+        self._free_slot(buf)
+
+    def _free_slot(self, buf: StoredBuffer) -> None:
+        """The buffer's memory is needed by nobody: its pool slot (and arena slot) is credit again."""
+        self.pool.give(buf.size)
+        buf.arena = None
+        self.on_slots_freed(buf.arena_slot)
         self._release_unused_arenas()
 
     def pin(self, buf: StoredBuffer) -> None:
@@ -145,9 +148,9 @@ class ResultPartition:
         self.pinned -= 1
         if buf.pins <= 0 and buf.slot_free_pending:
             buf.slot_free_pending = False
-            buf.arena = None
-            self.on_slots_freed(buf.arena_slot)
-        self._release_unused_arenas()
+            self._free_slot(buf)
+        else:
+            self._release_unused_arenas()
 
     def _release_unused_arenas(self) -> None:
         """A finished partition whose memory is all dropped needs no arena: give its shared memory back."""

@@ -78,6 +78,7 @@ class PartitionWriter:
         self.backpressure_seconds = 0.0
         self.bytes_pushed = 0
         self.buffers_pushed = 0
+        self.buffers_shared = 0  # of those, written into a shared-memory slot
         self.started = time.monotonic()
         deadline = time.monotonic() + conn.timeout
         while not self.handle:
@@ -119,6 +120,7 @@ class PartitionWriter:
                                                     slot, offset, length))
                     self.bytes_pushed += length
                     self.buffers_pushed += 1
+                    self.buffers_shared += 1
                     return
                 self.free_slots.appendleft(slot)  # too big for a slot: this one goes over the socket
             self._send_payload(subpartition, encoder.encode(batch), BufferKind.DATA, encoder.flags)
