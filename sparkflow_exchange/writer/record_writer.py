@@ -87,13 +87,14 @@ class RecordWriter:
             parts = [(i, p) for i, p in enumerate(split_by_target(batch, targets, self.n)) if p is not None]
         with self._lock:
             for sub, part in parts:
-                if self.pending[sub] and self.pending_bytes[sub] + part.nbytes > self.buffer_size:
+                size = part.nbytes  # not free for a slice: asked once per slice
+                if self.pending[sub] and self.pending_bytes[sub] + size > self.buffer_size:
                     self._push_pending(sub)
-                if part.nbytes >= self.buffer_size:
-                    part = self._push_whole_buffers(sub, part)
+                if size >= self.buffer_size:
+                    part, size = self._push_whole_buffers(sub, part, size)
                 if part is not None:
                     self.pending[sub].append(part)
-                    self.pending_bytes[sub] += part.nbytes
+                    self.pending_bytes[sub] += size
 
     def write_all(self, batches: Iterable[pa.RecordBatch]) -> None:
         for batch in batches:
@@ -102,15 +103,18 @@ class RecordWriter:
     def _push(self, sub: int, batch: pa.RecordBatch) -> None:
         self.writer.push_batch(self.targets[sub], batch, self.encoder)
 
-    def _push_whole_buffers(self, sub: int, batch: pa.RecordBatch) -> pa.RecordBatch | None:
-        """Cut a large slice into buffers of about bufferSize, straight from its memory; return the rest."""
+    def _push_whole_buffers(self, sub: int, batch: pa.RecordBatch, size: int) -> tuple[pa.RecordBatch | None, int]:
+        """Cut a large slice into buffers of about bufferSize, straight from its memory; return the rest and its size."""
         rows = batch.num_rows
-        per_buffer = max(1, rows * self.buffer_size // max(batch.nbytes, 1))
+        per_buffer = max(1, rows * self.buffer_size // max(size, 1))
         start = 0
         while rows - start >= per_buffer:
             self._push(sub, batch.slice(start, per_buffer))
             start += per_buffer
-        return batch.slice(start) if start < rows else None
+        if start >= rows:
+            return None, 0
+        rest = batch.slice(start)
+        return rest, rest.nbytes
 
     def _push_pending(self, sub: int) -> None:
         """The small slices gathered for ``sub`` leave as one buffer (only small data is concatenated)."""
