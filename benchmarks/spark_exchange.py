@@ -16,8 +16,9 @@ Rows: long id, long key (id % 100003), a 16-character string, a double. Cases, e
 Session: ``local[10]`` on this 2-core machine. A pipelined read and its write run at once and need
 slots at once: 8 read tasks (one per subpartition) + 2 write tasks (the DataFrame has 2 partitions,
 one per core). Every case uses the same session; AQE is off so plans do not change between rounds.
-Rounds are interleaved (each round runs every case once) after ``--warmup`` untimed rounds; best of
-``--repeat``.
+Rounds are interleaved (each round runs every case once) after ``--warmup`` untimed rounds; before
+each case the previous one's dirty pages are synced and the driver JVM collects its garbage; best of
+``--repeat``, and the median of the per-round ratios.
 The embedded exchange service runs from a temp runtime dir; it is stopped by pid and the dir removed.
 
 Run: .venv/bin/python benchmarks/spark_exchange.py [--rows 10000000] [--repeat 3]
@@ -29,6 +30,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import threading
@@ -128,6 +130,13 @@ def prepare_floor_files(rows: int, directory: Path, batch_bytes: int) -> None:
                 pa.ipc.new_file(sink, schema) as writer:
             for batch in table.to_batches(max_chunksize=rows_per_batch):
                 writer.write_batch(batch)
+
+
+def settle(spark: SparkSession) -> None:
+    """Start every case from the same state: the previous case's dirty pages written back, the driver's heap collected."""
+    os.sync()
+    spark._jvm.java.lang.System.gc()
+    time.sleep(0.5)
 
 
 def stop_embedded_services(runtime: Path) -> list[int]:
@@ -269,6 +278,7 @@ def run(spark: SparkSession, args: argparse.Namespace, buffer_size: int) -> dict
     load_before = os.getloadavg()[0]
     for _ in range(args.repeat):
         for label, fn in cases.items():
+            settle(spark)
             start = time.perf_counter()
             fn()
             times[label].append(time.perf_counter() - start)
@@ -280,21 +290,26 @@ def run(spark: SparkSession, args: argparse.Namespace, buffer_size: int) -> dict
         print(f"  {label:52s} {secs:7.2f} s   [{' '.join(f'{t:.2f}' for t in times[label])}]")
     if len(best) < 5:
         return {"rows": args.rows, "conf": args.conf, "seconds": best, "all_seconds": times}
-    floor_s, parquet_s = best["floor (no-op Arrow sink + prepared Arrow batches)"], \
-        best["parquet (write, read, repartition(8, key))"]
-    hybrid_s, pipelined_s = best["pipelined HYBRID (write, then read)"], \
-        best["pipelined PIPELINED_BOUNDED (read while written)"]
+    floor, parquet = "floor (no-op Arrow sink + prepared Arrow batches)", "parquet (write, read, repartition(8, key))"
+    hybrid, pipelined = "pipelined HYBRID (write, then read)", "pipelined PIPELINED_BOUNDED (read while written)"
+    shuffle = "spark repartition(8, key)"
+
+    def ratio(num: str, den: str) -> tuple[float, float]:
+        """(best / best, median of the per-round ratios): cases of one round ran back to back."""
+        return best[num] / best[den], statistics.median(n / d for n, d in zip(times[num], times[den]))
+
     ratios = {
-        "HYBRID / parquet (target <= 1.1)": hybrid_s / parquet_s,
-        "HYBRID / floor (target <= 1.3)": hybrid_s / floor_s,
-        "PIPELINED_BOUNDED / parquet (target <= 0.9)": pipelined_s / parquet_s,
-        "PIPELINED_BOUNDED / floor": pipelined_s / floor_s,
-        "floor / parquet (what any Python data source pays)": floor_s / parquet_s,
-        "HYBRID / spark repartition": hybrid_s / best["spark repartition(8, key)"],
-        "PIPELINED_BOUNDED / spark repartition": pipelined_s / best["spark repartition(8, key)"],
+        "HYBRID / parquet (target <= 1.1)": ratio(hybrid, parquet),
+        "HYBRID / floor (target <= 1.3)": ratio(hybrid, floor),
+        "PIPELINED_BOUNDED / parquet (target <= 0.9)": ratio(pipelined, parquet),
+        "PIPELINED_BOUNDED / floor": ratio(pipelined, floor),
+        "floor / parquet (what any Python data source pays)": ratio(floor, parquet),
+        "HYBRID / spark repartition": ratio(hybrid, shuffle),
+        "PIPELINED_BOUNDED / spark repartition": ratio(pipelined, shuffle),
     }
-    for label, ratio in ratios.items():
-        print(f"  {label:52s} {ratio:7.2f}")
+    print(f"  {'ratio':52s} {'best':>7s} {'median of rounds':>17s}")
+    for label, (of_best, of_rounds) in ratios.items():
+        print(f"  {label:52s} {of_best:7.2f} {of_rounds:17.2f}")
     return {"rows": args.rows, "repeat": args.repeat, "date": time.strftime("%Y-%m-%d %H:%M"),
             "master": f"local[{SLOTS}]", "conf": args.conf, "cpus": os.cpu_count(), "buffer_size": buffer_size,
             "loadavg_before_after": [load_before, load_after], "seconds": best, "all_seconds": times,
