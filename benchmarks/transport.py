@@ -19,6 +19,8 @@ every path once, raw beside exchange; ``--repeat`` rounds, the best of each path
 2-core machine is shared, so single runs are noisy). Every process started here is stopped by its
 pid; the temp dir is removed.
 Run: .venv/bin/python benchmarks/transport.py [--size 1g] [--repeat 3]
+Knobs for experiments: ``BENCH_OPTS='{"bufferSize": "4m"}'`` adds exchange options to every exchange
+path; ``BENCH_DEBUG=1`` prints each streaming producer's figures (CPU, credit waits, shared memory).
 """
 from __future__ import annotations
 
