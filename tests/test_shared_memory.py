@@ -119,6 +119,30 @@ def register_with_arena(client: RawClient, name: str, slots: int = 2, slot_size:
     return arena, registered
 
 
+def ipc_payload(start: int, rows: int) -> bytes:
+    return pa.record_batch([pa.array(range(start, start + rows))], names=["v"]).serialize().to_pybytes()
+
+
+def push_into_slots(client: RawClient, arena: SharedArena, registered, payloads: list[bytes]) -> None:
+    """Payload i is written into slot i and pushed by reference, as a writer does."""
+    for slot, payload in enumerate(payloads):
+        arena.slot(slot)[:len(payload)] = payload
+        client.send(PushSharedBuffer(registered.handle, 0, 0, 0, slot, 0, len(payload)))
+
+
+def collect_freed(client: RawClient, want: int, timeout: float) -> list[int]:
+    freed: list[int] = []
+    deadline = time.monotonic() + timeout
+    while len(freed) < want and time.monotonic() < deadline:
+        try:
+            msg = client.next(max(0.01, deadline - time.monotonic()))
+        except TimeoutError:
+            break
+        if isinstance(msg, SlotsFreed):
+            freed.extend(msg.slots)
+    return freed
+
+
 def test_bad_shared_pushes_are_named_and_the_service_goes_on(tmp_service):
     svc = tmp_service()
     client = RawClient(svc, unix=True)
@@ -152,21 +176,13 @@ def test_slots_come_back_once_read(tmp_service):
     svc = tmp_service()
     client = RawClient(svc, unix=True)
     arena, registered = register_with_arena(client, "p-freed", slots=2, slot_size=64 * 1024)
-    payload = pa.record_batch([pa.array(range(100))], names=["v"]).serialize().to_pybytes()
-    for slot in (0, 1):
-        arena.slot(slot)[:len(payload)] = payload
-        client.send(PushSharedBuffer(registered.handle, 0, 0, 0, slot, 0, len(payload)))
+    payloads = [ipc_payload(0, 100), ipc_payload(100, 100)]
+    push_into_slots(client, arena, registered, payloads)
     reader = RawClient(svc)
     reader.send(PartitionRequest("p-freed", 0, 1, 2))
     got = [reader.next(), reader.next()]
-    assert all(isinstance(m, BufferResponse) and bytes(m.payload) == payload for m in got)
-    freed = []
-    deadline = time.monotonic() + 10
-    while len(freed) < 2 and time.monotonic() < deadline:
-        msg = client.next()
-        if isinstance(msg, SlotsFreed):
-            freed.extend(msg.slots)
-    assert sorted(freed) == [0, 1]
+    assert [bytes(m.payload) for m in got if isinstance(m, BufferResponse)] == payloads
+    assert sorted(collect_freed(client, 2, 10)) == [0, 1]
 
 
 def test_service_maps_only_arenas_in_dev_shm(tmp_service, tmp_path):
@@ -201,29 +217,14 @@ def test_sweep_removes_arenas_of_dead_writers():
         mine.unlink()
 
 
-def collect_freed(client: RawClient, want: int, timeout: float) -> list[int]:
-    freed: list[int] = []
-    deadline = time.monotonic() + timeout
-    while len(freed) < want and time.monotonic() < deadline:
-        try:
-            msg = client.next(max(0.01, deadline - time.monotonic()))
-        except TimeoutError:
-            break
-        if isinstance(msg, SlotsFreed):
-            freed.extend(msg.slots)
-    return freed
-
-
 def test_local_reader_gets_references_and_slots_wait_for_its_copy(tmp_service):
     """A reader on the service's host is sent where each buffer is; its slot goes back to the writer
     only when that reader says it copied it (or disconnects), never merely because it was sent."""
     svc = tmp_service()
     writer = RawClient(svc, unix=True)
     arena, registered = register_with_arena(writer, "p-pinned", slots=2, slot_size=64 * 1024)
-    payloads = [pa.record_batch([pa.array(range(i, i + 50))], names=["v"]).serialize().to_pybytes() for i in (0, 1)]
-    for slot, payload in enumerate(payloads):
-        arena.slot(slot)[:len(payload)] = payload
-        writer.send(PushSharedBuffer(registered.handle, 0, 0, 0, slot, 0, len(payload)))
+    payloads = [ipc_payload(0, 50), ipc_payload(1, 50)]
+    push_into_slots(writer, arena, registered, payloads)
 
     reader = RawClient(svc, unix=True)
     reader.send(PartitionRequest("p-pinned", 0, 5, 2, 0, True))
@@ -251,9 +252,8 @@ def test_remote_readers_get_bytes_not_references(tmp_service):
     svc = tmp_service()
     writer = RawClient(svc, unix=True)
     arena, registered = register_with_arena(writer, "p-remote", slots=1, slot_size=64 * 1024)
-    payload = pa.record_batch([pa.array(range(10))], names=["v"]).serialize().to_pybytes()
-    arena.slot(0)[:len(payload)] = payload
-    writer.send(PushSharedBuffer(registered.handle, 0, 0, 0, 0, 0, len(payload)))
+    payload = ipc_payload(0, 10)
+    push_into_slots(writer, arena, registered, [payload])
     reader = RawClient(svc)  # TCP: whatever it asks for, it cannot map this host's memory
     reader.send(PartitionRequest("p-remote", 0, 6, 2, 0, True))
     msg = reader.next()
