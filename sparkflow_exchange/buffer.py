@@ -65,7 +65,6 @@ class BatchEncoder:
             end = sink.tell()
         return sink.getvalue().slice(start, end - start)
 
-
     def encode_into(self, batch: pa.RecordBatch, dest: memoryview) -> tuple[int, int] | None:
         """Serialise ``batch`` straight into ``dest`` (a shared-memory slot): (offset, length), or None if it won't fit."""
         if self._schema_len is None:

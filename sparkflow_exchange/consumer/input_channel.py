@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 from ..network.aio_client import ClientConnection, next_receiver_id
 from ..network.blocking_client import ServiceError
 from ..network.protocol import (
-    FRAME_POOL,
     FLAG_SHARED,
+    FRAME_POOL,
     AddCredit,
     BufferKind,
     BufferResponse,

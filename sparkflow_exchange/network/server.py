@@ -22,12 +22,12 @@ from . import auth
 from .blocking_client import tune_socket
 from .credit import PartitionRequestQueue
 from .protocol import (
+    FLAG_SHARED,
     AddCredit,
     BufferKind,
     BufferResponse,
     CancelPartitionRequest,
     CloseRequest,
-    FLAG_SHARED,
     ErrorResponse,
     FailPartition,
     FinishPartition,
@@ -353,7 +353,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         except ArenaError as exc:
             log.info("partition %s pushes over the socket: %s", part.pid, exc)
             return None
-        part.arenas.add(arena)  # unlinked when the partition is released
+        part.arenas.add(arena)  # the partition gives it back once it needs it no more
         return arena
 
     def slot_freed(self, handle: int, arena_slot: int) -> None:
@@ -396,16 +396,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         producer.set_blocked(producer.outstanding <= 0)
 
     def on_push(self, msg: PushBuffer) -> None:
-        producer = self._producer(msg.handle)
-        if producer.outstanding <= 0:
-            raise ProtocolError(f"PushBuffer without credit for partition {producer.partition.pid}")
-        producer.outstanding -= 1
-        try:
-            producer.partition.add(msg.subpartition, msg.kind, msg.flags, msg.payload)
-        except RuntimeError as exc:
-            self.send(ErrorResponse(str(exc), None, False, "push_failed"))
-            return
-        self.grant(msg.handle)
+        self._store(msg, self._producer(msg.handle), msg.payload)
 
     def on_push_shared(self, msg: PushSharedBuffer) -> None:
         producer = self._producer(msg.handle)
@@ -419,16 +410,22 @@ class ServerConnection(asyncio.BufferedProtocol):
         if msg.offset + msg.length > arena.slot_size or msg.kind != BufferKind.DATA:
             raise ProtocolError(f"PushSharedBuffer for partition {pid}: {msg.length} bytes at offset {msg.offset} "
                                 f"do not fit a slot of {arena.slot_size} bytes (or kind {msg.kind} is not data)")
+        self._store(msg, producer, arena.slot(msg.slot)[msg.offset:msg.offset + msg.length], msg.slot)
+
+    def _store(self, msg: PushBuffer | PushSharedBuffer, producer: _Producer, payload, arena_slot: int = -1) -> None:
+        """Spend one credit on a pushed buffer and add it to the partition; a refusal is told to the writer."""
         if producer.outstanding <= 0:
-            raise ProtocolError(f"PushSharedBuffer without credit for partition {pid}")
+            raise ProtocolError(f"{type(msg).__name__} without credit for partition {producer.partition.pid}")
         producer.outstanding -= 1
-        producer.slots_in_use.add(msg.slot)
-        payload = arena.slot(msg.slot)[msg.offset:msg.offset + msg.length]
+        arena = producer.arena if arena_slot >= 0 else None
+        if arena is not None:
+            producer.slots_in_use.add(arena_slot)
         try:
-            producer.partition.add(msg.subpartition, msg.kind, msg.flags, payload, arena_slot=msg.slot, arena=arena,
-                                   arena_offset=msg.slot * arena.slot_size + msg.offset)
+            producer.partition.add(msg.subpartition, msg.kind, msg.flags, payload, arena_slot=arena_slot, arena=arena,
+                                   arena_offset=arena_slot * arena.slot_size + msg.offset if arena else 0)
         except RuntimeError as exc:
-            self.slot_freed(msg.handle, msg.slot)
+            if arena is not None:
+                self.slot_freed(msg.handle, arena_slot)
             self.send(ErrorResponse(str(exc), None, False, "push_failed"))
             return
         self.grant(msg.handle)

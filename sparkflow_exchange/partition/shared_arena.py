@@ -44,18 +44,33 @@ def available() -> bool:
     return SHM_DIR.is_dir() and os.access(SHM_DIR, os.W_OK)
 
 
+def _own_name() -> Path:
+    """A fresh arena name carrying this process's pid (the one a sweep checks)."""
+    return SHM_DIR / f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+def _open_arena(path: str, flags: int) -> int:
+    """Open an arena someone else named, refusing anything that is not one of ours in /dev/shm."""
+    p = Path(path)
+    if p.parent != SHM_DIR or not _NAME.fullmatch(p.name):
+        raise ArenaError(f"{path!r} is not a sparkflow-exchange arena in {SHM_DIR}")
+    try:
+        return os.open(p, flags | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise ArenaError(f"cannot open shared-memory arena {path}: {exc}") from None
+
+
 class SharedArena:
     def __init__(self, path: Path, slots: int, slot_size: int, mapping: mmap.mmap) -> None:
         self.path = path
         self.slots = slots
         self.slot_size = slot_size
-        self._map = mapping
-        self._view = memoryview(mapping)
+        self._view = memoryview(mapping)  # keeps the mapping alive as long as any slice of it
 
     @classmethod
     def create(cls, slots: int, slot_size: int) -> "SharedArena":
         """The writer's side: a new file of ``slots`` x ``slot_size`` bytes, its memory reserved now."""
-        path = SHM_DIR / f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        path = _own_name()
         size = slots * slot_size
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -75,15 +90,9 @@ class SharedArena:
     @classmethod
     def attach(cls, path: str, slots: int, slot_size: int) -> "SharedArena":
         """The service's side: map a writer's arena and take over its name (renamed to this pid)."""
-        p = Path(path)
-        if p.parent != SHM_DIR or not _NAME.fullmatch(p.name):
-            raise ArenaError(f"{path!r} is not a sparkflow-exchange arena in {SHM_DIR}")
         if slots < 1 or slot_size < 1:
             raise ArenaError(f"arena {path} announced {slots} slots of {slot_size} bytes")
-        try:
-            fd = os.open(p, os.O_RDWR | os.O_NOFOLLOW)
-        except OSError as exc:
-            raise ArenaError(f"cannot open shared-memory arena {path}: {exc}") from None
+        fd = _open_arena(path, os.O_RDWR)
         try:
             size = os.fstat(fd).st_size
             if size < slots * slot_size:
@@ -93,9 +102,9 @@ class SharedArena:
             raise ArenaError(f"cannot map shared-memory arena {path}: {exc}") from None
         finally:
             os.close(fd)
-        owned = SHM_DIR / f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        owned = _own_name()
         try:
-            os.rename(p, owned)
+            os.rename(path, owned)
         except OSError as exc:
             raise ArenaError(f"cannot take over shared-memory arena {path}: {exc}") from None
         return cls(owned, slots, slot_size, mapping)
@@ -122,7 +131,7 @@ class ArenaReader:
         """Copy one buffer out of its slot into ``into``; the slot may be refilled once this returns."""
         fd = self._fds.get(path)
         if fd is None:
-            fd = self._open(path)
+            fd = self._fds[path] = _open_arena(path, os.O_RDONLY)
         target = memoryview(into)[:length]
         done = 0
         while done < length:
@@ -132,17 +141,6 @@ class ArenaReader:
             done += n
         return target
 
-    def _open(self, path: str) -> int:
-        p = Path(path)
-        if p.parent != SHM_DIR or not _NAME.fullmatch(p.name):
-            raise ArenaError(f"{path!r} is not a sparkflow-exchange arena in {SHM_DIR}")
-        try:
-            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError as exc:
-            raise ArenaError(f"cannot open shared-memory arena {path}: {exc}") from None
-        self._fds[path] = fd
-        return fd
-
     def close(self) -> None:
         for fd in self._fds.values():
             os.close(fd)
@@ -150,22 +148,18 @@ class ArenaReader:
 
 
 def sweep_orphan_arenas() -> list[Path]:
-    """Remove arena files whose creating process is gone (killed between create and attach)."""
+    """Remove this user's arena files whose responsible process (writer or service) is gone."""
+    from ..service.launcher import pid_alive
+
     removed = []
     if not SHM_DIR.is_dir():
         return removed
     for entry in SHM_DIR.glob(f"{PREFIX}*"):
         m = _NAME.fullmatch(entry.name)
-        if not m:
-            continue
         try:
-            if entry.stat().st_uid != os.getuid():
+            if not m or entry.stat().st_uid != os.getuid() or pid_alive(int(m.group(1))):
                 continue
-            os.kill(int(m.group(1)), 0)
-            continue
-        except ProcessLookupError:
-            pass
-        except (PermissionError, FileNotFoundError):
+        except FileNotFoundError:
             continue
         entry.unlink(missing_ok=True)
         removed.append(entry)

@@ -16,9 +16,6 @@ from collections import deque
 import pyarrow as pa
 
 from ..buffer import BatchEncoder
-from ..partition import shared_arena
-from ..partition.shared_arena import ArenaError, SharedArena
-
 from ..network.blocking_client import BlockingConnection, ServiceError
 from ..network.protocol import (
     BufferKind,
@@ -33,6 +30,8 @@ from ..network.protocol import (
     RegisterPartition,
     SlotsFreed,
 )
+from ..partition import shared_arena
+from ..partition.shared_arena import ArenaError, SharedArena
 
 
 class NoConsumerError(RuntimeError):
@@ -48,6 +47,13 @@ class PartitionWriter:
         self.partition_type = partition_type
         self.no_consumer_timeout = no_consumer_timeout
         self.lock = threading.Lock()  # the output flusher pushes from its own thread
+        self.credit = 0
+        self.handle = 0
+        self.backpressure_seconds = 0.0
+        self.bytes_pushed = 0
+        self.buffers_pushed = 0
+        self.buffers_shared = 0  # of those, written into a shared-memory slot
+        self.started = time.monotonic()
         self.arena = self._create_arena(buffers, buffer_size) if shared_memory and partition_type != "BLOCKING" \
             and conn.address.is_unix else None
         self.free_slots: deque[int] = deque()
@@ -73,13 +79,6 @@ class PartitionWriter:
     def _await_registration(self) -> None:
         conn = self.conn
         partition = self.partition
-        self.credit = 0
-        self.handle = 0
-        self.backpressure_seconds = 0.0
-        self.bytes_pushed = 0
-        self.buffers_pushed = 0
-        self.buffers_shared = 0  # of those, written into a shared-memory slot
-        self.started = time.monotonic()
         deadline = time.monotonic() + conn.timeout
         while not self.handle:
             msg = conn.recv(max(0.0, deadline - time.monotonic()))
@@ -118,8 +117,7 @@ class PartitionWriter:
                     offset, length = placed
                     self.conn.send(PushSharedBuffer(self.handle, subpartition, BufferKind.DATA, encoder.flags,
                                                     slot, offset, length))
-                    self.bytes_pushed += length
-                    self.buffers_pushed += 1
+                    self._count(length)
                     self.buffers_shared += 1
                     return
                 self.free_slots.appendleft(slot)  # too big for a slot: this one goes over the socket
@@ -135,7 +133,10 @@ class PartitionWriter:
 
     def _send_payload(self, subpartition: int, payload, kind: int, flags: int) -> None:
         self.conn.send(PushBuffer(self.handle, subpartition, kind, flags, payload))
-        self.bytes_pushed += len(payload)
+        self._count(len(payload))
+
+    def _count(self, nbytes: int) -> None:
+        self.bytes_pushed += nbytes
         self.buffers_pushed += 1
 
     def _wait_for_credit(self) -> None:
