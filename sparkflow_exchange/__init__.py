@@ -31,12 +31,20 @@ def list_exchanges(**options: str) -> list[dict]:
 
 
 def write(df: Any, exchange: str, mode: str = "overwrite", **options: Any) -> None:
-    """``df.write.format("pipelined")`` with numSubpartitions defaulting to the DataFrame's partition count."""
+    """``df.write.format("pipelined")`` with numSubpartitions defaulting to the DataFrame's partition count.
+
+    For the write, Spark is told not to measure every Arrow batch after each
+    row (``session_tuning``), unless the session sets that key itself.
+    """
+    from .session_tuning import unchecked_arrow_batches
+
     opts = {k: str(v) for k, v in options.items()}
     if not any(k.lower() == "numsubpartitions" for k in opts):
         opts["numSubpartitions"] = str(df.rdd.getNumPartitions())
-    _activate(df.sparkSession)
-    df.write.format("pipelined").mode(mode).option("exchange", exchange).options(**opts).save()
+    session = df.sparkSession
+    _activate(session)
+    with unchecked_arrow_batches(session):
+        df.write.format("pipelined").mode(mode).option("exchange", exchange).options(**opts).save()
 
 
 def _activate(session: Any) -> None:

@@ -1,0 +1,62 @@
+"""The one Spark setting that decides how fast rows reach a Python data source writer.
+
+When Spark feeds a ``DataSourceArrowWriter`` it fills each Arrow batch row by
+row and, unless ``spark.sql.execution.arrow.maxBytesPerBatch`` is exactly
+``Int.MaxValue``, measures the whole batch after every row to enforce that
+limit. The measurement walks every column vector; profiled on the benchmark's
+write (JFR), it was about a third of the JVM's time, more than converting the
+rows to Arrow. At ``Int.MaxValue`` Spark skips it and batches are bounded by
+``spark.sql.execution.arrow.maxRecordsPerBatch`` (10,000 rows by default)
+alone, as they were before Spark 4.
+
+:func:`unchecked_arrow_batches` turns the check off for the duration of one
+write unless the user set the key, and puts the session back afterwards, so
+``sparkflow_exchange.write`` is fast without changing the session under the
+user. Concurrent writes in one session share the setting (counted).
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+ARROW_MAX_BYTES_PER_BATCH = "spark.sql.execution.arrow.maxBytesPerBatch"
+UNCHECKED = "2147483647"  # Int.MaxValue: the only value at which Spark skips the per-row measurement
+
+_lock = threading.Lock()
+_writes_holding: dict[int, int] = {}  # id(JVM session) -> writes in flight that set the key
+
+
+def _sql_conf(session: Any) -> Any | None:
+    """The session's JVM SQLConf (explicitly set keys are visible there), or None on Spark Connect."""
+    try:
+        return session._jsparkSession.sessionState().conf()
+    except Exception:  # noqa: BLE001 - Spark Connect has no JVM session in this process
+        return None
+
+
+@contextmanager
+def unchecked_arrow_batches(session: Any) -> Iterator[bool]:
+    """Within the block, Spark does not measure Arrow batches per row; yields whether this call set it."""
+    conf = _sql_conf(session)
+    if conf is None:
+        yield False
+        return
+    key = id(session._jsparkSession)
+    with _lock:
+        holders = _writes_holding.get(key, 0)
+        mine = holders > 0 or not conf.contains(ARROW_MAX_BYTES_PER_BATCH)  # the user's own value wins
+        if mine:
+            if holders == 0:
+                session.conf.set(ARROW_MAX_BYTES_PER_BATCH, UNCHECKED)
+            _writes_holding[key] = holders + 1
+    try:
+        yield mine
+    finally:
+        if mine:
+            with _lock:
+                holders = _writes_holding.pop(key) - 1
+                if holders:
+                    _writes_holding[key] = holders
+                else:
+                    session.conf.unset(ARROW_MAX_BYTES_PER_BATCH)
