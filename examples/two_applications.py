@@ -20,7 +20,9 @@ def session(app: str):
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.master("local[2]").appName(app).getOrCreate()
+    spark = (SparkSession.builder.master("local[2]").appName(app)
+             .config("spark.sql.execution.arrow.maxBytesPerBatch", "2147483647")  # faster writes: README, "One Spark setting"
+             .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
