@@ -44,6 +44,8 @@ MESSAGES = [
     p.PartitionRegistered("part-1", 12, 0, 1 << 20, 16),
     p.PushSharedBuffer(12, 1, p.BufferKind.DATA, 0, 15, 264, 1048576),
     p.SlotsFreed(12, (3, 0, 15)),
+    p.PushRegion(11, p.BufferKind.DATA, 0, ((0, 0, 5), (3, 5, 4), (7, 9, 0)), b"aaaaabbbb"),
+    p.PushSharedRegion(12, p.BufferKind.DATA, p.FLAG_COMPRESSED, 4, ((1, 264, 1000), (2, 1264, 64))),
     p.SlotsFreed(12, ()),
     p.SharedBuffersRead(42, 3),
     p.PartitionRequest("part-1", 0, 43, 2, 0, True),
@@ -282,3 +284,23 @@ def test_json_header_optional_and_any_fields_accept_their_types():
         p.RpcResponse(4, "text", None),
     ]
     assert dec.feed(b"".join(encode_bytes(m) for m in msgs)) == msgs
+
+
+def _region_frame(mtype: int, header: bytes, payload: bytes = b"") -> bytes:
+    return PREFIX.pack(PREFIX_SIZE - 4 + len(header) + len(payload), MAGIC, VERSION, mtype, len(header)) + header + payload
+
+
+@pytest.mark.parametrize("header, payload, why", [
+    (struct.pack(">qBBI", 1, 0, 0, 0), b"", "0 pieces"),
+    (struct.pack(">qBBI", 1, 0, 0, 2) + struct.pack(">iII", 0, 0, 1), b"x", "2 pieces announced"),
+    (struct.pack(">qBBI", 1, 0, 0, 1) + struct.pack(">iII", 0, 2, 4), b"abc", "outside the region's 3 bytes"),
+])
+def test_region_pieces_are_checked(header, payload, why):
+    with pytest.raises(ProtocolError, match=why):
+        FrameDecoder().feed(_region_frame(MsgType.PUSH_REGION, header, payload))
+
+
+def test_shared_region_needs_pieces():
+    header = struct.pack(">qBBiI", 1, 0, 0, 3, 0)
+    with pytest.raises(ProtocolError, match="0 pieces"):
+        FrameDecoder().feed(_region_frame(MsgType.PUSH_SHARED_REGION, header))

@@ -55,6 +55,8 @@ class MsgType(enum.IntEnum):
     PUSH_SHARED_BUFFER = 27
     SLOTS_FREED = 28
     SHARED_BUFFERS_READ = 29
+    PUSH_REGION = 33
+    PUSH_SHARED_REGION = 34
     RPC_REQUEST = 30
     RPC_RESPONSE = 31
     NOTIFY = 32
@@ -80,6 +82,9 @@ _PUSH_SHARED = struct.Struct(">qiBBiII")  # handle, subpartition, kind, flags, s
 _SLOTS_FREED = struct.Struct(">qI")  # handle, count; then count x i32 slot numbers
 _SHARED_READ = struct.Struct(">qi")  # receiver, count
 _SHARED_REF = struct.Struct(">QI")  # offset in the arena file, length; then the file's path (utf-8)
+_PUSH_REGION = struct.Struct(">qBBI")  # handle, kind, flags, piece count; then count x _PIECE
+_PUSH_SHARED_REGION = struct.Struct(">qBBiI")  # handle, kind, flags, slot, piece count; then count x _PIECE
+_PIECE = struct.Struct(">iII")  # subpartition, offset, length
 
 
 # ---------------------------------------------------------------- messages
@@ -197,6 +202,36 @@ class PushSharedBuffer:
     length: int
 
 
+Piece = tuple[int, int, int]  # (subpartition, offset, length) of one buffer inside a region
+
+
+@dataclass(frozen=True)
+class PushRegion:
+    """Several buffers in one frame: piece i is buffer ``payload[offset:offset+length]`` of its subpartition.
+
+    FLIP-148's sort-based region: a writer with many subpartitions groups a
+    sort buffer's rows by subpartition and pushes the small buffers together,
+    one frame and one credit (one pool slot) for all of them.
+    """
+
+    handle: int
+    kind: int
+    flags: int
+    pieces: tuple[Piece, ...]
+    payload: bytes | memoryview = b""
+
+
+@dataclass(frozen=True)
+class PushSharedRegion:
+    """A region the writer put in arena slot ``slot``; piece offsets are relative to the slot's start."""
+
+    handle: int
+    kind: int
+    flags: int
+    slot: int
+    pieces: tuple[Piece, ...]
+
+
 @dataclass(frozen=True)
 class SlotsFreed:
     """The service no longer reads these arena slots; the writer may fill them again."""
@@ -308,6 +343,8 @@ _TYPE_OF.update(
         PushSharedBuffer: MsgType.PUSH_SHARED_BUFFER,
         SlotsFreed: MsgType.SLOTS_FREED,
         SharedBuffersRead: MsgType.SHARED_BUFFERS_READ,
+        PushRegion: MsgType.PUSH_REGION,
+        PushSharedRegion: MsgType.PUSH_SHARED_REGION,
     }
 )
 
@@ -335,6 +372,13 @@ def encode(msg: Message) -> list[bytes | memoryview]:
     if isinstance(msg, PushSharedBuffer):
         header = _PUSH_SHARED.pack(msg.handle, msg.subpartition, msg.kind, msg.flags, msg.slot, msg.offset, msg.length)
         return [_frame(MsgType.PUSH_SHARED_BUFFER, header, 0)]
+    if isinstance(msg, PushRegion):
+        header = _PUSH_REGION.pack(msg.handle, msg.kind, msg.flags, len(msg.pieces)) + _pack_pieces(msg.pieces)
+        return [_frame(MsgType.PUSH_REGION, header, len(msg.payload)), msg.payload]
+    if isinstance(msg, PushSharedRegion):
+        header = _PUSH_SHARED_REGION.pack(msg.handle, msg.kind, msg.flags, msg.slot, len(msg.pieces)) \
+            + _pack_pieces(msg.pieces)
+        return [_frame(MsgType.PUSH_SHARED_REGION, header, 0)]
     if isinstance(msg, SharedBuffersRead):
         return [_frame(MsgType.SHARED_BUFFERS_READ, _SHARED_READ.pack(msg.receiver_id, msg.count), 0)]
     if isinstance(msg, SlotsFreed):
@@ -345,6 +389,23 @@ def encode(msg: Message) -> list[bytes | memoryview]:
         raise TypeError(f"not a protocol message: {msg!r}")
     header = json.dumps(msg.__dict__, separators=(",", ":")).encode()
     return [_frame(mtype, header, 0)]
+
+
+def _pack_pieces(pieces: tuple[Piece, ...]) -> bytes:
+    return b"".join(_PIECE.pack(*piece) for piece in pieces)
+
+
+def _unpack_pieces(kind: MsgType, header: bytes, start: int, count: int, bound: int | None) -> tuple[Piece, ...]:
+    """Pieces of a region: each inside ``bound`` bytes (the payload) when known, at least one."""
+    if count < 1 or len(header) != start + _PIECE.size * count:
+        raise ProtocolError(f"malformed {kind.name} frame: {count} pieces announced, {len(header) - start} bytes of them")
+    pieces = tuple(_PIECE.iter_unpack(memoryview(header)[start:]))
+    if bound is not None:
+        for sub, offset, length in pieces:
+            if offset + length > bound:
+                raise ProtocolError(f"malformed {kind.name} frame: piece of {length} bytes at {offset} "
+                                    f"lies outside the region's {bound} bytes")
+    return pieces
 
 
 def encode_bytes(msg: Message) -> bytes:
@@ -390,6 +451,14 @@ def _decode(mtype: int, header: bytes, payload: memoryview) -> Message:
             return PushSharedBuffer(*_PUSH_SHARED.unpack(header))
         if kind is MsgType.SHARED_BUFFERS_READ:
             return SharedBuffersRead(*_SHARED_READ.unpack(header))
+        if kind is MsgType.PUSH_REGION:
+            handle, bkind, flags, count = _PUSH_REGION.unpack_from(header)
+            pieces = _unpack_pieces(kind, header, _PUSH_REGION.size, count, len(payload))
+            return PushRegion(handle, bkind, flags, pieces, payload)
+        if kind is MsgType.PUSH_SHARED_REGION:
+            handle, bkind, flags, slot, count = _PUSH_SHARED_REGION.unpack_from(header)
+            return PushSharedRegion(handle, bkind, flags, slot, _unpack_pieces(kind, header, _PUSH_SHARED_REGION.size,
+                                                                               count, None))
         if kind is MsgType.SLOTS_FREED:
             handle, count = _SLOTS_FREED.unpack_from(header)
             if len(header) != _SLOTS_FREED.size + 4 * count:
