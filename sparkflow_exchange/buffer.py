@@ -33,6 +33,7 @@ class BatchEncoder:
         self.flags = FLAG_COMPRESSED if self.compression else 0
         self._options = ipc.IpcWriteOptions(compression=self.compression)
         self._schema_len = self._stream_schema_length()
+        self.schema_message = self.schema.serialize()  # what an IPC stream starts with (a region does too)
 
     def _stream_schema_length(self) -> int | None:
         """Bytes an IPC stream spends on its schema before the first batch; None if not just a schema.
@@ -77,6 +78,66 @@ class BatchEncoder:
         except (pa.ArrowInvalid, OSError):  # compressed data that did not shrink enough
             return None
         return self._schema_len, sink.tell() - self._schema_len
+
+
+class Region:
+    """Small buffers of several subpartitions packed into one payload: FLIP-148's region.
+
+    A region is one Arrow IPC stream: the schema message, then one
+    record-batch message per piece (piece = one buffer of one subpartition,
+    readable on its own by :func:`decode`). It costs the writer one credit and
+    one pool slot, so a flush of thousands of small subpartitions is a few
+    pushes instead of thousands. ``capacity`` bounds the whole payload.
+    """
+
+    def __init__(self, schema_message: pa.Buffer, capacity: int) -> None:
+        self.schema_message = schema_message
+        self.capacity = capacity
+        self.subs: list[int] = []
+        self.payloads: list[pa.Buffer] = []
+        self.nbytes = len(schema_message)
+
+    def __len__(self) -> int:
+        return len(self.payloads)
+
+    def fits(self, nbytes: int) -> bool:
+        return self.nbytes + nbytes <= self.capacity
+
+    def add(self, subpartition: int, payload: pa.Buffer) -> None:
+        if not self.fits(len(payload)):
+            raise ValueError(f"a piece of {len(payload)} bytes does not fit the region ({self.nbytes} of "
+                             f"{self.capacity} bytes used)")
+        self.subs.append(subpartition)
+        self.payloads.append(payload)
+        self.nbytes += len(payload)
+
+    def pieces(self) -> tuple[tuple[int, int, int], ...]:
+        """(subpartition, offset, length) of every piece, offsets from the region's start."""
+        out = []
+        offset = len(self.schema_message)
+        for sub, payload in zip(self.subs, self.payloads):
+            out.append((sub, offset, len(payload)))
+            offset += len(payload)
+        return tuple(out)
+
+    def write_into(self, dest: memoryview) -> int:
+        """Copy the region into ``dest`` (a shared-memory slot); the bytes written."""
+        if self.nbytes > len(dest):
+            raise ValueError(f"a region of {self.nbytes} bytes does not fit {len(dest)} bytes")
+        offset = 0
+        for part in (self.schema_message, *self.payloads):
+            n = len(part)
+            dest[offset:offset + n] = memoryview(part).cast("B")
+            offset += n
+        return offset
+
+    def payload(self) -> bytes:
+        return b"".join([self.schema_message, *self.payloads])
+
+    def clear(self) -> None:
+        self.subs = []
+        self.payloads = []
+        self.nbytes = len(self.schema_message)
 
 
 def decode(payload: bytes | memoryview | pa.Buffer, schema: pa.Schema) -> pa.RecordBatch:

@@ -77,6 +77,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "partitionType": ("partition_type", lambda v: str(v).upper(), "HYBRID | BLOCKING | PIPELINED_BOUNDED"),
     "bufferSize": ("buffer_size", parse_size, "largest buffer before compression"),
     "bufferTimeout": ("buffer_timeout", parse_duration, "output flusher interval: a partly filled buffer is sent after this"),
+    "sortBufferSize": ("sort_buffer_size", parse_size, "a writer's sort buffer: rows grouped by subpartition before they leave (its memory bound)"),
     "compression": ("compression", lambda v: str(v).lower(), "none | zstd | lz4 (Arrow IPC body compression)"),
     "buffersPerChannel": ("buffers_per_channel", int, "exclusive buffers (initial credit) per input channel"),
     "floatingBuffersPerGate": ("floating_buffers_per_gate", int, "floating buffers shared by an input gate's channels"),
@@ -119,6 +120,7 @@ class ExchangeConfig:
     partition_type: str = "HYBRID"
     buffer_size: int = 1 << 20
     buffer_timeout: float = 0.1
+    sort_buffer_size: int = 32 << 20
     compression: str = "none"
     buffers_per_channel: int = 2
     floating_buffers_per_gate: int = 8
@@ -155,7 +157,7 @@ class ExchangeConfig:
             raise ConfigError(f"unknown serviceScope {self.service_scope!r}; use host or executor")
         if self.num_subpartitions is not None and self.num_subpartitions < 1:
             raise ConfigError(f"numSubpartitions must be at least 1, got {self.num_subpartitions}")
-        for name in ("buffers_per_channel", "buffers_per_partition", "buffer_size"):
+        for name in ("buffers_per_channel", "buffers_per_partition", "buffer_size", "sort_buffer_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.buffer_size > self.max_frame_size // 2:

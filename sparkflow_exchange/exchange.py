@@ -130,6 +130,7 @@ class ProducerTask:
         self.records = RecordWriter(self.writer, handle.schema, handle.partitioner, num_subs or 1, index,
                                     keys=config.keys, buffer_size=config.buffer_size,
                                     buffer_timeout=config.buffer_timeout, compression=config.compression,
+                                    sort_buffer_size=config.sort_buffer_size,
                                     num_producers=config.num_producers, custom=config.custom)
 
     def _coordinator_call(self, method: str, **args: Any) -> Any:

@@ -15,7 +15,7 @@ from collections import deque
 
 import pyarrow as pa
 
-from ..buffer import BatchEncoder
+from ..buffer import BatchEncoder, Region
 from ..network.blocking_client import BlockingConnection, ServiceError
 from ..network.protocol import (
     BufferKind,
@@ -26,7 +26,9 @@ from ..network.protocol import (
     PartitionRegistered,
     ProducerCredit,
     PushBuffer,
+    PushRegion,
     PushSharedBuffer,
+    PushSharedRegion,
     RegisterPartition,
     SlotsFreed,
 )
@@ -36,6 +38,10 @@ from ..partition.shared_arena import ArenaError, SharedArena
 
 class NoConsumerError(RuntimeError):
     pass
+
+
+# Until the service stores PushRegion/PushSharedRegion, a region leaves as its pieces, one ordinary buffer each.
+REGIONS = False
 
 
 class PartitionWriter:
@@ -53,6 +59,8 @@ class PartitionWriter:
         self.bytes_pushed = 0
         self.buffers_pushed = 0
         self.buffers_shared = 0  # of those, written into a shared-memory slot
+        self.regions_pushed = 0  # pushes that carried several subpartitions' buffers (counted once in buffers_pushed)
+        self.regions = REGIONS
         self.started = time.monotonic()
         self.arena = self._create_arena(buffers, buffer_size) if shared_memory and partition_type != "BLOCKING" \
             and conn.address.is_unix else None
@@ -122,6 +130,39 @@ class PartitionWriter:
                     return
                 self.free_slots.appendleft(slot)  # too big for a slot: this one goes over the socket
             self._send_payload(subpartition, encoder.encode(batch), BufferKind.DATA, encoder.flags)
+
+    def push_encoded(self, subpartition: int, payload: pa.Buffer, flags: int) -> None:
+        """Send one already serialised data buffer: copied into a shared slot when there is one."""
+        with self.lock:
+            self._take_credit()
+            if self.free_slots and len(payload) <= self.arena.slot_size:
+                slot = self.free_slots.popleft()
+                self.arena.slot(slot)[:len(payload)] = memoryview(payload).cast("B")
+                self.conn.send(PushSharedBuffer(self.handle, subpartition, BufferKind.DATA, flags, slot, 0,
+                                                len(payload)))
+                self._count(len(payload))
+                self.buffers_shared += 1
+                return
+            self._send_payload(subpartition, payload, BufferKind.DATA, flags)
+
+    def push_region(self, region: Region, flags: int) -> None:
+        """Send several subpartitions' small buffers for one credit (FLIP-148's region)."""
+        if not self.regions:
+            for sub, payload in zip(region.subs, region.payloads):
+                self.push_encoded(sub, payload, flags)
+            return
+        with self.lock:
+            self._take_credit()
+            pieces = region.pieces()
+            if self.free_slots and region.nbytes <= self.arena.slot_size:
+                slot = self.free_slots.popleft()
+                region.write_into(self.arena.slot(slot))
+                self.conn.send(PushSharedRegion(self.handle, BufferKind.DATA, flags, slot, pieces))
+                self.buffers_shared += 1
+            else:
+                self.conn.send(PushRegion(self.handle, BufferKind.DATA, flags, pieces, region.payload()))
+            self._count(region.nbytes)
+            self.regions_pushed += 1
 
     def _take_credit(self) -> None:
         if self.credit <= 0:

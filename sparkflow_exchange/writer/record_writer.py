@@ -1,27 +1,34 @@
 """The record writer: routes a task's Arrow batches to subpartitions and cuts them into buffers.
 
-Flink's RecordWriter + ChannelSelector + the output flusher. Rows are routed
-with a vectorised selector and sliced per subpartition (no per-row Python);
-slices gather per subpartition until ``bufferSize`` bytes, then become one
-buffer. An output flusher thread sends partly filled buffers every
-``bufferTimeout``, so a trickle of rows reaches a running consumer in time.
+Flink's RecordWriter + ChannelSelector + the output flusher, sort-based
+(FLIP-148). Rows are routed with a vectorised selector as batches arrive and
+the batches gather in one sort buffer of at most ``sortBufferSize`` bytes.
+When it is full (or its oldest row has waited ``bufferTimeout``, or at close)
+the whole buffer is grouped by subpartition with one stable sort and one
+``take``, then cut: a subpartition with at least ``bufferSize`` bytes leaves as
+whole buffers; the small ones are packed into regions (``buffer.Region``) of at
+most one buffer slot, one push and one credit per region. So the writer's
+memory is the sort buffer plus one region, whatever ``numSubpartitions`` is,
+and a flush of thousands of small subpartitions is a few pushes.
 
 ``forward`` partitions have one subpartition: a forward producer's output is
 its consumer's whole input. A ``broadcast`` buffer is serialised once and
 pushed once; the service stores it once and every subpartition refers to it
 (with no numSubpartitions known, one shared subpartition serves every reader).
+These single-target writers keep a plain pending buffer (no sorting to do).
 """
 from __future__ import annotations
 
 import threading
+import time
 from typing import Iterable
 
 import pyarrow as pa
 
-from ..buffer import BatchEncoder
+from ..buffer import BatchEncoder, Region
 from ..network.protocol import BROADCAST
 from .partition_writer import PartitionWriter
-from .selectors import make_selector, split_by_target
+from .selectors import group_by_target, make_selector
 
 SINGLE_SUBPARTITION = ("forward", "broadcast")
 
@@ -48,7 +55,7 @@ class RecordWriter:
     def __init__(self, writer: PartitionWriter, schema: pa.Schema, partitioner: str, num_subpartitions: int,
                  producer_index: int, *, keys: tuple[str, ...] = (), buffer_size: int = 1 << 20,
                  buffer_timeout: float = 0.1, compression: str = "none", num_producers: int | None = None,
-                 custom: str | None = None) -> None:
+                 custom: str | None = None, sort_buffer_size: int = 32 << 20) -> None:
         self.writer = writer
         self.schema = schema
         self.encoder = BatchEncoder(schema, compression)
@@ -61,8 +68,18 @@ class RecordWriter:
         self.selector = None if self.single else make_selector(
             partitioner, num_subpartitions, producer_index, schema, keys=keys, num_producers=num_producers,
             custom=custom)
-        self.pending: list[list[pa.RecordBatch]] = [[] for _ in range(self.n)]
-        self.pending_bytes = [0] * self.n
+        # single target: slices gathered until bufferSize
+        self.pending: list[pa.RecordBatch] = []
+        self.pending_bytes = 0
+        # many targets: the sort buffer (batches and their routed targets) and the region being packed
+        self.sort_buffer_size = sort_buffer_size
+        self.sort_batches: list[pa.RecordBatch] = []
+        self.sort_targets: list = []
+        self.sort_bytes = 0
+        self.peak_sort_bytes = 0  # the most the sort buffer held (the writer's memory bound, checked by tests)
+        self.sort_flushes = 0
+        self._oldest = 0.0  # when the sort buffer's first batch arrived
+        self.region = Region(self.encoder.schema_message, buffer_size)
         self.rows = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -81,24 +98,45 @@ class RecordWriter:
         batch = conform(batch, self.schema)
         self.rows += batch.num_rows
         if self.single:
-            parts: Iterable[tuple[int, pa.RecordBatch]] = [(0, batch)]
-        else:
-            targets = self.selector.select(batch)
-            parts = [(i, p) for i, p in enumerate(split_by_target(batch, targets, self.n)) if p is not None]
+            with self._lock:
+                self._gather(batch)
+            return
+        targets = self.selector.select(batch)
+        size = batch.nbytes
         with self._lock:
-            for sub, part in parts:
-                size = part.nbytes  # not free for a slice: asked once per slice
-                if self.pending[sub] and self.pending_bytes[sub] + size > self.buffer_size:
-                    self._push_pending(sub)
-                if size >= self.buffer_size:
-                    part, size = self._push_whole_buffers(sub, part, size)
-                if part is not None:
-                    self.pending[sub].append(part)
-                    self.pending_bytes[sub] += size
+            if self.sort_batches and self.sort_bytes + size > self.sort_buffer_size:
+                self._flush_sorted()
+            if not self.sort_batches:
+                self._oldest = time.monotonic()
+            self.sort_batches.append(batch)
+            self.sort_targets.append(targets)
+            self.sort_bytes += size
+            self.peak_sort_bytes = max(self.peak_sort_bytes, self.sort_bytes)
+            if self.sort_bytes >= self.sort_buffer_size:
+                self._flush_sorted()
 
     def write_all(self, batches: Iterable[pa.RecordBatch]) -> None:
         for batch in batches:
             self.write(batch)
+
+    # ---------------------------------------------------------------- one target (forward, broadcast)
+    def _gather(self, part: pa.RecordBatch) -> None:
+        size = part.nbytes
+        if self.pending and self.pending_bytes + size > self.buffer_size:
+            self._push_pending()
+        if size >= self.buffer_size:
+            part, size = self._push_whole_buffers(0, part, size)
+        if part is not None:
+            self.pending.append(part)
+            self.pending_bytes += size
+
+    def _push_pending(self) -> None:
+        """The small slices gathered leave as one buffer (only small data is concatenated)."""
+        slices = self.pending
+        if slices:
+            self._push(0, slices[0] if len(slices) == 1 else pa.concat_batches(slices))
+            self.pending = []
+            self.pending_bytes = 0
 
     def _push(self, sub: int, batch: pa.RecordBatch) -> None:
         self.writer.push_batch(self.targets[sub], batch, self.encoder)
@@ -116,23 +154,62 @@ class RecordWriter:
         rest = batch.slice(start)
         return rest, rest.nbytes
 
-    def _push_pending(self, sub: int) -> None:
-        """The small slices gathered for ``sub`` leave as one buffer (only small data is concatenated)."""
-        slices = self.pending[sub]
-        if slices:
-            self._push(sub, slices[0] if len(slices) == 1 else pa.concat_batches(slices))
-            self.pending[sub] = []
-            self.pending_bytes[sub] = 0
+    # ---------------------------------------------------------------- many targets: the sort buffer
+    def _flush_sorted(self) -> None:
+        """Group the sort buffer by subpartition; big runs leave as whole buffers, small ones packed in regions."""
+        batches, targets = self.sort_batches, self.sort_targets
+        self.sort_batches, self.sort_targets, self.sort_bytes = [], [], 0
+        if not batches:
+            return
+        self.sort_flushes += 1
+        grouped, subs, starts, counts = group_by_target(batches, targets, self.n)
+        del batches, targets
+        row_bytes = grouped.nbytes / max(grouped.num_rows, 1)
+        big = (counts * row_bytes >= self.buffer_size).tolist()
+        encode = self.encoder.encode
+        region = self.region
+        for sub, start, count, is_big in zip(subs.tolist(), starts.tolist(), counts.tolist(), big):
+            part = grouped.slice(start, count)
+            if is_big:
+                part, _ = self._push_whole_buffers(sub, part, part.nbytes)
+                if part is None:
+                    continue
+            payload = encode(part)
+            if not region.fits(len(payload)):
+                self._push_region()
+                if not region.fits(len(payload)):  # rows wider than the average: cut by their real size
+                    part, _ = self._push_whole_buffers(sub, part, part.nbytes)
+                    if part is None:
+                        continue
+                    payload = encode(part)
+                    if not region.fits(len(payload)):
+                        self.writer.push_encoded(sub, payload, self.encoder.flags)
+                        continue
+            region.add(sub, payload)
+        self._push_region()
 
-    def flush(self) -> None:
+    def _push_region(self) -> None:
+        region = self.region
+        if len(region) == 1:
+            self.writer.push_encoded(region.subs[0], region.payloads[0], self.encoder.flags)
+        elif len(region) > 1:
+            self.writer.push_region(region, self.encoder.flags)
+        region.clear()
+
+    def flush(self, older_than: float = 0.0) -> None:
+        """Send everything held; with ``older_than``, only a sort buffer whose first rows waited that long."""
         with self._lock:
-            for sub in range(self.n):
-                self._push_pending(sub)
+            if self.single:
+                self._push_pending()
+            elif self.sort_batches and time.monotonic() - self._oldest >= older_than:
+                self._flush_sorted()
 
     def _flush_loop(self, interval: float) -> None:
-        while not self._stop.wait(interval):
+        # woken every half interval, a sort buffer whose first rows waited half an interval leaves: no row
+        # waits longer than bufferTimeout, and a buffer that fills faster than that is not flushed early
+        while not self._stop.wait(interval / 2):
             try:
-                self.flush()
+                self.flush(older_than=interval / 2)
             except BaseException as exc:  # noqa: BLE001 - reported to the task thread on its next write
                 self._flush_error = exc
                 return

@@ -50,6 +50,7 @@ __all__ = [
     "SelectorError",
     "make_selector",
     "split_by_target",
+    "group_by_target",
     "HashSelector",
     "BroadcastSelector",
     "ForwardSelector",
@@ -325,3 +326,41 @@ def split_by_target(batch: pa.RecordBatch, targets: np.ndarray, n: int) -> list[
             out[i] = gathered.slice(start, count)
             start += count
     return out
+
+
+def group_by_target(batches: Sequence[pa.RecordBatch], targets: Sequence[np.ndarray],
+                    n: int) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray, np.ndarray]:
+    """Many batches' rows grouped by subpartition at once (the sort buffer's flush, FLIP-148).
+
+    Returns the grouped rows as one batch and, for every subpartition that got
+    rows, its index, first row and row count (ascending subpartition). One
+    stable sort and one ``take`` over the whole buffer: per flush the writer
+    touches each subpartition once, not once per incoming batch. Rows keep
+    their arrival order within a subpartition.
+    """
+    if len(batches) != len(targets):
+        raise SelectorError(f"{len(targets)} target arrays for {len(batches)} batches")
+    for batch, t in zip(batches, targets):
+        if len(t) != batch.num_rows:
+            raise SelectorError(f"{len(t)} targets for a batch of {batch.num_rows} rows")
+    empty = np.zeros(0, np.int64)
+    all_targets = np.concatenate([np.asarray(t) for t in targets]) if targets else empty
+    if len(all_targets) == 0:
+        schema = batches[0].schema if batches else pa.schema([])
+        return pa.RecordBatch.from_pylist([], schema=schema), empty, empty, empty
+    lo, hi = int(all_targets.min()), int(all_targets.max())
+    if lo < 0 or hi >= n:
+        raise SelectorError(f"target {lo if lo < 0 else hi} out of range 0..{n - 1}")
+    rows = len(all_targets)
+    if lo == hi:  # everything to one subpartition: no sort, no take
+        grouped = batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+        return grouped, np.array([lo]), np.array([0]), np.array([rows])
+    # uint16 keys let NumPy use its O(n) radix sort, which is stable.
+    order = np.argsort(all_targets.astype(np.uint16 if n <= 1 << 16 else np.int64, copy=False), kind="stable")
+    counts = np.bincount(all_targets.astype(np.intp, copy=False), minlength=n)
+    taken = pa.Table.from_batches(batches).take(pa.array(order)).to_batches()
+    grouped = taken[0] if len(taken) == 1 else pa.concat_batches(taken)
+    subs = np.flatnonzero(counts)
+    sub_counts = counts[subs]
+    starts = np.concatenate(([0], np.cumsum(sub_counts)[:-1]))
+    return grouped, subs, starts, sub_counts
