@@ -1,0 +1,176 @@
+"""The sort-based record writer (FLIP-148): regions, grouping, bounded memory, many subpartitions end to end."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pytest
+
+from harness import client_config
+from sparkflow_exchange import exchange as ex
+from sparkflow_exchange.buffer import BatchEncoder, Region, decode
+from sparkflow_exchange.writer.selectors import SelectorError, group_by_target, make_selector
+
+SCHEMA = pa.schema([pa.field("producer", pa.int32(), nullable=False), pa.field("seq", pa.int64(), nullable=False),
+                    pa.field("key", pa.int64(), nullable=False), pa.field("pad", pa.string())])
+
+
+def batches_of(producer: int, rows: int, batch_rows: int = 10_000) -> list[pa.RecordBatch]:
+    out = []
+    for start in range(0, rows, batch_rows):
+        seq = np.arange(start, min(start + batch_rows, rows), dtype=np.int64)
+        key = (seq * 2654435761 + producer * 104729) % 1_000_003
+        pad = pa.array(np.char.add("r", (seq % 97).astype(str)).tolist())  # variable width, a few bytes
+        out.append(pa.record_batch([pa.array(np.full(len(seq), producer, np.int32)), pa.array(seq), pa.array(key), pad],
+                                   schema=SCHEMA))
+    return out
+
+
+def expected_seqs(producer: int, batches: list[pa.RecordBatch], n: int) -> list[np.ndarray]:
+    selector = make_selector("hash", n, producer, SCHEMA, keys=("key",))
+    targets = np.concatenate([selector.select(b) for b in batches])
+    seqs = np.concatenate([b.column("seq").to_numpy() for b in batches])
+    order = np.argsort(targets, kind="stable")
+    bounds = np.searchsorted(targets[order], np.arange(n + 1))
+    return [seqs[order[bounds[s]:bounds[s + 1]]] for s in range(n)]
+
+
+# ---------------------------------------------------------------- regions
+@pytest.mark.parametrize("compression", ["none", "lz4", "zstd"])
+def test_region_is_one_ipc_stream_and_every_piece_decodes_alone(compression):
+    enc = BatchEncoder(SCHEMA, compression)
+    parts = {sub: batches_of(sub, 50 + 30 * sub)[0] for sub in (3, 7, 11, 12)}
+    region = Region(enc.schema_message, 1 << 20)
+    for sub, part in parts.items():
+        region.add(sub, enc.encode(part))
+    payload = region.payload()
+    assert len(payload) == region.nbytes
+    pieces = region.pieces()
+    assert [p[0] for p in pieces] == [3, 7, 11, 12]
+    for sub, offset, length in pieces:
+        assert offset % 8 == 0
+        assert decode(memoryview(payload)[offset:offset + length], SCHEMA).equals(parts[sub])
+    # the whole region reads as an IPC stream: schema, then the pieces in order
+    streamed = list(ipc.open_stream(pa.py_buffer(payload)))
+    assert [b.num_rows for b in streamed] == [p.num_rows for p in parts.values()]
+    # written into a slot it is the same bytes
+    slot = bytearray(region.nbytes + 100)
+    assert region.write_into(memoryview(slot)) == region.nbytes
+    assert bytes(slot[:region.nbytes]) == payload
+
+
+def test_region_refuses_what_exceeds_its_capacity():
+    enc = BatchEncoder(SCHEMA)
+    piece = enc.encode(batches_of(0, 1000)[0])
+    region = Region(enc.schema_message, len(enc.schema_message) + len(piece) + 10)
+    region.add(0, piece)
+    assert not region.fits(len(piece))
+    with pytest.raises(ValueError, match="does not fit the region"):
+        region.add(1, piece)
+    with pytest.raises(ValueError, match="does not fit"):
+        region.write_into(memoryview(bytearray(10)))
+    region.clear()
+    assert len(region) == 0 and region.nbytes == len(enc.schema_message)
+
+
+# ---------------------------------------------------------------- grouping
+def test_group_by_target_keeps_rows_and_their_order_per_subpartition():
+    n = 4000
+    batches = batches_of(1, 35_000, batch_rows=7_000)
+    selector = make_selector("hash", n, 1, SCHEMA, keys=("key",))
+    targets = [selector.select(b) for b in batches]
+    grouped, subs, starts, counts = group_by_target(batches, targets, n)
+    assert grouped.num_rows == 35_000 and counts.sum() == 35_000
+    assert list(subs) == sorted(subs) and len(set(subs.tolist())) == len(subs)
+    want = expected_seqs(1, batches, n)
+    seq = grouped.column("seq").to_numpy()
+    for sub, start, count in zip(subs, starts, counts):
+        assert np.array_equal(seq[start:start + count], want[sub])
+    assert sum(len(w) > 0 for w in want) == len(subs)
+
+
+def test_group_by_target_checks_targets():
+    batches = batches_of(0, 100)
+    with pytest.raises(SelectorError, match="out of range"):
+        group_by_target(batches, [np.full(100, 5, np.int32)], 5)
+    with pytest.raises(SelectorError, match="99 targets for a batch of 100 rows"):
+        group_by_target(batches, [np.zeros(99, np.int32)], 5)
+    one, subs, starts, counts = group_by_target(batches, [np.full(100, 2, np.int32)], 5)
+    assert one is batches[0] and list(subs) == [2] and list(counts) == [100]
+
+
+# ---------------------------------------------------------------- against the real service
+def read_back(cfg, n: int) -> list[pa.Table]:
+    desc = ex.describe_exchange(cfg)
+    return [pa.Table.from_batches(list(ex.read_subpartition(cfg, desc, s)), schema=SCHEMA) for s in range(n)]
+
+
+# every read task costs a connection and a describe (~30 ms): the widths keep the read-back under a minute
+@pytest.mark.parametrize("partition_type,shared,n", [("HYBRID", True, 1000), ("HYBRID", False, 400),
+                                                     ("BLOCKING", False, 400)])
+def test_many_subpartitions_bounded_sort_buffer_read_back_exactly(tmp_service, partition_type, shared, n):
+    """2 producers x many subpartitions through a small sort buffer: many flushes, memory bounded, rows exact."""
+    svc = tmp_service()
+    rows, sort_buffer = 60_000, 512 << 10
+    opts = dict(exchange=f"many-{partition_type}-{shared}", partitioner="hash", keys="key", numSubpartitions=n,
+                partitionType=partition_type, sortBufferSize=sort_buffer, bufferSize="64k", bufferTimeout="0",
+                sharedMemory=shared, service=svc.unix if shared else svc.tcp, hostId=svc.info["host_id"])
+    cfg = client_config(svc, **opts)
+    handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
+    data = {p: batches_of(p, rows) for p in range(2)}
+    partitions = []
+    for p in range(2):
+        task = ex.ProducerTask(handle, p, f"a{p}")
+        assert (task.writer.arena is not None) == (shared and partition_type != "BLOCKING")
+        task.write(data[p])
+        records = task.records
+        assert records.peak_sort_bytes <= sort_buffer  # the writer's memory bound, whatever n is
+        assert records.sort_flushes >= 3
+        if task.writer.regions:  # small runs were packed, a few pushes per flush, not one per subpartition
+            assert task.writer.regions_pushed >= records.sort_flushes
+            assert task.writer.buffers_pushed < n * records.sort_flushes / 20
+        partitions.append(task.finish()["partition"])
+    ex.commit_write(handle, partitions)
+    want = {p: expected_seqs(p, data[p], n) for p in range(2)}
+    tables = read_back(cfg, n)
+    assert sum(t.num_rows for t in tables) == 2 * rows
+    for s, table in enumerate(tables):
+        producer = table.column("producer").to_numpy()
+        seq = table.column("seq").to_numpy()
+        for p in range(2):
+            assert np.array_equal(seq[producer == p], want[p][s]), f"subpartition {s}, producer {p}"
+    ex.drop_exchange(cfg.exchange, cfg)
+
+
+def test_sort_buffer_flushes_a_trickle_within_the_buffer_timeout(tmp_service):
+    """A few hash-routed rows, far below sortBufferSize, reach a running reader before the writer finishes."""
+    svc = tmp_service()
+    cfg = client_config(svc, exchange="trickle-hash", partitioner="hash", keys="key", numSubpartitions=1000,
+                        partitionType="PIPELINED_BOUNDED", bufferTimeout="50ms", hostId="elsewhere")
+    handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
+    task = ex.ProducerTask(handle, 0, "a0")
+    batch = batches_of(0, 10)[0]
+    target = int(make_selector("hash", 1000, 0, SCHEMA, keys=("key",)).select(batch)[0])
+    arrived: list[float] = []
+
+    def consume() -> None:
+        desc = ex.describe_exchange(cfg)
+        for _ in ex.read_subpartition(cfg, desc, target):
+            arrived.append(time.monotonic())
+
+    reader = threading.Thread(target=consume)
+    reader.start()
+    time.sleep(0.5)
+    sent = time.monotonic()
+    task.write([batch])
+    deadline = time.monotonic() + 5
+    while not arrived and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert arrived, "rows in the sort buffer never reached the running reader"
+    assert arrived[0] - sent < 1.0
+    ex.commit_write(handle, [task.finish()["partition"]])
+    reader.join(10)
+    assert not reader.is_alive()
