@@ -93,6 +93,9 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "tls.certFile": ("tls_cert_file", str, "service certificate (PEM); enables TLS"),
     "tls.keyFile": ("tls_key_file", str, "service private key (PEM)"),
     "tls.caFile": ("tls_ca_file", str, "CA bundle the clients verify the service with"),
+    "tls.checkHostname": ("tls_check_hostname", _bool, "clients check that the service's certificate names the address they dial (off: trust the CA alone, for IP-only clusters)"),
+    "maxConnections": ("max_connections", int, "connections a service serves at once (more are refused at once)"),
+    "maxUnauthenticatedConnections": ("max_unauthenticated_connections", int, "connections that have not proved the secret yet, at once (more are refused; each costs a few KiB until its Hello or the 10 s Hello timeout)"),
     "bindHost": ("bind_host", str, "address a service listens on"),
     "port": ("port", int, "TCP port of a service (0 = ephemeral)"),
     "hostId": ("host_id", str, "identity of this host; local vs remote channels follow it"),
@@ -135,6 +138,9 @@ class ExchangeConfig:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_ca_file: str | None = None
+    tls_check_hostname: bool = True
+    max_connections: int = 4096
+    max_unauthenticated_connections: int = 64
     bind_host: str = "127.0.0.1"
     port: int = 0
     host_id: str | None = None
@@ -155,7 +161,8 @@ class ExchangeConfig:
             raise ConfigError(f"unknown serviceScope {self.service_scope!r}; use host or executor")
         if self.num_subpartitions is not None and self.num_subpartitions < 1:
             raise ConfigError(f"numSubpartitions must be at least 1, got {self.num_subpartitions}")
-        for name in ("buffers_per_channel", "buffers_per_partition", "buffer_size"):
+        for name in ("buffers_per_channel", "buffers_per_partition", "buffer_size", "max_connections",
+                     "max_unauthenticated_connections"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.buffer_size > self.max_frame_size // 2:

@@ -28,6 +28,7 @@ VERSION = 1
 PREFIX = struct.Struct(">IIBBI")  # length, magic, version, type, header_len
 PREFIX_SIZE = PREFIX.size
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+PREAUTH_MAX_FRAME = 4096  # what a peer may send before it authenticated (a Hello is a few hundred bytes)
 
 
 class ProtocolError(Exception):
@@ -98,14 +99,16 @@ class ServerHello:
 @dataclass(frozen=True)
 class Hello:
     client_id: str
-    proof: str  # hex HMAC-SHA256(secret, nonce), "" when no secret is known
+    proof: str  # auth.prove(secret, the server's nonce), "" when no secret is known
     host_id: str = ""
+    nonce: str = ""  # the client's challenge: the service proves the secret in its Welcome
 
 
 @dataclass(frozen=True)
 class Welcome:
     service_id: str
     host_id: str
+    proof: str = ""  # auth.prove_service(secret, the client's nonce, the server's nonce)
 
 
 @dataclass(frozen=True)
@@ -528,9 +531,9 @@ class FrameDecoder:
     STAGING = 256 * 1024
     LARGE = 64 * 1024  # frames at least this big are received into their own buffer
 
-    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME, staging: int = STAGING) -> None:
         self.max_frame = max_frame
-        self._stage = bytearray(self.STAGING)
+        self._stage = bytearray(staging)
         self._start = 0  # unparsed bytes are _stage[_start:_end]
         self._end = 0
         self._large: bytearray | None = None  # the frame being received in place (from its length word)
@@ -539,6 +542,19 @@ class FrameDecoder:
         self._expect_large = False  # the last frame was large: read only a prefix into the staging area
         self._out: list[Message] = []
         self.bytes_received = 0
+
+    def raise_limits(self, max_frame: int) -> None:
+        """After authentication: frames up to ``max_frame``, and the full staging area.
+
+        Before it, a server decodes with ``PREAUTH_MAX_FRAME`` and a staging area
+        of that size, so a stranger's connection costs a few KiB whatever it sends.
+        """
+        self.max_frame = max_frame
+        if len(self._stage) < self.STAGING:  # a new area: the transport may still hold a view of the old one
+            pending = self._end - self._start
+            stage = bytearray(self.STAGING)
+            stage[:pending] = self._stage[self._start:self._end]
+            self._stage, self._start, self._end = stage, 0, pending
 
     # ------------------------------------------------------------ buffered protocol
     def get_buffer(self, sizehint: int = -1) -> memoryview:

@@ -31,6 +31,7 @@ from .protocol import (
     ErrorResponse,
     FailPartition,
     FinishPartition,
+    PREAUTH_MAX_FRAME,
     FrameDecoder,
     Hello,
     PartitionFinished,
@@ -103,7 +104,8 @@ class ServerConnection(asyncio.BufferedProtocol):
     def __init__(self, service: "ExchangeService", transport_kind: str) -> None:
         self.service = service
         self.transport_kind = transport_kind  # "tcp" or "unix"
-        self.decoder = FrameDecoder(service.config.max_frame_size)
+        # a stranger may send only small frames until it proved the secret: it costs us a few KiB
+        self.decoder = FrameDecoder(PREAUTH_MAX_FRAME, staging=PREAUTH_MAX_FRAME)
         self.queue = PartitionRequestQueue()
         self.transport: asyncio.Transport | None = None
         self.nonce = auth.new_nonce()
@@ -129,7 +131,10 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
         tune_socket(transport.get_extra_info("socket"))
         self.peer = str(transport.get_extra_info("peername") or "unix")
-        self.service.connections.add(self)
+        refusal = self.service.admit(self)
+        if refusal:
+            self.fatal(refusal, code="too_many_connections")
+            return
         self.send(ServerHello(self.nonce, self.service.service_id, self.service.host_id))
         self._hello_timer = asyncio.get_running_loop().call_later(HELLO_TIMEOUT, self._no_hello)
 
@@ -141,7 +146,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.closed = True
         if self._hello_timer is not None:
             self._hello_timer.cancel()
-        self.service.connections.discard(self)
+        self.service.discharge(self)
         if self.decoder.pending:
             log.info("client %s vanished mid-frame (%d bytes of an incomplete frame dropped)", self.peer, self.decoder.pending)
         for rid, view in self.queue.views().items():
@@ -208,11 +213,14 @@ class ServerConnection(asyncio.BufferedProtocol):
                 self.fatal(reason, code="auth")
                 return
             self.authenticated = True
+            self.service.authenticated(self)
             self._hello_timer.cancel()
+            self.decoder.raise_limits(self.service.config.max_frame_size)
             self.client_id = msg.client_id
             self.client_host = msg.host_id
             self.locality = "local" if msg.host_id == self.service.host_id else "remote"
-            self.send(Welcome(self.service.service_id, self.service.host_id))
+            self.send(Welcome(self.service.service_id, self.service.host_id,
+                              auth.prove_service(self.service.secret, msg.nonce, self.nonce)))
             return
         if isinstance(msg, PushBuffer):
             self.on_push(msg)

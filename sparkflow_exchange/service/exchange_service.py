@@ -52,6 +52,7 @@ class ExchangeService:
         self.spill_dir.mkdir(parents=True, exist_ok=True)
         self.partitions: dict[str, ResultPartition] = {}
         self.connections: set[ServerConnection] = set()
+        self.unauthenticated = 0  # connections that have not proved the secret yet
         # payload bytes consumers read, by path: served over a Unix/TCP connection from a reader on this
         # host ("local"; "local_shared" of it were copied by the reader out of a writer's shared-memory
         # slot) or another ("remote"), or read by a reader on this host from our spill files
@@ -212,6 +213,26 @@ class ExchangeService:
             await rpc_once(address, self.secret, self.config, "release_partitions", {"partitions": pids})
         except Exception as exc:  # noqa: BLE001 - best effort: the other service's TTL frees them too
             log.warning("could not release %d partitions on %s: %s", len(pids), address, exc)
+
+    def admit(self, conn: ServerConnection) -> str | None:
+        """Take a new connection, or say why not (the caps hold however many strangers knock)."""
+        if len(self.connections) >= self.config.max_connections:
+            return f"too many connections: this service serves at most maxConnections={self.config.max_connections}"
+        if self.unauthenticated >= self.config.max_unauthenticated_connections:
+            return ("too many connections that have not authenticated yet "
+                    f"(maxUnauthenticatedConnections={self.config.max_unauthenticated_connections}); try again")
+        self.connections.add(conn)
+        self.unauthenticated += 1
+        return None
+
+    def authenticated(self, conn: ServerConnection) -> None:
+        self.unauthenticated -= 1
+
+    def discharge(self, conn: ServerConnection) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            if not conn.authenticated:
+                self.unauthenticated -= 1
 
     def on_connection_closed(self, conn: ServerConnection) -> None:
         for unsubscribe in conn.subscriptions.values():
