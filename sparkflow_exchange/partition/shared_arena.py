@@ -25,6 +25,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import stat
 import uuid
 from pathlib import Path
 
@@ -157,10 +158,11 @@ def sweep_orphan_arenas() -> list[Path]:
     for entry in SHM_DIR.glob(f"{PREFIX}*"):
         m = _NAME.fullmatch(entry.name)
         try:
-            if not m or entry.stat().st_uid != os.getuid() or pid_alive(int(m.group(1))):
+            st = entry.lstat()  # a link is never followed, and never ours to remove
+            if not m or not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or pid_alive(int(m.group(1))):
                 continue
-        except FileNotFoundError:
+            entry.unlink()
+        except OSError:  # gone meanwhile, or not ours to remove: the sweep goes on
             continue
-        entry.unlink(missing_ok=True)
         removed.append(entry)
     return removed
