@@ -83,6 +83,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "buffersPerPartition": ("buffers_per_partition", int, "in-memory buffers of a result partition's pool (the writer's credit)"),
     "sharedMemory": ("shared_memory", _bool, "writers and readers on the service's host move buffers through /dev/shm slots, not the socket"),
     "memory.budget": ("memory_budget", parse_size, "memory of all partition pools of a service"),
+    "maxOpenSpillFiles": ("max_open_spill_files", int, "open read fds of finished spill files a service keeps (LRU)"),
     "declareTimeout": ("declare_timeout", parse_duration, "how long a read waits for its exchange to be declared"),
     "producerTimeout": ("producer_timeout", parse_duration, "how long a read waits without any producer"),
     "pipelined.noConsumerTimeout": ("no_consumer_timeout", parse_duration, "PIPELINED_BOUNDED writer blocked with no consumer fails after this"),
@@ -128,6 +129,7 @@ class ExchangeConfig:
     buffers_per_partition: int = 16
     shared_memory: bool = True
     memory_budget: int = 1 << 30
+    max_open_spill_files: int = 256
     declare_timeout: float = 60.0
     producer_timeout: float = 120.0
     no_consumer_timeout: float = 300.0

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from sparkflow_exchange.network.protocol import BROADCAST, BufferKind
-from sparkflow_exchange.partition.buffer_pool import BudgetExhausted, MemoryBudget
+from sparkflow_exchange.partition.buffer_pool import MemoryBudget
 from sparkflow_exchange.partition.result_partition import PartitionStateError, ResultPartition
 from sparkflow_exchange.partition.spill import read_index
 from sparkflow_exchange.partition.subpartition import ERROR_KIND, ConsumeOnceError
@@ -351,16 +351,23 @@ def test_release_deletes_spill_files_and_returns_budget(tmp_path, ptype):
     part.release()  # idempotent
 
 
-def test_budget_shared_between_partitions(tmp_path):
+def test_budget_is_redistributed_as_partitions_come_and_go(tmp_path):
+    """Registration never fails: a new partition shrinks the others' targets, a finished one gives its
+    share back (behaviour change: the budget used to be reserved per partition and refused the third)."""
     budget = MemoryBudget(6 * BUF)
     a = ResultPartition("a", 1, "HYBRID", budget, 4, BUF, tmp_path)
+    assert a.pool.slots == 4
     b = ResultPartition("b", 1, "HYBRID", budget, 4, BUF, tmp_path)
-    assert (a.pool.slots, b.pool.slots) == (4, 2)
-    with pytest.raises(BudgetExhausted, match="memory.budget exhausted"):
-        ResultPartition("c", 1, "HYBRID", budget, 4, BUF, tmp_path)
-    a.release()
-    c = ResultPartition("c", 1, "HYBRID", budget, 4, BUF, tmp_path)
-    assert c.pool.slots == 4
+    assert (a.pool.slots, b.pool.slots) == (3, 3)
+    c = ResultPartition("c", 1, "PIPELINED_BOUNDED", budget, 4, BUF, tmp_path)
+    assert (a.pool.slots, b.pool.slots, c.pool.slots) == (2, 2, 2)
+    a.finish()  # on disk: no pool any more
+    assert (a.pool.slots, b.pool.slots, c.pool.slots) == (0, 3, 3)
+    grown = Listener()
+    c.memory.set_on_credit(grown)
+    b.release()
+    assert c.pool.slots == 4 and grown.calls == 1  # the writer is told: more credit
+    assert budget.used_bytes == 0
 
 
 @pytest.mark.parametrize("ptype", ["PIPELINED_BOUNDED", "HYBRID", "BLOCKING"])

@@ -135,7 +135,7 @@ class SubpartitionView:
         buf = self.sub.entry(pos)
         shared = None
         if self.shared and buf.arena is not None and buf.payload is not None:
-            part.pin(buf)  # the slot goes back to the writer only once the reader has copied it
+            part.memory.pin(buf)  # the slot goes back to the writer only once the reader has copied it
             shared = (part, buf)
         payload = buf.payload if buf.payload is not None else part.read_spilled(buf)
         self.pos += 1

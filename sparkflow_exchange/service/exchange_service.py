@@ -23,8 +23,9 @@ from ..config import PARTITION_TYPES, ExchangeConfig
 from ..network import auth
 from ..network.protocol import RegisterPartition
 from ..network.server import RpcError, ServerConnection
-from ..partition.buffer_pool import MemoryBudget
+from ..partition.buffer_pool import NetworkBufferPool
 from ..partition.result_partition import ResultPartition
+from ..partition.spill import SpillReaders
 from .coordinator import Coordinator
 from .launcher import pid_alive
 
@@ -45,7 +46,8 @@ class ExchangeService:
         self.service_id = f"svc-{uuid.uuid4().hex[:8]}"
         self.host_id = config.host_id or default_host_id()
         self.secret = secret if secret is not None else config.resolved_secret()
-        self.budget = MemoryBudget(config.memory_budget)
+        self.budget = NetworkBufferPool(config.memory_budget)  # every partition's pool draws on it
+        self.spill_readers = SpillReaders(config.max_open_spill_files)  # fds of finished spill files
         self._own_spill_dir = config.spill_dir is None
         # the default spill directory carries our pid, so a launcher can sweep it if we are killed
         self.spill_dir = Path(config.spill_dir or tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-"))
@@ -177,7 +179,7 @@ class ExchangeService:
         part = ResultPartition(
             msg.partition, msg.num_subpartitions, msg.partition_type, self.budget,
             msg.buffers or self.config.buffers_per_partition, msg.buffer_size or self.config.buffer_size,
-            self.spill_dir, exchange=msg.exchange, attempt=msg.attempt,
+            self.spill_dir, exchange=msg.exchange, attempt=msg.attempt, spill_readers=self.spill_readers,
         )
         self.partitions[msg.partition] = part
         return part
@@ -322,7 +324,9 @@ class ExchangeService:
             partitions.append(stats)
         return {
             "service": self.addresses(),
-            "memory": {"budget": self.budget.total_bytes, "reserved": self.budget.reserved_bytes},
+            "memory": {"budget": self.budget.total_bytes, "reserved": self.budget.reserved_bytes,
+                       "used": self.budget.used_bytes, "promised": self.budget.promised_bytes,
+                       "running_pools": len(self.budget.pools), "open_spill_reads": len(self.spill_readers)},
             "partitions": partitions,
             "channels": channels,
             "connections": [
