@@ -128,7 +128,7 @@ class ArenaReader:
     def __init__(self) -> None:
         self._fds: dict[str, int] = {}
 
-    def copy_out(self, path: str, offset: int, length: int, into: bytearray) -> memoryview:
+    def copy_out(self, path: str, offset: int, length: int, into: bytearray | memoryview) -> memoryview:
         """Copy one buffer out of its slot into ``into``; the slot may be refilled once this returns."""
         fd = self._fds.get(path)
         if fd is None:
