@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -46,131 +45,16 @@ TMP = Path(tempfile.mkdtemp(prefix="sparkflow-bench-spark-"))
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ["SPARKFLOW_EXCHANGE_RUNTIME_DIR"] = str(TMP / "runtime")
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")) if p)
+sys.path.insert(0, str(Path(__file__).parent))
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql.datasource import (  # noqa: E402
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceReader,
-    InputPartition,
-    WriterCommitMessage,
-)
+
+from spark_common import NoopArrowSink, PreparedBatches, prepare_floor_files, settle, stop_embedded_services  # noqa: E402
 
 N_SUB = 8
 SLOTS = 10
 WRITE_PARTITIONS = 2
-
-
-class NoopArrowSink(DataSource):
-    """The floor's writer: receives every Arrow batch and drops it."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "floor_sink"
-
-    def writer(self, schema, overwrite):
-        return _NoopWriter()
-
-
-class _NoopWriter(DataSourceArrowWriter):
-    def write(self, iterator):
-        for _batch in iterator:
-            pass
-        return WriterCommitMessage()
-
-    def commit(self, messages):
-        pass
-
-
-class PreparedBatches(DataSource):
-    """The floor's reader: yields the prepared Arrow batches of one file per partition (memory-mapped)."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "floor_source"
-
-    def schema(self):
-        return "id long, key long, s string, d double"
-
-    def reader(self, schema):
-        return _PreparedReader(self.options["dir"])
-
-
-class _Split(InputPartition):
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-
-class _PreparedReader(DataSourceReader):
-    def __init__(self, directory: str) -> None:
-        self.directory = directory
-
-    def partitions(self):
-        return [_Split(i) for i in range(N_SUB)]
-
-    def read(self, partition):
-        import pyarrow as pa
-
-        with pa.memory_map(f"{self.directory}/part-{partition.index}.arrow") as source:
-            reader = pa.ipc.open_file(source)
-            for i in range(reader.num_record_batches):
-                yield reader.get_batch(i)
-
-
-def prepare_floor_files(rows: int, directory: Path, batch_bytes: int) -> None:
-    """The same rows as the generated DataFrame, in N_SUB Arrow IPC files of about batch_bytes batches."""
-    directory.mkdir(parents=True)
-    schema = pa.schema([("id", pa.int64()), ("key", pa.int64()), ("s", pa.string()), ("d", pa.float64())])
-    per = -(-rows // N_SUB)
-    for index in range(N_SUB):
-        ids = np.arange(index * per, min(rows, (index + 1) * per), dtype=np.int64)
-        table = pa.table({"id": ids, "key": ids % 100_003,
-                          "s": pc.utf8_lpad(pc.cast(pa.array(ids), pa.string()), 16, "x"),
-                          "d": np.random.default_rng(index).random(len(ids))}, schema=schema)
-        rows_per_batch = max(1, len(ids) * batch_bytes // max(table.nbytes, 1))
-        with pa.OSFile(str(directory / f"part-{index}.arrow"), "wb") as sink, \
-                pa.ipc.new_file(sink, schema) as writer:
-            for batch in table.to_batches(max_chunksize=rows_per_batch):
-                writer.write_batch(batch)
-
-
-def settle(spark: SparkSession) -> None:
-    """Start every case from the same state: the previous case's dirty pages written back, the driver's heap collected."""
-    os.sync()
-    spark._jvm.java.lang.System.gc()
-    time.sleep(0.5)
-
-
-def stop_embedded_services(runtime: Path) -> list[int]:
-    """Stop the exchange service(s) this run started (found by pid in the runtime dir)."""
-    stopped = []
-    for state in runtime.glob("*.json"):
-        try:
-            pid = json.loads(state.read_text()).get("pid")
-        except (OSError, ValueError):
-            continue
-        if not isinstance(pid, int):
-            continue
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            continue
-        for _ in range(100):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.05)
-        else:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        stopped.append(pid)
-    return stopped
 
 
 def main() -> None:
@@ -191,7 +75,7 @@ def main() -> None:
         from sparkflow_exchange.config import ExchangeConfig
 
         buffer_size = ExchangeConfig().buffer_size
-        prepare_floor_files(args.rows, TMP / "floor", buffer_size)
+        prepare_floor_files(args.rows, TMP / "floor", buffer_size, N_SUB)
         spark = (SparkSession.builder.master(f"local[{SLOTS}]").appName("sparkflow-bench")
                  .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", str(N_SUB))
                  .config("spark.sql.adaptive.enabled", "false").config("spark.driver.memory", "3g"))
@@ -226,7 +110,7 @@ def run(spark: SparkSession, args: argparse.Namespace, buffer_size: int) -> dict
 
     def floor() -> None:
         df.write.format("floor_sink").mode("append").save()
-        noop(spark.read.format("floor_source").option("dir", str(TMP / "floor")).load())
+        noop(spark.read.format("floor_source").option("dir", str(TMP / "floor")).option("parts", str(N_SUB)).load())
 
     def parquet() -> None:
         df.write.mode("overwrite").parquet(str(parquet_dir))

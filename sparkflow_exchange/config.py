@@ -84,6 +84,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "buffersPerPartition": ("buffers_per_partition", int, "in-memory buffers of a result partition's pool (the writer's credit)"),
     "sharedMemory": ("shared_memory", _bool, "writers and readers on the service's host move buffers through /dev/shm slots, not the socket"),
     "memory.budget": ("memory_budget", parse_size, "memory of all partition pools of a service"),
+    "maxOpenSpillFiles": ("max_open_spill_files", int, "open read fds of finished spill files a service keeps (LRU)"),
     "declareTimeout": ("declare_timeout", parse_duration, "how long a read waits for its exchange to be declared"),
     "producerTimeout": ("producer_timeout", parse_duration, "how long a read waits without any producer"),
     "pipelined.noConsumerTimeout": ("no_consumer_timeout", parse_duration, "PIPELINED_BOUNDED writer blocked with no consumer fails after this"),
@@ -94,6 +95,9 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "tls.certFile": ("tls_cert_file", str, "service certificate (PEM); enables TLS"),
     "tls.keyFile": ("tls_key_file", str, "service private key (PEM)"),
     "tls.caFile": ("tls_ca_file", str, "CA bundle the clients verify the service with"),
+    "tls.checkHostname": ("tls_check_hostname", _bool, "clients check that the service's certificate names the address they dial (off: trust the CA alone, for IP-only clusters)"),
+    "maxConnections": ("max_connections", int, "connections a service serves at once (more are refused at once)"),
+    "maxUnauthenticatedConnections": ("max_unauthenticated_connections", int, "connections that have not proved the secret yet, at once (more are refused; each costs a few KiB until its Hello or the 10 s Hello timeout)"),
     "bindHost": ("bind_host", str, "address a service listens on"),
     "port": ("port", int, "TCP port of a service (0 = ephemeral)"),
     "hostId": ("host_id", str, "identity of this host; local vs remote channels follow it"),
@@ -127,6 +131,7 @@ class ExchangeConfig:
     buffers_per_partition: int = 16
     shared_memory: bool = True
     memory_budget: int = 1 << 30
+    max_open_spill_files: int = 256
     declare_timeout: float = 60.0
     producer_timeout: float = 120.0
     no_consumer_timeout: float = 300.0
@@ -137,6 +142,9 @@ class ExchangeConfig:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_ca_file: str | None = None
+    tls_check_hostname: bool = True
+    max_connections: int = 4096
+    max_unauthenticated_connections: int = 64
     bind_host: str = "127.0.0.1"
     port: int = 0
     host_id: str | None = None
@@ -157,7 +165,8 @@ class ExchangeConfig:
             raise ConfigError(f"unknown serviceScope {self.service_scope!r}; use host or executor")
         if self.num_subpartitions is not None and self.num_subpartitions < 1:
             raise ConfigError(f"numSubpartitions must be at least 1, got {self.num_subpartitions}")
-        for name in ("buffers_per_channel", "buffers_per_partition", "buffer_size", "sort_buffer_size"):
+        for name in ("buffers_per_channel", "buffers_per_partition", "buffer_size", "sort_buffer_size",
+                     "max_connections", "max_unauthenticated_connections"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.buffer_size > self.max_frame_size // 2:

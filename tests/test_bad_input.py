@@ -201,7 +201,7 @@ def test_tls(tmp_service, tmp_path):
         pytest.skip("openssl CLI not available")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-                    "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
     svc = tmp_service(conf={"tls.certFile": str(cert), "tls.keyFile": str(key)})
     assert svc.info["tls"] is True
     from sparkflow_exchange import exchange as ex

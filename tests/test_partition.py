@@ -6,7 +6,7 @@ import os
 import pytest
 
 from sparkflow_exchange.network.protocol import BROADCAST, BufferKind
-from sparkflow_exchange.partition.buffer_pool import BudgetExhausted, MemoryBudget
+from sparkflow_exchange.partition.buffer_pool import MemoryBudget
 from sparkflow_exchange.partition.result_partition import PartitionStateError, ResultPartition
 from sparkflow_exchange.partition.spill import read_index
 from sparkflow_exchange.partition.subpartition import ERROR_KIND, ConsumeOnceError
@@ -351,16 +351,23 @@ def test_release_deletes_spill_files_and_returns_budget(tmp_path, ptype):
     part.release()  # idempotent
 
 
-def test_budget_shared_between_partitions(tmp_path):
+def test_budget_is_redistributed_as_partitions_come_and_go(tmp_path):
+    """Registration never fails: a new partition shrinks the others' targets, a finished one gives its
+    share back (behaviour change: the budget used to be reserved per partition and refused the third)."""
     budget = MemoryBudget(6 * BUF)
     a = ResultPartition("a", 1, "HYBRID", budget, 4, BUF, tmp_path)
+    assert a.pool.slots == 4
     b = ResultPartition("b", 1, "HYBRID", budget, 4, BUF, tmp_path)
-    assert (a.pool.slots, b.pool.slots) == (4, 2)
-    with pytest.raises(BudgetExhausted, match="memory.budget exhausted"):
-        ResultPartition("c", 1, "HYBRID", budget, 4, BUF, tmp_path)
-    a.release()
-    c = ResultPartition("c", 1, "HYBRID", budget, 4, BUF, tmp_path)
-    assert c.pool.slots == 4
+    assert (a.pool.slots, b.pool.slots) == (3, 3)
+    c = ResultPartition("c", 1, "PIPELINED_BOUNDED", budget, 4, BUF, tmp_path)
+    assert (a.pool.slots, b.pool.slots, c.pool.slots) == (2, 2, 2)
+    a.finish()  # on disk: no pool any more
+    assert (a.pool.slots, b.pool.slots, c.pool.slots) == (0, 3, 3)
+    grown = Listener()
+    c.memory.set_on_credit(grown)
+    b.release()
+    assert c.pool.slots == 4 and grown.calls == 1  # the writer is told: more credit
+    assert budget.used_bytes == 0
 
 
 @pytest.mark.parametrize("ptype", ["PIPELINED_BOUNDED", "HYBRID", "BLOCKING"])
@@ -387,3 +394,42 @@ def test_add_after_finish_refused(tmp_path):
     part.finish()  # idempotent
     with pytest.raises(PartitionStateError, match="does not accept"):
         part.add(0, DATA, 0, b"x")
+
+
+@pytest.mark.skipif(not __import__("sparkflow_exchange.partition.shared_arena", fromlist=["x"]).available(),
+                    reason="no writable /dev/shm")
+@pytest.mark.parametrize("ptype", ["PIPELINED_BOUNDED", "HYBRID"])
+def test_a_socket_never_gets_a_view_of_an_arena_slot(tmp_path, ptype):
+    """A buffer in a writer's shared-memory slot, taken for a socket reader, is a copy: once its memory is
+    dropped the writer may refill the slot, and a transport that kept the caller's view (allowed from
+    Python 3.12) would then send another batch's bytes."""
+    from sparkflow_exchange.partition.shared_arena import SharedArena
+
+    arena = SharedArena.create(2, 4096)
+    try:
+        part = ResultPartition("arena-copy", 1, ptype, MemoryBudget(1 << 20), 2, 4096, tmp_path)
+        original = b"A" * 1000
+        arena.slot(0)[:1000] = original
+        part.add(0, 0, 0, arena.slot(0)[:1000], arena_slot=0, arena=arena, arena_offset=0)
+        view = part.create_view(0, 0, lambda: None)  # a socket reader (not shared)
+        item, _seq, _backlog = view.take()
+        arena.slot(0)[:1000] = b"B" * 1000  # the writer refills the slot
+        assert bytes(item.payload) == original
+        part.release()
+    finally:
+        arena.unlink()
+
+
+def test_pooled_frame_buffers_are_not_reused_while_a_view_of_them_lives():
+    from sparkflow_exchange.network.protocol import _FramePool
+
+    pool = _FramePool(8 << 20)
+    first = pool.take(300_000)
+    payload = first[100:200]  # what a decoded message keeps
+    del first
+    second = pool.take(300_000)
+    assert second.obj is not payload.obj  # still read through ``payload``: not handed out again
+    keep = payload.obj
+    del payload, second
+    third = pool.take(300_000)
+    assert third.obj is keep  # nothing reads it any more: reused

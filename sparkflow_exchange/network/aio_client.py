@@ -58,6 +58,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._pending: dict[int, asyncio.Future] = {}
         self.lost_reason: str | None = None
         self.server_hello: ServerHello | None = None
+        self.nonce = auth.new_nonce()  # the service proves the secret against this
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -81,11 +82,22 @@ class ClientConnection(asyncio.BufferedProtocol):
             if handler is not None:
                 handler.on_message(msg)
         elif isinstance(msg, ServerHello):
+            if self.server_hello is not None:
+                self._lose(f"protocol error: the exchange service at {self.address} sent a second ServerHello",
+                           code="protocol")
+                return
             self.server_hello = msg
-            self.send(Hello(client_id(), auth.prove(self.secret, msg.nonce), self.host_id))
+            self.send(Hello(client_id(), auth.prove(self.secret, msg.nonce), self.host_id, self.nonce))
         elif isinstance(msg, Welcome):
-            if not self.ready.done():
-                self.ready.set_result(msg)
+            if self.server_hello is None or self.ready.done():
+                self._lose(f"protocol error: unexpected Welcome from the exchange service at {self.address}",
+                           code="protocol")
+                return
+            distrust = auth.verify_service(self.secret, self.nonce, self.server_hello.nonce, msg.proof)
+            if distrust:
+                self._lose(f"the exchange service at {self.address} is not trusted: {distrust}", code="auth")
+                return
+            self.ready.set_result(msg)
         elif isinstance(msg, RpcResponse):
             fut = self._pending.pop(msg.call_id, None)
             if fut is not None and not fut.done():
@@ -155,6 +167,10 @@ async def open_connection(address: str | Address, secret: str | None, *, host_id
             _, conn = await asyncio.wait_for(
                 loop.create_connection(lambda: ClientConnection(addr, secret, host_id, max_frame), addr.host, addr.port,
                                        ssl=ssl_ctx), timeout)
+    except ssl.SSLCertVerificationError as exc:
+        raise ServiceError(f"the exchange service at {addr} failed TLS verification: {exc.verify_message} "
+                           "(a certificate must name the address clients dial in its subjectAltName, or set "
+                           "tls.checkHostname=false to trust the CA alone)", "tls") from None
     except (OSError, asyncio.TimeoutError) as exc:
         raise ServiceError(f"cannot reach the exchange service at {addr}: {exc or 'timed out'}", "unreachable") from None
     try:

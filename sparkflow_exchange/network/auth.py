@@ -1,8 +1,13 @@
-"""Authentication (HMAC challenge over a shared secret) and TLS contexts.
+"""Authentication (mutual HMAC challenge over a shared secret) and TLS contexts.
 
 The server opens every connection with a random nonce; the client's first
-message proves it knows the secret with HMAC-SHA256(secret, nonce), so the
-secret itself never crosses the wire and a recorded proof cannot be replayed.
+message proves it knows the secret with HMAC-SHA256(secret, "client:" nonce)
+and carries a nonce of its own; the server's Welcome answers with
+HMAC-SHA256(secret, "service:" client nonce ":" server nonce). So the secret
+never crosses the wire, a recorded proof cannot be replayed, and a client
+talks to a service only after the service proved the secret too (a stranger
+listening on a well-known port learns nothing and is told nothing). The
+"client:"/"service:" prefixes keep one side's proof from serving as the other's.
 """
 from __future__ import annotations
 
@@ -20,20 +25,39 @@ def new_nonce() -> str:
     return secrets.token_hex(16)
 
 
+def _mac(secret: str, message: str) -> str:
+    return hmac.new(secret.encode(), message.encode(), hashlib.sha256).hexdigest()
+
+
 def prove(secret: str | None, nonce: str) -> str:
-    if not secret:
-        return ""
-    return hmac.new(secret.encode(), nonce.encode(), hashlib.sha256).hexdigest()
+    """The client's proof for the server's nonce ("" without a secret)."""
+    return _mac(secret, f"client:{nonce}") if secret else ""
+
+
+def prove_service(secret: str | None, client_nonce: str, server_nonce: str) -> str:
+    """The service's proof for the client's nonce ("" without a secret)."""
+    return _mac(secret, f"service:{client_nonce}:{server_nonce}") if secret else ""
 
 
 def verify(secret: str | None, nonce: str, proof: str) -> str | None:
-    """None when the proof is good, else the reason for refusing the client."""
+    """None when the client's proof is good, else the reason for refusing the client."""
     if not secret:
         return None
     if not proof:
         return "authentication required: the client sent no secret proof (set spark.sparkflow.exchange.secret)"
     if not hmac.compare_digest(prove(secret, nonce), proof):
         return "authentication failed: wrong secret"
+    return None
+
+
+def verify_service(secret: str | None, client_nonce: str, server_nonce: str, proof: str) -> str | None:
+    """None when the service proved the secret (or no secret is in use), else why it is not trusted."""
+    if not secret:
+        return None
+    if not proof:
+        return "the service did not prove that it knows the shared secret (it runs without one, or is not ours)"
+    if not hmac.compare_digest(prove_service(secret, client_nonce, server_nonce), proof):
+        return "the service answered with a wrong secret proof (another secret, or not a service we trust)"
     return None
 
 
@@ -50,14 +74,21 @@ def ssl_for(address: str, config) -> ssl.SSLContext | None:
     """The client context for a service address: TLS over TCP when configured, never on a Unix socket."""
     if address.startswith("unix:"):
         return None
-    return client_ssl_context(config.tls_ca_file, config.tls_cert_file)
+    return client_ssl_context(config.tls_ca_file, config.tls_cert_file,
+                              check_hostname=getattr(config, "tls_check_hostname", True))
 
 
-def client_ssl_context(ca_file: str | None, cert_file: str | None = None) -> ssl.SSLContext | None:
-    """A client context when TLS is configured; the service's certificate (or CA) is the trust root."""
+def client_ssl_context(ca_file: str | None, cert_file: str | None = None, *,
+                       check_hostname: bool = True) -> ssl.SSLContext | None:
+    """A client context when TLS is configured; the service's certificate (or CA) is the trust root.
+
+    The service's certificate must name the host or IP address the client dials
+    (subjectAltName), unless ``tls.checkHostname`` is off: for clusters whose
+    certificates carry no addresses, where the pinned CA is the only identity check.
+    """
     trust = ca_file or cert_file
     if not trust:
         return None
     ctx = ssl.create_default_context(cafile=trust)
-    ctx.check_hostname = False  # services are addressed by IP; the pinned CA is the identity check
+    ctx.check_hostname = check_hostname
     return ctx

@@ -63,7 +63,11 @@ def open_socket(address: Address, timeout: float, ssl_ctx: ssl.SSLContext | None
             sock = socket.create_connection((address.host, address.port), timeout=timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if ssl_ctx is not None:
-                sock = ssl_ctx.wrap_socket(sock)
+                sock = ssl_ctx.wrap_socket(sock, server_hostname=address.host)
+    except ssl.SSLCertVerificationError as exc:
+        raise ServiceError(f"the exchange service at {address} failed TLS verification: {exc.verify_message} "
+                           "(a certificate must name the address clients dial in its subjectAltName, or set "
+                           "tls.checkHostname=false to trust the CA alone)", "tls") from None
     except OSError as exc:
         raise ServiceError(f"cannot reach the exchange service at {address}: {exc}", "unreachable") from None
     tune_socket(sock)
@@ -91,13 +95,19 @@ class BlockingConnection:
         if not isinstance(hello, ServerHello):
             raise ServiceError(f"service at {self.address} did not greet with ServerHello but {type(hello).__name__}")
         self.server_hello = hello
-        self.send(Hello(client_id(), auth.prove(secret, hello.nonce), host_id))
+        nonce = auth.new_nonce()
+        self.send(Hello(client_id(), auth.prove(secret, hello.nonce), host_id, nonce))
         welcome = self.recv(timeout)
         if isinstance(welcome, ErrorResponse):
             self.close()
             raise ServiceError(f"service at {self.address} refused the connection: {welcome.message}", welcome.code)
         if not isinstance(welcome, Welcome):
+            self.close()
             raise ServiceError(f"service at {self.address} answered Hello with {type(welcome).__name__}")
+        distrust = auth.verify_service(secret, nonce, hello.nonce, welcome.proof)
+        if distrust:
+            self.close()
+            raise ServiceError(f"service at {self.address} is not trusted: {distrust}", "auth")
         self.welcome = welcome
 
     def send(self, msg: Any) -> None:
@@ -147,7 +157,12 @@ class BlockingConnection:
             raise ServiceError(f"connection to the exchange service at {self.address} failed: {exc}", "lost") from None
         if not data:
             raise ServiceError(f"the exchange service at {self.address} closed the connection", "lost")
-        self.inbox.extend(self.decoder.feed(data))
+        messages = self.decoder.feed(data)
+        if getattr(self, "server_hello", None) is not None and any(isinstance(m, ServerHello) for m in messages):
+            self.close()
+            raise ServiceError(f"protocol error: the exchange service at {self.address} sent a second ServerHello",
+                               "protocol")
+        self.inbox.extend(messages)
         return True
 
     def call(self, method: str, timeout: float | None = None, **args: Any) -> Any:

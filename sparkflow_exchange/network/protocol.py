@@ -16,7 +16,6 @@ from __future__ import annotations
 import enum
 import json
 import struct
-import sys
 import threading
 import types
 import typing
@@ -28,6 +27,7 @@ VERSION = 1
 PREFIX = struct.Struct(">IIBBI")  # length, magic, version, type, header_len
 PREFIX_SIZE = PREFIX.size
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+PREAUTH_MAX_FRAME = 4096  # what a peer may send before it authenticated (a Hello is a few hundred bytes)
 
 
 class ProtocolError(Exception):
@@ -98,14 +98,16 @@ class ServerHello:
 @dataclass(frozen=True)
 class Hello:
     client_id: str
-    proof: str  # hex HMAC-SHA256(secret, nonce), "" when no secret is known
+    proof: str  # auth.prove(secret, the server's nonce), "" when no secret is known
     host_id: str = ""
+    nonce: str = ""  # the client's challenge: the service proves the secret in its Welcome
 
 
 @dataclass(frozen=True)
 class Welcome:
     service_id: str
     host_id: str
+    proof: str = ""  # auth.prove_service(secret, the client's nonce, the server's nonce)
 
 
 @dataclass(frozen=True)
@@ -477,14 +479,18 @@ def _decode(mtype: int, header: bytes, payload: memoryview) -> Message:
 
 
 class _FramePool:
-    """Receive buffers for large frames, reused once nothing refers to them any more.
+    """Receive buffers for large frames, reused once nothing reads them any more.
 
     A fresh 1 MiB ``bytearray`` per frame costs a page fault per 4 KiB page
     (malloc serves such sizes with mmap): more than the copy out of the kernel.
-    Frames are received into pooled buffers instead; a buffer is handed out
-    again only when its reference count shows that no message, memoryview or
-    Arrow buffer still holds it. One pool per process, bounded in bytes;
-    beyond that, buffers are allocated and freed as before.
+    Frames are received into pooled buffers instead. A buffer is handed out as
+    a ``memoryview`` (an export of the bytearray, created under the lock), and
+    everything that reads it - decoded messages, Arrow buffers, a transport -
+    holds views derived from that export. A buffer is taken again only when it
+    has no export left, which a bytearray shows by allowing a resize (the
+    documented rule: a bytearray with exported views cannot be resized), not by
+    reference counts, whose values differ between interpreters. One pool per
+    process, bounded in bytes; beyond that, buffers are allocated and freed as before.
     """
 
     GRAIN = 256 * 1024
@@ -495,19 +501,27 @@ class _FramePool:
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def take(self, size: int) -> bytearray:
+    @staticmethod
+    def _exported(buf: bytearray) -> bool:
+        try:
+            buf.append(0)
+        except BufferError:
+            return True
+        del buf[-1]
+        return False
+
+    def take(self, size: int) -> memoryview:
+        """A view of at least ``size`` bytes; its buffer stays taken while this view or one made from it lives."""
         capacity = -(-size // self.GRAIN) * self.GRAIN
-        getrefcount = sys.getrefcount
         with self._lock:
             for buf in self._buffers:
-                # referenced only by the list, this loop and getrefcount's argument: free
-                if size <= len(buf) <= 2 * capacity and getrefcount(buf) == 3:
-                    return buf
+                if size <= len(buf) <= 2 * capacity and not self._exported(buf):
+                    return memoryview(buf)
             buf = bytearray(capacity)
             if self._bytes + capacity <= self.max_bytes:
                 self._buffers.append(buf)
                 self._bytes += capacity
-            return buf
+            return memoryview(buf)
 
 
 FRAME_POOL = _FramePool(32 * 1024 * 1024)
@@ -528,23 +542,36 @@ class FrameDecoder:
     STAGING = 256 * 1024
     LARGE = 64 * 1024  # frames at least this big are received into their own buffer
 
-    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME, staging: int = STAGING) -> None:
         self.max_frame = max_frame
-        self._stage = bytearray(self.STAGING)
+        self._stage = bytearray(staging)
         self._start = 0  # unparsed bytes are _stage[_start:_end]
         self._end = 0
-        self._large: bytearray | None = None  # the frame being received in place (from its length word)
+        self._large: memoryview | None = None  # the frame being received in place (from its length word)
         self._large_have = 0
         self._large_len = 0  # the frame's size (its pooled buffer may be longer)
         self._expect_large = False  # the last frame was large: read only a prefix into the staging area
         self._out: list[Message] = []
         self.bytes_received = 0
 
+    def raise_limits(self, max_frame: int) -> None:
+        """After authentication: frames up to ``max_frame``, and the full staging area.
+
+        Before it, a server decodes with ``PREAUTH_MAX_FRAME`` and a staging area
+        of that size, so a stranger's connection costs a few KiB whatever it sends.
+        """
+        self.max_frame = max_frame
+        if len(self._stage) < self.STAGING:  # a new area: the transport may still hold a view of the old one
+            pending = self._end - self._start
+            stage = bytearray(self.STAGING)
+            stage[:pending] = self._stage[self._start:self._end]
+            self._stage, self._start, self._end = stage, 0, pending
+
     # ------------------------------------------------------------ buffered protocol
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """Where the next received bytes should be written."""
         if self._large is not None:
-            return memoryview(self._large)[self._large_have:self._large_len]
+            return self._large[self._large_have:self._large_len]
         if self._end == len(self._stage):
             self._compact()
         if self._expect_large and self._end - self._start < PREFIX_SIZE:
@@ -560,7 +587,7 @@ class FrameDecoder:
             if self._large_have == self._large_len:
                 frame, self._large = self._large, None
                 self._expect_large = True
-                self._out.append(self._decode_frame(memoryview(frame)[:self._large_len], 0))
+                self._out.append(self._decode_frame(frame[:self._large_len], 0))
             return self._take()
         self._end += nbytes
         self._parse_stage()

@@ -31,6 +31,7 @@ from .protocol import (
     ErrorResponse,
     FailPartition,
     FinishPartition,
+    PREAUTH_MAX_FRAME,
     FrameDecoder,
     Hello,
     PartitionFinished,
@@ -39,7 +40,9 @@ from .protocol import (
     ProducerCredit,
     ProtocolError,
     PushBuffer,
+    PushRegion,
     PushSharedBuffer,
+    PushSharedRegion,
     RegisterPartition,
     ResumeConsumption,
     RpcRequest,
@@ -103,7 +106,8 @@ class ServerConnection(asyncio.BufferedProtocol):
     def __init__(self, service: "ExchangeService", transport_kind: str) -> None:
         self.service = service
         self.transport_kind = transport_kind  # "tcp" or "unix"
-        self.decoder = FrameDecoder(service.config.max_frame_size)
+        # a stranger may send only small frames until it proved the secret: it costs us a few KiB
+        self.decoder = FrameDecoder(PREAUTH_MAX_FRAME, staging=PREAUTH_MAX_FRAME)
         self.queue = PartitionRequestQueue()
         self.transport: asyncio.Transport | None = None
         self.nonce = auth.new_nonce()
@@ -129,7 +133,10 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
         tune_socket(transport.get_extra_info("socket"))
         self.peer = str(transport.get_extra_info("peername") or "unix")
-        self.service.connections.add(self)
+        refusal = self.service.admit(self)
+        if refusal:
+            self.fatal(refusal, code="too_many_connections")
+            return
         self.send(ServerHello(self.nonce, self.service.service_id, self.service.host_id))
         self._hello_timer = asyncio.get_running_loop().call_later(HELLO_TIMEOUT, self._no_hello)
 
@@ -141,7 +148,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.closed = True
         if self._hello_timer is not None:
             self._hello_timer.cancel()
-        self.service.connections.discard(self)
+        self.service.discharge(self)
         if self.decoder.pending:
             log.info("client %s vanished mid-frame (%d bytes of an incomplete frame dropped)", self.peer, self.decoder.pending)
         for rid, view in self.queue.views().items():
@@ -208,16 +215,23 @@ class ServerConnection(asyncio.BufferedProtocol):
                 self.fatal(reason, code="auth")
                 return
             self.authenticated = True
+            self.service.authenticated(self)
             self._hello_timer.cancel()
+            self.decoder.raise_limits(self.service.config.max_frame_size)
             self.client_id = msg.client_id
             self.client_host = msg.host_id
             self.locality = "local" if msg.host_id == self.service.host_id else "remote"
-            self.send(Welcome(self.service.service_id, self.service.host_id))
+            self.send(Welcome(self.service.service_id, self.service.host_id,
+                              auth.prove_service(self.service.secret, msg.nonce, self.nonce)))
             return
         if isinstance(msg, PushBuffer):
             self.on_push(msg)
         elif isinstance(msg, PushSharedBuffer):
             self.on_push_shared(msg)
+        elif isinstance(msg, PushRegion):
+            self.on_push_region(msg)
+        elif isinstance(msg, PushSharedRegion):
+            self.on_push_shared_region(msg)
         elif isinstance(msg, AddCredit):
             self.queue.add_credit(msg.receiver_id, msg.credit)
             self.schedule_pump()
@@ -287,7 +301,7 @@ class ServerConnection(asyncio.BufferedProtocol):
             return
         for _ in range(len(held) if count is None else count):
             part, buf = held.popleft()
-            part.unpin(buf)
+            part.memory.unpin(buf)
         if not held:
             del self.held[receiver_id]
 
@@ -339,8 +353,8 @@ class ServerConnection(asyncio.BufferedProtocol):
         producer = _Producer(part, arena)
         self.producers[handle] = producer
         part.on_slots_freed = lambda arena_slot: self.slot_freed(handle, arena_slot)
-        self.send(PartitionRegistered(part.pid, handle, 0, part.pool.buffer_size if part.pool else self.service.config.buffer_size,
-                                      arena.slots if arena else 0))
+        part.memory.set_on_credit(lambda: self.grant(handle))
+        self.send(PartitionRegistered(part.pid, handle, 0, part.memory.buffer_size, arena.slots if arena else 0))
         self.grant(handle)
 
     def _attach_arena(self, msg: RegisterPartition, part: "ResultPartition") -> SharedArena | None:
@@ -349,7 +363,7 @@ class ServerConnection(asyncio.BufferedProtocol):
                 or not self.service.config.shared_memory:
             return None
         try:
-            arena = SharedArena.attach(msg.shm_path, min(msg.shm_slots, part.pool.slots), msg.shm_slot_size)
+            arena = SharedArena.attach(msg.shm_path, min(msg.shm_slots, part.memory.max_slots), msg.shm_slot_size)
         except ArenaError as exc:
             log.info("partition %s pushes over the socket: %s", part.pid, exc)
             return None
@@ -381,15 +395,19 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.grant(handle)
 
     def grant(self, handle: int) -> None:
+        """Credit as the partition's memory allows (``partition_memory.py``), and, with an arena, no more
+        than the writer has free slots for: a slot whose SlotsFreed has not gone out yet is not free."""
         producer = self.producers.get(handle)
         if producer is None or self.closed:
             return
         part = producer.partition
         if part.finished or part.failure or part.released:
             return
-        # a slot whose SlotsFreed has not gone out yet is credit only after it: the writer would have
-        # credit and no slot to fill
-        new = min(part.free_slots, MAX_GRANT) - producer.outstanding - len(producer.slots_freed)
+        pending = len(producer.slots_freed)
+        cap = MAX_GRANT
+        if producer.arena is not None:
+            cap = min(cap, producer.arena.slots - len(producer.slots_in_use) - pending)
+        new = part.memory.grant(producer.outstanding, cap, pending)
         if new > 0:
             producer.outstanding += new
             self.send(ProducerCredit(handle, new))
@@ -398,36 +416,64 @@ class ServerConnection(asyncio.BufferedProtocol):
     def on_push(self, msg: PushBuffer) -> None:
         self._store(msg, self._producer(msg.handle), msg.payload)
 
-    def on_push_shared(self, msg: PushSharedBuffer) -> None:
-        producer = self._producer(msg.handle)
+    def _arena_slot(self, msg: PushSharedBuffer | PushSharedRegion, producer: _Producer) -> SharedArena:
+        """The writer's arena, after checking that ``msg.slot`` is one of its slots and not in use."""
         arena = producer.arena
+        name = type(msg).__name__
         pid = producer.partition.pid
         if arena is None:
-            raise ProtocolError(f"PushSharedBuffer for partition {pid}, which has no shared-memory arena")
+            raise ProtocolError(f"{name} for partition {pid}, which has no shared-memory arena")
         if not 0 <= msg.slot < arena.slots or msg.slot in producer.slots_in_use:
             state = "in use" if msg.slot in producer.slots_in_use else f"outside 0..{arena.slots - 1}"
-            raise ProtocolError(f"PushSharedBuffer for partition {pid}: arena slot {msg.slot} is {state}")
-        if msg.offset + msg.length > arena.slot_size or msg.kind != BufferKind.DATA:
-            raise ProtocolError(f"PushSharedBuffer for partition {pid}: {msg.length} bytes at offset {msg.offset} "
-                                f"do not fit a slot of {arena.slot_size} bytes (or kind {msg.kind} is not data)")
-        self._store(msg, producer, arena.slot(msg.slot)[msg.offset:msg.offset + msg.length], msg.slot)
+            raise ProtocolError(f"{name} for partition {pid}: arena slot {msg.slot} is {state}")
+        if msg.kind != BufferKind.DATA:
+            raise ProtocolError(f"{name} for partition {pid}: kind {msg.kind} is not data")
+        return arena
 
-    def _store(self, msg: PushBuffer | PushSharedBuffer, producer: _Producer, payload, arena_slot: int = -1) -> None:
-        """Spend one credit on a pushed buffer and add it to the partition; a refusal is told to the writer."""
+    def on_push_shared(self, msg: PushSharedBuffer) -> None:
+        producer = self._producer(msg.handle)
+        arena = self._arena_slot(msg, producer)
+        if msg.offset + msg.length > arena.slot_size:
+            raise ProtocolError(f"PushSharedBuffer for partition {producer.partition.pid}: {msg.length} bytes at "
+                                f"offset {msg.offset} do not fit a slot of {arena.slot_size} bytes")
+        self._store(msg, producer, arena.slot(msg.slot)[msg.offset:msg.offset + msg.length], msg.slot,
+                    msg.slot * arena.slot_size + msg.offset)
+
+    def on_push_region(self, msg: PushRegion) -> None:
+        producer = self._producer(msg.handle)
+        if msg.kind != BufferKind.DATA:
+            raise ProtocolError(f"PushRegion for partition {producer.partition.pid}: kind {msg.kind} is not data")
+        self._store(msg, producer, msg.payload)
+
+    def on_push_shared_region(self, msg: PushSharedRegion) -> None:
+        producer = self._producer(msg.handle)
+        arena = self._arena_slot(msg, producer)
+        end = max(offset + length for _sub, offset, length in msg.pieces)
+        if end > arena.slot_size:
+            raise ProtocolError(f"PushSharedRegion for partition {producer.partition.pid}: a piece ends at byte "
+                                f"{end}, outside the slot of {arena.slot_size} bytes")
+        self._store(msg, producer, arena.slot(msg.slot)[:end], msg.slot, msg.slot * arena.slot_size)
+
+    def _store(self, msg, producer: _Producer, payload, arena_slot: int = -1, arena_offset: int = 0) -> None:
+        """Spend one credit on a pushed buffer or region and add it to the partition; a refusal is told
+        to the writer (the connection goes on)."""
+        part = producer.partition
         if producer.outstanding <= 0:
-            raise ProtocolError(f"{type(msg).__name__} without credit for partition {producer.partition.pid}")
+            raise ProtocolError(f"{type(msg).__name__} without credit for partition {part.pid}")
         producer.outstanding -= 1
         arena = producer.arena if arena_slot >= 0 else None
         if arena is not None:
             producer.slots_in_use.add(arena_slot)
         try:
-            producer.partition.add(msg.subpartition, msg.kind, msg.flags, payload, arena_slot=arena_slot, arena=arena,
-                                   arena_offset=arena_slot * arena.slot_size + msg.offset if arena else 0)
+            if isinstance(msg, (PushRegion, PushSharedRegion)):
+                part.add_region(msg.kind, msg.flags, msg.pieces, payload, arena_slot, arena, arena_offset)
+            else:
+                part.add(msg.subpartition, msg.kind, msg.flags, payload, arena_slot, arena, arena_offset)
         except RuntimeError as exc:
-            if arena is not None:
+            part.memory.forfeit()
+            if arena is not None and arena_slot in producer.slots_in_use:
                 self.slot_freed(msg.handle, arena_slot)
-            self.send(ErrorResponse(str(exc), None, False, "push_failed"))
-            return
+            self.send(ErrorResponse(f"{type(msg).__name__} refused: {exc}", None, False, "push_failed"))
         self.grant(msg.handle)
 
     # ------------------------------------------------------------ rpc

@@ -1,18 +1,40 @@
-"""Buffers and their pools: the service-wide memory budget and each partition's share.
+"""Buffers and the memory they occupy: the service-wide pool and each partition's local pool.
 
-As Flink's NetworkBufferPool / LocalBufferPool: a partition's pool is a
-number of buffer slots reserved from the service budget; a free slot is one
-unit of the writer's credit, so a full pool is backpressure.
+As Flink's NetworkBufferPool / LocalBufferPool, counted in bytes: the
+service's ``memory.budget`` is one :class:`NetworkBufferPool`; every running
+result partition has a :class:`LocalBufferPool` whose *target* (slots it may
+fill) is redistributed whenever partitions come and go. Registration never
+reserves anything, so it never fails; a pool above its target shrinks only as
+its buffers are freed (never by dropping data), a pool whose target grew is
+told so (more credit for its writer).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+@dataclass(eq=False)
+class MemorySlot:
+    """One pool slot's memory: a pushed buffer, or a region of several buffers (FLIP-148).
+
+    It is freed (its bytes go back to the pool, its arena slot to the writer)
+    when none of its buffers holds it any more and no local reader still copies
+    out of it.
+    """
+
+    charge: int  # bytes of the budget it occupies: max(bufferSize, its real size)
+    arena_slot: int = -1  # the writer's shared-memory slot holding the payload, -1 = the service's memory
+    arena: Any = None  # that slot's SharedArena (None once the slot is the writer's again)
+    held: int = 0  # buffers whose memory is still in use
+    pins: int = 0  # references sent to local readers that have not copied them yet
+    freed: bool = False
+    buffers: list["StoredBuffer"] = field(default_factory=list)
 
 
 @dataclass(eq=False)
 class StoredBuffer:
-    """One pushed buffer (an Arrow IPC message, maybe compressed), shared by broadcast targets."""
+    """One stored buffer (an Arrow IPC message, maybe compressed), shared by broadcast targets."""
 
     kind: int
     flags: int
@@ -20,63 +42,146 @@ class StoredBuffer:
     payload: bytes | memoryview | None  # None once only the spill file holds it
     spill: tuple[int, int] | None = None  # (offset, length) in the partition's data file
     pending_refs: int = 0  # target subpartitions that have not streamed it yet
-    in_memory_slot: bool = False  # whether it occupies a pool slot
-    arena_slot: int = -1  # the writer's shared-memory slot holding the payload, -1 = own memory
-    arena: Any = None  # that slot's SharedArena
+    mem: MemorySlot | None = None  # the memory it lives in (kept after it was dropped, for a pinned reader)
+    in_memory: bool = False  # whether it still holds its share of ``mem``
     arena_offset: int = 0  # where the payload starts in the arena file
-    pins: int = 0  # local readers that were sent a reference and have not copied it yet
-    slot_free_pending: bool = False  # memory dropped while pinned: free the slot at the last unpin
+
+    @property
+    def arena(self) -> Any:
+        return self.mem.arena if self.mem is not None else None
 
 
-class BudgetExhausted(RuntimeError):
-    pass
+class BufferTooLarge(RuntimeError):
+    """A buffer that could not fit ``memory.budget`` even if nothing else were held."""
 
 
-class MemoryBudget:
-    """The service's ``memory.budget``, shared out as slots of ``buffer_size`` bytes."""
+class NetworkBufferPool:
+    """The service's ``memory.budget`` in bytes, shared out as targets of the running local pools."""
 
     def __init__(self, total_bytes: int) -> None:
         self.total_bytes = total_bytes
-        self.reserved_bytes = 0
+        self.used_bytes = 0  # held by buffers in memory (every pool, running or not)
+        self.promised_bytes = 0  # credit granted to bounded writers and not used yet
+        self.pools: dict[LocalBufferPool, None] = {}  # running pools, in registration order
+        self._waiting: dict[LocalBufferPool, None] = {}  # pools whose writer waits for memory
+        self._seq = 0
 
-    def reserve(self, slots: int, buffer_size: int, minimum: int = 1) -> int:
-        available = (self.total_bytes - self.reserved_bytes) // buffer_size
-        granted = min(slots, available)
-        if granted < minimum:
-            raise BudgetExhausted(
-                f"memory.budget exhausted: {self.reserved_bytes} of {self.total_bytes} bytes are reserved "
-                f"by other partitions; a partition needs at least {minimum} buffer(s) of {buffer_size} bytes "
-                "(drop unused exchanges or raise spark.sparkflow.exchange.memory.budget)"
-            )
-        self.reserved_bytes += granted * buffer_size
-        return granted
+    @property
+    def free_bytes(self) -> int:
+        return self.total_bytes - self.used_bytes - self.promised_bytes
 
-    def release(self, slots: int, buffer_size: int) -> None:
-        self.reserved_bytes = max(0, self.reserved_bytes - slots * buffer_size)
+    @property
+    def reserved_bytes(self) -> int:
+        """Bytes in use or promised (the old status field's name)."""
+        return self.used_bytes + self.promised_bytes
+
+    def create_pool(self, buffer_size: int, max_slots: int) -> "LocalBufferPool":
+        """A running partition's pool: up to ``max_slots`` slots of ``buffer_size`` while memory is free."""
+        self._seq += 1
+        pool = LocalBufferPool(self, buffer_size, max(1, max_slots), self._seq)
+        self.pools[pool] = None
+        self.redistribute()
+        return pool
+
+    def retire(self, pool: "LocalBufferPool") -> None:
+        """The pool's partition stopped writing: it gets no target; what it holds it gives back as freed."""
+        if pool in self.pools:
+            del self.pools[pool]
+            pool.target = 0
+            self._waiting.pop(pool, None)
+            self.redistribute()
+
+    def redistribute(self) -> None:
+        """Water-filling: every running pool an equal share of the memory the retired ones do not hold,
+        capped at its maximum; whole slots left over go to the oldest pools. Grown pools are told."""
+        pools = list(self.pools)
+        if not pools:
+            return
+        held_by_running = sum(p.used_bytes for p in pools)
+        remaining = max(0, self.total_bytes - (self.used_bytes - held_by_running))
+        targets: dict[LocalBufferPool, int] = {}
+        # smallest wants first; among equals the newest first, so the oldest get what is left
+        order = sorted(pools, key=lambda p: (p.max_slots * p.buffer_size, -p.seq))
+        for i, pool in enumerate(order):
+            share = remaining // (len(order) - i)
+            slots = min(pool.max_slots, share // pool.buffer_size)
+            targets[pool] = slots
+            remaining -= slots * pool.buffer_size
+        for pool in pools:
+            if remaining >= pool.buffer_size and targets[pool] < pool.max_slots:
+                targets[pool] += 1
+                remaining -= pool.buffer_size
+        for pool in pools:
+            grew = targets[pool] > pool.target
+            pool.target = targets[pool]
+            if grew:
+                pool.on_available()
+
+    def wait(self, pool: "LocalBufferPool") -> None:
+        """The pool's writer wants credit the free memory cannot give: told when memory comes back."""
+        self._waiting[pool] = None
+
+    def _freed(self) -> None:
+        if self._waiting and self.free_bytes > 0:
+            waiting = list(self._waiting)
+            self._waiting.clear()
+            for pool in waiting:
+                pool.on_available()
 
 
-class BufferPool:
-    """A partition's in-memory slots."""
+class LocalBufferPool:
+    """A partition's share of the budget: ``target`` slots now, at most ``max_slots``."""
 
-    def __init__(self, budget: MemoryBudget, slots: int, buffer_size: int) -> None:
-        self.budget = budget
+    def __init__(self, network: NetworkBufferPool, buffer_size: int, max_slots: int, seq: int) -> None:
+        self.network = network
         self.buffer_size = buffer_size
-        self.slots = budget.reserve(slots, buffer_size)
-        self.used = 0
+        self.max_slots = max_slots
+        self.seq = seq
+        self.target = 0  # slots it may fill now (set by the network pool)
+        self.used = 0  # slots holding buffers
         self.used_bytes = 0
+        self.promised = 0  # credit granted against memory and not used yet
+        self.on_available: Callable[[], None] = lambda: None  # memory or target grew: more credit may be due
+
+    @property
+    def slots(self) -> int:
+        return self.target
 
     @property
     def free(self) -> int:
-        return self.slots - self.used
+        """Slots the writer may fill now: below the target and within the free budget."""
+        local = self.target - self.used - self.promised
+        return max(0, min(local, self.network.free_bytes // self.buffer_size))
 
-    def take(self, nbytes: int) -> None:
+    def fits(self, charge: int) -> bool:
+        """Room for one more buffer of ``charge`` bytes without passing the target or the budget."""
+        return self.used < self.target and self.network.free_bytes >= charge
+
+    def promise(self, slots: int) -> None:
+        self.promised += slots
+        self.network.promised_bytes += slots * self.buffer_size
+
+    def take(self, charge: int) -> None:
+        """A slot now holds ``charge`` bytes (a promised slot, if there is one, turns into it)."""
+        if self.promised > 0:
+            self.promised -= 1
+            self.network.promised_bytes -= self.buffer_size
         self.used += 1
-        self.used_bytes += nbytes
+        self.used_bytes += charge
+        self.network.used_bytes += charge
 
-    def give(self, nbytes: int) -> None:
+    def give(self, charge: int) -> None:
         self.used -= 1
-        self.used_bytes -= nbytes
+        self.used_bytes -= charge
+        self.network.used_bytes -= charge
+        self.network._freed()
 
     def close(self) -> None:
-        self.budget.release(self.slots, self.buffer_size)
-        self.slots = 0
+        """Nothing is written any more: promised credit goes back, no target."""
+        self.network.promised_bytes -= self.promised * self.buffer_size
+        self.promised = 0
+        self.network.retire(self)
+        self.network._freed()
+
+
+MemoryBudget = NetworkBufferPool  # the name the service and older tests know

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections import deque
 from pathlib import Path
 from typing import Callable
 
 from ..network.protocol import BROADCAST, BufferKind
-from .buffer_pool import BufferPool, MemoryBudget, StoredBuffer
-from .spill import SpillFile
+from .buffer_pool import NetworkBufferPool, StoredBuffer
+from .partition_memory import PartitionMemory
+from .spill import SpillFile, SpillReaders
 from .subpartition import Subpartition, SubpartitionView
 
 
@@ -40,13 +40,16 @@ class ResultPartition:
         pid: str,
         num_subpartitions: int,
         partition_type: str,
-        budget: MemoryBudget,
+        network: NetworkBufferPool,
         slots: int,
         buffer_size: int,
         spill_dir: Path,
         exchange: str = "",
         attempt: str = "",
+        spill_readers: SpillReaders | None = None,
     ) -> None:
+        """``slots`` is the most buffers its pool may hold (buffersPerPartition); how many it may hold
+        now is the network pool's to say."""
         if num_subpartitions < 1:
             raise ValueError(f"a partition needs at least one subpartition, got {num_subpartitions}")
         self.pid = pid
@@ -56,115 +59,104 @@ class ResultPartition:
         self.consume_once = partition_type == "PIPELINED_BOUNDED"
         self.blocking = partition_type == "BLOCKING"
         self.num_subpartitions = num_subpartitions
-        self.pool = None if self.blocking else BufferPool(budget, slots, buffer_size)
+        self.memory = PartitionMemory(network, partition_type, buffer_size, slots, pid)
         self.subpartitions = [Subpartition(self, i) for i in range(num_subpartitions)]
-        self.spill: SpillFile | None = None if self.consume_once else SpillFile(Path(spill_dir) / _spill_name(pid))
-        self._in_memory: deque[StoredBuffer] = deque()  # oldest first, for eviction
+        self.spill: SpillFile | None = None if self.consume_once else \
+            SpillFile(Path(spill_dir) / _spill_name(pid), spill_readers)
         self.finished = False
         self.failure: str | None = None
         self.released = False
-        self.arenas: set = set()  # writers' shared-memory arenas holding buffers of this partition
-        self.pinned = 0  # buffers sent to local readers by reference and not copied yet
-        self.on_slots_freed: Callable[[int], None] = lambda arena_slot: None  # a slot freed; its arena slot or -1
         self.created = time.monotonic()
         self.bytes_in = 0
         self.buffers_in = 0
         self.backpressure_seconds = 0.0  # time the writer waited for credit, reported by the producer
 
-    # ---------------------------------------------------------------- writing
+    # ---------------------------------------------------------------- memory (see partition_memory.py)
+    @property
+    def pool(self):
+        return self.memory.pool
+
+    @property
+    def arenas(self) -> set:
+        return self.memory.arenas
+
+    @property
+    def on_slots_freed(self) -> Callable[[int], None]:
+        return self.memory.on_slots_freed
+
+    @on_slots_freed.setter
+    def on_slots_freed(self, callback: Callable[[int], None]) -> None:
+        self.memory.on_slots_freed = callback
+
     @property
     def free_slots(self) -> int:
-        """The writer's credit: buffers it may push now."""
-        if self.pool is None:
-            return 1 << 20  # BLOCKING writes straight to disk
-        return self.pool.free
+        """Buffers the writer could push now."""
+        return self.memory.free_slots
 
-    def add(self, subpartition: int, kind: int, flags: int, payload: bytes | memoryview, arena_slot: int = -1,
-            arena=None, arena_offset: int = 0) -> None:
+    # ---------------------------------------------------------------- writing
+    def _check_open(self) -> None:
         if self.finished or self.released or self.failure:
             raise PartitionStateError(f"partition {self.pid} does not accept buffers any more")
-        if subpartition == BROADCAST:
-            targets = self.subpartitions
-        elif 0 <= subpartition < self.num_subpartitions:
-            targets = [self.subpartitions[subpartition]]
-        else:
+
+    def _check_index(self, subpartition: int) -> None:
+        if not 0 <= subpartition < self.num_subpartitions:
             raise PartitionStateError(
                 f"subpartition index {subpartition} is out of range 0..{self.num_subpartitions - 1} of partition {self.pid}"
             )
-        buf = StoredBuffer(kind, flags, len(payload), payload, pending_refs=len(targets), arena_slot=arena_slot,
-                           arena=arena, arena_offset=arena_offset)
+
+    def add(self, subpartition: int, kind: int, flags: int, payload: bytes | memoryview, arena_slot: int = -1,
+            arena=None, arena_offset: int = 0) -> None:
+        """One pushed buffer for one subpartition (or every one: ``BROADCAST``)."""
+        self._check_open()
+        if subpartition == BROADCAST:
+            targets = self.subpartitions
+        else:
+            self._check_index(subpartition)
+            targets = [self.subpartitions[subpartition]]
+        buf = StoredBuffer(kind, flags, len(payload), payload, pending_refs=len(targets), arena_offset=arena_offset)
         if self.spill is not None:
             buf.spill = self.spill.append(payload)
-        if self.blocking:
-            buf.payload = None
-        elif kind == BufferKind.DATA:
-            if self.pool.free <= 0 and not self.consume_once:
-                self._evict_oldest()
-            buf.in_memory_slot = True
-            self.pool.take(buf.size)
-            self._in_memory.append(buf)
         if kind == BufferKind.DATA:
+            self.memory.hold([buf], buf.size, arena_slot, arena)
             self.bytes_in += buf.size
             self.buffers_in += 1
+        elif self.blocking:  # events are small and need no slot
+            buf.payload = None
         for sub in targets:
             sub.append(buf)
-        if not self.consume_once and self.pool is not None and self.pool.free <= 0:
-            self._evict_oldest()
 
-    def _evict_oldest(self) -> None:
-        """HYBRID: the oldest in-memory buffer is on disk already; drop its memory."""
-        while self._in_memory:
-            buf = self._in_memory.popleft()
-            if buf.in_memory_slot:
-                self._drop_memory(buf)
-                return
-
-    def _drop_memory(self, buf: StoredBuffer) -> None:
-        buf.in_memory_slot = False
-        while self._in_memory and not self._in_memory[0].in_memory_slot:
-            self._in_memory.popleft()  # keep the eviction queue as short as what memory holds
-        if buf.spill is not None or buf.arena_slot >= 0:
-            buf.payload = None  # an arena slot is the writer's again: read the spill file from now on
-        if buf.pins:  # a local reader still copies it out of its slot: the slot is free after that
-            buf.slot_free_pending = True
-            return
-        self._free_slot(buf)
-
-    def _free_slot(self, buf: StoredBuffer) -> None:
-        """The buffer's memory is needed by nobody: its pool slot (and arena slot) is credit again."""
-        self.pool.give(buf.size)
-        buf.arena = None
-        self.on_slots_freed(buf.arena_slot)
-        self._release_unused_arenas()
-
-    def pin(self, buf: StoredBuffer) -> None:
-        """A local reader is sent a reference to this buffer's slot instead of its bytes."""
-        buf.pins += 1
-        self.pinned += 1
-
-    def unpin(self, buf: StoredBuffer) -> None:
-        """A local reader has copied a shared buffer out of its slot."""
-        buf.pins -= 1
-        self.pinned -= 1
-        if buf.pins <= 0 and buf.slot_free_pending:
-            buf.slot_free_pending = False
-            self._free_slot(buf)
-        else:
-            self._release_unused_arenas()
-
-    def _release_unused_arenas(self) -> None:
-        """A finished partition whose memory is all dropped needs no arena: give its shared memory back."""
-        if self.finished and self.arenas and not self.pinned and (self.pool is None or self.pool.used == 0):
-            for arena in self.arenas:
-                arena.unlink()  # the pages go once the writer's and this mapping are gone too
-            self.arenas.clear()
+    def add_region(self, kind: int, flags: int, pieces, payload: bytes | memoryview, arena_slot: int = -1,
+                   arena=None, arena_offset: int = 0) -> None:
+        """A region (FLIP-148): piece ``(subpartition, offset, length)`` is one buffer
+        ``payload[offset:offset+length]`` of its subpartition; the region takes one pool slot, freed
+        when every piece's memory is dropped, and is appended to the spill file once."""
+        self._check_open()
+        if kind != BufferKind.DATA:
+            raise PartitionStateError(f"a region of partition {self.pid} must hold data buffers, not kind {kind}")
+        if not pieces:
+            raise PartitionStateError(f"a region of partition {self.pid} has no pieces")
+        view = memoryview(payload)
+        for sub, offset, length in pieces:
+            self._check_index(sub)
+            if offset < 0 or length < 0 or offset + length > len(view):
+                raise PartitionStateError(f"a piece of {length} bytes at {offset} lies outside the region's "
+                                          f"{len(view)} bytes (partition {self.pid})")
+        base = self.spill.append(view)[0] if self.spill is not None else None
+        bufs = [StoredBuffer(kind, flags, length, view[offset:offset + length], pending_refs=1,
+                             spill=(base + offset, length) if base is not None else None,
+                             arena_offset=arena_offset + offset)
+                for _sub, offset, length in pieces]
+        self.memory.hold(bufs, len(view), arena_slot, arena)
+        self.bytes_in += sum(b.size for b in bufs)
+        self.buffers_in += len(bufs)
+        for (sub, _offset, _length), buf in zip(pieces, bufs):
+            self.subpartitions[sub].append(buf)
 
     def release_ref(self, buf: StoredBuffer) -> None:
+        """A target subpartition has streamed the buffer; the last one frees its memory."""
         buf.pending_refs -= 1
-        if buf.pending_refs <= 0 and buf.in_memory_slot:
-            self._drop_memory(buf)
-            if self.consume_once:
-                buf.payload = None
+        if buf.pending_refs <= 0:
+            self.memory.drop(buf)
 
     def finish(self) -> None:
         if self.failure:
@@ -174,7 +166,6 @@ class ResultPartition:
         for sub in self.subpartitions:
             sub.append(StoredBuffer(BufferKind.END_OF_PARTITION, 0, 0, b""))
         self.finished = True
-        self._release_unused_arenas()
         if self.spill is not None:
             entries = [
                 (sub.index, sub.base + i, b.spill[0] if b.spill else 0, b.size, b.kind, b.flags)
@@ -182,6 +173,8 @@ class ResultPartition:
                 for i, b in enumerate(sub.entries)
             ]
             self.spill.write_index(entries)
+            self.spill.close()  # written completely: reads go through the service's bounded fd cache
+        self.memory.finish()
         if self.blocking:
             for sub in self.subpartitions:
                 for view in list(sub.views):
@@ -191,7 +184,13 @@ class ResultPartition:
         if self.finished or self.failure:
             return
         self.failure = f"producer of partition {self.pid} failed: {reason}"
+        self.memory.release()  # nobody may read it any more: its memory and fds go back now
+        if self.spill is not None:
+            self.spill.close()
         for sub in self.subpartitions:
+            sub.entries.clear()
+            sub.data_before.clear()
+            sub.base = sub.data_count = 0
             for view in list(sub.views):
                 view.notify()
 
@@ -219,12 +218,9 @@ class ResultPartition:
             for view in list(sub.views):
                 view.release()
             sub.entries.clear()
-        if self.pool is not None:
-            self.pool.close()
+        self.memory.release()
         if self.spill is not None:
             self.spill.delete()
-        for arena in self.arenas:
-            arena.unlink()  # readers that mapped it keep their mapping
 
     def stats(self) -> dict:
         return {
@@ -236,8 +232,7 @@ class ResultPartition:
             "state": "failed" if self.failure else "finished" if self.finished else "running",
             "bytes": self.bytes_in,
             "buffers": self.buffers_in,
-            "pool_slots": self.pool.slots if self.pool else 0,
-            "pool_used": self.pool.used if self.pool else 0,
+            **self.memory.stats(),
             "spill_bytes": self.spill.size if self.spill else 0,
             "spill_path": str(self.spill.path) if self.spill and self.finished else "",
             "backpressure_seconds": round(self.backpressure_seconds, 3),

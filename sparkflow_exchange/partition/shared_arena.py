@@ -25,6 +25,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import stat
 import uuid
 from pathlib import Path
 
@@ -127,7 +128,7 @@ class ArenaReader:
     def __init__(self) -> None:
         self._fds: dict[str, int] = {}
 
-    def copy_out(self, path: str, offset: int, length: int, into: bytearray) -> memoryview:
+    def copy_out(self, path: str, offset: int, length: int, into: bytearray | memoryview) -> memoryview:
         """Copy one buffer out of its slot into ``into``; the slot may be refilled once this returns."""
         fd = self._fds.get(path)
         if fd is None:
@@ -157,10 +158,11 @@ def sweep_orphan_arenas() -> list[Path]:
     for entry in SHM_DIR.glob(f"{PREFIX}*"):
         m = _NAME.fullmatch(entry.name)
         try:
-            if not m or entry.stat().st_uid != os.getuid() or pid_alive(int(m.group(1))):
+            st = entry.lstat()  # a link is never followed, and never ours to remove
+            if not m or not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or pid_alive(int(m.group(1))):
                 continue
-        except FileNotFoundError:
+            entry.unlink()
+        except OSError:  # gone meanwhile, or not ours to remove: the sweep goes on
             continue
-        entry.unlink(missing_ok=True)
         removed.append(entry)
     return removed

@@ -4,22 +4,59 @@ The data file holds buffer payloads in arrival order; the index, written when
 the partition finishes, lists for every subpartition its buffers in sequence
 order as (offset, length, kind, flags). A broadcast buffer is stored once and
 indexed by every subpartition. Local consumers may read both directly.
+
+File descriptors are bounded: a data file is open for writing only until its
+partition finishes; reads of finished files go through a service-wide LRU of
+read-only descriptors (``maxOpenSpillFiles``), so thousands of finished
+partitions do not hold thousands of fds.
 """
 from __future__ import annotations
 
 import os
 import struct
+from collections import OrderedDict
 from pathlib import Path
 
 INDEX_ENTRY = struct.Struct(">iqqiBB")  # subpartition, seq, offset, length, kind, flags
 INDEX_MAGIC = b"SFXIDX01"
 
 
+class SpillReaders:
+    """At most ``capacity`` read-only fds of finished spill files, least recently used closed first."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self.capacity = max(1, capacity)
+        self._fds: OrderedDict[Path, int] = OrderedDict()
+
+    def fd(self, path: Path) -> int:
+        fd = self._fds.get(path)
+        if fd is not None:
+            self._fds.move_to_end(path)
+            return fd
+        while len(self._fds) >= self.capacity:
+            os.close(self._fds.popitem(last=False)[1])
+        fd = os.open(path, os.O_RDONLY)
+        self._fds[path] = fd
+        return fd
+
+    def forget(self, path: Path) -> None:
+        fd = self._fds.pop(path, None)
+        if fd is not None:
+            os.close(fd)
+
+    def __len__(self) -> int:
+        return len(self._fds)
+
+
+DEFAULT_READERS = SpillReaders()
+
+
 class SpillFile:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, readers: SpillReaders | None = None) -> None:
         self.path = Path(path)
         self.index_path = self.path.with_suffix(".index")
-        self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o600)
+        self.readers = readers or DEFAULT_READERS
+        self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o600)  # -1 once finished
         self.size = 0
 
     def append(self, payload: bytes | memoryview) -> tuple[int, int]:
@@ -32,7 +69,8 @@ class SpillFile:
         return offset, len(view)
 
     def read(self, offset: int, length: int) -> bytes:
-        data = os.pread(self._fd, length, offset)
+        fd = self._fd if self._fd >= 0 else self.readers.fd(self.path)
+        data = os.pread(fd, length, offset)
         if len(data) != length:
             raise OSError(f"spill file {self.path} is truncated: wanted {length} bytes at {offset}, got {len(data)}")
         return data
@@ -45,12 +83,14 @@ class SpillFile:
         os.replace(tmp, self.index_path)
 
     def close(self) -> None:
+        """Written completely: the write fd goes; reads use the shared LRU from now on."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
     def delete(self) -> None:
         self.close()
+        self.readers.forget(self.path)
         for p in (self.path, self.index_path):
             try:
                 p.unlink()

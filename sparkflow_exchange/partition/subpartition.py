@@ -135,9 +135,14 @@ class SubpartitionView:
         buf = self.sub.entry(pos)
         shared = None
         if self.shared and buf.arena is not None and buf.payload is not None:
-            part.pin(buf)  # the slot goes back to the writer only once the reader has copied it
+            part.memory.pin(buf)  # the slot goes back to the writer only once the reader has copied it
             shared = (part, buf)
         payload = buf.payload if buf.payload is not None else part.read_spilled(buf)
+        if shared is None and buf.arena is not None and buf.payload is not None:
+            # the bytes sit in the writer's arena slot, which is refilled once this buffer's memory is dropped
+            # (maybe by this very take): a socket gets a copy, so no transport ever holds a view of the slot,
+            # whether it copies on write (3.11) or keeps the caller's buffer (allowed from 3.12)
+            payload = bytes(payload)
         self.pos += 1
         self.sub.on_taken(pos, buf)
         return Item(buf.kind, buf.flags, payload, shared), pos, self.sub.data_after(self.pos)

@@ -16,6 +16,7 @@ from ..network import auth
 from ..network.blocking_client import BlockingConnection, ServiceError
 from .exchange_service import default_host_id
 from .launcher import jvm_pid, read_state
+from .private_files import ensure_private_dir
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,7 @@ class Endpoints:
 def runtime_dir() -> Path:
     """Per-user directory (0700) holding the state files of services started for this user."""
     base = os.environ.get("SPARKFLOW_EXCHANGE_RUNTIME_DIR") or f"/tmp/sparkflow-exchange-{os.getuid()}"
-    path = Path(base)
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
+    return ensure_private_dir(base)
 
 
 def jvm_file(pid: int) -> Path:

@@ -23,8 +23,9 @@ from ..config import PARTITION_TYPES, ExchangeConfig
 from ..network import auth
 from ..network.protocol import RegisterPartition
 from ..network.server import RpcError, ServerConnection
-from ..partition.buffer_pool import MemoryBudget
+from ..partition.buffer_pool import NetworkBufferPool
 from ..partition.result_partition import ResultPartition
+from ..partition.spill import SpillReaders
 from .coordinator import Coordinator
 from .launcher import pid_alive
 
@@ -45,13 +46,15 @@ class ExchangeService:
         self.service_id = f"svc-{uuid.uuid4().hex[:8]}"
         self.host_id = config.host_id or default_host_id()
         self.secret = secret if secret is not None else config.resolved_secret()
-        self.budget = MemoryBudget(config.memory_budget)
+        self.budget = NetworkBufferPool(config.memory_budget)  # every partition's pool draws on it
+        self.spill_readers = SpillReaders(config.max_open_spill_files)  # fds of finished spill files
         self._own_spill_dir = config.spill_dir is None
         # the default spill directory carries our pid, so a launcher can sweep it if we are killed
         self.spill_dir = Path(config.spill_dir or tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-"))
         self.spill_dir.mkdir(parents=True, exist_ok=True)
         self.partitions: dict[str, ResultPartition] = {}
         self.connections: set[ServerConnection] = set()
+        self.unauthenticated = 0  # connections that have not proved the secret yet
         # payload bytes consumers read, by path: served over a Unix/TCP connection from a reader on this
         # host ("local"; "local_shared" of it were copied by the reader out of a writer's shared-memory
         # slot) or another ("remote"), or read by a reader on this host from our spill files
@@ -176,7 +179,7 @@ class ExchangeService:
         part = ResultPartition(
             msg.partition, msg.num_subpartitions, msg.partition_type, self.budget,
             msg.buffers or self.config.buffers_per_partition, msg.buffer_size or self.config.buffer_size,
-            self.spill_dir, exchange=msg.exchange, attempt=msg.attempt,
+            self.spill_dir, exchange=msg.exchange, attempt=msg.attempt, spill_readers=self.spill_readers,
         )
         self.partitions[msg.partition] = part
         return part
@@ -212,6 +215,26 @@ class ExchangeService:
             await rpc_once(address, self.secret, self.config, "release_partitions", {"partitions": pids})
         except Exception as exc:  # noqa: BLE001 - best effort: the other service's TTL frees them too
             log.warning("could not release %d partitions on %s: %s", len(pids), address, exc)
+
+    def admit(self, conn: ServerConnection) -> str | None:
+        """Take a new connection, or say why not (the caps hold however many strangers knock)."""
+        if len(self.connections) >= self.config.max_connections:
+            return f"too many connections: this service serves at most maxConnections={self.config.max_connections}"
+        if self.unauthenticated >= self.config.max_unauthenticated_connections:
+            return ("too many connections that have not authenticated yet "
+                    f"(maxUnauthenticatedConnections={self.config.max_unauthenticated_connections}); try again")
+        self.connections.add(conn)
+        self.unauthenticated += 1
+        return None
+
+    def authenticated(self, conn: ServerConnection) -> None:
+        self.unauthenticated -= 1
+
+    def discharge(self, conn: ServerConnection) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            if not conn.authenticated:
+                self.unauthenticated -= 1
 
     def on_connection_closed(self, conn: ServerConnection) -> None:
         for unsubscribe in conn.subscriptions.values():
@@ -301,7 +324,9 @@ class ExchangeService:
             partitions.append(stats)
         return {
             "service": self.addresses(),
-            "memory": {"budget": self.budget.total_bytes, "reserved": self.budget.reserved_bytes},
+            "memory": {"budget": self.budget.total_bytes, "reserved": self.budget.reserved_bytes,
+                       "used": self.budget.used_bytes, "promised": self.budget.promised_bytes,
+                       "running_pools": len(self.budget.pools), "open_spill_reads": len(self.spill_readers)},
             "partitions": partitions,
             "channels": channels,
             "connections": [

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from ..config import ENV_CONF, ExchangeConfig
 from ..network.blocking_client import BlockingConnection, ServiceError
+from .private_files import open_private, read_private, write_private
 
 _children: list[subprocess.Popen] = []  # keep a reference so the child is not reaped as garbage
 _attached: set[tuple[int, int]] = set()  # (service pid, jvm pid) pairs attached by this process
@@ -24,9 +26,15 @@ PER_USE_KEYS = ("exchange", "partitioner", "keys", "numSubpartitions", "partitio
 
 
 def read_state(path: Path) -> dict | None:
+    """A running service's state file; only a regular file of ours with mode 0600 is believed."""
+    text = read_private(path)
+    if text is None:
+        return None
     try:
-        info = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        info = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(info, dict):
         return None
     pid = info.get("pid")
     if not isinstance(pid, int) or not pid_alive(pid):
@@ -48,12 +56,8 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def write_private(path: Path, info: dict) -> None:
-    tmp = Path(f"{path}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(info, f)
-    os.replace(tmp, path)
+def write_state(path: str | Path, info: dict) -> None:
+    write_private(path, json.dumps(info))
 
 
 def _answers(info: dict) -> bool:
@@ -68,7 +72,7 @@ def _answers(info: dict) -> bool:
 def ensure_service(state: Path, config: ExchangeConfig, extra_args: list[str], *, attach_pid: int | None,
                    timeout: float = 30.0) -> dict:
     """The running service named by ``state``, started if needed, with ``attach_pid`` attached."""
-    with open(state.with_suffix(".lock"), "w") as lock:
+    with os.fdopen(open_private(state.with_suffix(".lock"), os.O_RDWR), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         info = read_state(state)
         if info is None or not _answers(info):
@@ -91,7 +95,8 @@ def sweep_orphan_spill_dirs() -> list[str]:
     for path in Path(tempfile.gettempdir()).glob(f"{SPILL_PREFIX}*-*"):
         try:
             pid = int(path.name[len(SPILL_PREFIX):].split("-", 1)[0])
-            if path.stat().st_uid != os.getuid() or pid_alive(pid):
+            st = path.lstat()  # never follow a link planted under our prefix
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or pid_alive(pid):
                 continue
         except (ValueError, OSError):
             continue
@@ -109,7 +114,7 @@ def _start(state: Path, config: ExchangeConfig, extra_args: list[str], timeout: 
     settings = {k: v for k, v in config.to_keys().items() if k not in PER_USE_KEYS}
     env = {**os.environ, ENV_CONF: json.dumps(settings)}
     log_path = state.with_suffix(".log")
-    with open(log_path, "ab") as log:
+    with os.fdopen(open_private(log_path, os.O_WRONLY | os.O_APPEND), "ab") as log:
         child = subprocess.Popen(
             [sys.executable, "-m", "sparkflow_exchange.service", "--embedded", "--state-file", str(state), *extra_args],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, env=env, start_new_session=True,

@@ -11,6 +11,8 @@ import sys
 from ..config import ExchangeConfig
 from ..network import auth
 from .exchange_service import ExchangeService
+from .launcher import write_state
+from .private_files import read_private, write_private
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,14 +45,6 @@ def config_from_args(args: argparse.Namespace) -> ExchangeConfig:
     return ExchangeConfig.load(overrides)
 
 
-def write_state(path: str, info: dict) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(info, f)
-    os.replace(tmp, path)
-
-
 async def run(args: argparse.Namespace) -> None:
     config = config_from_args(args)
     secret = config.resolved_secret()
@@ -62,9 +56,7 @@ async def run(args: argparse.Namespace) -> None:
     await service.start()
     if secret and not config.resolved_secret():
         generated_secret_file = str(service.spill_dir / "secret")
-        fd = os.open(generated_secret_file, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secret)
+        write_private(generated_secret_file, secret)
     info = service.addresses()
     info["secret_file"] = generated_secret_file or config.secret_file
     if args.state_file:
@@ -75,9 +67,8 @@ async def run(args: argparse.Namespace) -> None:
     finally:
         if args.state_file:
             try:
-                with open(args.state_file) as f:
-                    if json.load(f).get("pid") == os.getpid():
-                        os.unlink(args.state_file)
+                if json.loads(read_private(args.state_file) or "{}").get("pid") == os.getpid():
+                    os.unlink(args.state_file)
             except (OSError, ValueError):
                 pass
 

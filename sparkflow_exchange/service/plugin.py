@@ -24,7 +24,7 @@ import socket
 from ..config import ExchangeConfig
 from ..network import auth
 from .discovery import jvm_file, runtime_dir
-from .launcher import ensure_service, sweep_orphan_spill_dirs, write_private
+from .launcher import ensure_service, sweep_orphan_spill_dirs, write_state
 
 
 def _driver(args: argparse.Namespace) -> dict:
@@ -35,7 +35,7 @@ def _driver(args: argparse.Namespace) -> dict:
     host = config.bind_host
     info = ensure_service(state, config, ["--host", host], attach_pid=args.jvm_pid)
     result = {"coordinator": info["tcp"], "secret": secret, "host_id": info["host_id"], "pid": info["pid"]}
-    write_private(jvm_file(args.jvm_pid), {**info, "pid": args.jvm_pid, "service_pid": info["pid"],
+    write_state(jvm_file(args.jvm_pid), {**info, "pid": args.jvm_pid, "service_pid": info["pid"],
                                           "coordinator_address": info["tcp"], "secret": secret})
     return result
 
@@ -54,7 +54,7 @@ def _executor(args: argparse.Namespace) -> dict:
         key = hashlib.sha256(f"{config.coordinator}".encode()).hexdigest()[:12]
         state = runtime_dir() / f"host-service-{key}.json"
     info = ensure_service(state, config, extra, attach_pid=args.jvm_pid)
-    write_private(jvm_file(args.jvm_pid), {**info, "pid": args.jvm_pid, "service_pid": info["pid"],
+    write_state(jvm_file(args.jvm_pid), {**info, "pid": args.jvm_pid, "service_pid": info["pid"],
                                           "coordinator_address": config.coordinator,
                                           "secret": config.resolved_secret()})
     return {"service": info["tcp"], "unix": info["unix"], "host_id": info["host_id"], "pid": info["pid"]}

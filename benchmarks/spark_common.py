@@ -1,0 +1,153 @@
+"""What the Spark benchmarks share: the floor's no-op sink and prepared-batch source, settling, cleanup.
+
+The floor is what any Python data source pays to move the rows out of Spark and back in, with the
+same task counts as the exchange case: a no-op Arrow sink, then a source yielding prepared Arrow
+batches (memory-mapped IPC files, one per read partition, batches of about ``bufferSize`` bytes).
+Workers import this module: the scripts put ``benchmarks/`` on ``PYTHONPATH`` before Spark starts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+SCHEMA = "id long, key long, s string, d double"
+
+
+class NoopArrowSink(DataSource):
+    """The floor's writer: receives every Arrow batch and drops it."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "floor_sink"
+
+    def writer(self, schema, overwrite):
+        return _NoopWriter()
+
+
+class _NoopWriter(DataSourceArrowWriter):
+    def write(self, iterator):
+        for _batch in iterator:
+            pass
+        return WriterCommitMessage()
+
+    def commit(self, messages):
+        pass
+
+
+class PreparedBatches(DataSource):
+    """The floor's reader: options ``dir`` and ``parts``; yields part-<i>.arrow's batches in partition i."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "floor_source"
+
+    def schema(self):
+        return SCHEMA
+
+    def reader(self, schema):
+        return _PreparedReader(self.options["dir"], int(self.options["parts"]))
+
+
+class _Split(InputPartition):
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+class _PreparedReader(DataSourceReader):
+    def __init__(self, directory: str, parts: int) -> None:
+        self.directory = directory
+        self.parts = parts
+
+    def partitions(self):
+        return [_Split(i) for i in range(self.parts)]
+
+    def read(self, partition):
+        with pa.memory_map(f"{self.directory}/part-{partition.index}.arrow") as source:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+
+
+def prepare_floor_files(rows: int, directory: Path, batch_bytes: int, parts: int) -> None:
+    """The generated DataFrame's rows in ``parts`` Arrow IPC files of about batch_bytes batches."""
+    directory.mkdir(parents=True)
+    schema = pa.schema([("id", pa.int64()), ("key", pa.int64()), ("s", pa.string()), ("d", pa.float64())])
+    per = -(-rows // parts)
+    for index in range(parts):
+        ids = np.arange(index * per, min(rows, (index + 1) * per), dtype=np.int64)
+        table = pa.table({"id": ids, "key": ids % 100_003,
+                          "s": pc.utf8_lpad(pc.cast(pa.array(ids), pa.string()), 16, "x"),
+                          "d": np.random.default_rng(index).random(len(ids))}, schema=schema)
+        rows_per_batch = max(1, len(ids) * batch_bytes // max(table.nbytes, 1))
+        with pa.OSFile(str(directory / f"part-{index}.arrow"), "wb") as sink, \
+                pa.ipc.new_file(sink, schema) as writer:
+            for batch in table.to_batches(max_chunksize=rows_per_batch):
+                writer.write_batch(batch)
+
+
+def settle(spark) -> None:
+    """Start every case from the same state: the previous case's dirty pages written back, the driver's heap collected."""
+    os.sync()
+    spark._jvm.java.lang.System.gc()
+    time.sleep(0.5)
+
+
+def service_pids(runtime: Path) -> list[int]:
+    pids = []
+    for state in runtime.glob("*.json"):
+        try:
+            pid = json.loads(state.read_text()).get("pid")
+        except (OSError, ValueError):
+            continue
+        if isinstance(pid, int):
+            pids.append(pid)
+    return pids
+
+
+def stop_embedded_services(runtime: Path) -> list[int]:
+    """Stop the exchange service(s) this run started (found by pid in the runtime dir)."""
+    stopped = []
+    for pid in service_pids(runtime):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        stopped.append(pid)
+    return stopped
+
+
+def status_kib(pid: int, field: str) -> int:
+    """A /proc/<pid>/status field in KiB (VmRSS, VmHWM), 0 if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0

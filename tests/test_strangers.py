@@ -1,0 +1,231 @@
+"""Nothing for strangers: before a client proves the secret it costs the service almost nothing,
+the number of such clients is capped, the client checks the service too, and TLS checks host names."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from harness import client_config
+from sparkflow_exchange.network import auth
+from sparkflow_exchange.network.aio_client import open_connection
+from sparkflow_exchange.network.blocking_client import BlockingConnection, ServiceError
+from sparkflow_exchange.network.protocol import (
+    MAGIC,
+    PREAUTH_MAX_FRAME,
+    PREFIX,
+    VERSION,
+    ErrorResponse,
+    FrameDecoder,
+    Hello,
+    MsgType,
+    ServerHello,
+    Welcome,
+    encode_bytes,
+)
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def _connect_raw(svc) -> tuple[socket.socket, FrameDecoder, ServerHello]:
+    host, port = svc.tcp.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    decoder = FrameDecoder()
+    messages: list = []
+    while not messages:
+        messages = decoder.feed(sock.recv(65536))
+    assert isinstance(messages[0], ServerHello), messages
+    return sock, decoder, messages[0]
+
+
+def _next_error(sock: socket.socket, decoder: FrameDecoder, timeout: float = 10.0) -> ErrorResponse:
+    sock.settimeout(timeout)
+    while True:
+        data = sock.recv(65536)
+        assert data, "closed without an error frame"
+        for msg in decoder.feed(data):
+            if isinstance(msg, ErrorResponse):
+                return msg
+
+
+def _healthy(svc) -> None:
+    with svc.connect() as conn:
+        assert conn.call("ping")["service_id"]
+
+
+def test_big_frames_before_authentication_are_refused_from_their_prefix(tmp_service):
+    """The attack that took a service to 2.4 GiB: 40 connections announcing 60 MiB frames, no Hello."""
+    svc = tmp_service()
+    before = _rss_kib(svc.proc.pid)
+    announce = PREFIX.pack(60 << 20, MAGIC, VERSION, MsgType.PUSH_BUFFER, 14)
+    clients = []
+    for _ in range(40):
+        sock, decoder, _hello = _connect_raw(svc)
+        sock.sendall(announce)
+        clients.append((sock, decoder))
+    for sock, decoder in clients:
+        error = _next_error(sock, decoder)
+        assert error.fatal and f"exceeds the maximum frame size {PREAUTH_MAX_FRAME}" in error.message
+        sock.close()
+    grown_mib = (_rss_kib(svc.proc.pid) - before) / 1024
+    assert grown_mib < 16, f"service grew by {grown_mib:.0f} MiB for 40 strangers"
+    _healthy(svc)
+
+
+def test_unauthenticated_connections_are_capped_and_the_cap_frees(tmp_service):
+    svc = tmp_service(conf={"maxUnauthenticatedConnections": "4"})
+    silent = [_connect_raw(svc) for _ in range(4)]  # connected, greeted, never say Hello
+    host, port = svc.tcp.rsplit(":", 1)
+    sock, decoder = socket.create_connection((host, int(port)), timeout=10), FrameDecoder()
+    error = _next_error(sock, decoder)
+    assert error.fatal and "maxUnauthenticatedConnections=4" in error.message
+    assert sock.recv(65536) == b""
+    with pytest.raises(ServiceError, match="too many connections that have not authenticated"):
+        svc.connect()
+    for s, _d, _h in silent:
+        s.close()
+    deadline = time.monotonic() + 10
+    while True:  # the service notices the closed connections on its next loop turns
+        try:
+            _healthy(svc)
+            break
+        except ServiceError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+
+def test_total_connections_are_capped(tmp_service):
+    svc = tmp_service(conf={"maxConnections": "3"})
+    held = [svc.connect() for _ in range(3)]
+    with pytest.raises(ServiceError, match="maxConnections=3"):
+        svc.connect()
+    held.pop().close()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            _healthy(svc)
+            break
+        except ServiceError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    for conn in held:
+        conn.close()
+
+
+class FakeService:
+    """A listener on loopback that greets like a service but answers Hello as told (it knows no secret)."""
+
+    def __init__(self, answer) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.address = "127.0.0.1:%d" % self.server.getsockname()[1]
+        self.answer = answer
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.server.settimeout(10)
+        for _ in range(2):  # one blocking client, one asyncio client
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(10)
+                nonce = "n" * 32
+                conn.sendall(encode_bytes(ServerHello(nonce, "fake", "fake-host")))
+                decoder = FrameDecoder()
+                hello = None
+                while hello is None:
+                    data = conn.recv(65536)
+                    if not data:
+                        break
+                    hello = next((m for m in decoder.feed(data) if isinstance(m, Hello)), None)
+                if hello is not None:
+                    for msg in self.answer(hello, nonce):
+                        conn.sendall(encode_bytes(msg))
+                    try:
+                        conn.recv(65536)  # until the client hangs up
+                    except OSError:
+                        pass
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda hello, nonce: [Welcome("fake", "fake-host")], "did not prove that it knows the shared secret"),
+    (lambda hello, nonce: [Welcome("fake", "fake-host", auth.prove_service("guess", hello.nonce, nonce))],
+     "wrong secret proof"),
+    # replaying the client's own proof as the service's must not work either
+    (lambda hello, nonce: [Welcome("fake", "fake-host", hello.proof)], "wrong secret proof"),
+], ids=["no-proof", "wrong-secret", "reflected-proof"])
+def test_the_client_checks_the_service(answer, message):
+    fake = FakeService(answer)
+    try:
+        start = time.monotonic()
+        with pytest.raises(ServiceError, match=message):
+            BlockingConnection(fake.address, "the-secret", timeout=5)
+        with pytest.raises(ServiceError, match=message):
+            asyncio.run(open_connection(fake.address, "the-secret", timeout=5))
+        assert time.monotonic() - start < 10
+    finally:
+        fake.close()
+
+
+def test_a_second_server_hello_is_a_protocol_error():
+    def answer(hello, nonce):
+        return [Welcome("fake", "fake-host", auth.prove_service("the-secret", hello.nonce, nonce)),
+                ServerHello("again", "fake", "fake-host")]
+
+    fake = FakeService(answer)
+    try:
+        conn = BlockingConnection(fake.address, "the-secret", timeout=5)  # the proof was right
+        with pytest.raises(ServiceError, match="second ServerHello"):
+            conn.recv(5)
+
+        async def asyncio_client():
+            c = await open_connection(fake.address, "the-secret", timeout=5)
+            for _ in range(100):
+                if c.lost_reason:
+                    return c.lost_reason
+                await asyncio.sleep(0.05)
+            return None
+
+        assert "second ServerHello" in (asyncio.run(asyncio_client()) or "")
+    finally:
+        fake.close()
+
+
+def _certificate(tmp_path, name: str, san: str | None):
+    cert, key = tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
+    args = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+            "-days", "1", "-subj", f"/CN={name}"]
+    if san:
+        args += ["-addext", f"subjectAltName={san}"]
+    subprocess.run(args, check=True, capture_output=True)
+    return cert, key
+
+
+def test_tls_checks_the_host_name_unless_told_not_to(tmp_service, tmp_path):
+    if subprocess.run(["which", "openssl"], capture_output=True).returncode != 0:
+        pytest.skip("openssl CLI not available")
+    cert, key = _certificate(tmp_path, "elsewhere", "DNS:elsewhere.example")  # names another host
+    svc = tmp_service(conf={"tls.certFile": str(cert), "tls.keyFile": str(key)})
+    strict = client_config(svc, **{"tls.caFile": str(cert)})
+    with pytest.raises(ServiceError, match="failed TLS verification.*tls.checkHostname=false"):
+        BlockingConnection(svc.tcp, svc.secret, timeout=5, ssl_ctx=auth.ssl_for(svc.tcp, strict))
+    with pytest.raises(ServiceError, match="failed TLS verification"):
+        asyncio.run(open_connection(svc.tcp, svc.secret, timeout=5, ssl_ctx=auth.ssl_for(svc.tcp, strict)))
+    relaxed = client_config(svc, **{"tls.caFile": str(cert), "tls.checkHostname": "false"})
+    with BlockingConnection(svc.tcp, svc.secret, timeout=5, ssl_ctx=auth.ssl_for(svc.tcp, relaxed)) as conn:
+        assert conn.call("ping")["tls"] is True
