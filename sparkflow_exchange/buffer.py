@@ -93,50 +93,50 @@ class Region:
     def __init__(self, schema_message: pa.Buffer, capacity: int) -> None:
         self.schema_message = schema_message
         self.capacity = capacity
-        self.subs: list[int] = []
-        self.payloads: list[pa.Buffer] = []
-        self.nbytes = len(schema_message)
+        self.clear()
 
     def __len__(self) -> int:
-        return len(self.payloads)
+        return len(self.subs)
 
     def fits(self, nbytes: int) -> bool:
         return self.nbytes + nbytes <= self.capacity
 
     def add(self, subpartition: int, payload: pa.Buffer) -> None:
-        if not self.fits(len(payload)):
-            raise ValueError(f"a piece of {len(payload)} bytes does not fit the region ({self.nbytes} of "
+        n = len(payload)
+        if self.nbytes + n > self.capacity:
+            raise ValueError(f"a piece of {n} bytes does not fit the region ({self.nbytes} of "
                              f"{self.capacity} bytes used)")
         self.subs.append(subpartition)
-        self.payloads.append(payload)
-        self.nbytes += len(payload)
+        self.parts.append(payload)
+        self._pieces.append((subpartition, self.nbytes, n))
+        self.nbytes += n
+
+    @property
+    def payloads(self) -> list[pa.Buffer]:
+        return self.parts[1:]
 
     def pieces(self) -> tuple[tuple[int, int, int], ...]:
         """(subpartition, offset, length) of every piece, offsets from the region's start."""
-        out = []
-        offset = len(self.schema_message)
-        for sub, payload in zip(self.subs, self.payloads):
-            out.append((sub, offset, len(payload)))
-            offset += len(payload)
-        return tuple(out)
+        return tuple(self._pieces)
+
+    def payload(self) -> bytes:
+        return b"".join(self.parts)  # one pass in C over the buffers
 
     def write_into(self, dest: memoryview) -> int:
         """Copy the region into ``dest`` (a shared-memory slot); the bytes written."""
         if self.nbytes > len(dest):
             raise ValueError(f"a region of {self.nbytes} bytes does not fit {len(dest)} bytes")
         offset = 0
-        for part in (self.schema_message, *self.payloads):
+        for part in self.parts:  # straight into the slot: no intermediate buffer to allocate and fault in
             n = len(part)
             dest[offset:offset + n] = memoryview(part).cast("B")
             offset += n
         return offset
 
-    def payload(self) -> bytes:
-        return b"".join([self.schema_message, *self.payloads])
-
     def clear(self) -> None:
-        self.subs = []
-        self.payloads = []
+        self.subs: list[int] = []
+        self.parts: list = [self.schema_message]
+        self._pieces: list[tuple[int, int, int]] = []
         self.nbytes = len(self.schema_message)
 
 

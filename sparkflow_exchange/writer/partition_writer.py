@@ -40,10 +40,6 @@ class NoConsumerError(RuntimeError):
     pass
 
 
-# Until the service stores PushRegion/PushSharedRegion, a region leaves as its pieces, one ordinary buffer each.
-REGIONS = False
-
-
 class PartitionWriter:
     def __init__(self, conn: BlockingConnection, partition: str, num_subpartitions: int, partition_type: str,
                  exchange: str = "", attempt: str = "", no_consumer_timeout: float = 300.0,
@@ -60,7 +56,6 @@ class PartitionWriter:
         self.buffers_pushed = 0
         self.buffers_shared = 0  # of those, written into a shared-memory slot
         self.regions_pushed = 0  # pushes that carried several subpartitions' buffers (counted once in buffers_pushed)
-        self.regions = REGIONS
         self.started = time.monotonic()
         self.arena = self._create_arena(buffers, buffer_size) if shared_memory and partition_type != "BLOCKING" \
             and conn.address.is_unix else None
@@ -147,10 +142,6 @@ class PartitionWriter:
 
     def push_region(self, region: Region, flags: int) -> None:
         """Send several subpartitions' small buffers for one credit (FLIP-148's region)."""
-        if not self.regions:
-            for sub, payload in zip(region.subs, region.payloads):
-                self.push_encoded(sub, payload, flags)
-            return
         with self.lock:
             self._take_credit()
             pieces = region.pieces()

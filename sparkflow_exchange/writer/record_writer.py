@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Iterable
 
+import numpy as np
 import pyarrow as pa
 
 from ..buffer import BatchEncoder, Region
@@ -31,6 +32,10 @@ from .partition_writer import PartitionWriter
 from .selectors import group_by_target, make_selector
 
 SINGLE_SUBPARTITION = ("forward", "broadcast")
+# a timed flush of the sort buffer waits at least this many times what the last flush took: with thousands of
+# subpartitions a flush costs milliseconds per piece, and the flusher must not become the writer's main work
+FLUSH_COST_FACTOR = 10
+PIECE_SECONDS = 20e-6  # what a flush spends per subpartition it packs (measured), the guess before a first flush
 
 
 class SchemaMismatchError(ValueError):
@@ -79,6 +84,9 @@ class RecordWriter:
         self.peak_sort_bytes = 0  # the most the sort buffer held (the writer's memory bound, checked by tests)
         self.sort_flushes = 0
         self._oldest = 0.0  # when the sort buffer's first batch arrived
+        self._flush_cost = self.n * PIECE_SECONDS  # seconds the last sort flush took
+        # a BLOCKING partition is read only once finished: nothing to gain from sending its rows early
+        self._timed_sort_flush = getattr(writer, "partition_type", "") != "BLOCKING"
         self.region = Region(self.encoder.schema_message, buffer_size)
         self.rows = 0
         self._lock = threading.Lock()
@@ -162,8 +170,13 @@ class RecordWriter:
         if not batches:
             return
         self.sort_flushes += 1
-        grouped, subs, starts, counts = group_by_target(batches, targets, self.n)
-        del batches, targets
+        started = time.perf_counter()
+        # one copy of the rows, then the batches go (a Spark task has dropped its own): the flush holds the
+        # sort buffer's bytes twice (these rows and the grouped ones) plus the region being packed
+        combined = batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+        del batches
+        grouped, subs, starts, counts = group_by_target([combined], [np.concatenate(targets)], self.n)
+        del combined, targets
         row_bytes = grouped.nbytes / max(grouped.num_rows, 1)
         big = (counts * row_bytes >= self.buffer_size).tolist()
         encode = self.encoder.encode
@@ -187,6 +200,7 @@ class RecordWriter:
                         continue
             region.add(sub, payload)
         self._push_region()
+        self._flush_cost = time.perf_counter() - started
 
     def _push_region(self) -> None:
         region = self.region
@@ -196,12 +210,16 @@ class RecordWriter:
             self.writer.push_region(region, self.encoder.flags)
         region.clear()
 
-    def flush(self, older_than: float = 0.0) -> None:
-        """Send everything held; with ``older_than``, only a sort buffer whose first rows waited that long."""
+    def flush(self, older_than: float | None = None) -> None:
+        """Send everything held; the output flusher passes ``older_than``: only a sort buffer whose first
+        rows waited that long (and ten times what the last flush took) leaves."""
         with self._lock:
             if self.single:
                 self._push_pending()
-            elif self.sort_batches and time.monotonic() - self._oldest >= older_than:
+            elif older_than is None:
+                self._flush_sorted()
+            elif self.sort_batches and self._timed_sort_flush and \
+                    time.monotonic() - self._oldest >= max(older_than, FLUSH_COST_FACTOR * self._flush_cost):
                 self._flush_sorted()
 
     def _flush_loop(self, interval: float) -> None:
