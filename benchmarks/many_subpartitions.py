@@ -72,7 +72,9 @@ def producer(args: argparse.Namespace) -> None:
     pa.default_memory_pool().release_unused()
     pool_before = pa.total_allocated_bytes()
     task.write(handed_over())
+    written = time.perf_counter()
     result = task.finish()
+    result["finish_s"] = time.perf_counter() - written
     result["seconds"] = time.perf_counter() - start
     result["cpu"] = time.process_time() - cpu0  # all the producer's threads; less disturbed by a busy machine
     if profiler is not None:
@@ -84,7 +86,7 @@ def producer(args: argparse.Namespace) -> None:
     result["arrow_peak_mib"] = (pa.default_memory_pool().max_memory() - pool_before) / 2**20
     result["base_rss_mib"] = base_rss
     result["buffers"] = task.writer.buffers_pushed
-    result["flushes"] = task.records.sort_flushes
+    result["flushes"] = getattr(task.records, "sort_flushes", 0)
     result["credit_wait"] = task.writer.backpressure_seconds
     print(json.dumps(result), flush=True)
 
@@ -124,6 +126,7 @@ def run_case(svc, subs: int, args: argparse.Namespace, check: bool) -> dict:
     ex.drop_exchange(name, config)
     return {"subs": subs, "seconds": max(r["seconds"] for r in results), "cpu": max(r["cpu"] for r in results),
             "arrow_peak_mib": max(r["arrow_peak_mib"] for r in results), "flushes": sum(r["flushes"] for r in results),
+            "finish_s": max(r["finish_s"] for r in results),
             "rss_mib": max(r["rss_mib"] for r in results), "base_rss_mib": max(r["base_rss_mib"] for r in results),
             "buffers": sum(r["buffers"] for r in results), "credit_wait": max(r["credit_wait"] for r in results)}
 
@@ -187,11 +190,11 @@ def main() -> None:
               f"{'TCP' if args.no_shm else 'Unix socket + shared memory'}; best of {args.repeat}; "
               f"ratios to {base['subs']} subpartitions")
         print(f"{'subpartitions':>13s} {'write s':>8s} {'ratio':>6s} {'CPU s':>6s} {'ratio':>6s} {'peak RSS MiB':>13s} "
-              f"{'(before write)':>14s} {'Arrow peak MiB':>14s} {'pushes':>7s} {'flushes':>7s} {'credit wait s':>13s}")
+              f"{'(before write)':>14s} {'Arrow peak MiB':>14s} {'pushes':>7s} {'flushes':>7s} {'credit wait s':>13s} {'finish s':>8s}")
         for c, cpu in zip(cases, cpus):
             print(f"{c['subs']:13d} {c['seconds']:8.2f} {c['seconds'] / base['seconds']:6.2f} {cpu:6.2f} "
                   f"{cpu / cpus[0]:6.2f} {c['rss_mib']:13.0f} {c['base_rss_mib']:14.0f} {c['arrow_peak_mib']:14.0f} {c['buffers']:7d} {c['flushes']:7d} "
-                  f"{c['credit_wait']:13.2f}")
+                  f"{c['credit_wait']:13.2f} {c['finish_s']:8.2f}")
     finally:
         if svc is not None:
             svc.stop()

@@ -1,21 +1,25 @@
 """The record writer: routes a task's Arrow batches to subpartitions and cuts them into buffers.
 
-Flink's RecordWriter + ChannelSelector + the output flusher, sort-based
-(FLIP-148). Rows are routed with a vectorised selector as batches arrive and
-the batches gather in one sort buffer of at most ``sortBufferSize`` bytes.
-When it is full (or its oldest row has waited ``bufferTimeout``, or at close)
-the whole buffer is grouped by subpartition with one stable sort and one
-``take``, then cut: a subpartition with at least ``bufferSize`` bytes leaves as
-whole buffers; the small ones are packed into regions (``buffer.Region``) of at
-most one buffer slot, one push and one credit per region. So the writer's
-memory is the sort buffer plus one region, whatever ``numSubpartitions`` is,
-and a flush of thousands of small subpartitions is a few pushes.
+Flink's RecordWriter + ChannelSelector + the output flusher, sort-based for
+many subpartitions (FLIP-148). Rows are routed with a vectorised selector as
+batches arrive and the batches gather in one sort buffer of at most
+``sortBufferSize`` bytes. When it is full (or its oldest row has waited
+``bufferTimeout``, or at close) the whole buffer is grouped by subpartition
+with one stable sort and one ``take``, then cut: a subpartition with at least
+``bufferSize`` bytes leaves as whole buffers; the small ones are packed into
+regions (``buffer.Region``) of at most one buffer slot, one push and one credit
+per region. So the writer's memory is bounded by ``sortBufferSize`` whatever
+``numSubpartitions`` is, and a flush of thousands of small subpartitions is a
+few pushes.
 
-``forward`` partitions have one subpartition: a forward producer's output is
-its consumer's whole input. A ``broadcast`` buffer is serialised once and
-pushed once; the service stores it once and every subpartition refers to it
-(with no numSubpartitions known, one shared subpartition serves every reader).
-These single-target writers keep a plain pending buffer (no sorting to do).
+With few subpartitions (``numSubpartitions x bufferSize <= sortBufferSize``,
+Flink's hash shuffle below ``sort-shuffle.min-parallelism``) each batch is
+split as it comes and slices gather per subpartition until ``bufferSize``:
+the same memory bound, and measured faster there than one large gather.
+``forward`` and ``broadcast`` have a single target and always work that way.
+A ``broadcast`` buffer is serialised once and pushed once; the service stores
+it once and every subpartition refers to it (with no numSubpartitions known,
+one shared subpartition serves every reader).
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ import pyarrow as pa
 from ..buffer import BatchEncoder, Region
 from ..network.protocol import BROADCAST
 from .partition_writer import PartitionWriter
-from .selectors import group_by_target, make_selector
+from .selectors import group_by_target, make_selector, split_by_target
 
 SINGLE_SUBPARTITION = ("forward", "broadcast")
 # a timed flush of the sort buffer waits at least this many times what the last flush took: with thousands of
@@ -73,15 +77,19 @@ class RecordWriter:
         self.selector = None if self.single else make_selector(
             partitioner, num_subpartitions, producer_index, schema, keys=keys, num_producers=num_producers,
             custom=custom)
-        # single target: slices gathered until bufferSize
-        self.pending: list[pa.RecordBatch] = []
-        self.pending_bytes = 0
-        # many targets: the sort buffer (batches and their routed targets) and the region being packed
+        # Few targets (n x bufferSize fits the sort buffer's bytes: Flink's hash shuffle below
+        # sort-shuffle.min-parallelism): each batch is split as it comes, slices gathered per subpartition
+        # until bufferSize. Measured faster than sorting there (no large gather), same memory bound.
         self.sort_buffer_size = sort_buffer_size
+        self.sorting = not self.single and self.n * buffer_size > sort_buffer_size
+        self.pending: list[list[pa.RecordBatch]] = [] if self.sorting else [[] for _ in range(self.n)]
+        self.pending_bytes = [] if self.sorting else [0] * self.n
+        self.held_bytes = 0  # rows the writer holds, pending or in the sort buffer
+        self.peak_held_bytes = 0  # the most it held: the writer's memory bound, checked by tests
+        # many targets: the sort buffer (batches and their routed targets) and the region being packed
         self.sort_batches: list[pa.RecordBatch] = []
         self.sort_targets: list = []
         self.sort_bytes = 0
-        self.peak_sort_bytes = 0  # the most the sort buffer held (the writer's memory bound, checked by tests)
         self.sort_flushes = 0
         self._oldest = 0.0  # when the sort buffer's first batch arrived
         self._flush_cost = self.n * PIECE_SECONDS  # seconds the last sort flush took
@@ -105,9 +113,13 @@ class RecordWriter:
             return
         batch = conform(batch, self.schema)
         self.rows += batch.num_rows
-        if self.single:
+        if not self.sorting:
+            parts = [(0, batch)] if self.single else [
+                (i, p) for i, p in enumerate(split_by_target(batch, self.selector.select(batch), self.n))
+                if p is not None]
             with self._lock:
-                self._gather(batch)
+                for sub, part in parts:
+                    self._gather(sub, part)
             return
         targets = self.selector.select(batch)
         size = batch.nbytes
@@ -119,7 +131,7 @@ class RecordWriter:
             self.sort_batches.append(batch)
             self.sort_targets.append(targets)
             self.sort_bytes += size
-            self.peak_sort_bytes = max(self.peak_sort_bytes, self.sort_bytes)
+            self._held(size)
             if self.sort_bytes >= self.sort_buffer_size:
                 self._flush_sorted()
 
@@ -127,24 +139,30 @@ class RecordWriter:
         for batch in batches:
             self.write(batch)
 
-    # ---------------------------------------------------------------- one target (forward, broadcast)
-    def _gather(self, part: pa.RecordBatch) -> None:
-        size = part.nbytes
-        if self.pending and self.pending_bytes + size > self.buffer_size:
-            self._push_pending()
-        if size >= self.buffer_size:
-            part, size = self._push_whole_buffers(0, part, size)
-        if part is not None:
-            self.pending.append(part)
-            self.pending_bytes += size
+    def _held(self, nbytes: int) -> None:
+        self.held_bytes += nbytes
+        self.peak_held_bytes = max(self.peak_held_bytes, self.held_bytes)
 
-    def _push_pending(self) -> None:
-        """The small slices gathered leave as one buffer (only small data is concatenated)."""
-        slices = self.pending
+    # ---------------------------------------------------------------- one or a few targets
+    def _gather(self, sub: int, part: pa.RecordBatch) -> None:
+        size = part.nbytes  # not free for a slice: asked once per slice
+        if self.pending[sub] and self.pending_bytes[sub] + size > self.buffer_size:
+            self._push_pending(sub)
+        if size >= self.buffer_size:
+            part, size = self._push_whole_buffers(sub, part, size)
+        if part is not None:
+            self.pending[sub].append(part)
+            self.pending_bytes[sub] += size
+            self._held(size)
+
+    def _push_pending(self, sub: int) -> None:
+        """The small slices gathered for ``sub`` leave as one buffer (only small data is concatenated)."""
+        slices = self.pending[sub]
         if slices:
-            self._push(0, slices[0] if len(slices) == 1 else pa.concat_batches(slices))
-            self.pending = []
-            self.pending_bytes = 0
+            self._push(sub, slices[0] if len(slices) == 1 else pa.concat_batches(slices))
+            self.held_bytes -= self.pending_bytes[sub]
+            self.pending[sub] = []
+            self.pending_bytes[sub] = 0
 
     def _push(self, sub: int, batch: pa.RecordBatch) -> None:
         self.writer.push_batch(self.targets[sub], batch, self.encoder)
@@ -166,6 +184,7 @@ class RecordWriter:
     def _flush_sorted(self) -> None:
         """Group the sort buffer by subpartition; big runs leave as whole buffers, small ones packed in regions."""
         batches, targets = self.sort_batches, self.sort_targets
+        self.held_bytes -= self.sort_bytes
         self.sort_batches, self.sort_targets, self.sort_bytes = [], [], 0
         if not batches:
             return
@@ -214,8 +233,9 @@ class RecordWriter:
         """Send everything held; the output flusher passes ``older_than``: only a sort buffer whose first
         rows waited that long (and ten times what the last flush took) leaves."""
         with self._lock:
-            if self.single:
-                self._push_pending()
+            if not self.sorting:
+                for sub in range(self.n):
+                    self._push_pending(sub)
             elif older_than is None:
                 self._flush_sorted()
             elif self.sort_batches and self._timed_sort_flush and \
