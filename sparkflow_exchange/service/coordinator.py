@@ -230,7 +230,10 @@ class Coordinator:
                 if sizes.ndim != 1 or (ex.num_subpartitions is not None and len(sizes) != ex.num_subpartitions):
                     raise RpcError(f"producer {partition} reported {sizes.size} subpartition sizes for an exchange "
                                    f"of {ex.num_subpartitions} subpartitions", "bad_request")
-                ex.sizes[partition] = sizes
+                if sizes.size and sizes.min() < 0:
+                    raise RpcError(f"producer {partition} reported negative subpartition sizes", "bad_request")
+                # held until commit (2,000 x 2,000 would be 32 MB as int64): the narrowest type that fits
+                ex.sizes[partition] = sizes.astype(np.uint32) if not sizes.size or sizes.max() < 1 << 32 else sizes
             p.state = "finished"
             p.spill = spill
             await self._notify(ex, name, [ex.set_producer(p)])
@@ -288,8 +291,9 @@ class Coordinator:
         if len(reported) < len(partitions) or any(len(r) != ex.num_subpartitions for r in reported):
             ex.sizes_complete = False  # e.g. forward: one subpartition per producer
             return
-        if reported:
-            total = total + np.sum(reported, axis=0)
+        total = total.copy()
+        for sizes in reported:  # one at a time: stacking them would copy every producer's array
+            total += sizes
         ex.committed_bytes = total
 
     async def abort(self, name: str, epoch: int, write_id: str, reason: str = "") -> dict:
