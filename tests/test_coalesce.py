@@ -12,9 +12,9 @@ import pytest
 from harness import client_config
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.config import ExchangeConfig
+from sparkflow_exchange.consumer.input_gate import ExchangeReadError
 from sparkflow_exchange.consumer.read_plan import coalesce, read_ranges
-from sparkflow_exchange.network.protocol import ErrorResponse, Notify, PartitionRequest
-from sparkflow_exchange.network.protocol import BufferKind
+from sparkflow_exchange.network.protocol import BufferKind, ErrorResponse, Notify, PartitionRequest
 from sparkflow_exchange.partition.buffer_pool import MemoryBudget
 from sparkflow_exchange.partition.range_view import RangeView, SubpartitionRangeError
 from sparkflow_exchange.partition.result_partition import ResultPartition
@@ -224,3 +224,17 @@ def test_notifications_are_full_state_then_deltas_and_a_late_gate_sees_every_pro
     assert deltas and all(not d.get("full") and len(d["producers"]) <= 1 for d in deltas)
     assert [d["producers"][0]["state"] for d in deltas if d["producers"]] == ["running", "finished"] * 2
     assert deltas[-1]["sealed"] and deltas[-1]["committed"] == finished
+
+
+def test_read_plan_of_a_dropped_exchange_fails_naming_why(tmp_service):
+    svc = tmp_service(host_id="hostA")
+    base = dict(exchange="plan-dropped", partitioner="hash", keys="key", numSubpartitions=2)
+    write(client_config(svc, hostId="hostA", **base), 1, 500)
+    config = client_config(svc, hostId="hostB", **base)  # another host: through the service, not the spill file
+    desc = ex.describe_exchange(config)
+    ex.drop_exchange("plan-dropped", config)
+    deadline = time.monotonic() + 5
+    while svc.status()["partitions"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with pytest.raises(ExchangeReadError, match="dropped or overwritten after this read was planned"):
+        keys_read(config, desc, 0)
