@@ -7,9 +7,9 @@ and every committed channel delivered end-of-partition. A read of an exchange
 that was sealed when the read was planned gets the committed producers from
 the plan (Flink's deployment descriptors) and never asks the coordinator. A
 coalesced read reads subpartitions [subpartition, subpartition_end) of every
-producer, one channel per producer. Iteration runs on the Spark task's thread; channel work on
-the process's IO thread; a queue joins them, and taking the next buffer is
-what returns the previous one's credit.
+producer, one channel per producer. Iteration runs on the Spark task's
+thread; channel work on the process's IO thread; a queue joins them, and
+taking the next buffer is what returns the previous one's credit.
 """
 from __future__ import annotations
 
