@@ -95,9 +95,11 @@ class Coordinator:
         return ex
 
     async def _notify(self, ex: Exchange | None, name: str) -> None:
-        body = ex.describe() if ex is not None else {"name": name, "state": "dropped"}
-        for callback in list(self._subscribers.get(name, ())):
-            callback(body)
+        callbacks = list(self._subscribers.get(name, ()))
+        if callbacks:  # describing thousands of producers costs: only for someone listening
+            body = ex.describe() if ex is not None else {"name": name, "state": "dropped"}
+            for callback in callbacks:
+                callback(body)
         async with self._changed:
             self._changed.notify_all()
 
