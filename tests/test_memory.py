@@ -149,6 +149,7 @@ def test_service_rss_stays_within_the_budget_with_many_concurrent_partitions(tmp
     sampler.join(5)
     assert all(counts[f"rss-p{i}"] == rows_each for i in range(8))
     assert max(used) <= budget, max(used) / MiB
+    print(f"service RSS peak {max(samples) / MiB:.0f} MiB, pool peak {max(used) / MiB:.0f} MiB, {len(samples)} samples")
     assert max(samples) <= budget + 64 * MiB, f"service RSS peaked at {max(samples) / MiB:.0f} MiB"
     for i in (0, 23):  # HYBRID written without a consumer: all there
         cfg = client_config(svc, exchange=f"rss-h{i}")
@@ -266,3 +267,25 @@ def test_buffer_costs_its_real_size_and_only_one_beyond_the_budget_is_refused(tm
     reader.send(PartitionRequest("big-hybrid", 0, 1, 2))
     assert bytes(reader.next().payload) == b"z" * 20_000
     healthy(svc)
+
+
+@pytest.mark.spark
+def test_spark_three_exchanges_of_100_producers_with_default_settings(spark):
+    """The issue's first failure: 100 write tasks, keys set, numSubpartitions=4, default settings
+    (the old reservation refused the 65th partition); three such exchanges alive, each read back exactly."""
+    from chispa import assert_df_equality
+    from pyspark.sql import functions as F
+
+    df = spark.range(0, 200_000, 1, 100).withColumn("k", F.col("id") % 997)
+    names = [f"mem-spark-{i}-{time.monotonic_ns() % 10**6}" for i in range(3)]
+    for name in names:
+        (df.write.format("pipelined").mode("overwrite").option("exchange", name).option("keys", "k")
+         .option("numSubpartitions", "4").save())
+    for name in names:
+        got = spark.read.format("pipelined").option("exchange", name).load()
+        assert got.rdd.getNumPartitions() == 4
+        assert_df_equality(got, df, ignore_row_order=True)
+    import sparkflow_exchange
+
+    for name in names:
+        sparkflow_exchange.drop_exchange(name)
