@@ -57,7 +57,7 @@ class SpillFile:
     def __init__(self, path: Path, readers: SpillReaders | None = None) -> None:
         self.path = Path(path)
         self.index_path = self.path.with_suffix(".index")
-        self.readers = readers or DEFAULT_READERS
+        self.readers = readers if readers is not None else DEFAULT_READERS
         self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o600)  # -1 once finished
         self.size = 0
 
