@@ -36,7 +36,9 @@ def _status(args: argparse.Namespace) -> int:
     svc = status["service"]
     mem = status["memory"]
     print(f"service {svc['service_id']} on {svc['host_id']}  tcp {svc['tcp']}  {svc['unix']}  pid {svc['pid']}")
-    print(f"memory  {mem['reserved'] / 2**20:.1f} of {mem['budget'] / 2**20:.1f} MiB reserved by partition pools")
+    print(f"memory  {mem['used'] / 2**20:.1f} of {mem['budget'] / 2**20:.1f} MiB held by buffers, "
+          f"{mem['promised'] / 2**20:.1f} MiB promised as credit, {mem['running_pools']} running pools, "
+          f"{mem['open_spill_reads']} open spill files")
     print(f"\nexchanges ({len(status['exchanges'])})")
     for e in status["exchanges"]:
         print(f"  {e['name']:<24} {e['state']:<10} {e['partition_type']:<18} {e['partitioner'].get('name'):<10} "
@@ -44,6 +46,7 @@ def _status(args: argparse.Namespace) -> int:
     print(f"\npartitions ({len(status['partitions'])})")
     for p in status["partitions"]:
         print(f"  {p['partition']:<48} {p['state']:<9} {p['bytes'] / 2**20:9.1f} MiB  pool {p['pool_used']}/{p['pool_slots']}"
+              f" ({p['pool_bytes'] / 2**20:.1f} MiB)"
               f"  spilled {p['spill_bytes'] / 2**20:.1f} MiB  backpressure {p['backpressure_ratio']:.2f}")
     print(f"\nchannels ({len(status['channels'])})")
     for c in status["channels"]:

@@ -108,6 +108,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "maxFrameSize": ("max_frame_size", parse_size, "hard maximum frame size on the wire"),
     "metricsPort": ("metrics_port", int, "HTTP port of Prometheus metrics (0 = off)"),
     "readerTimeout": ("reader_timeout", parse_duration, "a read fails when no data or event arrives for this long"),
+    "advisoryPartitionSize": ("advisory_partition_size", parse_size, "target bytes of a coalesced read partition (numSubpartitions not given; Spark's spark.sql.adaptive.advisoryPartitionSizeInBytes)"),
 }
 _BY_LOWER = {k.lower(): k for k in _KEYS}
 _IGNORED = {"path"}  # Spark may pass these on its own
@@ -155,6 +156,7 @@ class ExchangeConfig:
     max_frame_size: int = 64 << 20
     metrics_port: int = 0
     reader_timeout: float = 600.0
+    advisory_partition_size: int = 64 << 20
 
     def __post_init__(self) -> None:
         if self.partition_type not in PARTITION_TYPES:
@@ -169,6 +171,8 @@ class ExchangeConfig:
                      "max_connections", "max_unauthenticated_connections"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.advisory_partition_size < 1:
+            raise ConfigError(f"advisoryPartitionSize must be at least 1 byte, got {self.advisory_partition_size}")
         if self.buffer_size > self.max_frame_size // 2:
             raise ConfigError(f"bufferSize {self.buffer_size} must be at most half of maxFrameSize {self.max_frame_size}")
 

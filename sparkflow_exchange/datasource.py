@@ -22,6 +22,9 @@ from pyspark.sql.types import StructType
 
 from . import exchange as ex
 from .config import ConfigError, ExchangeConfig
+from .consumer.read_plan import read_ranges
+
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:
@@ -41,6 +44,23 @@ def _task_attempt() -> tuple[int, str]:
     if ctx is None:
         raise RuntimeError("format('pipelined') write called outside a Spark task")
     return ctx.partitionId(), ex.attempt_id(ctx.partitionId(), ctx.attemptNumber(), ctx.taskAttemptId())
+
+
+def _session_shuffle_partitions() -> int:
+    """The writing session's spark.sql.shuffle.partitions (tasks see session settings as local properties)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    value = ctx.getLocalProperty(SHUFFLE_PARTITIONS) if ctx is not None else None
+    if not value:
+        return ex.DEFAULT_SHUFFLE_PARTITIONS
+    try:
+        width = int(value)
+    except ValueError:
+        raise ConfigError(f"{SHUFFLE_PARTITIONS}={value!r} is not a number of partitions") from None
+    if width < 1:
+        raise ConfigError(f"{SHUFFLE_PARTITIONS}={width} must be at least 1 to be the exchange's width")
+    return width
 
 
 class PipelinedDataSource(DataSource):
@@ -68,16 +88,31 @@ class PipelinedDataSource(DataSource):
                 f"the given schema does not match exchange {self.config.exchange!r}: given {_describe(given)}, "
                 f"exchange has {_describe(expected)}")
         desc.pop("arrow_schema")
-        return PipelinedReader(self.config, desc)
+        return PipelinedReader(self.config, _read_plan(desc))
 
     def writer(self, schema: StructType, overwrite: bool) -> "PipelinedWriter":
         handle = ex.declare_write(self.config, _arrow_schema(schema), overwrite)
         return PipelinedWriter(handle)
 
 
+def _read_plan(desc: dict) -> dict:
+    """What read tasks need of the description. Sealed: the committed producers (the read plan; the reader
+    object travels once per stage in Spark's task binary, the InputPartitions per task, so the producers
+    live here and a partition is just its range). Not sealed: no producers, the gate subscribes."""
+    producers = ex.sealed_producers(desc)
+    plan = {k: v for k, v in desc.items() if k not in ("producers", "committed")}
+    if producers is not None:
+        plan["producers"] = producers
+        plan["committed"] = [p["partition"] for p in producers]
+    return plan
+
+
 @dataclass
 class SubpartitionSplit(InputPartition):
+    """Read subpartitions [index, end) of every producer (end None: just ``index``)."""
+
     index: int
+    end: int | None = None
 
 
 class PipelinedReader(DataSourceReader):
@@ -86,10 +121,11 @@ class PipelinedReader(DataSourceReader):
         self.desc = desc
 
     def partitions(self) -> list[SubpartitionSplit]:
-        return [SubpartitionSplit(i) for i in range(self.desc["num_subpartitions"])]
+        ranges = read_ranges(self.desc, self.config.advisory_partition_size)
+        return [SubpartitionSplit(s, None if e == s + 1 else e) for s, e in ranges]
 
     def read(self, partition: SubpartitionSplit) -> Iterator[pa.RecordBatch]:
-        return ex.read_subpartition(self.config, self.desc, partition.index)
+        return ex.read_subpartition(self.config, self.desc, partition.index, partition.end)
 
 
 @dataclass
@@ -105,7 +141,8 @@ class PipelinedWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PartitionCommit:
         index, attempt = _task_attempt()
-        producer = ex.ProducerTask(self.handle, index, attempt)
+        width = _session_shuffle_partitions() if self.handle.width_open else None
+        producer = ex.ProducerTask(self.handle, index, attempt, num_subpartitions=width)
         try:
             producer.write(iterator)
             result = producer.finish()

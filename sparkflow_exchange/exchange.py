@@ -21,6 +21,7 @@ from .writer.record_writer import SINGLE_SUBPARTITION, RecordWriter
 from .writer.selectors import SelectorError, make_selector
 
 PARTITIONERS = ("hash", "broadcast", "forward", "rebalance", "rescale", "custom")
+DEFAULT_SHUFFLE_PARTITIONS = 200  # Spark's spark.sql.shuffle.partitions default: the width when none is given
 
 
 class ExchangeError(RuntimeError):
@@ -56,13 +57,10 @@ def validate_write(config: ExchangeConfig, schema: pa.Schema) -> None:
             "of every buffer once, so the number of readers must be known when writing")
     if config.partitioner in SINGLE_SUBPARTITION:
         return
-    if config.num_subpartitions is None:
-        raise ConfigError(
-            f"the {config.partitioner} partitioner needs the numSubpartitions option (the consumer parallelism): Spark "
-            "does not tell a Python data source how many partitions its input has. Set it, e.g. to "
-            "df.rdd.getNumPartitions(), or use sparkflow_exchange.write(df, ...) which does")
+    # without numSubpartitions each task takes the session's spark.sql.shuffle.partitions (checked as it registers)
     try:
-        make_selector(config.partitioner, config.num_subpartitions, 0, schema, keys=config.keys,
+        make_selector(config.partitioner, config.num_subpartitions or DEFAULT_SHUFFLE_PARTITIONS, 0, schema,
+                      keys=config.keys,
                       num_producers=config.num_producers, custom=config.custom)
     except SelectorError as exc:
         raise ConfigError(str(exc)) from None
@@ -81,6 +79,11 @@ class WriteHandle:
     partitioner: str
 
     @property
+    def width_open(self) -> bool:
+        """The width was not given: each task brings its session's spark.sql.shuffle.partitions."""
+        return self.num_subpartitions is None and self.partitioner not in SINGLE_SUBPARTITION
+
+    @property
     def schema(self) -> pa.Schema:
         return schema_from_b64(self.schema_b64)
 
@@ -93,21 +96,29 @@ def declare_write(config: ExchangeConfig, schema: pa.Schema, overwrite: bool) ->
                  partitioner={"name": config.partitioner, "keys": list(config.keys), "custom": config.custom,
                               # one subpartition read by every consumer (forward, or broadcast of unknown width)
                               "shared": config.partitioner == "broadcast" and config.num_subpartitions is None},
-                 partition_type=config.partition_type, mode="overwrite" if overwrite else "append")
+                 partition_type=config.partition_type, mode="overwrite" if overwrite else "append",
+                 coalesce=config.num_subpartitions is None and config.partitioner not in SINGLE_SUBPARTITION)
     return WriteHandle(config, name, desc["epoch"], desc["write_id"], desc["schema"], desc["num_subpartitions"],
                        config.partitioner)
 
 
 class ProducerTask:
-    """One task attempt's result partition: register, write batches, finish (or fail)."""
+    """One task attempt's result partition: register, write batches, finish (or fail).
 
-    def __init__(self, handle: WriteHandle, index: int, attempt: str) -> None:
+    ``num_subpartitions``: the width to write when the exchange's was not given (the Spark glue passes the
+    task's spark.sql.shuffle.partitions; default 200); the coordinator refuses a width other than the first's.
+    """
+
+    def __init__(self, handle: WriteHandle, index: int, attempt: str, num_subpartitions: int | None = None) -> None:
         self.handle = handle
         config = handle.config
         self.config = config
         self.index = index
         self.endpoints = _endpoints(config)
         n = handle.num_subpartitions
+        width = None
+        if handle.width_open:
+            n = width = num_subpartitions or DEFAULT_SHUFFLE_PARTITIONS
         single = handle.partitioner in SINGLE_SUBPARTITION
         if handle.partitioner == "forward" and n is not None and index >= n:
             raise ExchangeError(
@@ -125,8 +136,18 @@ class ProducerTask:
                                           shared_memory=config.shared_memory)
         except ServiceError as exc:
             raise ExchangeError(str(exc)) from None
-        self._coordinator_call("register_producer", name=handle.name, epoch=handle.epoch, write_id=handle.write_id,
-                               index=index, attempt=attempt, partition=self.partition, location=self.location)
+        extra = {} if width is None else {"num_subpartitions": width}
+        try:
+            self._coordinator_call("register_producer", name=handle.name, epoch=handle.epoch, write_id=handle.write_id,
+                                   index=index, attempt=attempt, partition=self.partition, location=self.location,
+                                   **extra)
+        except ExchangeError:  # refused (another width, a closed write): the partition never joined, free it
+            try:
+                self.conn.call("release_partitions", partitions=[self.partition])
+            except ServiceError:
+                pass
+            self.conn.close()
+            raise
         self.records = RecordWriter(self.writer, handle.schema, handle.partitioner, num_subs or 1, index,
                                     keys=config.keys, buffer_size=config.buffer_size,
                                     buffer_timeout=config.buffer_timeout, compression=config.compression,
@@ -149,7 +170,8 @@ class ProducerTask:
         if self.writer.backpressure_seconds:
             self.conn.call("report_backpressure", partition=self.partition, seconds=self.writer.backpressure_seconds)
         self._coordinator_call("producer_finished", name=self.handle.name, epoch=self.handle.epoch,
-                               partition=self.partition, spill=stats.get("spill_path", ""))
+                               partition=self.partition, spill=stats.get("spill_path", ""),
+                               subpartition_bytes=stats.get("subpartition_bytes"))
         self.conn.close()
         return {"partition": self.partition, "index": self.index, "rows": self.records.rows,
                 "bytes": stats.get("bytes", 0)}
@@ -186,11 +208,26 @@ def describe_exchange(config: ExchangeConfig, *, wait: bool = True) -> dict:
     return desc
 
 
-def read_subpartition(config: ExchangeConfig, desc: dict, index: int) -> Iterator[pa.RecordBatch]:
+def sealed_producers(desc: dict) -> list[dict] | None:
+    """The committed producers of a description taken when the exchange was sealed (the read plan), else None."""
+    if not desc.get("sealed"):
+        return None
+    committed = set(desc.get("committed", ()))
+    return [p for p in desc.get("producers", ()) if p["partition"] in committed]
+
+
+def read_subpartition(config: ExchangeConfig, desc: dict, index: int, end: int | None = None) -> Iterator[pa.RecordBatch]:
+    """Subpartition ``index`` (or ``index..end-1``) of every producer. A description of a sealed exchange is
+    a read plan: its committed producers are read without asking the coordinator again."""
     if "arrow_schema" not in desc:
         desc = {**desc, "arrow_schema": schema_from_b64(desc["schema"])}
+    n = desc.get("num_subpartitions")
+    if end is not None and (end <= index or index < 0 or (n is not None and end > n)):
+        raise ExchangeError(f"bad subpartition range [{index}, {end}) of exchange {desc.get('name')!r} with "
+                            f"{n} subpartitions (needs 0 <= start < end <= {n})")
     ep = _endpoints(config)
-    gate = InputGate(config, desc, index, ep.coordinator, ep.secret, ep.host_id, local_service=ep.service)
+    gate = InputGate(config, desc, index, ep.coordinator, ep.secret, ep.host_id, local_service=ep.service,
+                     subpartition_end=end, producers=sealed_producers(desc))
     return iter(gate)
 
 

@@ -123,7 +123,7 @@ def test_forward_with_unequal_parallelism_is_a_clear_error(spark):
         ({"partitioner": "zigzag", "numSubpartitions": 2}, "unknown partitioner 'zigzag'"),
         ({"partitioner": "hash", "numSubpartitions": 2}, "keys"),
         ({"partitioner": "hash", "keys": "nope", "numSubpartitions": 2}, "nope"),
-        ({"partitioner": "hash", "keys": "id"}, "numSubpartitions"),
+        ({"partitioner": "hash", "keys": "id", "numSubpartitions": 0}, "numSubpartitions must be at least 1"),
         ({"partitioner": "hash", "keys": "id", "numSubpartitions": 2, "bufferSiz": "1k"}, "(?i)unknown option 'bufferSiz' \\(did you mean 'bufferSize'"),
         ({"partitionType": "PIPELINED", "partitioner": "broadcast"}, "unknown partitionType 'PIPELINED'"),
     ],

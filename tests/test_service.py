@@ -207,7 +207,8 @@ def test_hybrid_without_consumer_spills_and_serves_everything_twice(tmp_service)
     run_producer(cfg, handle, 0, batches, results)
     ex.commit_write(handle, [results[0]])
     part = svc.status()["partitions"][0]
-    assert part["pool_used"] <= part["pool_slots"] == 4
+    # finished and on disk: it holds no memory and no pool any more (it used to keep its 4 slots)
+    assert part["pool_used"] == part["pool_slots"] == 0 and part["pool_max_slots"] == 4
     assert part["spill_bytes"] > 4 * 16 * 1024  # far more than the pool holds went to disk
     desc = ex.describe_exchange(cfg)
     first = [read_all(cfg, desc, s) for s in range(2)]

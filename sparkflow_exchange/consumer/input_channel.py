@@ -48,11 +48,12 @@ class Channel:
 
     locality = "?"
 
-    def __init__(self, gate: "InputGate", producer: dict, subpartition: int) -> None:
+    def __init__(self, gate: "InputGate", producer: dict, subpartition: int, end: int | None = None) -> None:
         self.gate = gate
         self.producer = producer
         self.partition: str = producer["partition"]
         self.subpartition = subpartition
+        self.end = end  # a coalesced read: subpartitions [subpartition, end) as one sequence; None = just one
         self.receiver_id = next_receiver_id()
         self.state = "pending"  # pending | requested | finished | failed | cancelled
         self.data_received = 0
@@ -84,8 +85,9 @@ class InputChannel(Channel):
     MAX_RECONNECTS = 3
     shared = False  # ask for buffers in shared memory by reference (readers on the service's host)
 
-    def __init__(self, gate: "InputGate", producer: dict, subpartition: int, address: str) -> None:
-        super().__init__(gate, producer, subpartition)
+    def __init__(self, gate: "InputGate", producer: dict, subpartition: int, address: str,
+                 end: int | None = None) -> None:
+        super().__init__(gate, producer, subpartition, end)
         self.address = address
         self.credit = ChannelCredit(gate.config.buffers_per_channel, gate.floating, self.receiver_id)
         self.conn: ClientConnection | None = None
@@ -107,7 +109,7 @@ class InputChannel(Channel):
         self.state = "requested"
         # every empty buffer is credit: the exclusive ones at first, whatever is free after a reconnect
         self.conn.send(PartitionRequest(self.partition, self.subpartition, self.receiver_id,
-                                        self.credit.announced, self.next_seq, self.shared))
+                                        self.credit.announced, self.next_seq, self.shared, self.end))
 
     # ------------------------------------------------------------ from the connection
     def on_message(self, msg: BufferResponse | ErrorResponse) -> None:
@@ -188,8 +190,9 @@ class InputChannel(Channel):
 class LocalInputChannel(InputChannel):
     locality = "local"
 
-    def __init__(self, gate: "InputGate", producer: dict, subpartition: int, address: str) -> None:
-        super().__init__(gate, producer, subpartition, address)
+    def __init__(self, gate: "InputGate", producer: dict, subpartition: int, address: str,
+                 end: int | None = None) -> None:
+        super().__init__(gate, producer, subpartition, address, end)
         self.shared = gate.config.shared_memory and shared_arena.available()
 
 
@@ -203,8 +206,8 @@ class LocalFileInputChannel(Channel):
 
     locality = "local-file"
 
-    def __init__(self, gate: "InputGate", producer: dict, subpartition: int) -> None:
-        super().__init__(gate, producer, subpartition)
+    def __init__(self, gate: "InputGate", producer: dict, subpartition: int, end: int | None = None) -> None:
+        super().__init__(gate, producer, subpartition, end)
         self.data_path = Path(producer["spill"])
         self._fd = -1
         self._entries: list[tuple[int, int, int, int, int]] = []
@@ -218,7 +221,7 @@ class LocalFileInputChannel(Channel):
             return
         try:
             self._fd = os.open(self.data_path, os.O_RDONLY)
-            self._entries = read_index(self.data_path.with_suffix(".index"), self.subpartition)
+            self._entries = read_index(self.data_path.with_suffix(".index"), self.subpartition, self.end)
         except OSError as exc:
             self.fail(f"cannot read the spill file of partition {self.partition} ({self.data_path}): {exc}")
             return
@@ -264,12 +267,18 @@ class RemoteInputChannel(InputChannel):
     locality = "remote"
 
 
-def make_channel(gate: "InputGate", producer: dict, subpartition: int) -> InputChannel | LocalFileInputChannel:
+def make_channel(gate: "InputGate", producer: dict, subpartition: int,
+                 end: int | None = None) -> InputChannel | LocalFileInputChannel:
+    """The channel for one producer: its spill file, its service's Unix socket, or TCP.
+
+    ``end``: read subpartitions [subpartition, end) of this producer through the one channel."""
     location = producer.get("location") or {}
     local = location.get("host_id") == gate.host_id
     spill = producer.get("spill")
+    if end is not None and end == subpartition + 1:
+        end = None
     if local and spill and producer.get("state") == "finished" and os.path.exists(Path(spill).with_suffix(".index")):
-        return LocalFileInputChannel(gate, producer, subpartition)
+        return LocalFileInputChannel(gate, producer, subpartition, end)
     if local and location.get("unix"):
-        return LocalInputChannel(gate, producer, subpartition, location["unix"])
-    return RemoteInputChannel(gate, producer, subpartition, location.get("tcp", ""))
+        return LocalInputChannel(gate, producer, subpartition, location["unix"], end)
+    return RemoteInputChannel(gate, producer, subpartition, location.get("tcp", ""), end)

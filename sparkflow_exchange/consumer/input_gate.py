@@ -1,11 +1,15 @@
 """The input gate: one per Spark read task; merges its channels in arrival order.
 
 Flink's SingleInputGate. It subscribes to the exchange's producer set at the
-coordinator, adds a channel whenever a producer registers, and ends when the
-set is sealed (the write committed) and every committed channel delivered
-end-of-partition. Iteration runs on the Spark task's thread; channel work on
-the process's IO thread; a queue joins them, and taking the next buffer is
-what returns the previous one's credit.
+coordinator (the full state first, then only changes), adds a channel whenever
+a producer registers, and ends when the set is sealed (the write committed)
+and every committed channel delivered end-of-partition. A read of an exchange
+that was sealed when the read was planned gets the committed producers from
+the plan (Flink's deployment descriptors) and never asks the coordinator. A
+coalesced read reads subpartitions [subpartition, subpartition_end) of every
+producer, one channel per producer. Iteration runs on the Spark task's
+thread; channel work on the process's IO thread; a queue joins them, and
+taking the next buffer is what returns the previous one's credit.
 """
 from __future__ import annotations
 
@@ -35,13 +39,20 @@ class ExchangeReadError(RuntimeError):
 
 class InputGate:
     def __init__(self, config: ExchangeConfig, exchange: dict, subpartition: int, coordinator: str,
-                 secret: str | None, host_id: str, local_service: str | None = None) -> None:
+                 secret: str | None, host_id: str, local_service: str | None = None,
+                 subpartition_end: int | None = None, producers: list[dict] | None = None) -> None:
+        """``subpartition_end``: read [subpartition, subpartition_end) (a coalesced read partition);
+        ``producers``: the committed producer set of a sealed exchange, from the read plan (no subscription)."""
         self.config = config
         self.exchange = exchange
         self.name = exchange["name"]
         self.epoch = exchange["epoch"]
         self.partitioner = exchange["partitioner"].get("name", "hash")
         self.subpartition = subpartition
+        self.subpartition_end = subpartition_end
+        self.plan = producers
+        self.committed: set[str] = set()
+        self._committed_order: list[str] = []
         self.coordinator = coordinator
         self.local_service = local_service  # told how much was read straight from its spill files
         self.secret = secret
@@ -73,6 +84,11 @@ class InputGate:
 
     # ------------------------------------------------------------ IO thread
     async def _start(self) -> None:
+        if self.plan is not None:  # sealed when planned: the plan has every producer, nothing will change
+            committed = [p["partition"] for p in self.plan]
+            self._on_producers({"epoch": self.epoch, "state": "committed", "sealed": True, "full": True,
+                                "producers": self.plan, "committed": committed})
+            return
         self._coord = await self.runtime.connection(self.coordinator, self.secret, host_id=self.host_id,
                                                     ssl_ctx=self.ssl_for(self.coordinator),
                                                     max_frame=self.config.max_frame_size)
@@ -113,8 +129,12 @@ class InputGate:
         if state == "aborted":
             self._fail(f"the write of exchange {self.name!r} was aborted: {body.get('abort_reason') or 'a task failed'}")
             return
-        committed = set(body.get("committed", ()))
-        for producer in body.get("producers", []):
+        if "committed" in body:  # the full state, or a commit
+            self._committed_order = list(body["committed"])
+            self.committed = set(self._committed_order)
+        committed = self.committed
+        end = self.subpartition_end if self.partitioner not in ("forward", "broadcast") else None
+        for producer in body.get("producers", []):  # all of them (full state) or the ones that changed
             pid = producer["partition"]
             if pid in self.channels:
                 if producer["state"] == "failed" and pid not in committed:
@@ -123,12 +143,16 @@ class InputGate:
             sub = self._wanted(producer)
             if sub is None or producer["state"] == "failed":
                 continue
-            channel = make_channel(self, producer, sub)
+            channel = make_channel(self, producer, sub, end)
             self.channels[pid] = channel
             self._by_rid[channel.receiver_id] = channel
             asyncio.ensure_future(channel.request())
+        for pid in body.get("removed", ()):  # attempts that lost the commit, writes that were aborted
+            channel = self.channels.get(pid)
+            if channel is not None and pid not in committed:
+                self._drop_attempt(channel, "its task attempt did not win the commit or its write was aborted")
         if body.get("sealed"):
-            self.sealed = [p for p in body["committed"] if p in self.channels]
+            self.sealed = [p for p in self._committed_order if p in self.channels]
             for pid, channel in list(self.channels.items()):
                 if pid not in committed:
                     self._drop_attempt(channel, "its task attempt did not win the commit")
@@ -153,6 +177,9 @@ class InputGate:
             return  # a failed attempt that gave us nothing: Spark retries the write, the commit tells the winner
         if self.sealed is not None and channel.partition not in self.sealed:
             return
+        if self.plan is not None and code == "unknown_partition":
+            message += (f" (exchange {self.name!r} was dropped or overwritten after this read was planned; "
+                        "read it again)")
         self._fail(message)
 
     def _check_done(self) -> None:

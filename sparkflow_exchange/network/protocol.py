@@ -118,6 +118,7 @@ class PartitionRequest:
     initial_credit: int
     resume_from: int = 0
     shared: bool = False  # a reader on the service's host: send buffers in shared memory by reference
+    subpartition_end: int | None = None  # read subpartitions [subpartition, end) of a finished partition as one
 
 
 @dataclass(frozen=True)

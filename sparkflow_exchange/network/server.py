@@ -16,6 +16,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..partition.range_view import RangeView
 from ..partition.shared_arena import ArenaError, SharedArena
 from ..partition.subpartition import ERROR_KIND
 from . import auth
@@ -254,7 +255,10 @@ class ServerConnection(asyncio.BufferedProtocol):
             producer = self._producer(msg.handle)
             producer.set_blocked(False)
             producer.partition.finish()
-            self.send(PartitionFinished(msg.handle, producer.partition.stats()))
+            stats = producer.partition.stats()
+            # bytes per subpartition: the coordinator sums them at commit to size coalesced reads
+            stats["subpartition_bytes"] = [sub.bytes_added for sub in producer.partition.subpartitions]
+            self.send(PartitionFinished(msg.handle, stats))
         elif isinstance(msg, FailPartition):
             producer = self._producer(msg.handle)
             self.service.producer_lost(producer.partition, msg.reason)
@@ -283,7 +287,11 @@ class ServerConnection(asyncio.BufferedProtocol):
         if rid in self.queue:
             raise ProtocolError(f"receiver id {rid} is already in use on this connection")
         try:
-            view = part.create_view(msg.subpartition, msg.resume_from, lambda: self.on_view_available(rid))
+            listener = lambda: self.on_view_available(rid)  # noqa: E731
+            if msg.subpartition_end is None:
+                view = part.create_view(msg.subpartition, msg.resume_from, listener)
+            else:  # a coalesced read: subpartitions [subpartition, subpartition_end) in order, one channel
+                view = RangeView(part, msg.subpartition, msg.subpartition_end, msg.resume_from, listener)
         except (IndexError, ValueError, RuntimeError) as exc:
             self.send(ErrorResponse(str(exc), rid, False, type(exc).__name__))
             return

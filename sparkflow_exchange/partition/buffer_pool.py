@@ -65,6 +65,8 @@ class NetworkBufferPool:
         self.pools: dict[LocalBufferPool, None] = {}  # running pools, in registration order
         self._waiting: dict[LocalBufferPool, None] = {}  # pools whose writer waits for memory
         self._seq = 0
+        self._wanted = 0  # bytes the running pools would hold at their maxima
+        self._all_at_max = True  # every running pool's target is its maximum (the budget was never short)
 
     @property
     def free_bytes(self) -> int:
@@ -80,25 +82,33 @@ class NetworkBufferPool:
         self._seq += 1
         pool = LocalBufferPool(self, buffer_size, max(1, max_slots), self._seq)
         self.pools[pool] = None
-        self.redistribute()
+        self._wanted += pool.max_slots * buffer_size
+        if self._all_at_max and self._wanted <= self.total_bytes:
+            pool.target = pool.max_slots  # room for everybody's maximum: nothing to redistribute
+        else:
+            self.redistribute()
         return pool
 
     def retire(self, pool: "LocalBufferPool") -> None:
         """The pool's partition stopped writing: it gets no target; what it holds it gives back as freed."""
         if pool in self.pools:
             del self.pools[pool]
+            self._wanted -= pool.max_slots * pool.buffer_size
             pool.target = 0
             self._waiting.pop(pool, None)
-            self.redistribute()
+            if not self._all_at_max:
+                self.redistribute()
 
     def redistribute(self) -> None:
-        """Water-filling: every running pool an equal share of the memory the retired ones do not hold,
-        capped at its maximum; whole slots left over go to the oldest pools. Grown pools are told."""
+        """Water-filling: every running pool an equal share of the budget, capped at its maximum; whole
+        slots left over go to the oldest pools. Grown pools are told. What finished partitions still
+        hold (unconsumed bounded buffers) is not subtracted: it limits everybody through
+        ``free_bytes`` and flows to whoever waits as it is freed."""
         pools = list(self.pools)
         if not pools:
+            self._all_at_max = True
             return
-        held_by_running = sum(p.used_bytes for p in pools)
-        remaining = max(0, self.total_bytes - (self.used_bytes - held_by_running))
+        remaining = self.total_bytes
         targets: dict[LocalBufferPool, int] = {}
         # smallest wants first; among equals the newest first, so the oldest get what is left
         order = sorted(pools, key=lambda p: (p.max_slots * p.buffer_size, -p.seq))
@@ -111,6 +121,7 @@ class NetworkBufferPool:
             if remaining >= pool.buffer_size and targets[pool] < pool.max_slots:
                 targets[pool] += 1
                 remaining -= pool.buffer_size
+        self._all_at_max = all(targets[p] == p.max_slots for p in pools)
         for pool in pools:
             grew = targets[pool] > pool.target
             pool.target = targets[pool]

@@ -35,6 +35,10 @@ class PartitionMemory:
         self.buffer_size = buffer_size
         self.max_slots = max_slots
         self.pool = None if self.blocking else network.create_pool(buffer_size, max_slots)
+        # a spilling writer's credit does not wait for memory, but the frame it is sending is received
+        # into memory before it reaches the spill file: one buffer's worth is set aside while it runs
+        self._receiving = 0 if self.bounded else buffer_size
+        network.promised_bytes += self._receiving
         self._slots: dict[MemorySlot, None] = {}  # slots holding buffers, oldest first (eviction order)
         self.arenas: set = set()  # writers' shared-memory arenas holding buffers of this partition
         self.pinned = 0  # buffers sent to local readers by reference and not copied yet
@@ -83,6 +87,9 @@ class PartitionMemory:
     # ------------------------------------------------------------ storing
     def hold(self, bufs: list[StoredBuffer], nbytes: int, arena_slot: int = -1, arena: Any = None) -> None:
         """``bufs`` (one buffer or a region's pieces, ``nbytes`` in all) arrived: keep them in memory or not."""
+        owner = getattr(bufs[0].payload, "obj", None)
+        if arena is None and isinstance(owner, bytearray):
+            nbytes = max(nbytes, len(owner))  # a receive buffer (rounded up, maybe reused): all of it is held
         charge = max(self.buffer_size, nbytes)
         if self.blocking:
             for buf in bufs:
@@ -172,12 +179,19 @@ class PartitionMemory:
             self.arenas.clear()
 
     # ------------------------------------------------------------ lifecycle
+    def _stop_receiving(self) -> None:
+        if self._receiving:
+            self.network.promised_bytes -= self._receiving
+            self._receiving = 0
+            self.network._freed()
+
     def finish(self) -> None:
         """The writer is done: a spilling partition gives all its memory back, a bounded one keeps
         what its consumers have not taken; neither gets a target any more."""
         if self.finished:
             return
         self.finished = True
+        self._stop_receiving()
         if self.pool is not None:
             if not self.bounded:
                 while self._slots:
@@ -190,6 +204,7 @@ class PartitionMemory:
             return
         self.released = True
         self.finished = True
+        self._stop_receiving()
         pool = self.pool
         if pool is not None:
             self.network.used_bytes -= pool.used_bytes

@@ -17,6 +17,8 @@ import struct
 from collections import OrderedDict
 from pathlib import Path
 
+import numpy as np
+
 INDEX_ENTRY = struct.Struct(">iqqiBB")  # subpartition, seq, offset, length, kind, flags
 INDEX_MAGIC = b"SFXIDX01"
 
@@ -55,7 +57,7 @@ class SpillFile:
     def __init__(self, path: Path, readers: SpillReaders | None = None) -> None:
         self.path = Path(path)
         self.index_path = self.path.with_suffix(".index")
-        self.readers = readers or DEFAULT_READERS
+        self.readers = readers if readers is not None else DEFAULT_READERS
         self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o600)  # -1 once finished
         self.size = 0
 
@@ -98,15 +100,27 @@ class SpillFile:
                 pass
 
 
-def read_index(index_path: Path, subpartition: int) -> list[tuple[int, int, int, int, int]]:
-    """(seq, offset, length, kind, flags) of one subpartition, in sequence order."""
+_INDEX_DTYPE = np.dtype([("sub", ">i4"), ("seq", ">i8"), ("offset", ">i8"), ("length", ">i4"), ("kind", "u1"),
+                         ("flags", "u1")])
+assert _INDEX_DTYPE.itemsize == INDEX_ENTRY.size
+
+
+def read_index(index_path: Path, subpartition: int, end: int | None = None) -> list[tuple[int, int, int, int, int]]:
+    """(seq, offset, length, kind, flags) of subpartitions ``subpartition..end-1`` (default: just one), in order.
+
+    One vectorised pass over the index whatever the range (a coalesced read asks for many subpartitions of
+    every producer): select the range, order by (subpartition, seq). The caller skips non-data entries.
+    """
     data = Path(index_path).read_bytes()
     if not data.startswith(INDEX_MAGIC):
         raise OSError(f"{index_path} is not a sparkflow-exchange index file")
-    out = [
-        (seq, off, length, kind, flags)
-        for sub, seq, off, length, kind, flags in INDEX_ENTRY.iter_unpack(memoryview(data)[len(INDEX_MAGIC):])
-        if sub == subpartition
-    ]
-    out.sort()
-    return out
+    body = memoryview(data)[len(INDEX_MAGIC):]
+    if len(body) % _INDEX_DTYPE.itemsize:
+        raise OSError(f"{index_path} is truncated")
+    entries = np.frombuffer(body, dtype=_INDEX_DTYPE)
+    stop = subpartition + 1 if end is None else end
+    sub = entries["sub"]
+    picked = entries[(sub >= subpartition) & (sub < stop)]
+    picked = picked[np.lexsort((picked["seq"], picked["sub"]))]
+    return list(zip(picked["seq"].tolist(), picked["offset"].tolist(), picked["length"].tolist(),
+                    picked["kind"].tolist(), picked["flags"].tolist()))

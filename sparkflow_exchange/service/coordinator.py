@@ -15,6 +15,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
 from ..network.server import RpcError
 
 FORWARD_LIKE = ("forward", "broadcast")  # one subpartition per producer; N may be fixed at commit
@@ -30,6 +32,9 @@ class ProducerInfo:
     state: str = "running"  # running | finished | failed
     reason: str = ""
     spill: str = ""  # data file of a finished re-readable partition (local readers may read it directly)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -47,6 +52,23 @@ class Exchange:
     commits: int = 0
     last_used: float = field(default_factory=time.monotonic)
     abort_reason: str = ""
+    coalesce: bool = False  # the width was not given: fixed by the first producer, reads may coalesce
+    # per producer: bytes it wrote to each subpartition (reported at finish); summed over the committed at commit
+    sizes: dict[str, np.ndarray] = field(default_factory=dict)
+    committed_bytes: np.ndarray | None = None
+    sizes_complete: bool = True  # every committed producer reported its sizes
+    _producer_dicts: dict[str, dict] = field(default_factory=dict)  # describe() cache, kept per producer
+
+    def set_producer(self, p: ProducerInfo) -> dict:
+        """Store (or update) a producer; returns its description, cached for describe()."""
+        self.producers[p.partition] = p
+        d = self._producer_dicts[p.partition] = p.to_dict()
+        return d
+
+    def remove_producer(self, partition: str) -> None:
+        self.producers.pop(partition, None)
+        self._producer_dicts.pop(partition, None)
+        self.sizes.pop(partition, None)
 
     @property
     def sealed(self) -> bool:
@@ -64,9 +86,22 @@ class Exchange:
             "sealed": self.sealed,
             "open_writes": len(self.open_writes),
             "abort_reason": self.abort_reason,
-            "producers": [asdict(p) for p in self.producers.values()],
+            "coalesce": self.coalesce,
+            "producers": list(self._producer_dicts.values()),
             "committed": list(self.committed),
+            "subpartition_bytes": self.subpartition_bytes(),
         }
+
+    def header(self) -> dict[str, Any]:
+        """What every notification carries besides its change: state, epoch, width, seal."""
+        return {"name": self.name, "epoch": self.epoch, "state": self.state, "sealed": self.sealed,
+                "num_subpartitions": self.num_subpartitions, "abort_reason": self.abort_reason}
+
+    def subpartition_bytes(self) -> list[int] | None:
+        """Bytes per subpartition over the committed producers, when all of them reported theirs."""
+        if self.committed_bytes is None or not self.sizes_complete:
+            return None
+        return self.committed_bytes.tolist()
 
 
 Release = Callable[[list[tuple[dict, str]]], None]
@@ -94,10 +129,14 @@ class Coordinator:
         ex.last_used = time.monotonic()
         return ex
 
-    async def _notify(self, ex: Exchange | None, name: str) -> None:
-        body = ex.describe() if ex is not None else {"name": name, "state": "dropped"}
-        for callback in list(self._subscribers.get(name, ())):
-            callback(body)
+    async def _notify(self, ex: Exchange | None, name: str, changed: list[dict] = (), **extra: Any) -> None:
+        """Tell subscribers what changed (a delta after the full state they got at subscribe)."""
+        subscribers = self._subscribers.get(name)
+        if subscribers:
+            body = {**ex.header(), "producers": list(changed), **extra} if ex is not None \
+                else {"name": name, "state": "dropped"}
+            for callback in list(subscribers):
+                callback(body)
         async with self._changed:
             self._changed.notify_all()
 
@@ -107,8 +146,11 @@ class Coordinator:
 
     # ------------------------------------------------------------ writer side
     async def declare(self, name: str, schema: str, num_subpartitions: int | None, partitioner: dict,
-                      partition_type: str, mode: str) -> dict:
-        """Start a write: create (overwrite) or extend (append) an exchange; returns its description + write id."""
+                      partition_type: str, mode: str, coalesce: bool = False) -> dict:
+        """Start a write: create (overwrite) or extend (append) an exchange; returns its description + write id.
+
+        ``coalesce``: the width was not given (hash, rebalance, rescale, custom): the first producer fixes it
+        when it registers, and reads of the sealed exchange may group adjacent subpartitions."""
         if not name:
             raise RpcError("the 'exchange' option is required (the name of the exchange)", "bad_request")
         if mode not in ("overwrite", "append"):
@@ -126,6 +168,8 @@ class Coordinator:
                     f"append to exchange {name!r} with numSubpartitions={num_subpartitions}, but it has {ex.num_subpartitions}",
                     "bad_request",
                 )
+            if num_subpartitions is not None and ex.coalesce and ex.num_subpartitions is None:
+                ex.num_subpartitions = num_subpartitions  # an append that names the width fixes it
             if partitioner.get("name") != ex.partitioner.get("name") or ex.partition_type != partition_type:
                 raise RpcError(
                     f"append to exchange {name!r} must use its partitioner {ex.partitioner.get('name')!r} and "
@@ -133,7 +177,8 @@ class Coordinator:
         else:
             if ex is not None:
                 self._release_producers(list(ex.producers.values()))
-            ex = Exchange(name, next(self._epochs), schema, num_subpartitions, partitioner, partition_type)
+            ex = Exchange(name, next(self._epochs), schema, num_subpartitions, partitioner, partition_type,
+                          coalesce=bool(coalesce) and num_subpartitions is None)
             self.exchanges[name] = ex
         write_id = f"w{next(self._writes)}"
         ex.open_writes.add(write_id)
@@ -142,7 +187,9 @@ class Coordinator:
         return {**ex.describe(), "write_id": write_id}
 
     async def register_producer(self, name: str, epoch: int, write_id: str, index: int, attempt: str,
-                                partition: str, location: dict) -> dict:
+                                partition: str, location: dict, num_subpartitions: int | None = None) -> dict:
+        """A task attempt's partition joins the exchange. ``num_subpartitions``: the width this producer
+        writes when the exchange's width was not given; the first one fixes it, another one is refused."""
         ex = self._get(name, epoch)
         if write_id not in ex.open_writes:
             raise RpcError(f"write {write_id} of exchange {name!r} is not open (committed or aborted already)", "closed")
@@ -150,16 +197,46 @@ class Coordinator:
             raise RpcError(
                 f"forward needs equal parallelism: producer {index} has no subpartition among {ex.num_subpartitions}; "
                 "repartition the DataFrame or set numSubpartitions to its partition count", "forward_parallelism")
-        ex.producers[partition] = ProducerInfo(index, attempt, partition, location, write_id)
-        await self._notify(ex, name)
-        return {"ok": True}
+        if num_subpartitions is not None:
+            self._fix_width(ex, num_subpartitions)
+        info = ProducerInfo(index, attempt, partition, location, write_id)
+        await self._notify(ex, name, [ex.set_producer(info)])
+        return {"ok": True, "num_subpartitions": ex.num_subpartitions}
 
-    async def producer_finished(self, name: str, epoch: int, partition: str, spill: str = "") -> dict:
+    @staticmethod
+    def _fix_width(ex: Exchange, width: int) -> None:
+        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+            raise RpcError(f"numSubpartitions must be a positive integer, got {width!r}", "bad_request")
+        if ex.num_subpartitions is None:
+            if not ex.coalesce:
+                raise RpcError(f"exchange {ex.name!r} has no width to fix: it was declared with numSubpartitions "
+                               "or as forward/broadcast", "bad_request")
+            ex.num_subpartitions = width
+        elif ex.num_subpartitions != width:
+            raise RpcError(
+                f"exchange {ex.name!r} has {ex.num_subpartitions} subpartitions (fixed by its first producer, from "
+                f"spark.sql.shuffle.partitions of the writing session), but this producer writes {width}: every "
+                "write of one exchange needs the same spark.sql.shuffle.partitions, or set numSubpartitions",
+                "width_mismatch")
+
+    async def producer_finished(self, name: str, epoch: int, partition: str, spill: str = "",
+                                subpartition_bytes: list[int] | None = None) -> dict:
+        """A producer finished; ``subpartition_bytes`` (bytes per subpartition) feed coalesced reads."""
         ex = self._get(name, epoch)
-        if partition in ex.producers:
-            ex.producers[partition].state = "finished"
-            ex.producers[partition].spill = spill
-            await self._notify(ex, name)
+        p = ex.producers.get(partition)
+        if p is not None:
+            if subpartition_bytes is not None:
+                sizes = np.asarray(subpartition_bytes, dtype=np.int64)
+                if sizes.ndim != 1 or (ex.num_subpartitions is not None and len(sizes) != ex.num_subpartitions):
+                    raise RpcError(f"producer {partition} reported {sizes.size} subpartition sizes for an exchange "
+                                   f"of {ex.num_subpartitions} subpartitions", "bad_request")
+                if sizes.size and sizes.min() < 0:
+                    raise RpcError(f"producer {partition} reported negative subpartition sizes", "bad_request")
+                # held until commit (2,000 x 2,000 would be 32 MB as int64): the narrowest type that fits
+                ex.sizes[partition] = sizes.astype(np.uint32) if not sizes.size or sizes.max() < 1 << 32 else sizes
+            p.state = "finished"
+            p.spill = spill
+            await self._notify(ex, name, [ex.set_producer(p)])
         return {"ok": True}
 
     async def producer_failed(self, name: str, epoch: int | None, partition: str, reason: str) -> dict:
@@ -168,7 +245,7 @@ class Coordinator:
             p = ex.producers[partition]
             if p.state != "failed":
                 p.state, p.reason = "failed", reason
-                await self._notify(ex, name)
+                await self._notify(ex, name, [ex.set_producer(p)])
         return {"ok": True}
 
     async def commit(self, name: str, epoch: int, write_id: str, partitions: list[str]) -> dict:
@@ -194,14 +271,30 @@ class Coordinator:
             ex.num_subpartitions = len(ex.committed) + len(partitions)
         losers = [p for p in of_write if p.partition not in winners]
         for p in losers:
-            del ex.producers[p.partition]
+            ex.remove_producer(p.partition)
         self._release_producers(losers)
+        self._add_sizes(ex, partitions)
         ex.committed.extend(partitions)
         ex.open_writes.discard(write_id)
         ex.commits += 1
         ex.state = "committed" if not ex.open_writes else "open"
-        await self._notify(ex, name)
+        await self._notify(ex, name, committed=list(ex.committed), removed=[p.partition for p in losers])
         return ex.describe()
+
+    @staticmethod
+    def _add_sizes(ex: Exchange, partitions: list[str]) -> None:
+        """Sum the winners' per-subpartition bytes into the exchange's one array (readers get only that)."""
+        if ex.num_subpartitions is None or not partitions:
+            return
+        total = ex.committed_bytes if ex.committed_bytes is not None else np.zeros(ex.num_subpartitions, np.int64)
+        reported = [ex.sizes.pop(p) for p in partitions if p in ex.sizes]
+        if len(reported) < len(partitions) or any(len(r) != ex.num_subpartitions for r in reported):
+            ex.sizes_complete = False  # e.g. forward: one subpartition per producer
+            return
+        total = total.copy()
+        for sizes in reported:  # one at a time: stacking them would copy every producer's array
+            total += sizes
+        ex.committed_bytes = total
 
     async def abort(self, name: str, epoch: int, write_id: str, reason: str = "") -> dict:
         ex = self.exchanges.get(name)
@@ -210,12 +303,14 @@ class Coordinator:
         ex.open_writes.discard(write_id)
         of_write = [p for p in ex.producers.values() if p.write_id == write_id]
         for p in of_write:
-            del ex.producers[p.partition]
+            ex.remove_producer(p.partition)
         self._release_producers(of_write)
         if ex.commits == 0:
             ex.state = "aborted"
             ex.abort_reason = reason or "the write failed"
-        await self._notify(ex, name)
+        elif not ex.open_writes:
+            ex.state = "committed"  # an aborted append leaves what was committed before
+        await self._notify(ex, name, removed=[p.partition for p in of_write])
         return {"ok": True}
 
     async def drop(self, name: str) -> dict:
@@ -245,6 +340,12 @@ class Coordinator:
                 f"exchange {name!r} does not exist (waited {timeout:g} s for a writer to declare it; "
                 "check the name, or raise declareTimeout)", "no_exchange")
         if not ready():
+            if self.exchanges[name].coalesce:
+                raise RpcError(
+                    f"exchange {name!r} does not know its number of subpartitions yet: without numSubpartitions the "
+                    "first write task fixes it (spark.sql.shuffle.partitions of the writing session), and none "
+                    f"registered within {timeout:g} s (declareTimeout); start the write, or set numSubpartitions",
+                    "no_subpartitions")
             raise RpcError(
                 f"exchange {name!r} does not know its number of subpartitions yet (a forward/broadcast write "
                 "without numSubpartitions fixes it at commit); set numSubpartitions on the writer to read while it writes",
@@ -252,9 +353,10 @@ class Coordinator:
         return self._get(name).describe()
 
     def subscribe(self, name: str, callback: Callable[[dict], None]) -> Callable[[], None]:
+        """The callback gets the full state now, then deltas (``producers`` changed, ``removed``, ``committed``)."""
         ex = self._get(name)
         self._subscribers.setdefault(name, set()).add(callback)
-        callback(ex.describe())
+        callback({**ex.describe(), "full": True})
 
         def unsubscribe() -> None:
             subs = self._subscribers.get(name)

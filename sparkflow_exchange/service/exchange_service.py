@@ -21,7 +21,7 @@ from typing import Any
 
 from ..config import PARTITION_TYPES, ExchangeConfig
 from ..network import auth
-from ..network.protocol import RegisterPartition
+from ..network.protocol import FRAME_POOL, RegisterPartition
 from ..network.server import RpcError, ServerConnection
 from ..partition.buffer_pool import NetworkBufferPool
 from ..partition.result_partition import ResultPartition
@@ -48,6 +48,8 @@ class ExchangeService:
         self.secret = secret if secret is not None else config.resolved_secret()
         self.budget = NetworkBufferPool(config.memory_budget)  # every partition's pool draws on it
         self.spill_readers = SpillReaders(config.max_open_spill_files)  # fds of finished spill files
+        # idle receive buffers kept for reuse are memory outside the budget: a small budget keeps few
+        FRAME_POOL.max_bytes = min(FRAME_POOL.max_bytes, max(4 << 20, config.memory_budget // 8))
         self._own_spill_dir = config.spill_dir is None
         # the default spill directory carries our pid, so a launcher can sweep it if we are killed
         self.spill_dir = Path(config.spill_dir or tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-"))

@@ -26,7 +26,11 @@ def render(status: dict) -> str:
             out.append(f"sparkflow_{name}{_labels(service=svc['service_id'], **labels)} {value}")
 
     metric("memory_budget_bytes", "gauge", "memory.budget of the service", [({}, status["memory"]["budget"])])
-    metric("memory_reserved_bytes", "gauge", "bytes reserved by partition pools", [({}, status["memory"]["reserved"])])
+    metric("memory_reserved_bytes", "gauge", "bytes held by buffers or promised as credit",
+           [({}, status["memory"]["reserved"])])
+    metric("memory_used_bytes", "gauge", "bytes held by buffers in partition pools", [({}, status["memory"]["used"])])
+    metric("open_spill_files", "gauge", "read fds of finished spill files kept open (LRU)",
+           [({}, status["memory"]["open_spill_reads"])])
     parts = status["partitions"]
     metric("partition_bytes_total", "counter", "bytes pushed into a result partition",
            [({"partition": p["partition"], "exchange": p["exchange"]}, p["bytes"]) for p in parts])
@@ -34,6 +38,8 @@ def render(status: dict) -> str:
            [({"partition": p["partition"], "exchange": p["exchange"]}, p["buffers"]) for p in parts])
     metric("partition_pool_used", "gauge", "in-memory buffers of a partition's pool in use",
            [({"partition": p["partition"]}, p["pool_used"]) for p in parts])
+    metric("partition_pool_target", "gauge", "buffers a partition's pool may hold now (its share of the budget)",
+           [({"partition": p["partition"]}, p["pool_slots"]) for p in parts])
     metric("partition_spill_bytes", "gauge", "bytes in a partition's spill file",
            [({"partition": p["partition"]}, p["spill_bytes"]) for p in parts])
     metric("partition_backpressure_ratio", "gauge",
