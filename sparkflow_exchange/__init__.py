@@ -59,5 +59,8 @@ def plugin_jar() -> str:
     """Path of the Spark plugin jar shipped in this package (for spark.jars)."""
     jar = Path(__file__).parent / "jars" / "sparkflow-exchange-plugin.jar"
     if not jar.exists():
-        raise FileNotFoundError(f"{jar} is missing: build it with `python -m sparkflow_exchange.build_plugin`")
+        raise FileNotFoundError(
+            f"{jar} is missing: this installation was built without a JDK. Build the jar with "
+            "`python -m sparkflow_exchange.build_plugin` (needs javac 17 or newer and pyspark; "
+            "`--output PATH` if the package directory is read-only)")
     return str(jar)
