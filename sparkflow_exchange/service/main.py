@@ -7,10 +7,12 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 
 from ..config import ExchangeConfig
 from ..network import auth
 from .exchange_service import ExchangeService
+from .ledger import ExchangeLedger
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,6 +62,12 @@ async def run(args: argparse.Namespace) -> None:
     service = ExchangeService(config, coordinator=not args.no_coordinator, unix_path=args.unix, secret=secret or None,
                               attach_mode=args.embedded)
     await service.start()
+    ledger = None
+    if args.state_file and service.coordinator is not None:  # before the state file: readers come after it
+        ledger = ExchangeLedger(Path(args.state_file).with_suffix(".exchanges.json"))
+        service.coordinator.lost = ledger.take_over()
+        service.coordinator.on_names_changed = ledger.record
+        ledger.record([], service.coordinator.lost)
     if secret and not config.resolved_secret():
         generated_secret_file = str(service.spill_dir / "secret")
         fd = os.open(generated_secret_file, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
@@ -73,6 +81,8 @@ async def run(args: argparse.Namespace) -> None:
     try:
         await service.serve_until_stopped()
     finally:
+        if ledger is not None:
+            ledger.close(service.coordinator.lost)
         if args.state_file:
             try:
                 with open(args.state_file) as f:
