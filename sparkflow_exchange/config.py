@@ -3,7 +3,13 @@
 Precedence (lowest first): built-in defaults < ``spark.sparkflow.exchange.*``
 in spark-defaults.conf (``$SPARK_CONF_DIR`` or ``$SPARK_HOME/conf``, which is
 what reaches a Python data source's workers) < ``SPARKFLOW_EXCHANGE_CONF``
-(JSON, set by the launcher/plugin) < read/write options.
+(JSON, set by the launcher/plugin) < the session's ``spark.sparkflow.exchange.*``
+settings < read/write options.
+
+The session layer reaches planning code only through what
+``sparkflow_exchange.register(spark)`` captured; tasks read it from their local
+properties, but only for :data:`TASK_KEYS` (every other key must be the value
+planning used, or the tasks and the driver would disagree on the exchange).
 """
 from __future__ import annotations
 
@@ -16,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from .errors import ConfigError  # re-exported: defined with the other errors users see
+
 PREFIX = "spark.sparkflow.exchange."
 ENV_CONF = "SPARKFLOW_EXCHANGE_CONF"
 
@@ -23,8 +31,6 @@ PARTITION_TYPES = ("HYBRID", "BLOCKING", "PIPELINED_BOUNDED")
 COMPRESSIONS = ("none", "zstd", "lz4")
 
 
-class ConfigError(ValueError):
-    """A setting or option is unknown or has a value that cannot be used."""
 
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30}
@@ -81,9 +87,9 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "compression": ("compression", lambda v: str(v).lower(), "none | zstd | lz4 (Arrow IPC body compression)"),
     "buffersPerChannel": ("buffers_per_channel", int, "exclusive buffers (initial credit) per input channel"),
     "floatingBuffersPerGate": ("floating_buffers_per_gate", int, "floating buffers shared by an input gate's channels"),
-    "buffersPerPartition": ("buffers_per_partition", int, "in-memory buffers of a result partition's pool (the writer's credit)"),
+    "buffersPerPartition": ("buffers_per_partition", int, "most in-memory buffers of a running partition's pool (its share of memory.budget may be fewer)"),
     "sharedMemory": ("shared_memory", _bool, "writers and readers on the service's host move buffers through /dev/shm slots, not the socket"),
-    "memory.budget": ("memory_budget", parse_size, "memory of all partition pools of a service"),
+    "memory.budget": ("memory_budget", parse_size, "bytes of buffer memory of a service, shared by its running partitions"),
     "maxOpenSpillFiles": ("max_open_spill_files", int, "open read fds of finished spill files a service keeps (LRU)"),
     "declareTimeout": ("declare_timeout", parse_duration, "how long a read waits for its exchange to be declared"),
     "producerTimeout": ("producer_timeout", parse_duration, "how long a read waits without any producer"),
@@ -111,6 +117,13 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "advisoryPartitionSize": ("advisory_partition_size", parse_size, "target bytes of a coalesced read partition (numSubpartitions not given; Spark's spark.sql.adaptive.advisoryPartitionSizeInBytes)"),
 }
 _BY_LOWER = {k.lower(): k for k in _KEYS}
+# Keys read only inside Spark tasks (writer and reader buffers, flushing, timeouts of a running read or
+# write): set on the session they apply to the next job without register(spark). Every other key is
+# read at planning (or when a service starts) and reaches planning through register(spark).
+TASK_KEYS: tuple[str, ...] = (
+    "bufferSize", "bufferTimeout", "compression", "buffersPerChannel", "floatingBuffersPerGate",
+    "buffersPerPartition", "sharedMemory", "producerTimeout", "pipelined.noConsumerTimeout", "readerTimeout",
+)
 _IGNORED = {"path"}  # Spark may pass these on its own
 
 
@@ -178,8 +191,12 @@ class ExchangeConfig:
 
     # ------------------------------------------------------------ building
     @classmethod
-    def load(cls, options: Mapping[str, str] | None = None, *, spark_conf: Mapping[str, str] | None = None) -> "ExchangeConfig":
-        """Defaults < spark-defaults.conf < $SPARKFLOW_EXCHANGE_CONF < options."""
+    def load(cls, options: Mapping[str, str] | None = None, *, spark_conf: Mapping[str, str] | None = None,
+             session: Mapping[str, str] | None = None) -> "ExchangeConfig":
+        """Defaults < spark-defaults.conf < $SPARKFLOW_EXCHANGE_CONF < session settings < options.
+
+        ``session``: the Spark session's conf (any keys; only ``spark.sparkflow.exchange.*`` are used).
+        """
         merged: dict[str, Any] = {}
         conf = read_spark_defaults() if spark_conf is None else dict(spark_conf)
         for key, value in conf.items():
@@ -189,6 +206,8 @@ class ExchangeConfig:
         if env:
             for key, value in json.loads(env).items():
                 merged[_canonical(key, source=ENV_CONF)] = value
+        for key, value in session_settings(session or {}).items():
+            merged[_canonical(key[len(PREFIX):], source=f"session setting ({key})")] = value
         for key, value in (options or {}).items():
             if key.lower() in _IGNORED:
                 continue
@@ -216,6 +235,24 @@ class ExchangeConfig:
                 out[key] = ",".join(value) if isinstance(value, tuple) else value
         return out
 
+    def for_task(self, options: Mapping[str, str], session: Mapping[str, str]) -> "ExchangeConfig":
+        """This (planning-time) config with the task's session settings of :data:`TASK_KEYS` applied.
+
+        An option still wins; keys outside TASK_KEYS keep the value planning used.
+        """
+        given = {k.lower() for k in options}
+        changes = {}
+        for key in TASK_KEYS:
+            value = session.get(PREFIX + key)
+            if value is None or key.lower() in given:
+                continue
+            name, parse, _ = _KEYS[key]
+            try:
+                changes[name] = parse(value)
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(f"bad value for session setting {PREFIX + key}: {value!r} ({exc})") from None
+        return dataclasses.replace(self, **changes) if changes else self
+
     def replace(self, **changes: Any) -> "ExchangeConfig":
         return dataclasses.replace(self, **changes)
 
@@ -234,6 +271,11 @@ def _canonical(key: str, source: str = "setting") -> str:
         hint = f" (did you mean {_BY_LOWER[close[0]]!r}?)" if close else ""
         raise ConfigError(f"unknown {source} {key!r}{hint}; known keys: {', '.join(sorted(_KEYS))}")
     return canon
+
+
+def session_settings(conf: Mapping[str, str]) -> dict[str, str]:
+    """The ``spark.sparkflow.exchange.*`` entries of a Spark conf (session, SparkConf, local properties)."""
+    return {k: v for k, v in conf.items() if k.startswith(PREFIX) and v is not None}
 
 
 def known_keys() -> dict[str, tuple[str, str]]:

@@ -289,3 +289,19 @@ def test_spark_three_exchanges_of_100_producers_with_default_settings(spark):
 
     for name in names:
         sparkflow_exchange.drop_exchange(name)
+
+
+def test_hybrid_writer_on_the_service_host_with_no_memory_free_goes_to_disk(tmp_service):
+    """A budget of one slot, all of it set aside for the running writer's frame in flight: every HYBRID
+    buffer written into a shared slot goes to the spill file only, its slot comes straight back (the
+    writer never waits), and both reads are exact."""
+    from sparkflow_exchange.partition import shared_arena
+    from test_shared_memory import write_and_read
+
+    if not shared_arena.available():
+        pytest.skip("no writable /dev/shm")
+    svc = tmp_service(conf={"memory.budget": "64k"})
+    state, _ = write_and_read(svc, "HYBRID", reads=2, rows=50_000)
+    writer = state["writer"]
+    assert writer.arena is not None and writer.buffers_shared == writer.buffers_pushed > writer.arena.slots
+    assert svc.status()["memory"]["used"] == 0

@@ -327,3 +327,21 @@ def test_bad_shared_regions_are_named(tmp_service, case, message):
         writer.push(PushSharedRegion(writer.handle, BufferKind.MARKER, 0, 0, pieces))
     assert message in writer.client.error_then_close().message
     healthy(svc)
+
+
+def test_socket_region_credit_comes_back_after_every_piece(tmp_service):
+    """A bounded pool of one slot: the region's credit returns only once both subpartitions took their piece."""
+    svc = tmp_service()
+    writer = Writer(svc, "reg-credit", "PIPELINED_BOUNDED", unix=False, slots=1)
+    assert writer.credit == 1
+    payload, pieces, expected = make_region([(0, 0, 5), (3, 50, 5)])
+    writer.push(PushRegion(writer.handle, BufferKind.DATA, 0, pieces, payload))
+    reader = RawClient(svc)
+    reader.send(PartitionRequest("reg-credit", 0, 1, 5))
+    assert bytes(reader.next().payload) == expected[0][1]
+    writer.drain(0.5)
+    assert writer.credit == 0  # subpartition 3's piece still holds the slot
+    reader.send(PartitionRequest("reg-credit", 3, 2, 5))
+    assert bytes(reader.next().payload) == expected[1][1]
+    writer.drain(1.0)
+    assert writer.credit == 1 and writer.errors == []

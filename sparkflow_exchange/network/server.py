@@ -397,7 +397,9 @@ class ServerConnection(asyncio.BufferedProtocol):
         if producer is None:
             return
         producer.grant_scheduled = False
-        if producer.slots_freed and not self.closed:
+        part = producer.partition
+        # a finished writer fills no slot any more (a spilling partition frees them all at finish)
+        if producer.slots_freed and not self.closed and not (part.finished or part.failure or part.released):
             self.send(SlotsFreed(handle, tuple(producer.slots_freed)))
         producer.slots_freed.clear()
         self.grant(handle)
