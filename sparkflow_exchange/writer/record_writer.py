@@ -36,8 +36,9 @@ from .partition_writer import PartitionWriter
 from .selectors import group_by_target, make_selector, split_by_target
 
 SINGLE_SUBPARTITION = ("forward", "broadcast")
-# a timed flush of the sort buffer waits at least this many times what the last flush took: with thousands of
-# subpartitions a flush costs milliseconds per piece, and the flusher must not become the writer's main work
+# a timed flush of the sort buffer waits at least this many times what the last flush took: a flush costs
+# about 20 us per subpartition it packs (tens of ms with thousands), and the flusher must not become the
+# writer's main work
 FLUSH_COST_FACTOR = 10
 PIECE_SECONDS = 20e-6  # what a flush spends per subpartition it packs (measured), the guess before a first flush
 
@@ -243,11 +244,14 @@ class RecordWriter:
                 self._flush_sorted()
 
     def _flush_loop(self, interval: float) -> None:
-        # woken every half interval, a sort buffer whose first rows waited half an interval leaves: no row
-        # waits longer than bufferTimeout, and a buffer that fills faster than that is not flushed early
-        while not self._stop.wait(interval / 2):
+        # Gathering per subpartition: everything leaves every interval, as before. Sorting: woken every half
+        # interval, a sort buffer whose first rows waited half an interval leaves: no row waits longer than
+        # bufferTimeout (unless flushes are expensive, see FLUSH_COST_FACTOR), and a buffer that fills
+        # faster than that is not flushed early.
+        period = interval / 2 if self.sorting else interval
+        while not self._stop.wait(period):
             try:
-                self.flush(older_than=interval / 2)
+                self.flush(older_than=period)
             except BaseException as exc:  # noqa: BLE001 - reported to the task thread on its next write
                 self._flush_error = exc
                 return
