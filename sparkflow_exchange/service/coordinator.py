@@ -236,13 +236,13 @@ class Coordinator:
         if p is not None:
             if subpartition_bytes is not None:
                 sizes = np.asarray(subpartition_bytes, dtype=np.int64)
-                if sizes.ndim != 1 or (ex.num_subpartitions is not None and len(sizes) != ex.num_subpartitions):
-                    raise RpcError(f"producer {partition} reported {sizes.size} subpartition sizes for an exchange "
-                                   f"of {ex.num_subpartitions} subpartitions", "bad_request")
-                if sizes.size and sizes.min() < 0:
-                    raise RpcError(f"producer {partition} reported negative subpartition sizes", "bad_request")
-                # held until commit (2,000 x 2,000 would be 32 MB as int64): the narrowest type that fits
-                ex.sizes[partition] = sizes.astype(np.uint32) if not sizes.size or sizes.max() < 1 << 32 else sizes
+                if sizes.ndim != 1 or (sizes.size and sizes.min() < 0):
+                    raise RpcError(f"producer {partition} reported malformed subpartition sizes", "bad_request")
+                # a forward/broadcast producer has one subpartition of its own: its sizes do not add up per
+                # subpartition, so it reports none (the commit then knows the sizes are incomplete)
+                if ex.num_subpartitions is not None and len(sizes) == ex.num_subpartitions:
+                    # held until commit (2,000 x 2,000 would be 32 MB as int64): the narrowest type that fits
+                    ex.sizes[partition] = sizes.astype(np.uint32) if not sizes.size or sizes.max() < 1 << 32 else sizes
             p.state = "finished"
             p.spill = spill
             await self._notify(ex, name, [ex.set_producer(p)])

@@ -15,7 +15,8 @@ import os
 import time
 from pathlib import Path
 
-from .launcher import pid_alive, write_private
+from .launcher import pid_alive, write_state
+from .private_files import read_private
 
 Lost = dict[str, dict]  # name -> {"message": why its data is gone, "at": epoch seconds}
 
@@ -28,8 +29,8 @@ class ExchangeLedger:
     def take_over(self) -> Lost:
         """The lost exchanges of a predecessor that ended without a clean exit, and those it carried."""
         try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
+            data = json.loads(read_private(self.path) or "{}")
+        except ValueError:
             return {}
         pid = data.get("pid")
         if not isinstance(pid, int) or (pid != os.getpid() and pid_alive(pid)):
@@ -50,7 +51,7 @@ class ExchangeLedger:
         if state == self._last:
             return
         self._last = state
-        write_private(self.path, {"pid": os.getpid(), "updated": time.time(), "exchanges": names, "lost": lost})
+        write_state(self.path, {"pid": os.getpid(), "updated": time.time(), "exchanges": names, "lost": lost})
 
     def close(self, lost: Lost) -> None:
         """A clean exit: the exchanges were released on purpose; only lost marks are worth keeping."""
@@ -58,7 +59,7 @@ class ExchangeLedger:
             self.record([], lost)
             return
         try:
-            if json.loads(self.path.read_text()).get("pid") == os.getpid():
+            if json.loads(read_private(self.path) or "{}").get("pid") == os.getpid():
                 self.path.unlink()
         except (OSError, ValueError):
             pass
