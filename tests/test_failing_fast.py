@@ -23,7 +23,7 @@ from sparkflow_exchange.partition.shared_arena import ArenaReader, SharedArena
 from sparkflow_exchange.service.coordinator import Coordinator
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("s", pa.string())])
-SLOW = "12s"  # readerTimeout: a test that needs it to end has failed
+SLOW = "60s"  # readerTimeout: a test that needs it to end has failed
 QUICK = 10.0  # what "at once" means here, generously
 
 
