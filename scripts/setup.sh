@@ -8,8 +8,15 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v -E '^(WARNING|  |$)' || true
-.venv/bin/python -c "import sparkflow_exchange, pyspark, pyarrow, chispa" 
+# the package's build tools, in the venv: the editable install below builds without isolation
+# (an isolated build would fetch pyspark a second time, ~400 MB) and tests build wheels the same way
+.venv/bin/python -m pip install -q 'setuptools>=68' wheel 2>&1 | grep -v -E '^(WARNING|  |$)' || true
+# compat editable mode: the project root goes on sys.path through a .pth file, so Spark's pkgutil
+# scan finds pyspark_pipelined (format("pipelined")) from any working directory; setuptools' default
+# editable finder is invisible to pkgutil
+.venv/bin/python -m pip install -q --no-build-isolation -e '.[test]' --config-settings editable_mode=compat \
+  2>&1 | grep -v -E '^(WARNING|  |$)' || true
+.venv/bin/python -c "import sparkflow_exchange, pyspark, pyarrow, chispa, grpc" 
 if [ -d jvm-stub ] && [ -f jvm-stub/build.py ]; then
   .venv/bin/python jvm-stub/build.py
 fi

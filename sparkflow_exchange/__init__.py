@@ -1,48 +1,90 @@
 """sparkflow-exchange: Flink's data exchange as a PySpark data source and sink, ``format("pipelined")``."""
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["register", "drop_exchange", "list_exchanges", "write", "plugin_jar", "ExchangeConfig"]
+__all__ = ["register", "drop_exchange", "list_exchanges", "write", "plugin_jar", "ExchangeConfig", "ConfigError",
+           "ExchangeError", "ExchangeNotFound", "ExchangeLost", "SchemaMismatch", "ExchangeReadError"]
 
-from .config import ExchangeConfig
+from .config import ExchangeConfig, session_settings
+from .errors import ConfigError, ExchangeError, ExchangeLost, ExchangeNotFound, SchemaMismatch, UserFacing  # noqa: F401
+
+_registered: "weakref.WeakKeyDictionary[Any, dict[str, str]]" = weakref.WeakKeyDictionary()  # session -> settings
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ExchangeReadError":  # exported under the name Spark prints; imported lazily (pyarrow)
+        from .consumer.input_gate import ExchangeReadError
+
+        return ExchangeReadError
+    raise AttributeError(f"module 'sparkflow_exchange' has no attribute {name!r}")
 
 
 def register(spark: Any) -> None:
-    """Register ``format("pipelined")`` on a session explicitly (installing the package already does)."""
+    """Register ``format("pipelined")`` on ``spark``, carrying the session's ``spark.sparkflow.exchange.*`` settings.
+
+    Installing the package registers the format already, but Spark's planning workers (``schema``,
+    ``reader``, ``writer``) see only options, spark-defaults.conf and what a registered class carries.
+    The settings are captured now: call it again after ``spark.conf.set`` of a key planning reads
+    (every key outside ``config.TASK_KEYS``). Works on classic and Spark Connect sessions.
+    """
     from .datasource import PipelinedDataSource
 
-    spark.dataSource.register(PipelinedDataSource)
+    settings = session_settings(spark.conf.getAll)
+    ExchangeConfig.load(spark_conf={}, session=settings)  # a bad session setting fails here, in the user's process
+    source = type("PipelinedDataSource", (PipelinedDataSource,), {
+        "session_conf": settings, "__module__": PipelinedDataSource.__module__,
+        # not an importable name, so cloudpickle ships the class with its settings by value
+        "__qualname__": "PipelinedDataSource_with_session", "__doc__": PipelinedDataSource.__doc__})
+    spark.dataSource.register(source)
+    _registered[spark] = settings
 
 
-def drop_exchange(name: str, **options: str) -> dict:
-    """Release an exchange and every partition it holds."""
+def _register_if_changed(spark: Any) -> None:
+    """``write`` brings the session's settings to planning when they differ from what was registered."""
+    settings = session_settings(spark.conf.getAll)
+    if settings != _registered.get(spark, {}):
+        register(spark)
+
+
+def drop_exchange(name: str, spark: Any = None, **options: str) -> dict:
+    """Release an exchange and every partition it holds (``spark``: take that session's settings too)."""
     from .exchange import drop_exchange as _drop
 
-    return _drop(name, ExchangeConfig.load(options))
+    return _drop(name, _config(spark, options))
 
 
-def list_exchanges(**options: str) -> list[dict]:
+def list_exchanges(spark: Any = None, **options: str) -> list[dict]:
+    """The exchanges the coordinator holds (``spark``: take that session's settings too)."""
     from .exchange import list_exchanges as _list
 
-    return _list(ExchangeConfig.load(options))
+    return _list(_config(spark, options))
+
+
+def _config(spark: Any, options: dict[str, str]) -> ExchangeConfig:
+    return ExchangeConfig.load(options, session=session_settings(spark.conf.getAll) if spark is not None else None)
 
 
 def write(df: Any, exchange: str, mode: str = "overwrite", **options: Any) -> None:
     """``df.write.format("pipelined")`` with numSubpartitions defaulting to the DataFrame's partition count.
 
-    For the write, Spark is told not to measure every Arrow batch after each
-    row (``session_tuning``), unless the session sets that key itself.
+    The session's ``spark.sparkflow.exchange.*`` settings reach planning (``register`` when they
+    changed). For the write, Spark is told not to measure every Arrow batch after each row
+    (``session_tuning``), unless the session sets that key itself. On Spark Connect the client cannot
+    see the partition count (no ``df.rdd``), so numSubpartitions is left to the options and settings.
     """
-    from .session_tuning import unchecked_arrow_batches
+    from .session_tuning import is_connect, unchecked_arrow_batches
 
-    opts = {k: str(v) for k, v in options.items()}
-    if not any(k.lower() == "numsubpartitions" for k in opts):
-        opts["numSubpartitions"] = str(df.rdd.getNumPartitions())
     session = df.sparkSession
-    _activate(session)
+    opts = {k: str(v) for k, v in options.items()}
+    if not is_connect(session) and not any(k.lower() == "numsubpartitions" for k in opts):
+        opts["numSubpartitions"] = str(df.rdd.getNumPartitions())
+    _register_if_changed(session)
+    if not is_connect(session):
+        _activate(session)
     with unchecked_arrow_batches(session):
         df.write.format("pipelined").mode(mode).option("exchange", exchange).options(**opts).save()
 
@@ -51,7 +93,7 @@ def _activate(session: Any) -> None:
     """A write from a fresh thread needs the JVM's active session, or Spark cannot find the source."""
     try:
         session._jvm.org.apache.spark.sql.classic.SparkSession.setActiveSession(session._jsparkSession)
-    except Exception:  # noqa: BLE001 - Spark Connect or older Spark: nothing to set
+    except Exception:  # noqa: BLE001 - older Spark: nothing to set
         pass
 
 
@@ -59,5 +101,8 @@ def plugin_jar() -> str:
     """Path of the Spark plugin jar shipped in this package (for spark.jars)."""
     jar = Path(__file__).parent / "jars" / "sparkflow-exchange-plugin.jar"
     if not jar.exists():
-        raise FileNotFoundError(f"{jar} is missing: build it with `python -m sparkflow_exchange.build_plugin`")
+        raise FileNotFoundError(
+            f"{jar} is missing: this installation was built without a JDK. Build the jar with "
+            "`python -m sparkflow_exchange.build_plugin` (needs javac 17 or newer and pyspark; "
+            "`--output PATH` if the package directory is read-only)")
     return str(jar)

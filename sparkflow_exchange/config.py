@@ -3,7 +3,13 @@
 Precedence (lowest first): built-in defaults < ``spark.sparkflow.exchange.*``
 in spark-defaults.conf (``$SPARK_CONF_DIR`` or ``$SPARK_HOME/conf``, which is
 what reaches a Python data source's workers) < ``SPARKFLOW_EXCHANGE_CONF``
-(JSON, set by the launcher/plugin) < read/write options.
+(JSON, set by the launcher/plugin) < the session's ``spark.sparkflow.exchange.*``
+settings < read/write options.
+
+The session layer reaches planning code only through what
+``sparkflow_exchange.register(spark)`` captured; tasks read it from their local
+properties, but only for :data:`TASK_KEYS` (every other key must be the value
+planning used, or the tasks and the driver would disagree on the exchange).
 """
 from __future__ import annotations
 
@@ -16,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from .errors import ConfigError  # re-exported: defined with the other errors users see
+
 PREFIX = "spark.sparkflow.exchange."
 ENV_CONF = "SPARKFLOW_EXCHANGE_CONF"
 
@@ -23,8 +31,6 @@ PARTITION_TYPES = ("HYBRID", "BLOCKING", "PIPELINED_BOUNDED")
 COMPRESSIONS = ("none", "zstd", "lz4")
 
 
-class ConfigError(ValueError):
-    """A setting or option is unknown or has a value that cannot be used."""
 
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30}
@@ -110,6 +116,13 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "advisoryPartitionSize": ("advisory_partition_size", parse_size, "target bytes of a coalesced read partition (numSubpartitions not given; Spark's spark.sql.adaptive.advisoryPartitionSizeInBytes)"),
 }
 _BY_LOWER = {k.lower(): k for k in _KEYS}
+# Keys read only inside Spark tasks (writer and reader buffers, flushing, timeouts of a running read or
+# write): set on the session they apply to the next job without register(spark). Every other key is
+# read at planning (or when a service starts) and reaches planning through register(spark).
+TASK_KEYS: tuple[str, ...] = (
+    "bufferSize", "bufferTimeout", "compression", "buffersPerChannel", "floatingBuffersPerGate",
+    "buffersPerPartition", "sharedMemory", "producerTimeout", "pipelined.noConsumerTimeout", "readerTimeout",
+)
 _IGNORED = {"path"}  # Spark may pass these on its own
 
 
@@ -176,8 +189,12 @@ class ExchangeConfig:
 
     # ------------------------------------------------------------ building
     @classmethod
-    def load(cls, options: Mapping[str, str] | None = None, *, spark_conf: Mapping[str, str] | None = None) -> "ExchangeConfig":
-        """Defaults < spark-defaults.conf < $SPARKFLOW_EXCHANGE_CONF < options."""
+    def load(cls, options: Mapping[str, str] | None = None, *, spark_conf: Mapping[str, str] | None = None,
+             session: Mapping[str, str] | None = None) -> "ExchangeConfig":
+        """Defaults < spark-defaults.conf < $SPARKFLOW_EXCHANGE_CONF < session settings < options.
+
+        ``session``: the Spark session's conf (any keys; only ``spark.sparkflow.exchange.*`` are used).
+        """
         merged: dict[str, Any] = {}
         conf = read_spark_defaults() if spark_conf is None else dict(spark_conf)
         for key, value in conf.items():
@@ -187,6 +204,8 @@ class ExchangeConfig:
         if env:
             for key, value in json.loads(env).items():
                 merged[_canonical(key, source=ENV_CONF)] = value
+        for key, value in session_settings(session or {}).items():
+            merged[_canonical(key[len(PREFIX):], source=f"session setting ({key})")] = value
         for key, value in (options or {}).items():
             if key.lower() in _IGNORED:
                 continue
@@ -214,6 +233,24 @@ class ExchangeConfig:
                 out[key] = ",".join(value) if isinstance(value, tuple) else value
         return out
 
+    def for_task(self, options: Mapping[str, str], session: Mapping[str, str]) -> "ExchangeConfig":
+        """This (planning-time) config with the task's session settings of :data:`TASK_KEYS` applied.
+
+        An option still wins; keys outside TASK_KEYS keep the value planning used.
+        """
+        given = {k.lower() for k in options}
+        changes = {}
+        for key in TASK_KEYS:
+            value = session.get(PREFIX + key)
+            if value is None or key.lower() in given:
+                continue
+            name, parse, _ = _KEYS[key]
+            try:
+                changes[name] = parse(value)
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(f"bad value for session setting {PREFIX + key}: {value!r} ({exc})") from None
+        return dataclasses.replace(self, **changes) if changes else self
+
     def replace(self, **changes: Any) -> "ExchangeConfig":
         return dataclasses.replace(self, **changes)
 
@@ -232,6 +269,11 @@ def _canonical(key: str, source: str = "setting") -> str:
         hint = f" (did you mean {_BY_LOWER[close[0]]!r}?)" if close else ""
         raise ConfigError(f"unknown {source} {key!r}{hint}; known keys: {', '.join(sorted(_KEYS))}")
     return canon
+
+
+def session_settings(conf: Mapping[str, str]) -> dict[str, str]:
+    """The ``spark.sparkflow.exchange.*`` entries of a Spark conf (session, SparkConf, local properties)."""
+    return {k: v for k, v in conf.items() if k.startswith(PREFIX) and v is not None}
 
 
 def known_keys() -> dict[str, tuple[str, str]]:

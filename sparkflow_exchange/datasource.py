@@ -3,12 +3,23 @@
 Where each piece runs (PYSPARK-NOTES.md): ``schema``/``reader``/``writer``
 in short-lived planning workers on the driver, ``read``/``write`` in executor
 workers, ``commit``/``abort`` on the writer pickled at planning time. Settings
-arrive as options plus spark-defaults.conf; shared state lives in the service.
+arrive as options, spark-defaults.conf, the session settings a ``register(spark)``
+subclass carries (planning) and the task's local properties (tasks, TASK_KEYS only);
+shared state lives in the service.
+
+Expected failures (:class:`~sparkflow_exchange.errors.UserFacing`, a lost service)
+leave each entry point through :func:`_user_errors`, which tells Spark's worker to
+print them without a Python traceback: the user reads ``sparkflow_exchange.<Error>:
+<message>`` right after Spark's own line. The worker exits after reporting an error,
+so the setting never outlives that failure.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
+import os
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -21,10 +32,53 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from . import exchange as ex
-from .config import ConfigError, ExchangeConfig
+from .config import PREFIX, TASK_KEYS, ConfigError, ExchangeConfig
+from .consumer.input_gate import ExchangeReadError
 from .consumer.read_plan import read_ranges
+from .errors import SchemaMismatch, UserFacing
+from .network.blocking_client import ServiceError
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+_USER_ERRORS = (UserFacing, ServiceError, ExchangeReadError)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _hide_traceback() -> None:
+    """Spark's Python worker prints the next error it reports as ``<class>: <message>`` only."""
+    os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+
+
+def _user_errors(fn: F) -> F:
+    """An entry point Spark calls: expected failures reach the user without a traceback."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except _USER_ERRORS:
+            _hide_traceback()
+            raise
+    return wrapper  # type: ignore[return-value]
+
+
+def _guarded(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """:func:`_user_errors` for a read's iterator (its errors happen while Spark iterates)."""
+    try:
+        yield from batches
+    except _USER_ERRORS:
+        _hide_traceback()
+        raise
+
+
+def _task_session() -> dict[str, str]:
+    """The session settings of :data:`TASK_KEYS` as this task sees them (Spark's local properties)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return {}
+    found = {PREFIX + k: ctx.getLocalProperty(PREFIX + k) for k in TASK_KEYS}
+    return {k: v for k, v in found.items() if v is not None}
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:
@@ -66,33 +120,40 @@ def _session_shuffle_partitions() -> int:
 class PipelinedDataSource(DataSource):
     """``spark.read/df.write.format("pipelined")``: Flink's data exchange between Spark jobs and applications."""
 
+    # the session's spark.sparkflow.exchange.* settings, captured by register(spark) in a subclass
+    session_conf: dict[str, str] = {}
+
     @classmethod
     def name(cls) -> str:
         return "pipelined"
 
+    @_user_errors
     def __init__(self, options: dict) -> None:
         super().__init__(options)
-        self.config = ExchangeConfig.load(dict(options))
+        self.config = ExchangeConfig.load(dict(options), session=self.session_conf)
 
+    @_user_errors
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         return from_arrow_schema(ex.describe_exchange(self.config)["arrow_schema"])
 
+    @_user_errors
     def reader(self, schema: StructType) -> "PipelinedReader":
         desc = ex.describe_exchange(self.config)
         expected = desc["arrow_schema"]
         given = _arrow_schema(schema)
         if not given.equals(expected):
-            raise ConfigError(
+            raise SchemaMismatch(
                 f"the given schema does not match exchange {self.config.exchange!r}: given {_describe(given)}, "
                 f"exchange has {_describe(expected)}")
         desc.pop("arrow_schema")
-        return PipelinedReader(self.config, _read_plan(desc))
+        return PipelinedReader(self.config, _read_plan(desc), dict(self.options))
 
+    @_user_errors
     def writer(self, schema: StructType, overwrite: bool) -> "PipelinedWriter":
         handle = ex.declare_write(self.config, _arrow_schema(schema), overwrite)
-        return PipelinedWriter(handle)
+        return PipelinedWriter(handle, dict(self.options))
 
 
 def _read_plan(desc: dict) -> dict:
@@ -116,16 +177,19 @@ class SubpartitionSplit(InputPartition):
 
 
 class PipelinedReader(DataSourceReader):
-    def __init__(self, config: ExchangeConfig, desc: dict) -> None:
+    def __init__(self, config: ExchangeConfig, desc: dict, options: dict | None = None) -> None:
         self.config = config
         self.desc = desc
+        self.options = options or {}  # the read's own options: they beat the task's session settings
 
     def partitions(self) -> list[SubpartitionSplit]:
         ranges = read_ranges(self.desc, self.config.advisory_partition_size)
         return [SubpartitionSplit(s, None if e == s + 1 else e) for s, e in ranges]
 
+    @_user_errors
     def read(self, partition: SubpartitionSplit) -> Iterator[pa.RecordBatch]:
-        return ex.read_subpartition(self.config, self.desc, partition.index, partition.end)
+        config = self.config.for_task(self.options, _task_session())
+        return _guarded(ex.read_subpartition(config, self.desc, partition.index, partition.end))
 
 
 @dataclass
@@ -136,13 +200,16 @@ class PartitionCommit(WriterCommitMessage):
 
 
 class PipelinedWriter(DataSourceArrowWriter):
-    def __init__(self, handle: ex.WriteHandle) -> None:
+    def __init__(self, handle: ex.WriteHandle, options: dict | None = None) -> None:
         self.handle = handle
+        self.options = options or {}  # the write's own options: they beat the task's session settings
 
+    @_user_errors
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PartitionCommit:
         index, attempt = _task_attempt()
-        width = _session_shuffle_partitions() if self.handle.width_open else None
-        producer = ex.ProducerTask(self.handle, index, attempt, num_subpartitions=width)
+        handle = dataclasses.replace(self.handle, config=self.handle.config.for_task(self.options, _task_session()))
+        width = _session_shuffle_partitions() if handle.width_open else None
+        producer = ex.ProducerTask(handle, index, attempt, num_subpartitions=width)
         try:
             producer.write(iterator)
             result = producer.finish()
@@ -151,6 +218,7 @@ class PipelinedWriter(DataSourceArrowWriter):
             raise
         return PartitionCommit(result["partition"], index, result["rows"])
 
+    @_user_errors
     def commit(self, messages: list[PartitionCommit | None]) -> None:
         ex.commit_write(self.handle, [m.partition for m in messages if m is not None])
 

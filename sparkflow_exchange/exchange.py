@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from .buffer import schema_from_b64, schema_to_b64
 from .config import ConfigError, ExchangeConfig
+from .errors import ExchangeError, ExchangeLost, ExchangeNotFound, SchemaMismatch
 from .consumer.input_gate import InputGate
 from .network.blocking_client import ServiceError
 from .service.discovery import Endpoints, resolve
@@ -22,10 +23,6 @@ from .writer.selectors import SelectorError, make_selector
 
 PARTITIONERS = ("hash", "broadcast", "forward", "rebalance", "rescale", "custom")
 DEFAULT_SHUFFLE_PARTITIONS = 200  # Spark's spark.sql.shuffle.partitions default: the width when none is given
-
-
-class ExchangeError(RuntimeError):
-    """A user-facing failure of an exchange operation; the message names the problem."""
 
 
 def _endpoints(config: ExchangeConfig) -> Endpoints:
@@ -38,7 +35,11 @@ def _call(config: ExchangeConfig, method: str, timeout: float | None = None, **a
         try:
             return conn.call(method, timeout=timeout, **args)
         except ServiceError as exc:
-            raise ExchangeError(str(exc)) from None
+            raise _ERRORS_BY_CODE.get(exc.code, ExchangeError)(str(exc)) from None
+
+
+# the coordinator's error codes that have a class of their own (the name the user reads first)
+_ERRORS_BY_CODE = {"no_exchange": ExchangeNotFound, "exchange_lost": ExchangeLost, "schema_mismatch": SchemaMismatch}
 
 
 def _require_name(config: ExchangeConfig) -> str:

@@ -24,28 +24,40 @@ ARROW_MAX_BYTES_PER_BATCH = "spark.sql.execution.arrow.maxBytesPerBatch"
 UNCHECKED = "2147483647"  # Int.MaxValue: the only value at which Spark skips the per-row measurement
 
 _lock = threading.Lock()
-_writes_holding: dict[int, int] = {}  # id(JVM session) -> writes in flight that set the key
+_writes_holding: dict[int, int] = {}  # id(session) -> writes in flight that set the key
+# Spark Connect: a value Spark never has, to tell "not set by the user" (get returns the default given)
+# from the built-in default; a valid value (Spark checks the default it is given) no one sets
+_NOT_SET = "2147483601"
+
+
+def is_connect(session: Any) -> bool:
+    """A Spark Connect session: no JVM in this process (no _jvm, no sparkContext, no df.rdd)."""
+    return type(session).__module__.startswith("pyspark.sql.connect")
 
 
 def _sql_conf(session: Any) -> Any | None:
-    """The session's JVM SQLConf (explicitly set keys are visible there), or None on Spark Connect."""
+    """The session's JVM SQLConf (explicitly set keys are visible there), or None without one."""
     try:
         return session._jsparkSession.sessionState().conf()
-    except Exception:  # noqa: BLE001 - Spark Connect has no JVM session in this process
+    except Exception:  # noqa: BLE001 - an older or unusual session: leave it alone
         return None
+
+
+def _user_set(session: Any) -> bool | None:
+    """Whether the session sets the key itself; None when that cannot be told (then nothing is changed)."""
+    if is_connect(session):  # through the Connect client's conf API, never _jvm
+        return session.conf.get(ARROW_MAX_BYTES_PER_BATCH, _NOT_SET) != _NOT_SET
+    conf = _sql_conf(session)
+    return None if conf is None else bool(conf.contains(ARROW_MAX_BYTES_PER_BATCH))
 
 
 @contextmanager
 def unchecked_arrow_batches(session: Any) -> Iterator[bool]:
     """Within the block, Spark does not measure Arrow batches per row; yields whether this call set it."""
-    conf = _sql_conf(session)
-    if conf is None:
-        yield False
-        return
-    key = id(session._jsparkSession)
+    key = id(session)
     with _lock:
         holders = _writes_holding.get(key, 0)
-        mine = holders > 0 or not conf.contains(ARROW_MAX_BYTES_PER_BATCH)  # the user's own value wins
+        mine = holders > 0 or _user_set(session) is False  # the user's own value wins
         if mine:
             if holders == 0:
                 session.conf.set(ARROW_MAX_BYTES_PER_BATCH, UNCHECKED)

@@ -238,3 +238,14 @@ def test_read_plan_of_a_dropped_exchange_fails_naming_why(tmp_service):
         time.sleep(0.05)
     with pytest.raises(ExchangeReadError, match="dropped or overwritten after this read was planned"):
         keys_read(config, desc, 0)
+
+
+def test_forward_producers_with_a_given_width_finish_without_per_subpartition_sizes(tmp_service):
+    """A forward producer writes one subpartition of its own: its size list does not match the width."""
+    svc = tmp_service(host_id="hostA")
+    base = dict(exchange="fwd-sizes", partitioner="forward", numSubpartitions=2)
+    config = client_config(svc, hostId="hostA", **base)
+    write(config, 2, 300)
+    desc = ex.describe_exchange(config)
+    assert desc["sealed"] and desc["subpartition_bytes"] is None and not desc["coalesce"]
+    assert keys_read(config, desc, 1) == sorted((np.arange(300) * 31 + 1).tolist())

@@ -27,14 +27,17 @@ from ..network.aio_client import ClientConnection, ClientRuntime
 from ..network.blocking_client import ServiceError
 from ..network.protocol import BufferResponse
 from ..partition.shared_arena import ArenaReader
+from ..errors import ExchangeError
 from .buffer_manager import ChannelCredit, FloatingBufferPool
 from .input_channel import InputChannel, LocalFileInputChannel, make_channel
 
 _DONE = object()
 
 
-class ExchangeReadError(RuntimeError):
+class ExchangeReadError(ExchangeError):
     """The read cannot complete; the message says why (lost service, failed or aborted write...)."""
+
+    __module__ = "sparkflow_exchange"  # the name Spark prints: sparkflow_exchange.ExchangeReadError
 
 
 class InputGate:

@@ -119,6 +119,13 @@ class Coordinator:
         self._writes = itertools.count(1)
         self._changed = asyncio.Condition()
         self._subscribers: dict[str, set[Callable[[dict], None]]] = {}
+        # name -> {"message", "at"}: exchanges whose data went with a service that died (ledger.py)
+        self.lost: dict[str, dict] = {}
+        self.on_names_changed: Callable[[list[str], dict[str, dict]], None] | None = None
+
+    def _names_changed(self) -> None:
+        if self.on_names_changed is not None:
+            self.on_names_changed(sorted(self.exchanges), dict(self.lost))
 
     # ------------------------------------------------------------ helpers
     def _get(self, name: str, epoch: int | None = None) -> Exchange:
@@ -184,6 +191,8 @@ class Coordinator:
             ex = Exchange(name, next(self._epochs), schema, num_subpartitions, partitioner, partition_type,
                           coalesce=bool(coalesce) and num_subpartitions is None)
             self.exchanges[name] = ex
+            self.lost.pop(name, None)
+            self._names_changed()
         write_id = f"w{next(self._writes)}"
         ex.open_writes.add(write_id)
         ex.state = "open"
@@ -231,13 +240,13 @@ class Coordinator:
         if p is not None:
             if subpartition_bytes is not None:
                 sizes = np.asarray(subpartition_bytes, dtype=np.int64)
-                if sizes.ndim != 1 or (ex.num_subpartitions is not None and len(sizes) != ex.num_subpartitions):
-                    raise RpcError(f"producer {partition} reported {sizes.size} subpartition sizes for an exchange "
-                                   f"of {ex.num_subpartitions} subpartitions", "bad_request")
-                if sizes.size and sizes.min() < 0:
-                    raise RpcError(f"producer {partition} reported negative subpartition sizes", "bad_request")
-                # held until commit (2,000 x 2,000 would be 32 MB as int64): the narrowest type that fits
-                ex.sizes[partition] = sizes.astype(np.uint32) if not sizes.size or sizes.max() < 1 << 32 else sizes
+                if sizes.ndim != 1 or (sizes.size and sizes.min() < 0):
+                    raise RpcError(f"producer {partition} reported malformed subpartition sizes", "bad_request")
+                # a forward/broadcast producer has one subpartition of its own: its sizes do not add up per
+                # subpartition, so it reports none (the commit then knows the sizes are incomplete)
+                if ex.num_subpartitions is not None and len(sizes) == ex.num_subpartitions:
+                    # held until commit (2,000 x 2,000 would be 32 MB as int64): the narrowest type that fits
+                    ex.sizes[partition] = sizes.astype(np.uint32) if not sizes.size or sizes.max() < 1 << 32 else sizes
             p.state = "finished"
             p.spill = spill
             await self._notify(ex, name, [ex.set_producer(p)])
@@ -330,7 +339,11 @@ class Coordinator:
     async def _drop(self, name: str, reason: str) -> dict:
         ex = self.exchanges.pop(name, None)
         if ex is None:
+            if self.lost.pop(name, None) is not None:
+                self._names_changed()
+                return {"dropped": name, "partitions": 0}
             raise RpcError(f"exchange {name!r} does not exist", "no_exchange")
+        self._names_changed()
         self._release_producers(list(ex.producers.values()), reason)
         await self._notify(None, name)
         return {"dropped": name, "partitions": len(ex.producers)}
@@ -339,6 +352,9 @@ class Coordinator:
     async def get_exchange(self, name: str, wait: float = 0.0, need_subpartitions: bool = False) -> dict:
         """The exchange's description, waiting up to ``wait`` s for it to be declared."""
         timeout = wait
+        if name in self.lost and name not in self.exchanges:
+            raise RpcError(self.lost[name]["message"], "exchange_lost")
+
         def ready() -> bool:
             ex = self.exchanges.get(name)
             return ex is not None and (not need_subpartitions or ex.num_subpartitions is not None or ex.state == "aborted")
@@ -387,6 +403,12 @@ class Coordinator:
         """Drop exchanges unused for ``ttl`` seconds (nobody reading, no write open)."""
         if self.ttl <= 0:
             return
+        wall = time.time()
+        expired = [n for n, v in self.lost.items() if wall - v.get("at", wall) > self.ttl]
+        for name in expired:
+            del self.lost[name]
+        if expired:
+            self._names_changed()
         now = time.monotonic()
         for name, ex in list(self.exchanges.items()):
             if not ex.open_writes and not self._subscribers.get(name) and now - ex.last_used > self.ttl:

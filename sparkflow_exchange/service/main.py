@@ -7,12 +7,14 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 
 from ..config import ExchangeConfig
 from ..network import auth
 from .exchange_service import ExchangeService
 from .launcher import write_state
 from .private_files import read_private, write_private
+from .ledger import ExchangeLedger
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +56,12 @@ async def run(args: argparse.Namespace) -> None:
     service = ExchangeService(config, coordinator=not args.no_coordinator, unix_path=args.unix, secret=secret or None,
                               attach_mode=args.embedded)
     await service.start()
+    ledger = None
+    if args.state_file and service.coordinator is not None:  # before the state file: readers come after it
+        ledger = ExchangeLedger(Path(args.state_file).with_suffix(".exchanges.json"))
+        service.coordinator.lost = ledger.take_over()
+        service.coordinator.on_names_changed = ledger.record
+        ledger.record([], service.coordinator.lost)
     if secret and not config.resolved_secret():
         generated_secret_file = str(service.spill_dir / "secret")
         write_private(generated_secret_file, secret)
@@ -65,6 +73,8 @@ async def run(args: argparse.Namespace) -> None:
     try:
         await service.serve_until_stopped()
     finally:
+        if ledger is not None:
+            ledger.close(service.coordinator.lost)
         if args.state_file:
             try:
                 if json.loads(read_private(args.state_file) or "{}").get("pid") == os.getpid():

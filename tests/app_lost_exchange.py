@@ -1,0 +1,39 @@
+"""A separate Spark application for tests/test_lost_exchange.py: the embedded service dies after a write.
+
+Writes an exchange through the embedded service (its own runtime dir, so the service is this app's),
+kills that service (SIGKILL, by the pid in its state file), then reads the exchange and prints how the
+read failed and how long it took, as JSON.
+"""
+import json
+import os
+import signal
+import sys
+import time
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+from sparkflow_exchange.service.discovery import runtime_dir  # noqa: E402
+
+spark = SparkSession.builder.master("local[2]").appName("lost-exchange").config("spark.ui.enabled", "false").getOrCreate()
+(spark.range(0, 100, 1, 2).write.format("pipelined").mode("overwrite").option("exchange", "doomed")
+   .option("keys", "id").option("numSubpartitions", "2").save())
+victim = json.loads((runtime_dir() / "embedded.json").read_text())["pid"]
+os.kill(victim, signal.SIGKILL)
+while os.path.exists(f"/proc/{victim}"):
+    try:  # the service was started detached; it is reaped by init, or is a zombie of this process
+        if os.waitpid(victim, os.WNOHANG)[0]:
+            break
+    except ChildProcessError:
+        pass
+    time.sleep(0.05)
+start = time.monotonic()
+error = ""
+try:
+    spark.read.format("pipelined").option("exchange", "doomed").load().collect()
+except Exception as exc:  # noqa: BLE001 - the point is its text
+    error = str(exc)
+print(json.dumps({"victim": victim, "error": error, "failed_after": time.monotonic() - start}), flush=True)
+spark.stop()
