@@ -339,10 +339,14 @@ def test_release_deletes_spill_files_and_returns_budget(tmp_path, ptype):
     view = part.create_view(0, 0, Listener())
     data_path, index_path = part.spill.path, part.spill.index_path
     assert data_path.exists() and index_path.exists()
-    part.release()
+    part.release("dropped")
     assert not data_path.exists() and not index_path.exists()
     assert not list(tmp_path.iterdir())
     assert budget.reserved_bytes == 0
+    # a connected view is told at once, never left waiting: its next item is an error naming the release
+    assert view.next_is_event() is True
+    item, _, _ = view.take()
+    assert item.kind == ERROR_KIND and b"partition rel of exchange '' was released: dropped" in bytes(item.payload)
     assert view.next_is_event() is None
     with pytest.raises(PartitionStateError, match="released"):
         part.create_view(0, 0, Listener())

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -172,6 +173,12 @@ class InputChannel(Channel):
         if self.state == "requested" and self.conn is not None:
             self.conn.send(AddCredit(self.receiver_id, n))
 
+    def fail(self, message: str, code: str = "error") -> None:
+        """A failed channel cancels its request: the service drops its view (and the slots it pins)."""
+        if self.state == "requested" and self.conn is not None:
+            self.conn.send(CancelPartitionRequest(self.receiver_id))
+        super().fail(message, code)
+
     def cancel(self) -> None:
         if self.state == "requested" and self.conn is not None:
             self.conn.send(CancelPartitionRequest(self.receiver_id))
@@ -201,7 +208,9 @@ class LocalFileInputChannel(Channel):
 
     No service round trip and no credit: the reading task pulls buffers at its
     own pace with pread. The open file descriptor keeps the data readable even
-    if the partition is released meanwhile.
+    if the partition is released meanwhile. It is closed when the task thread
+    is done with it, or by ``cancel`` if the task thread never started on it
+    (the lock decides which thread owns it: an fd is never closed under a pread).
     """
 
     locality = "local-file"
@@ -211,6 +220,8 @@ class LocalFileInputChannel(Channel):
         self.data_path = Path(producer["spill"])
         self._fd = -1
         self._entries: list[tuple[int, int, int, int, int]] = []
+        self._lock = threading.Lock()
+        self._reading = False  # the task thread owns the fd from now on
 
     async def request(self) -> None:
         location = self.producer.get("location") or {}
@@ -219,18 +230,29 @@ class LocalFileInputChannel(Channel):
             self.fail(f"lost the exchange service holding partition {self.partition} at {location.get('tcp')} "
                       f"(its process {pid} is gone); its spill files are no longer served")
             return
+        if self.state != "pending":
+            return
         try:
             self._fd = os.open(self.data_path, os.O_RDONLY)
-            self._entries = read_index(self.data_path.with_suffix(".index"), self.subpartition, self.end)
+            self._entries = read_index(self.data_path.with_suffix(".index"), self.subpartition, self.end,
+                                       os.fstat(self._fd).st_size)
         except OSError as exc:
-            self.fail(f"cannot read the spill file of partition {self.partition} ({self.data_path}): {exc}")
+            self.fail(f"cannot read the spill file of partition {self.partition} of exchange {self.gate.name!r} "
+                      f"({self.data_path}): {exc}")
             return
-        if self.state == "pending":
+        with self._lock:
+            if self.state != "pending":  # cancelled meanwhile
+                self._release()
+                return
             self.state = "requested"
-            self.gate.deliver_file(self)
+        self.gate.deliver_file(self)
 
     def payloads(self) -> Iterator[bytes]:
         """Runs on the task thread: the subpartition's data buffers, in sequence order."""
+        with self._lock:
+            if self.state != "requested":
+                return
+            self._reading = True
         try:
             for seq, offset, length, kind, _flags in self._entries:
                 if self.state != "requested":
@@ -239,7 +261,8 @@ class LocalFileInputChannel(Channel):
                     continue
                 data = os.pread(self._fd, length, offset)
                 if len(data) != length:
-                    raise OSError(f"spill file {self.data_path} is truncated at buffer {seq}")
+                    raise OSError(f"spill file {self.data_path} is corrupt (truncated) at buffer {seq}: wanted "
+                                  f"{length} bytes at {offset}, got {len(data)}")
                 self.data_received += 1
                 self.bytes_received += length
                 yield data
@@ -254,8 +277,11 @@ class LocalFileInputChannel(Channel):
         pass
 
     def cancel(self) -> None:
-        if self.state in ("pending", "requested"):
-            self.state = "cancelled"
+        with self._lock:
+            if self.state in ("pending", "requested"):
+                self.state = "cancelled"
+            if not self._reading:  # the task thread never started on it: nobody else will close the fd
+                self._release()
 
     def _release(self) -> None:
         if self._fd >= 0:

@@ -176,7 +176,7 @@ class InputGate:
         self._check_done()
 
     def channel_failed(self, channel: InputChannel, message: str, code: str) -> None:
-        if code == "producer_failed" and self.sealed is None and not channel.data_received:
+        if code in ("producer_failed", "released") and self.sealed is None and not channel.data_received:
             return  # a failed attempt that gave us nothing: Spark retries the write, the commit tells the winner
         if self.sealed is not None and channel.partition not in self.sealed:
             return
@@ -267,10 +267,15 @@ class InputGate:
                 if isinstance(item, ExchangeReadError):
                     raise item
                 if isinstance(item, LocalFileInputChannel):
-                    for payload in item.payloads():
-                        self.buffers += 1
-                        self.bytes += len(payload)
-                        yield decode(payload, schema)
+                    try:
+                        for payload in item.payloads():
+                            self.buffers += 1
+                            self.bytes += len(payload)
+                            yield decode(payload, schema)
+                    except (OSError, ValueError, OverflowError, MemoryError) as exc:
+                        raise ExchangeReadError(
+                            f"reading partition {item.partition} of exchange {self.name!r} from its spill file "
+                            f"{item.data_path} failed: {exc}") from None
                     if item.state == "finished":
                         self.runtime.call_soon(self.channel_finished, item)
                     continue

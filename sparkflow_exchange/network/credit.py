@@ -14,6 +14,15 @@ from .protocol import ProtocolError
 
 
 # ------------------------------------------------------------------ sender
+class ViewFailed(Exception):
+    """Taking the next item of one view raised (e.g. its spill file is gone): only that channel fails."""
+
+    def __init__(self, receiver_id: int, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.receiver_id = receiver_id
+        self.cause = cause
+
+
 class ReadableView(Protocol):
     """What the sender queue needs of a subpartition view."""
 
@@ -90,17 +99,22 @@ class PartitionRequestQueue:
         return is_event is True or (is_event is False and reader.credit > 0)
 
     def poll(self) -> tuple[int, Any, int, int] | None:
-        """Next (receiver id, item, seq, backlog) to write, or None when nothing may be sent."""
+        """Next (receiver id, item, seq, backlog) to write, or None when nothing may be sent.
+
+        Raises :class:`ViewFailed` (naming the receiver) when a view cannot produce its next item."""
         while self._available:
             rid = self._available.popleft()
             reader = self._readers.get(rid)
             if reader is None:
                 continue
             reader.queued = False
-            if not self._is_available(reader):
-                continue
-            is_event = reader.view.next_is_event()
-            item, seq, backlog = reader.view.take()
+            try:
+                if not self._is_available(reader):
+                    continue
+                is_event = reader.view.next_is_event()
+                item, seq, backlog = reader.view.take()
+            except Exception as exc:  # noqa: BLE001 - the caller fails this channel, the others go on
+                raise ViewFailed(rid, exc) from exc
             if not is_event:
                 reader.credit -= 1
                 reader.sent_data += 1

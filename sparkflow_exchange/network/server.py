@@ -21,7 +21,7 @@ from ..partition.shared_arena import ArenaError, SharedArena
 from ..partition.subpartition import ERROR_KIND
 from . import auth
 from .blocking_client import tune_socket
-from .credit import PartitionRequestQueue
+from .credit import PartitionRequestQueue, ViewFailed
 from .protocol import (
     FLAG_SHARED,
     AddCredit,
@@ -323,31 +323,61 @@ class ServerConnection(asyncio.BufferedProtocol):
             asyncio.get_running_loop().call_soon(self.pump)
 
     def pump(self) -> None:
-        """Write available buffers until the transport reaches its high-water mark."""
+        """Write available buffers until the transport reaches its high-water mark. A view that fails
+        (its spill file gone or truncated...) fails its channel only, with an ErrorResponse saying why."""
         self.pump_scheduled = False
         while not self.paused and not self.closed:
-            polled = self.queue.poll()
+            try:
+                polled = self.queue.poll()
+            except ViewFailed as exc:
+                self.fail_channel(exc.receiver_id, exc.cause)
+                continue
             if polled is None:
                 return
-            rid, item, seq, backlog = polled
-            if item.kind == ERROR_KIND:
-                self.queue.remove(rid)
-                self.send(ErrorResponse(bytes(item.payload).decode(), rid, False, "producer_failed"))
-                continue
-            if item.shared is not None:  # a reader on this host copies it out of the writer's slot itself
-                _part, buf = item.shared
-                ref = SharedRef(str(buf.arena.path), buf.arena_offset, buf.size).pack()
-                self.send(BufferResponse(rid, seq, backlog, item.kind, item.flags | FLAG_SHARED, ref))
-                self.held.setdefault(rid, deque()).append(item.shared)
-                self.service.traffic["local_shared"] += buf.size
-            else:
-                self.send(BufferResponse(rid, seq, backlog, item.kind, item.flags, item.payload))
-            self.channel_bytes[rid] = self.channel_bytes.get(rid, 0) + len(item.payload)
-            self.service.traffic[self.locality] += len(item.payload)
-            if item.kind == BufferKind.END_OF_PARTITION:
-                view = self.queue.remove(rid)
-                if view is not None:
-                    view.release()
+            try:
+                self._write_item(*polled)
+            except Exception as exc:  # noqa: BLE001 - this channel fails, the connection and the others go on
+                log.exception("sending to receiver %s failed", polled[0])
+                self.fail_channel(polled[0], exc)
+
+    def fail_channel(self, receiver_id: int, exc: BaseException) -> None:
+        """Drop one channel's view and tell its reader which partition failed and why (non-fatal)."""
+        view = self.queue.remove(receiver_id)
+        where = "a partition"
+        if view is not None:
+            sub = view.sub
+            where = (f"subpartition {sub.index} of partition {sub.partition.pid} "
+                     f"(exchange {sub.partition.exchange!r})")
+            view.release()
+        # shared buffers it holds stay pinned until the reader says it is done (its CancelPartitionRequest
+        # comes after it handled every earlier buffer) or goes: a slot is never refilled under a copy
+        message = f"reading {where} failed on service {self.service.service_id}: {type(exc).__name__}: {exc}"
+        log.warning("%s", message)
+        self.send(ErrorResponse(message, receiver_id, False, "read_failed"))
+
+    def _write_item(self, rid: int, item, seq: int, backlog: int) -> None:
+        if item.kind == ERROR_KIND:
+            view = self.queue.remove(rid)
+            released = view is not None and view.sub.partition.released and view.sub.partition.failure is None
+            if view is not None:
+                view.release()
+            self.send(ErrorResponse(bytes(item.payload).decode(), rid, False,
+                                    "released" if released else "producer_failed"))
+            return
+        if item.shared is not None:  # a reader on this host copies it out of the writer's slot itself
+            _part, buf = item.shared
+            ref = SharedRef(str(buf.arena.path), buf.arena_offset, buf.size).pack()
+            self.send(BufferResponse(rid, seq, backlog, item.kind, item.flags | FLAG_SHARED, ref))
+            self.held.setdefault(rid, deque()).append(item.shared)
+            self.service.traffic["local_shared"] += buf.size
+        else:
+            self.send(BufferResponse(rid, seq, backlog, item.kind, item.flags, item.payload))
+        self.channel_bytes[rid] = self.channel_bytes.get(rid, 0) + len(item.payload)
+        self.service.traffic[self.locality] += len(item.payload)
+        if item.kind == BufferKind.END_OF_PARTITION:
+            view = self.queue.remove(rid)
+            if view is not None:
+                view.release()
 
     # ------------------------------------------------------------ producer side
     def on_register(self, msg: RegisterPartition) -> None:

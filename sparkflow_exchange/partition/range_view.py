@@ -83,6 +83,8 @@ class RangeView:
 
     def _advance(self) -> None:
         """Past an inner end-of-partition that is not the last: on to the next subpartition."""
+        if self.part.released or self.part.failure is not None:
+            return  # the inner view yields the error
         while self._k < len(self._subs) - 1 and self._inner.pos >= self._inner.sub.end - 1:
             self._inner.release()
             self._k += 1

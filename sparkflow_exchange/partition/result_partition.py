@@ -66,6 +66,7 @@ class ResultPartition:
         self.finished = False
         self.failure: str | None = None
         self.released = False
+        self.release_reason = ""  # why (dropped, overwritten...): what its connected readers are told
         self.created = time.monotonic()
         self.bytes_in = 0
         self.buffers_in = 0
@@ -195,9 +196,12 @@ class ResultPartition:
                 view.notify()
 
     # ---------------------------------------------------------------- reading
+    def released_message(self) -> str:
+        return f"partition {self.pid} of exchange {self.exchange!r} was released: {self.release_reason or 'released'}"
+
     def create_view(self, subpartition: int, resume_from: int, listener: Callable[[], None]) -> SubpartitionView:
         if self.released:
-            raise PartitionStateError(f"partition {self.pid} was released")
+            raise PartitionStateError(self.released_message())
         if not 0 <= subpartition < self.num_subpartitions:
             raise IndexError(
                 f"subpartition index {subpartition} is out of range: partition {self.pid} has {self.num_subpartitions} subpartitions"
@@ -210,14 +214,20 @@ class ResultPartition:
         return self.spill.read(*buf.spill)
 
     # ---------------------------------------------------------------- lifecycle
-    def release(self) -> None:
+    def release(self, reason: str = "") -> None:
+        """Free memory and spill file. Connected views are not dropped silently: each is told, and its
+        next item is an error naming ``reason`` (the server sends it as an ErrorResponse at once)."""
         if self.released:
             return
         self.released = True
+        self.release_reason = reason
+        for sub in self.subpartitions:
+            sub.entries.clear()
+            sub.data_before.clear()
+            sub.base = sub.data_count = 0
         for sub in self.subpartitions:
             for view in list(sub.views):
-                view.release()
-            sub.entries.clear()
+                view.notify()
         self.memory.release()
         if self.spill is not None:
             self.spill.delete()

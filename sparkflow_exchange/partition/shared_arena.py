@@ -27,6 +27,7 @@ import os
 import re
 import stat
 import uuid
+from collections import OrderedDict
 from pathlib import Path
 
 SHM_DIR = Path("/dev/shm")
@@ -121,18 +122,28 @@ class SharedArena:
 class ArenaReader:
     """A local reader's open arenas: buffers are copied out with ``preadv`` straight from tmpfs.
 
-    One kernel copy into the reader's own (pooled) buffer: no mapping to set up or fault in,
-    and the file descriptor keeps the arena readable even if its name goes meanwhile.
+    One kernel copy into the reader's own (pooled) buffer: no mapping to set up or fault in.
+    At most ``MAX_OPEN`` arena files stay open, least recently used closed first: a gate reading
+    hundreds of writers on this host must not hold an fd per writer for its whole life. A slot is
+    read only while pinned for this reader, so its arena's name is there to reopen, unless the
+    partition was released meanwhile: then the copy fails, as the read would anyway.
     """
 
-    def __init__(self) -> None:
-        self._fds: dict[str, int] = {}
+    MAX_OPEN = 8
+
+    def __init__(self, max_open: int = MAX_OPEN) -> None:
+        self.max_open = max(1, max_open)
+        self._fds: OrderedDict[str, int] = OrderedDict()
 
     def copy_out(self, path: str, offset: int, length: int, into: bytearray | memoryview) -> memoryview:
         """Copy one buffer out of its slot into ``into``; the slot may be refilled once this returns."""
         fd = self._fds.get(path)
         if fd is None:
+            while len(self._fds) >= self.max_open:
+                os.close(self._fds.popitem(last=False)[1])
             fd = self._fds[path] = _open_arena(path, os.O_RDONLY)
+        else:
+            self._fds.move_to_end(path)
         target = memoryview(into)[:length]
         done = 0
         while done < length:

@@ -21,6 +21,12 @@ import numpy as np
 
 INDEX_ENTRY = struct.Struct(">iqqiBB")  # subpartition, seq, offset, length, kind, flags
 INDEX_MAGIC = b"SFXIDX01"
+_KINDS = (0, 1, 2)  # BufferKind: data, end of partition, marker (not imported: network/ is above partition/)
+_END_OF_PARTITION = 1
+
+
+class SpillCorruptError(OSError):
+    """A spill data or index file does not hold what its partition wrote (damaged, truncated, replaced)."""
 
 
 class SpillReaders:
@@ -74,7 +80,8 @@ class SpillFile:
         fd = self._fd if self._fd >= 0 else self.readers.fd(self.path)
         data = os.pread(fd, length, offset)
         if len(data) != length:
-            raise OSError(f"spill file {self.path} is truncated: wanted {length} bytes at {offset}, got {len(data)}")
+            raise SpillCorruptError(f"spill file {self.path} is corrupt (truncated): wanted {length} bytes at "
+                                    f"{offset}, got {len(data)}")
         return data
 
     def write_index(self, entries: list[tuple[int, int, int, int, int, int]]) -> None:
@@ -105,22 +112,53 @@ _INDEX_DTYPE = np.dtype([("sub", ">i4"), ("seq", ">i8"), ("offset", ">i8"), ("le
 assert _INDEX_DTYPE.itemsize == INDEX_ENTRY.size
 
 
-def read_index(index_path: Path, subpartition: int, end: int | None = None) -> list[tuple[int, int, int, int, int]]:
+def read_index(index_path: Path, subpartition: int, end: int | None = None,
+               data_size: int | None = None) -> list[tuple[int, int, int, int, int]]:
     """(seq, offset, length, kind, flags) of subpartitions ``subpartition..end-1`` (default: just one), in order.
 
     One vectorised pass over the index whatever the range (a coalesced read asks for many subpartitions of
     every producer): select the range, order by (subpartition, seq). The caller skips non-data entries.
+    What it returns is checked, so a damaged index is a :class:`SpillCorruptError` naming the file, never
+    a short read or a deep traceback: every subpartition of the range has entries numbered 0..n-1 ending
+    with its end-of-partition, known kinds, and (given ``data_size``) extents inside the data file.
     """
     data = Path(index_path).read_bytes()
+
+    def corrupt(what: str) -> SpillCorruptError:
+        return SpillCorruptError(f"spill index {index_path} is corrupt: {what}")
+
     if not data.startswith(INDEX_MAGIC):
-        raise OSError(f"{index_path} is not a sparkflow-exchange index file")
+        raise corrupt("it does not start with the index magic")
     body = memoryview(data)[len(INDEX_MAGIC):]
     if len(body) % _INDEX_DTYPE.itemsize:
-        raise OSError(f"{index_path} is truncated")
+        raise corrupt(f"{len(body)} bytes of entries are not a whole number of {_INDEX_DTYPE.itemsize}-byte "
+                      "entries (truncated?)")
     entries = np.frombuffer(body, dtype=_INDEX_DTYPE)
     stop = subpartition + 1 if end is None else end
     sub = entries["sub"]
     picked = entries[(sub >= subpartition) & (sub < stop)]
     picked = picked[np.lexsort((picked["seq"], picked["sub"]))]
+    _check_entries(picked, subpartition, stop, data_size, corrupt)
     return list(zip(picked["seq"].tolist(), picked["offset"].tolist(), picked["length"].tolist(),
                     picked["kind"].tolist(), picked["flags"].tolist()))
+
+
+def _check_entries(picked: np.ndarray, start: int, stop: int, data_size: int | None, corrupt) -> None:
+    """Vectorised sanity checks of one range's index entries (sorted by subpartition, then seq)."""
+    counts = np.bincount(picked["sub"].astype(np.int64) - start, minlength=stop - start)
+    if counts.size and counts.min() == 0:
+        raise corrupt(f"subpartition {start + int(np.argmin(counts))} has no entries")
+    starts = np.cumsum(counts) - counts
+    expected = np.arange(len(picked), dtype=np.int64) - np.repeat(starts, counts)
+    if not np.array_equal(picked["seq"].astype(np.int64), expected):
+        raise corrupt("sequence numbers are not 0..n-1 in every subpartition")
+    kinds = picked["kind"]
+    if not np.isin(kinds, _KINDS).all():
+        raise corrupt(f"unknown buffer kind {int(kinds[~np.isin(kinds, _KINDS)][0])}")
+    if not (kinds[np.cumsum(counts) - 1] == _END_OF_PARTITION).all():
+        raise corrupt("a subpartition does not end with its end-of-partition entry")
+    offsets, lengths = picked["offset"].astype(np.int64), picked["length"].astype(np.int64)
+    if (offsets < 0).any() or (lengths < 0).any():
+        raise corrupt("negative offset or length")
+    if data_size is not None and len(picked) and int((offsets + lengths).max()) > data_size:
+        raise corrupt(f"an entry reaches byte {int((offsets + lengths).max())} of a data file of {data_size} bytes")

@@ -120,7 +120,7 @@ class SubpartitionView:
     def next_is_event(self) -> bool | None:
         if self.released:
             return None
-        if self.sub.partition.failure is not None:
+        if self.sub.partition.failure is not None or self.sub.partition.released:
             return True
         if not self._readable():
             return None
@@ -128,9 +128,10 @@ class SubpartitionView:
 
     def take(self) -> tuple[Item, int, int]:
         part = self.sub.partition
-        if part.failure is not None:
+        if part.failure is not None or part.released:
             self.released = True
-            return Item(ERROR_KIND, 0, part.failure.encode()), self.pos, 0
+            message = part.failure if part.failure is not None else part.released_message()
+            return Item(ERROR_KIND, 0, message.encode()), self.pos, 0
         pos = self.pos
         buf = self.sub.entry(pos)
         shared = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
@@ -18,6 +19,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..network.server import RpcError
+
+log = logging.getLogger(__name__)
 
 FORWARD_LIKE = ("forward", "broadcast")  # one subpartition per producer; N may be fixed at commit
 
@@ -104,13 +107,13 @@ class Exchange:
         return self.committed_bytes.tolist()
 
 
-Release = Callable[[list[tuple[dict, str]]], None]
+Release = Callable[[list[tuple[dict, str]], str], None]  # (location, partition id)s, why: readers are told
 
 
 class Coordinator:
     def __init__(self, release: Release, ttl: float = 3600.0) -> None:
         self.exchanges: dict[str, Exchange] = {}
-        self.release = release  # called with (location, partition id) of partitions to free
+        self.release = release  # called with (location, partition id) of partitions to free, and why
         self.ttl = ttl
         self._epochs = itertools.count(1)
         self._writes = itertools.count(1)
@@ -147,9 +150,10 @@ class Coordinator:
         async with self._changed:
             self._changed.notify_all()
 
-    def _release_producers(self, producers: list[ProducerInfo]) -> None:
+    def _release_producers(self, producers: list[ProducerInfo], reason: str) -> None:
+        """Free the producers' partitions; their connected readers get ``reason`` as an error at once."""
         if producers:
-            self.release([(p.location, p.partition) for p in producers])
+            self.release([(p.location, p.partition) for p in producers], reason)
 
     # ------------------------------------------------------------ writer side
     async def declare(self, name: str, schema: str, num_subpartitions: int | None, partitioner: dict,
@@ -183,7 +187,7 @@ class Coordinator:
                     f"partitionType {ex.partition_type}", "bad_request")
         else:
             if ex is not None:
-                self._release_producers(list(ex.producers.values()))
+                self._release_producers(list(ex.producers.values()), "overwritten")
             ex = Exchange(name, next(self._epochs), schema, num_subpartitions, partitioner, partition_type,
                           coalesce=bool(coalesce) and num_subpartitions is None)
             self.exchanges[name] = ex
@@ -281,7 +285,7 @@ class Coordinator:
         losers = [p for p in of_write if p.partition not in winners]
         for p in losers:
             ex.remove_producer(p.partition)
-        self._release_producers(losers)
+        self._release_producers(losers, "another attempt of its task won the commit")
         self._add_sizes(ex, partitions)
         ex.committed.extend(partitions)
         ex.open_writes.discard(write_id)
@@ -306,14 +310,21 @@ class Coordinator:
         ex.committed_bytes = total
 
     async def abort(self, name: str, epoch: int, write_id: str, reason: str = "") -> dict:
+        """Release a failed write's producers. Commit wins: an abort of a write that is no longer open
+        (committed, or aborted already) changes nothing (Spark may abort a job after our commit went through)."""
         ex = self.exchanges.get(name)
         if ex is None or ex.epoch != epoch:
             return {"ok": True}
+        if write_id not in ex.open_writes:
+            why = (f"abort of write {write_id} of exchange {name!r} ignored: it is not open (committed or aborted "
+                   f"already; commit wins){': ' + reason if reason else ''}")
+            log.warning("%s", why)
+            return {"ok": True, "ignored": why}
         ex.open_writes.discard(write_id)
         of_write = [p for p in ex.producers.values() if p.write_id == write_id]
         for p in of_write:
             ex.remove_producer(p.partition)
-        self._release_producers(of_write)
+        self._release_producers(of_write, f"its write was aborted ({reason or 'the write failed'})")
         if ex.commits == 0:
             ex.state = "aborted"
             ex.abort_reason = reason or "the write failed"
@@ -323,6 +334,9 @@ class Coordinator:
         return {"ok": True}
 
     async def drop(self, name: str) -> dict:
+        return await self._drop(name, "dropped")
+
+    async def _drop(self, name: str, reason: str) -> dict:
         ex = self.exchanges.pop(name, None)
         if ex is None:
             if self.lost.pop(name, None) is not None:
@@ -330,7 +344,7 @@ class Coordinator:
                 return {"dropped": name, "partitions": 0}
             raise RpcError(f"exchange {name!r} does not exist", "no_exchange")
         self._names_changed()
-        self._release_producers(list(ex.producers.values()))
+        self._release_producers(list(ex.producers.values()), reason)
         await self._notify(None, name)
         return {"dropped": name, "partitions": len(ex.producers)}
 
@@ -398,7 +412,7 @@ class Coordinator:
         now = time.monotonic()
         for name, ex in list(self.exchanges.items()):
             if not ex.open_writes and not self._subscribers.get(name) and now - ex.last_used > self.ttl:
-                await self.drop(name)
+                await self._drop(name, f"expired (unused for ttl={self.ttl:g} s)")
 
 
 def _schema_text(schema_b64: str) -> str:

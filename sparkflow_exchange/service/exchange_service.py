@@ -132,7 +132,7 @@ class ExchangeService:
             if conn.transport is not None:
                 conn.transport.close()
         for part in list(self.partitions.values()):
-            part.release()
+            part.release("the service shut down")
         self.partitions.clear()
         if self.metrics_server is not None:
             self.metrics_server.close()
@@ -158,7 +158,7 @@ class ExchangeService:
         now = time.monotonic()
         for pid, part in list(self.partitions.items()):
             if part.finished and now - part.created > self.config.ttl and not any(s.views for s in part.subpartitions):
-                self.release_partition(pid)
+                self.release_partition(pid, f"expired (unused for ttl={self.config.ttl:g} s)")
 
     def _apps_gone(self) -> bool:
         alive = {app: pid for app, pid in self.apps.items() if pid_alive(pid)}
@@ -191,30 +191,31 @@ class ExchangeService:
         if self.coordinator is not None and part.exchange:
             asyncio.ensure_future(self.coordinator.producer_failed(part.exchange, None, part.pid, reason))
 
-    def release_partition(self, pid: str) -> bool:
+    def release_partition(self, pid: str, reason: str = "released by the coordinator") -> bool:
+        """Free a partition; readers connected to it get an error naming ``reason`` at once."""
         part = self.partitions.pop(pid, None)
         if part is None:
             return False
-        part.release()
+        part.release(reason)
         return True
 
-    def _release(self, targets: list[tuple[dict, str]]) -> None:
+    def _release(self, targets: list[tuple[dict, str]], reason: str = "released by the coordinator") -> None:
         """Coordinator callback: free partitions here, or ask the service that holds them."""
         remote: dict[str, list[str]] = {}
         for location, pid in targets:
             if location.get("service_id") == self.service_id:
-                self.release_partition(pid)
+                self.release_partition(pid, reason)
             else:
                 remote.setdefault(location.get("tcp", ""), []).append(pid)
         for address, pids in remote.items():
             if address:
-                asyncio.ensure_future(self._release_remote(address, pids))
+                asyncio.ensure_future(self._release_remote(address, pids, reason))
 
-    async def _release_remote(self, address: str, pids: list[str]) -> None:
+    async def _release_remote(self, address: str, pids: list[str], reason: str) -> None:
         from ..network.aio_client import rpc_once
 
         try:
-            await rpc_once(address, self.secret, self.config, "release_partitions", {"partitions": pids})
+            await rpc_once(address, self.secret, self.config, "release_partitions", {"partitions": pids, "reason": reason})
         except Exception as exc:  # noqa: BLE001 - best effort: the other service's TTL frees them too
             log.warning("could not release %d partitions on %s: %s", len(pids), address, exc)
 
@@ -250,7 +251,8 @@ class ExchangeService:
         if method == "status":
             return self.status()
         if method == "release_partitions":
-            return {"released": sum(self.release_partition(p) for p in args["partitions"])}
+            reason = str(args.get("reason") or "released by the coordinator")
+            return {"released": sum(self.release_partition(p, reason) for p in args["partitions"])}
         if method == "attach_app":
             self.apps[str(args["app"])] = int(args["pid"])
             self.last_app_seen = time.monotonic()
