@@ -258,3 +258,34 @@ def test_remote_readers_get_bytes_not_references(tmp_service):
     reader.send(PartitionRequest("p-remote", 0, 6, 2, 0, True))
     msg = reader.next()
     assert isinstance(msg, BufferResponse) and not msg.flags & FLAG_SHARED and bytes(msg.payload) == payload
+
+
+def _shmem_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssShmem:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def test_finished_partitions_do_not_keep_their_writers_arenas_mapped(tmp_service):
+    """A finished HYBRID partition stays alive until dropped, but its writer's arena (buffersPerPartition
+    slots of shared memory) must be unmapped once its connection is gone: 40 of them must not add up."""
+    svc = tmp_service()
+    config = client_config(svc, service=svc.unix, hostId=svc.info["host_id"], exchange="shm-many",
+                           partitioner="hash", keys="key", numSubpartitions=8, bufferSize="256k",
+                           buffersPerPartition=8)  # an arena of about 2.5 MiB per writer
+    handle = ex.declare_write(config, SCHEMA, overwrite=True)
+    partitions = []
+    for index in range(40):
+        task = ex.ProducerTask(handle, index, f"attempt-{index}")
+        assert task.writer.arena is not None
+        task.write(producer_batches(index, 20_000, batch_rows=5000))
+        partitions.append(task.finish()["partition"])
+    ex.commit_write(handle, partitions)
+    deadline = time.monotonic() + 10
+    while _shmem_mib(svc.proc.pid) > 8 and time.monotonic() < deadline:  # the last connection closes meanwhile
+        time.sleep(0.1)
+    assert _shmem_mib(svc.proc.pid) <= 8, f"{_shmem_mib(svc.proc.pid):.0f} MiB of arenas still mapped (40 x 2.5 MiB written)"
+    rows = sum(read_all(config, ex.describe_exchange(config), s).num_rows for s in range(8))
+    assert rows == 40 * 20_000

@@ -160,6 +160,11 @@ class ServerConnection(asyncio.BufferedProtocol):
             part = producer.partition
             if not part.finished and not part.failure:
                 self.service.producer_lost(part, f"connection of its writer ({self.client_id}) was lost before finish")
+            # the partition outlives this connection: it must not keep the connection (and through it the
+            # writer's arena mapping, bufferSize x buffersPerPartition of shared memory) alive until it is dropped
+            part.on_slots_freed = lambda arena_slot: None
+            producer.arena = None
+        self.producers.clear()
         self.service.on_connection_closed(self)
 
     def pause_writing(self) -> None:
