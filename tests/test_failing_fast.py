@@ -252,3 +252,47 @@ def test_arena_reader_keeps_few_arena_files_open():
     finally:
         for arena in arenas:
             arena.unlink()
+
+
+@pytest.mark.parametrize("shared", ["true", "false"])
+def test_abort_does_not_wait_for_a_flusher_stuck_on_credit(tmp_service, shared):
+    """A PIPELINED_BOUNDED writer with no consumer: its output flusher blocks waiting for credit. The task's
+    abort must end the write at once, not after pipelined.noConsumerTimeout."""
+    from test_service import SCHEMA, producer_batches
+
+    svc = tmp_service()
+    config = client_config(svc, service=svc.unix, hostId=svc.info["host_id"], exchange="stuck", partitioner="hash",
+                           keys="key", numSubpartitions=1, partitionType="PIPELINED_BOUNDED", bufferSize="64k",
+                           buffersPerPartition=2, bufferTimeout="20ms", sharedMemory=shared,
+                           **{"pipelined.noConsumerTimeout": "60"})
+    handle = ex.declare_write(config, SCHEMA, overwrite=True)
+    task = ex.ProducerTask(handle, 0, "attempt-0")
+    deadline = time.monotonic() + 20
+    for batch in producer_batches(0, 200_000, batch_rows=200):  # small batches: the flusher does the pushing
+        task.write([batch])
+        if task.writer.backpressure_seconds or (task.writer.credit <= 0 and task.writer.buffers_pushed >= 2):
+            break
+        assert time.monotonic() < deadline
+    time.sleep(0.3)  # the flusher is now waiting for credit that no consumer will free
+    start = time.monotonic()
+    task.fail("the Spark task was killed")
+    assert time.monotonic() - start < 5
+    status = svc.connect().call("status")
+    states = [p["state"] for p in status["partitions"] if p["exchange"] == "stuck"]
+    assert states == ["failed"]
+
+
+def test_a_short_credit_poll_leaves_the_connections_timeout_alone(tmp_service):
+    svc = tmp_service()
+    from sparkflow_exchange.network.protocol import RpcRequest
+
+    conn = svc.connect()
+    conn.send(RpcRequest(99, "ping", {}))
+    deadline = time.monotonic() + 10
+    got = []
+    while not got:  # zero-timeout looks, as a writer polls for credit, until the answer is there
+        got = conn.poll()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert conn.sock.gettimeout() == conn.timeout  # the next blocking send still has the connection's timeout
+    conn.close()

@@ -151,7 +151,8 @@ class BlockingConnection:
                 if not ready:
                     return False
         try:
-            self.sock.settimeout(None if timeout is None else max(timeout, 1.0))
+            # select said it is readable: the socket keeps the connection's own timeout (a short poll must
+            # not leave a 1 s timeout behind for the next blocking send)
             data = self.sock.recv(1 << 20)
         except OSError as exc:
             raise ServiceError(f"connection to the exchange service at {self.address} failed: {exc}", "lost") from None

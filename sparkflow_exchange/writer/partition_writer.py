@@ -40,7 +40,12 @@ class NoConsumerError(RuntimeError):
     pass
 
 
+class PartitionAbandoned(RuntimeError):
+    """The task aborted its write while a push waited for credit."""
+
+
 class PartitionWriter:
+    CREDIT_POLL = 0.2  # how often a credit wait looks at abandon() and the no-consumer deadline
     def __init__(self, conn: BlockingConnection, partition: str, num_subpartitions: int, partition_type: str,
                  exchange: str = "", attempt: str = "", no_consumer_timeout: float = 300.0,
                  buffer_size: int = 0, buffers: int = 0, shared_memory: bool = False) -> None:
@@ -50,6 +55,7 @@ class PartitionWriter:
         self.no_consumer_timeout = no_consumer_timeout
         self.lock = threading.Lock()  # the output flusher pushes from its own thread
         self.credit = 0
+        self.abandoned: str | None = None  # set by abandon(): credit waits end
         self.handle = 0
         self.backpressure_seconds = 0.0
         self.bytes_pushed = 0
@@ -171,17 +177,24 @@ class PartitionWriter:
         self.bytes_pushed += nbytes
         self.buffers_pushed += 1
 
+    def abandon(self, reason: str) -> None:
+        """From another thread: whoever waits for credit stops waiting (within a poll interval) and fails."""
+        self.abandoned = reason
+
     def _wait_for_credit(self) -> None:
         start = time.monotonic()
         try:
             while self.credit <= 0:
+                if self.abandoned is not None:
+                    raise PartitionAbandoned(f"partition {self.partition} was abandoned while waiting for credit: "
+                                             f"{self.abandoned}")
                 waited = time.monotonic() - start
                 if waited > self.no_consumer_timeout:
                     raise NoConsumerError(
                         f"partition {self.partition} ({self.partition_type}) has been full for {waited:.0f} s: no consumer "
                         "is reading it (pipelined.noConsumerTimeout). Start the read, or use partitionType HYBRID, "
                         "which spills instead of blocking")
-                msg = self.conn.recv(min(1.0, self.no_consumer_timeout - waited + 0.01))
+                msg = self.conn.recv(min(self.CREDIT_POLL, self.no_consumer_timeout - waited + 0.01))
                 if msg is not None:
                     self._on_message(msg)
         finally:

@@ -270,5 +270,8 @@ class RecordWriter:
             self._flusher.join()
 
     def abort(self, reason: str) -> None:
+        """Fail the partition now: a flusher waiting for credit gives up at once instead of after
+        pipelined.noConsumerTimeout (it could hold the task for minutes)."""
+        self.writer.abandon(reason)
         self._stop_flusher()
         self.writer.fail(reason)
