@@ -27,6 +27,7 @@ import os
 import re
 import stat
 import uuid
+import weakref
 from collections import OrderedDict
 from pathlib import Path
 
@@ -35,7 +36,6 @@ PREFIX = "sparkflow-arena-"
 SLOT_SLACK = 64 * 1024  # IPC metadata, schema message and padding on top of bufferSize
 _NAME = re.compile(rf"{PREFIX}(\d+)-[0-9a-f]+")
 # map every page at once: one call instead of a page fault per 4 KiB on first touch
-_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 class ArenaError(RuntimeError):
@@ -63,11 +63,15 @@ def _open_arena(path: str, flags: int) -> int:
 
 
 class SharedArena:
-    def __init__(self, path: Path, slots: int, slot_size: int, mapping: mmap.mmap) -> None:
+    def __init__(self, path: Path, slots: int, slot_size: int, mapping: mmap.mmap, fd: int | None = None) -> None:
         self.path = path
         self.slots = slots
         self.slot_size = slot_size
         self._view = memoryview(mapping)  # keeps the mapping alive as long as any slice of it
+        self._fd = fd  # the writer's: slots are reserved on first use
+        self._reserved: set[int] = set()
+        if fd is not None:
+            weakref.finalize(self, os.close, fd)
 
     @classmethod
     def create(cls, slots: int, slot_size: int) -> "SharedArena":
@@ -79,15 +83,17 @@ class SharedArena:
         except OSError as exc:
             raise ArenaError(f"cannot create shared-memory arena {path}: {exc}") from None
         try:
-            # reserve tmpfs pages now: a full /dev/shm must fail here, not as SIGBUS on first write
-            os.posix_fallocate(fd, 0, size)
-            mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE)
+            # a sparse file: a slot's pages are reserved (posix_fallocate) when the writer first uses it, so a
+            # Spark task that writes 1 MiB does not zero and map bufferSize x buffersPerPartition (17 MiB:
+            # about 40 ms per task, most of a small task's cost), and a full /dev/shm still fails as an
+            # ArenaError at that reservation, never as SIGBUS on a write into the mapping
+            os.ftruncate(fd, size)
+            mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
         except OSError as exc:
             os.close(fd)
             path.unlink(missing_ok=True)
-            raise ArenaError(f"cannot reserve {size} bytes of shared memory in {SHM_DIR}: {exc}") from None
-        os.close(fd)
-        return cls(path, slots, slot_size, mapping)
+            raise ArenaError(f"cannot create {size} bytes of shared memory in {SHM_DIR}: {exc}") from None
+        return cls(path, slots, slot_size, mapping, fd)
 
     @classmethod
     def attach(cls, path: str, slots: int, slot_size: int) -> "SharedArena":
@@ -99,7 +105,7 @@ class SharedArena:
             size = os.fstat(fd).st_size
             if size < slots * slot_size:
                 raise ArenaError(f"arena {path} holds {size} bytes, fewer than {slots} slots of {slot_size}")
-            mapping = mmap.mmap(fd, slots * slot_size, flags=mmap.MAP_SHARED | _POPULATE)
+            mapping = mmap.mmap(fd, slots * slot_size, flags=mmap.MAP_SHARED)  # pages fault in as slots are read
         except OSError as exc:
             raise ArenaError(f"cannot map shared-memory arena {path}: {exc}") from None
         finally:
@@ -112,7 +118,15 @@ class SharedArena:
         return cls(owned, slots, slot_size, mapping)
 
     def slot(self, index: int) -> memoryview:
+        """Slot ``index``; on the writer's side its memory is reserved the first time (ArenaError if /dev/shm is full)."""
         start = index * self.slot_size
+        if self._fd is not None and index not in self._reserved:
+            try:
+                os.posix_fallocate(self._fd, start, self.slot_size)
+            except OSError as exc:
+                raise ArenaError(f"cannot reserve {self.slot_size} bytes of shared memory in {SHM_DIR} for "
+                                 f"slot {index} of {self.path}: {exc} (free /dev/shm or set sharedMemory=false)") from None
+            self._reserved.add(index)
         return self._view[start:start + self.slot_size]
 
     def unlink(self) -> None:
