@@ -22,6 +22,7 @@ from .private_files import open_private, read_private, write_private
 
 _children: list[subprocess.Popen] = []  # keep a reference so the child is not reaped as garbage
 _attached: set[tuple[int, int]] = set()  # (service pid, jvm pid) pairs attached by this process
+_answered: dict[str, dict] = {}  # state file -> the service it named when it last answered us
 PER_USE_KEYS = ("exchange", "partitioner", "keys", "numSubpartitions", "partitionType", "custom", "numProducers")
 
 
@@ -71,12 +72,27 @@ def _answers(info: dict) -> bool:
 
 def ensure_service(state: Path, config: ExchangeConfig, extra_args: list[str], *, attach_pid: int | None,
                    timeout: float = 30.0) -> dict:
-    """The running service named by ``state``, started if needed, with ``attach_pid`` attached."""
+    """The running service named by ``state``, started if needed, with ``attach_pid`` attached.
+
+    A service this process has already seen answer is trusted while its state file still names it and
+    its pid lives: every Spark write task asks, and a lock, a connection and a ping each time cost it
+    several milliseconds.
+    """
+    known = _answered.get(str(state))
+    if known is not None:
+        info = read_state(state)
+        if info is not None and info == known:
+            return _attach_once(info, attach_pid)
     with os.fdopen(open_private(state.with_suffix(".lock"), os.O_RDWR), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         info = read_state(state)
         if info is None or not _answers(info):
             info = _start(state, config, extra_args, timeout)
+    _answered[str(state)] = info
+    return _attach_once(info, attach_pid)
+
+
+def _attach_once(info: dict, attach_pid: int | None) -> dict:
     if attach_pid is not None and (info["pid"], attach_pid) not in _attached:
         attach(info, attach_pid)
         _attached.add((info["pid"], attach_pid))
