@@ -37,7 +37,6 @@ from ..network.protocol import (
 from ..partition import shared_arena
 from ..partition.shared_arena import ArenaError
 from ..partition.spill import read_index
-from ..service.launcher import pid_alive
 from .buffer_manager import ChannelCredit
 
 if TYPE_CHECKING:
@@ -226,7 +225,7 @@ class LocalFileInputChannel(Channel):
     async def request(self) -> None:
         location = self.producer.get("location") or {}
         pid = location.get("pid")
-        if isinstance(pid, int) and not pid_alive(pid):
+        if isinstance(pid, int) and not self.gate.service_alive(pid):
             self.fail(f"lost the exchange service holding partition {self.partition} at {location.get('tcp')} "
                       f"(its process {pid} is gone); its spill files are no longer served")
             return

@@ -27,6 +27,7 @@ from ..network.aio_client import ClientConnection, ClientRuntime
 from ..network.blocking_client import ServiceError
 from ..network.protocol import BufferResponse
 from ..partition.shared_arena import ArenaReader
+from ..pids import pid_alive
 from ..errors import ExchangeError
 from .buffer_manager import ChannelCredit, FloatingBufferPool
 from .input_channel import InputChannel, LocalFileInputChannel, make_channel
@@ -73,8 +74,16 @@ class InputGate:
         self._closed = False
         self._producer_timer: asyncio.TimerHandle | None = None
         self._arena_reader: ArenaReader | None = None
+        self._alive: dict[int, bool] = {}
         self.buffers = 0
         self.bytes = 0
+
+    def service_alive(self, pid: int) -> bool:
+        """Whether the service process holding local spill files lives (asked once per gate and pid)."""
+        alive = self._alive.get(pid)
+        if alive is None:
+            alive = self._alive[pid] = pid_alive(pid)
+        return alive
 
     def ssl_for(self, address: str):
         return auth.ssl_for(address, self.config)

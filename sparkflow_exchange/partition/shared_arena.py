@@ -175,7 +175,7 @@ class ArenaReader:
 
 def sweep_orphan_arenas() -> list[Path]:
     """Remove this user's arena files whose responsible process (writer or service) is gone."""
-    from ..service.launcher import pid_alive
+    from ..pids import pid_alive
 
     removed = []
     if not SHM_DIR.is_dir():

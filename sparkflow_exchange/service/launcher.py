@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..config import ENV_CONF, ExchangeConfig
 from ..network.blocking_client import BlockingConnection, ServiceError
+from ..pids import pid_alive  # noqa: F401 - services and the CLI ask it here
 from .private_files import open_private, read_private, write_private
 
 _children: list[subprocess.Popen] = []  # keep a reference so the child is not reaped as garbage
@@ -41,20 +42,6 @@ def read_state(path: Path) -> dict | None:
     if not isinstance(pid, int) or not pid_alive(pid):
         return None
     return info
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def write_state(path: str | Path, info: dict) -> None:
