@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import struct
+import warnings
 
 import google_crc32c
 import pyarrow as pa
@@ -33,6 +34,11 @@ _COPY_BELOW = 64 << 10  # smaller messages are serialised, then copied with thei
 
 class ChecksumError(ValueError):
     """A data buffer's bytes are not the bytes its writer sent: it was corrupted on the way or at rest."""
+
+
+if google_crc32c.implementation != "c":  # pragma: no cover - a platform without the wheel's C extension
+    warnings.warn("google-crc32c runs its pure-Python fallback here: every data buffer's checksum will be slow "
+                  "(install a build with the C extension)", RuntimeWarning, stacklevel=1)
 
 
 def checksum(data) -> int:
