@@ -167,7 +167,12 @@ class ProducerTask:
         self.records.write_all(batches)
 
     def finish(self) -> dict:
-        stats = self.records.close()
+        try:
+            stats = self.records.close()
+        except ServiceError as exc:
+            if exc.code != "lost":
+                raise
+            raise ExchangeError(str(exc)) from None  # buffers lost on the way: the message names what
         if self.writer.backpressure_seconds:
             self.conn.call("report_backpressure", partition=self.partition, seconds=self.writer.backpressure_seconds)
         self._coordinator_call("producer_finished", name=self.handle.name, epoch=self.handle.epoch,
