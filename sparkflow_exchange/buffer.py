@@ -5,15 +5,67 @@ without the schema (the exchange carries the schema once), so the reader maps
 it zero-copy. Compression uses Arrow's own IPC body compression (lz4 frame or
 zstd per column buffer): measured faster than compressing the whole message
 with the zstandard module, and decompression needs no extra step.
+
+Every data buffer ends with an 8-byte trailer: the CRC32C of its IPC message
+and the message's length, big endian (8 bytes keep the next piece of a region
+8-aligned, as Arrow's zero-copy reads want). The writer adds it where it serialises; the bytes travel
+untouched through every path (socket, shared-memory slot, spill file, region
+piece), so only the reader, in :func:`decode`, checks and strips it.
 """
 from __future__ import annotations
 
 import base64
+import struct
+import warnings
 
+import google_crc32c
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from .network.protocol import FLAG_COMPRESSED
+
+
+# after every data buffer's IPC message: its CRC32C and its length. 8 bytes, not 4: IPC messages are padded to
+# 8 bytes and Arrow maps aligned buffers zero-copy, so a region's next piece must start 8-aligned too
+TRAILER = struct.Struct(">II")
+TRAILER_SIZE = TRAILER.size
+_COPY_BELOW = 64 << 10  # smaller messages are serialised, then copied with their trailer (a stream writer costs more)
+
+
+class ChecksumError(ValueError):
+    """A data buffer's bytes are not the bytes its writer sent: it was corrupted on the way or at rest."""
+
+
+if google_crc32c.implementation != "c":  # pragma: no cover - a platform without the wheel's C extension
+    warnings.warn("google-crc32c runs its pure-Python fallback here: every data buffer's checksum will be slow "
+                  "(install a build with the C extension)", RuntimeWarning, stacklevel=1)
+
+
+def checksum(data) -> int:
+    """CRC32C (hardware accelerated by google-crc32c) of any buffer, without copying it."""
+    return google_crc32c.value(data if isinstance(data, (bytes, pa.Buffer)) else pa.py_buffer(data))
+
+
+def seal(message) -> pa.Buffer:
+    """An IPC message followed by its trailer (one copy: for messages built elsewhere, and small ones)."""
+    return pa.py_buffer(b"".join((message, TRAILER.pack(checksum(message), len(message)))))
+
+
+def verify(payload) -> pa.Buffer:
+    """The IPC message of a data buffer whose trailer matches; :class:`ChecksumError` otherwise (zero copy)."""
+    buf = payload if isinstance(payload, pa.Buffer) else pa.py_buffer(payload)
+    n = len(buf) - TRAILER_SIZE
+    if n < 0:
+        raise ChecksumError(f"a data buffer of {len(buf)} bytes is too short to hold its checksum")
+    message = buf.slice(0, n)
+    expected, length = TRAILER.unpack_from(buf, n)
+    if length != n:
+        raise ChecksumError(f"a data buffer of {n} bytes says it holds {length} (truncated or misframed)")
+    actual = checksum(message)
+    if actual != expected:
+        raise ChecksumError(f"checksum mismatch in a data buffer of {n} bytes (CRC32C {actual:#010x}, "
+                            f"written as {expected:#010x})")
+    return message
 
 
 def schema_to_b64(schema: pa.Schema) -> str:
@@ -55,6 +107,17 @@ class BatchEncoder:
         return schema_len
 
     def encode(self, batch: pa.RecordBatch) -> pa.Buffer:
+        """The batch's data buffer: its IPC message and checksum trailer."""
+        if self.compression is None and self._schema_len is not None:
+            size = ipc.get_record_batch_size(batch)
+            if size >= _COPY_BELOW:  # serialised in place next to its trailer: no copy of a large message
+                dest = pa.allocate_buffer(self._schema_len + size + TRAILER_SIZE)
+                placed = self.encode_into(batch, memoryview(dest))
+                if placed is not None:
+                    return dest.slice(*placed)
+        return seal(self._message(batch))
+
+    def _message(self, batch: pa.RecordBatch) -> pa.Buffer:
         if self.compression is None:
             return batch.serialize()
         sink = pa.BufferOutputStream()
@@ -70,22 +133,29 @@ class BatchEncoder:
         """Serialise ``batch`` straight into ``dest`` (a shared-memory slot): (offset, length), or None if it won't fit."""
         if self._schema_len is None:
             return None
-        if self.compression is None and ipc.get_record_batch_size(batch) + self._schema_len > len(dest):
+        if self.compression is None and \
+                ipc.get_record_batch_size(batch) + self._schema_len + TRAILER_SIZE > len(dest):
             return None
-        sink = pa.FixedSizeBufferWriter(pa.py_buffer(dest))
+        target = pa.py_buffer(dest)
+        sink = pa.FixedSizeBufferWriter(target)
         try:
             ipc.new_stream(sink, self.schema, options=self._options).write_batch(batch)
         except (pa.ArrowInvalid, OSError):  # compressed data that did not shrink enough
             return None
-        return self._schema_len, sink.tell() - self._schema_len
+        end = sink.tell()
+        if end + TRAILER_SIZE > len(dest):
+            return None
+        n = end - self._schema_len
+        TRAILER.pack_into(dest, end, checksum(target.slice(self._schema_len, n)), n)
+        return self._schema_len, end + TRAILER_SIZE - self._schema_len
 
 
 class Region:
     """Small buffers of several subpartitions packed into one payload: FLIP-148's region.
 
-    A region is one Arrow IPC stream: the schema message, then one
-    record-batch message per piece (piece = one buffer of one subpartition,
-    readable on its own by :func:`decode`). It costs the writer one credit and
+    A region is the schema message, then one data buffer per piece (piece =
+    one buffer of one subpartition: its IPC message and checksum trailer, as
+    :meth:`BatchEncoder.encode` makes it, readable on its own by :func:`decode`). It costs the writer one credit and
     one pool slot, so a flush of thousands of small subpartitions is a few
     pushes instead of thousands. ``capacity`` bounds the whole payload.
     """
@@ -141,6 +211,7 @@ class Region:
 
 
 def decode(payload: bytes | memoryview | pa.Buffer, schema: pa.Schema) -> pa.RecordBatch:
-    """Zero-copy for uncompressed payloads; Arrow decompresses compressed bodies itself."""
-    buf = payload if isinstance(payload, pa.Buffer) else pa.py_buffer(payload)
-    return ipc.read_record_batch(buf, schema)
+    """A data buffer's batch once its checksum matches (:class:`ChecksumError` if not).
+
+    Zero-copy for uncompressed payloads; Arrow decompresses compressed bodies itself."""
+    return ipc.read_record_batch(verify(payload), schema)

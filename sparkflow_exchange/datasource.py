@@ -220,7 +220,8 @@ class PipelinedWriter(DataSourceArrowWriter):
 
     @_user_errors
     def commit(self, messages: list[PartitionCommit | None]) -> None:
-        ex.commit_write(self.handle, [m.partition for m in messages if m is not None])
+        done = [m for m in messages if m is not None]
+        ex.commit_write(self.handle, [m.partition for m in done], {m.partition: m.rows for m in done})
 
     def abort(self, messages: list[PartitionCommit | None]) -> None:
         ex.abort_write(self.handle, "the Spark write job failed")

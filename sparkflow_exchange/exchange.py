@@ -167,12 +167,18 @@ class ProducerTask:
         self.records.write_all(batches)
 
     def finish(self) -> dict:
-        stats = self.records.close()
+        try:
+            stats = self.records.close()
+        except ServiceError as exc:
+            if exc.code != "lost":
+                raise
+            raise ExchangeError(str(exc)) from None  # buffers lost on the way: the message names what
         if self.writer.backpressure_seconds:
             self.conn.call("report_backpressure", partition=self.partition, seconds=self.writer.backpressure_seconds)
         self._coordinator_call("producer_finished", name=self.handle.name, epoch=self.handle.epoch,
                                partition=self.partition, spill=stats.get("spill_path", ""),
-                               subpartition_bytes=stats.get("subpartition_bytes"))
+                               subpartition_bytes=stats.get("subpartition_bytes"),
+                               rows=int(self.records.sent_rows.sum()))
         self.conn.close()
         return {"partition": self.partition, "index": self.index, "rows": self.records.rows,
                 "bytes": stats.get("bytes", 0)}
@@ -188,9 +194,11 @@ class ProducerTask:
             self.conn.close()
 
 
-def commit_write(handle: WriteHandle, partitions: list[str]) -> dict:
+def commit_write(handle: WriteHandle, partitions: list[str], rows: dict[str, int] | None = None) -> dict:
+    """Seal the write; ``rows`` (rows each partition's task wrote) are checked against what its producer pushed."""
+    extra = {} if rows is None else {"rows": rows}
     return _call(handle.config, "commit", name=handle.name, epoch=handle.epoch, write_id=handle.write_id,
-                 partitions=partitions)
+                 partitions=partitions, **extra)
 
 
 def abort_write(handle: WriteHandle, reason: str = "") -> None:

@@ -14,7 +14,7 @@ from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.consumer.input_gate import ExchangeReadError
 from sparkflow_exchange.consumer.read_plan import coalesce, read_ranges
-from sparkflow_exchange.network.protocol import BufferKind, ErrorResponse, Notify, PartitionRequest
+from sparkflow_exchange.network.protocol import END_COUNTS, BufferKind, ErrorResponse, Notify, PartitionRequest
 from sparkflow_exchange.partition.buffer_pool import MemoryBudget
 from sparkflow_exchange.partition.range_view import RangeView, SubpartitionRangeError
 from sparkflow_exchange.partition.result_partition import ResultPartition
@@ -93,12 +93,13 @@ def test_range_view_reads_subpartitions_in_order_and_resumes_across_them(tmp_pat
         return out
 
     got = take_all(RangeView(part, 0, 4, 0, lambda: None))
-    assert [p for p, *_ in got] == [b"s1-0", b"s2-0", b"s2-1", b"s3-0", b"s3-1", b"s3-2", b""]
+    assert [p for p, *_ in got] == [b"s1-0", b"s2-0", b"s2-1", b"s3-0", b"s3-1", b"s3-2",
+                                    END_COUNTS.pack(6, -1)]  # the closing end carries the range's counts
     assert [s for _, s, _, _ in got] == list(range(7))  # one sequence across the range
     assert [b for _, _, b, _ in got][:6] == [5, 4, 3, 2, 1, 0]  # backlog counts the rest of the range
     assert [k for *_, k in got].count(BufferKind.END_OF_PARTITION) == 1
     resumed = take_all(RangeView(part, 1, 4, 3, lambda: None))  # position 3 of [1, 4) is s3-0
-    assert [p for p, *_ in resumed] == [b"s3-0", b"s3-1", b"s3-2", b""] and resumed[0][1] == 3
+    assert [p for p, *_ in resumed] == [b"s3-0", b"s3-1", b"s3-2", END_COUNTS.pack(6, -1)] and resumed[0][1] == 3
     for start, end in ((2, 2), (3, 1), (0, 5), (-1, 2)):
         with pytest.raises(SubpartitionRangeError, match="outside"):
             RangeView(part, start, end, 0, lambda: None)

@@ -143,11 +143,20 @@ def test_append_adds_producers_and_refuses_another_schema(spark):
     write(spark.range(0, 10, 1, 2), name, partitioner="hash", keys="id", numSubpartitions=2)
     write(spark.range(10, 20, 1, 2), name, mode="append", partitioner="hash", keys="id", numSubpartitions=2)
     assert sorted(r.id for r in read(spark, name).collect()) == list(range(20))
+    assert committed_rows(name) == 20  # each commit checked its producers' rows and added them up
     with pytest.raises(Exception, match="append to exchange .* with another schema"):
         write(spark.range(3).selectExpr("CAST(id AS STRING) AS id"), name, mode="append", partitioner="hash",
               keys="id", numSubpartitions=2)
     write(spark.range(0, 4, 1, 1), name, partitioner="hash", keys="id", numSubpartitions=2)  # overwrite replaces
     assert sorted(r.id for r in read(spark, name).collect()) == list(range(4))
+    assert committed_rows(name) == 4
+
+
+def committed_rows(name: str) -> int | None:
+    from sparkflow_exchange import exchange as ex
+    from sparkflow_exchange.config import ExchangeConfig
+
+    return ex.describe_exchange(ExchangeConfig.load({"exchange": name}), wait=False)["rows"]
 
 
 def test_drop_exchange_then_read_waits_and_names_it(spark):

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from sparkflow_exchange.network.protocol import BROADCAST, BufferKind
+from sparkflow_exchange.network.protocol import BROADCAST, END_COUNTS, BufferKind
 from sparkflow_exchange.partition.buffer_pool import MemoryBudget
 from sparkflow_exchange.partition.result_partition import PartitionStateError, ResultPartition
 from sparkflow_exchange.partition.spill import read_index
@@ -13,6 +13,11 @@ from sparkflow_exchange.partition.subpartition import ERROR_KIND, ConsumeOnceErr
 
 DATA = BufferKind.DATA
 EOP = BufferKind.END_OF_PARTITION
+
+
+def end_of(items, rows: int = -1) -> tuple:
+    """The end-of-partition item after ``items`` (kind, payload): it carries the data buffers and rows."""
+    return (EOP, END_COUNTS.pack(sum(1 for k, _ in items if k == DATA), rows))
 MARKER = BufferKind.MARKER
 BUF = 1024
 
@@ -108,7 +113,7 @@ def test_pipelined_listener_told_of_new_data(tmp_path):
     assert listener.calls >= 1
     assert view.next_is_event() is False
     part.finish()
-    assert [(k, p) for k, p, _, _ in read_all(view)] == [(DATA, b"x"), (EOP, b"")]
+    assert [(k, p) for k, p, _, _ in read_all(view)] == [(DATA, b"x"), end_of([(DATA, b"x")])]
 
 
 def test_pipelined_is_consumed_once(tmp_path):
@@ -165,7 +170,7 @@ def test_blocking_not_readable_before_finish(tmp_path):
     part.finish()
     assert listener.calls > before, "finishing a blocking partition must wake its views"
     got = read_all(view)
-    assert [(k, p) for k, p, _, _ in got] == expected[0] + [(EOP, b"")]
+    assert [(k, p) for k, p, _, _ in got] == expected[0] + [end_of(expected[0])]
     assert [s for _, _, s, _ in got] == list(range(len(expected[0]) + 1))
     data_left = [sum(1 for k, _ in expected[0][i + 1 :] if k == DATA) for i in range(len(expected[0]))]
     assert [b for _, _, _, b in got[:-1]] == data_left
@@ -177,7 +182,7 @@ def test_blocking_rereadable_from_start_and_middle(tmp_path):
     first = read_all(part.create_view(1, 0, Listener()))
     second = read_all(part.create_view(1, 0, Listener()))
     assert first == second
-    assert [(k, p) for k, p, _, _ in first] == expected[1] + [(EOP, b"")]
+    assert [(k, p) for k, p, _, _ in first] == expected[1] + [end_of(expected[1])]
     middle = read_all(part.create_view(1, 4, Listener()))
     assert middle == first[4:]
     assert middle[0][2] == 4
@@ -199,7 +204,8 @@ def test_blocking_index_lists_every_buffer(tmp_path):
             assert kind == ekind
             assert data[off : off + length] == epayload
         assert entries[-1][3] == EOP
-    assert len(data) == sum(len(p) for s in range(2) for _, p in expected[s])
+        assert data[entries[-1][1]:entries[-1][1] + entries[-1][2]] == end_of(expected[s])[1]
+    assert len(data) == sum(len(p) for s in range(2) for _, p in expected[s]) + 2 * END_COUNTS.size
 
 
 def test_blocking_index_flags_are_kept(tmp_path):
@@ -226,7 +232,7 @@ def test_hybrid_pool_bounded_without_consumer_and_late_consumer_gets_all(tmp_pat
     part.finish()
     for s in (0, 1):
         first = read_all(part.create_view(s, 0, Listener()))
-        assert [p for _, p, _, _ in first] == expected[s] + [b""]
+        assert [p for _, p, _, _ in first] == expected[s] + [END_COUNTS.pack(len(expected[s]), -1)]
         assert [seq for _, _, seq, _ in first] == list(range(len(expected[s]) + 1))
         second = read_all(part.create_view(s, 0, Listener()))
         assert second == first
@@ -247,7 +253,7 @@ def test_hybrid_pool_bounded_while_consumer_lags(tmp_path):
             got.append((seq, bytes(item.payload)))
     part.finish()
     got += [(s, p) for _, p, s, _ in read_all(view)]
-    assert got == [(i, payload(i)) for i in range(300)] + [(300, b"")]
+    assert got == [(i, payload(i)) for i in range(300)] + [(300, END_COUNTS.pack(300, -1))]
     assert part.pool.used == 0, "memory of streamed buffers must be released"
 
 
@@ -277,7 +283,7 @@ def test_broadcast_reaches_every_subpartition_stored_once(tmp_path, ptype):
     part.add(2, DATA, 0, b"only-two")
     part.add(BROADCAST, DATA, 0, b"C" * 50)
     part.finish()
-    assert part.spill.size == os.path.getsize(part.spill.path) == 100 + 8 + 50
+    assert part.spill.size == os.path.getsize(part.spill.path) == 100 + 8 + 50 + n * END_COUNTS.size  # + the counts at the end
     for s in range(n):
         got = [p for k, p, _, _ in read_all(part.create_view(s, 0, Listener())) if k == DATA]
         assert got == ([b"B" * 100, b"only-two", b"C" * 50] if s == 2 else [b"B" * 100, b"C" * 50])

@@ -52,6 +52,7 @@ MESSAGES = [
     p.BufferResponse(43, 0, 1, p.BufferKind.DATA, p.FLAG_SHARED,
                      p.SharedRef("/dev/shm/sparkflow-arena-1-ab", 1 << 20, 4096).pack()),
     p.FinishPartition(11),
+    p.FinishPartition(11, {"buffers": [3, 0, 7], "rows": [300, 0, 9000]}),
     p.FailPartition(11, "task killed"),
     p.PartitionFinished(11, {"bytes": 10, "buffers": 2}),
     p.RpcRequest(1, "register", {"a": [1, 2], "b": None}),

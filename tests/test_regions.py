@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from sparkflow_exchange.buffer import decode
+from sparkflow_exchange.buffer import decode, seal
 from sparkflow_exchange.network.protocol import (
     FLAG_SHARED,
     BufferKind,
@@ -41,12 +41,13 @@ EOP = BufferKind.END_OF_PARTITION
 
 
 def make_region(spec: list[tuple[int, int, int]]) -> tuple[bytes, tuple, list[tuple[int, bytes]]]:
-    """An IPC stream (schema, then one batch per piece) and its pieces: spec is (subpartition, start, rows)."""
+    """A region (schema, then one sealed data buffer per piece) and its pieces: spec is (subpartition, start, rows)."""
     parts = [SCHEMA.serialize().to_pybytes()]
     pieces, expected = [], []
     offset = len(parts[0])
     for sub, start, rows in spec:
-        msg = pa.record_batch([pa.array(range(start, start + rows), pa.int64())], schema=SCHEMA).serialize().to_pybytes()
+        msg = seal(pa.record_batch([pa.array(range(start, start + rows), pa.int64())], schema=SCHEMA).serialize()
+                   ).to_pybytes()
         pieces.append((sub, offset, len(msg)))
         expected.append((sub, msg))
         parts.append(msg)
@@ -179,7 +180,7 @@ def test_regions_over_the_socket_read_back_exactly(tmp_service, ptype, unix):
     for sub in range(N):
         got = read_remote(svc, pid, sub)
         assert got == expected[sub], sub
-        assert [decode(g, SCHEMA).num_rows for g in got] == [pa.ipc.read_record_batch(pa.py_buffer(e), SCHEMA).num_rows
+        assert [decode(g, SCHEMA).num_rows for g in got] == [decode(e, SCHEMA).num_rows
                                                               for e in expected[sub]]
         if ptype != "PIPELINED_BOUNDED":
             assert read_spill_file(stats, sub) == expected[sub]  # the local file channel sees ordinary buffers

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from harness import client_config
+from sparkflow_exchange.buffer import seal
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.network.protocol import (
     FLAG_SHARED,
@@ -120,7 +121,8 @@ def register_with_arena(client: RawClient, name: str, slots: int = 2, slot_size:
 
 
 def ipc_payload(start: int, rows: int) -> bytes:
-    return pa.record_batch([pa.array(range(start, start + rows))], names=["v"]).serialize().to_pybytes()
+    """A data buffer as a writer makes it: the batch's IPC message and its checksum trailer."""
+    return seal(pa.record_batch([pa.array(range(start, start + rows))], names=["v"]).serialize()).to_pybytes()
 
 
 def push_into_slots(client: RawClient, arena: SharedArena, registered, payloads: list[bytes]) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from harness import client_config
 from sparkflow_exchange import exchange as ex
-from sparkflow_exchange.buffer import BatchEncoder, Region, decode
+from sparkflow_exchange.buffer import TRAILER_SIZE, BatchEncoder, Region, decode
 from sparkflow_exchange.writer.selectors import SelectorError, group_by_target, make_selector
 
 SCHEMA = pa.schema([pa.field("producer", pa.int32(), nullable=False), pa.field("seq", pa.int64(), nullable=False),
@@ -40,7 +40,7 @@ def expected_seqs(producer: int, batches: list[pa.RecordBatch], n: int) -> list[
 
 # ---------------------------------------------------------------- regions
 @pytest.mark.parametrize("compression", ["none", "lz4", "zstd"])
-def test_region_is_one_ipc_stream_and_every_piece_decodes_alone(compression):
+def test_region_is_schema_then_sealed_pieces_and_every_piece_decodes_alone(compression):
     enc = BatchEncoder(SCHEMA, compression)
     parts = {sub: batches_of(sub, 50 + 30 * sub)[0] for sub in (3, 7, 11, 12)}
     region = Region(enc.schema_message, 1 << 20)
@@ -53,9 +53,13 @@ def test_region_is_one_ipc_stream_and_every_piece_decodes_alone(compression):
     for sub, offset, length in pieces:
         assert offset % 8 == 0
         assert decode(memoryview(payload)[offset:offset + length], SCHEMA).equals(parts[sub])
-    # the whole region reads as an IPC stream: schema, then the pieces in order
-    streamed = list(ipc.open_stream(pa.py_buffer(payload)))
-    assert [b.num_rows for b in streamed] == [p.num_rows for p in parts.values()]
+    # the schema message first; each piece is its IPC message and checksum trailer, back to back
+    assert payload[:len(enc.schema_message)] == enc.schema_message.to_pybytes()
+    assert pieces[0][1] == len(enc.schema_message)
+    assert all(a[1] + a[2] == b[1] for a, b in zip(pieces, pieces[1:]))
+    for sub, offset, length in pieces:
+        message = ipc.read_message(pa.py_buffer(payload[offset:offset + length - TRAILER_SIZE]))
+        assert ipc.read_record_batch(message, SCHEMA).equals(parts[sub])
     # written into a slot it is the same bytes
     slot = bytearray(region.nbytes + 100)
     assert region.write_into(memoryview(slot)) == region.nbytes

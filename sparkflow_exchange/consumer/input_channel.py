@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from ..network.aio_client import ClientConnection, next_receiver_id
 from ..network.blocking_client import ServiceError
 from ..network.protocol import (
+    END_COUNTS,
     FLAG_SHARED,
     FRAME_POOL,
     AddCredit,
@@ -58,6 +59,15 @@ class Channel:
         self.state = "pending"  # pending | requested | finished | failed | cancelled
         self.data_received = 0
         self.bytes_received = 0
+        # task thread: data buffers and rows the reader decoded, checked against the end-of-partition's counts
+        self.buffers_read = 0
+        self.rows_read = 0
+
+    def where(self) -> str:
+        """Which producer and subpartition(s) this channel reads, for error messages."""
+        subs = f"subpartition {self.subpartition}" if self.end is None else \
+            f"subpartitions {self.subpartition}..{self.end - 1}"
+        return f"producer {self.producer.get('index')} (partition {self.partition}), {subs}"
 
     def describe(self) -> dict[str, Any]:
         return {"partition": self.partition, "producer": self.producer["index"], "locality": self.locality,
@@ -140,6 +150,9 @@ class InputChannel(Channel):
             self.bytes_received += len(msg.payload)
             self.gate.deliver(self, msg)
         elif msg.kind == BufferKind.END_OF_PARTITION:
+            # its counts queue behind the channel's buffers: the task thread checks them once it decoded those
+            counts = END_COUNTS.unpack(msg.payload) if len(msg.payload) == END_COUNTS.size else None
+            self.gate.deliver_end(self, counts)
             self.state = "finished"
             self._detach()
             self.gate.announce(self.credit.close())
@@ -221,6 +234,7 @@ class LocalFileInputChannel(Channel):
         self._entries: list[tuple[int, int, int, int, int]] = []
         self._lock = threading.Lock()
         self._reading = False  # the task thread owns the fd from now on
+        self.end_counts: tuple[int, int] | None = None  # summed over the range, read from the spill file
 
     async def request(self) -> None:
         location = self.producer.get("location") or {}
@@ -247,7 +261,12 @@ class LocalFileInputChannel(Channel):
         self.gate.deliver_file(self)
 
     def payloads(self) -> Iterator[bytes]:
-        """Runs on the task thread: the subpartition's data buffers, in sequence order."""
+        """Runs on the task thread: the subpartition's data buffers, in sequence order.
+
+        Each subpartition's end-of-partition entry points at its counts in the data file; they are summed into
+        ``end_counts`` (left None for a file written before counts existed)."""
+        ends: list[tuple[int, int]] = []
+        legacy = False
         with self._lock:
             if self.state != "requested":
                 return
@@ -256,6 +275,15 @@ class LocalFileInputChannel(Channel):
             for seq, offset, length, kind, _flags in self._entries:
                 if self.state != "requested":
                     return
+                if kind == BufferKind.END_OF_PARTITION:
+                    if length != END_COUNTS.size:
+                        legacy = True
+                        continue
+                    data = os.pread(self._fd, length, offset)
+                    if len(data) != length:
+                        raise OSError(f"spill file {self.data_path} is truncated at the end of a subpartition")
+                    ends.append(END_COUNTS.unpack(data))
+                    continue
                 if kind != BufferKind.DATA:
                     continue
                 data = os.pread(self._fd, length, offset)
@@ -265,6 +293,13 @@ class LocalFileInputChannel(Channel):
                 self.data_received += 1
                 self.bytes_received += length
                 yield data
+            wanted = (self.end or self.subpartition + 1) - self.subpartition
+            if not legacy:
+                if len(ends) != wanted:
+                    raise OSError(f"the index of {self.data_path} lists {len(ends)} ends of subpartition for "
+                                  f"{wanted} subpartitions")
+                rows = [r for _, r in ends]
+                self.end_counts = (sum(b for b, _ in ends), -1 if min(rows) < 0 else sum(rows))
             self.state = "finished"
         finally:
             self._release()

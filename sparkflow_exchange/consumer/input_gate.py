@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from ..buffer import decode
+from ..buffer import ChecksumError, decode
 from ..config import ExchangeConfig
 from ..network import auth
 from ..network.aio_client import ClientConnection, ClientRuntime
@@ -33,6 +33,16 @@ from .buffer_manager import ChannelCredit, FloatingBufferPool
 from .input_channel import InputChannel, LocalFileInputChannel, make_channel
 
 _DONE = object()
+
+
+class _End:
+    """A channel's end-of-partition counts (data buffers, rows; rows -1 = not known), queued behind its buffers."""
+
+    __slots__ = ("channel", "counts")
+
+    def __init__(self, channel: InputChannel, counts: tuple[int, int] | None) -> None:
+        self.channel = channel
+        self.counts = counts
 
 
 class ExchangeReadError(ExchangeError):
@@ -232,6 +242,9 @@ class InputGate:
     def deliver(self, channel: InputChannel, msg: BufferResponse) -> None:
         self.ready.put((channel, msg.payload))
 
+    def deliver_end(self, channel: InputChannel, counts: tuple[int, int] | None) -> None:
+        self.ready.put(_End(channel, counts))
+
     def deliver_file(self, channel: LocalFileInputChannel) -> None:
         """The task thread reads this channel's spill file itself when it reaches this item."""
         self.ready.put(channel)
@@ -275,28 +288,61 @@ class InputGate:
                     return
                 if isinstance(item, ExchangeReadError):
                     raise item
+                if isinstance(item, _End):
+                    self._check_counts(item.channel, item.counts)
+                    continue
                 if isinstance(item, LocalFileInputChannel):
                     try:
                         for payload in item.payloads():
                             self.buffers += 1
                             self.bytes += len(payload)
-                            yield decode(payload, schema)
-                    except (OSError, ValueError, OverflowError, MemoryError) as exc:
+                            yield self._decode(item, payload, schema)
+                    except OSError as exc:
+                        raise self._integrity_error(item, "lost", f"its spill file cannot be read whole: {exc}") \
+                            from None
+                    except (ValueError, OverflowError, MemoryError) as exc:
                         raise ExchangeReadError(
                             f"reading partition {item.partition} of exchange {self.name!r} from its spill file "
                             f"{item.data_path} failed: {exc}") from None
                     if item.state == "finished":
+                        self._check_counts(item, item.end_counts)
                         self.runtime.call_soon(self.channel_finished, item)
                     continue
                 channel, payload = item
                 previous = channel
                 self.buffers += 1
                 self.bytes += len(payload)
-                yield decode(payload, schema)
+                yield self._decode(channel, payload, schema)
         finally:
             if previous is not None:
                 self.runtime.call_soon(previous.consumed)
             self.runtime.call_soon(self._close)
+
+    def _decode(self, channel, payload, schema: pa.Schema) -> pa.RecordBatch:
+        """One data buffer, its checksum checked; counted for the channel's end-of-partition check."""
+        try:
+            batch = decode(payload, schema)
+        except ChecksumError as exc:
+            raise self._integrity_error(channel, "corrupt", str(exc)) from None
+        channel.buffers_read += 1
+        channel.rows_read += batch.num_rows
+        return batch
+
+    def _check_counts(self, channel, counts: tuple[int, int] | None) -> None:
+        """The channel delivered every buffer and row its producer's service stored (when it said)."""
+        if counts is None:
+            return
+        buffers, rows = counts
+        if channel.buffers_read != buffers or (rows >= 0 and channel.rows_read != rows):
+            expected = f"{buffers} buffers" + (f" and {rows} rows" if rows >= 0 else "")
+            raise self._integrity_error(
+                channel, "lost", f"read {channel.buffers_read} buffers and {channel.rows_read} rows, its producer "
+                f"stored {expected}")
+
+    def _integrity_error(self, channel, what: str, detail: str) -> ExchangeReadError:
+        """An error that names the exchange, producer and subpartition, and says "corrupt" or "lost"."""
+        return ExchangeReadError(f"{what} data in exchange {self.name!r}, {channel.where()}: {detail}. "
+                                 "Nothing wrong was returned; re-run the write to recover")
 
     def stats(self) -> dict[str, Any]:
         return {"buffers": self.buffers, "bytes": self.bytes,

@@ -73,6 +73,8 @@ class BufferKind(enum.IntEnum):
 FLAG_COMPRESSED = 1
 FLAG_SHARED = 2  # a BufferResponse whose payload is a SharedRef: the buffer is in a writer's arena
 BROADCAST = -1  # subpartition index of a buffer meant for every subpartition
+# an END_OF_PARTITION's payload: the data buffers and rows its subpartition (or range) holds; rows -1 = not known
+END_COUNTS = struct.Struct(">qq")
 
 _BUFFER_RESPONSE = struct.Struct(">qqiBB")  # receiver, seq, backlog, kind, flags
 _ADD_CREDIT = struct.Struct(">qi")  # receiver, credit
@@ -283,6 +285,9 @@ class ProducerCredit:
 @dataclass(frozen=True)
 class FinishPartition:
     handle: int
+    # what the writer pushed: {"buffers": [...], "rows": [...]} per subpartition (one entry: every subpartition,
+    # a broadcast); the service checks the buffers against what it stored and hands both to the readers
+    counts: dict | None = None
 
 
 @dataclass(frozen=True)

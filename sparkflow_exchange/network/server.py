@@ -259,7 +259,12 @@ class ServerConnection(asyncio.BufferedProtocol):
         elif isinstance(msg, FinishPartition):
             producer = self._producer(msg.handle)
             producer.set_blocked(False)
-            producer.partition.finish()
+            lost = producer.partition.count_mismatch(msg.counts)
+            if lost is not None:  # the partition fails (its readers hear so); the writer's task fails with this
+                self.service.producer_lost(producer.partition, lost)
+                self.send(ErrorResponse(lost, None, False, "lost"))
+                return
+            producer.partition.finish(msg.counts)
             stats = producer.partition.stats()
             # bytes per subpartition: the coordinator sums them at commit to size coalesced reads
             stats["subpartition_bytes"] = [sub.bytes_added for sub in producer.partition.subpartitions]

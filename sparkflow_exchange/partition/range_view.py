@@ -5,16 +5,19 @@ producer. One channel per (producer, subpartition) would be 40,000 channels at
 200 x 200; instead the reader asks each producer's service once for the range,
 and the service walks one :class:`SubpartitionView` after another. Sequence
 numbers run across the range (each inner end-of-partition is skipped, one
-closes the range), so a resumed request names a position across the range.
+closes the range and carries the range's summed buffer and row counts), so a
+resumed request names a position across the range.
 Ranges are served for finished partitions only (coalescing is planned for
 sealed exchanges), so every subpartition's length is fixed.
 """
 from __future__ import annotations
 
+import dataclasses
 from bisect import bisect_right
 from itertools import accumulate
 from typing import TYPE_CHECKING, Callable
 
+from ..network.protocol import END_COUNTS, BufferKind
 from .subpartition import ERROR_KIND, ConsumeOnceError, Item, Subpartition, SubpartitionView
 
 if TYPE_CHECKING:
@@ -55,6 +58,9 @@ class RangeView:
         self.total = self._first[-1]  # position of the closing end-of-partition
         data = [s.data_after(s.base) for s in self._subs]
         self._data_later = [sum(data[k + 1:]) for k in range(len(data))]  # data buffers after subpartition k
+        ends = [s.end_counts or (s.data_count, -1) for s in self._subs]
+        rows = [r for _, r in ends]
+        self._end = END_COUNTS.pack(sum(b for b, _ in ends), -1 if min(rows) < 0 else sum(rows))
         if not 0 <= resume_from <= self.total:
             raise SubpartitionRangeError(
                 f"resume position {resume_from} is outside 0..{self.total} of subpartitions [{start}, {end}) "
@@ -103,6 +109,8 @@ class RangeView:
         if item.kind == ERROR_KIND:
             self.released = True
             return item, self.pos, 0
+        if item.kind == BufferKind.END_OF_PARTITION:  # the closing one: the counts of the whole range
+            item = dataclasses.replace(item, payload=self._end)
         seq = self.pos
         self.pos += 1
         return item, seq, self.backlog()

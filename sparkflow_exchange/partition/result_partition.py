@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from ..network.protocol import BROADCAST, BufferKind
+from ..network.protocol import BROADCAST, END_COUNTS, BufferKind
 from .buffer_pool import NetworkBufferPool, StoredBuffer
 from .partition_memory import PartitionMemory
 from .spill import SpillFile, SpillReaders
@@ -159,13 +159,47 @@ class ResultPartition:
         if buf.pending_refs <= 0:
             self.memory.drop(buf)
 
-    def finish(self) -> None:
+    def count_mismatch(self, counts: dict | None) -> str | None:
+        """What is lost, if the data buffers the writer says it pushed are not the ones stored here."""
+        if counts is None:
+            return None
+        buffers = self._per_subpartition(counts, "buffers")
+        rows = self._per_subpartition(counts, "rows")
+        if buffers is None or rows is None:
+            return f"partition {self.pid}: malformed counts at finish (want one or {self.num_subpartitions} " \
+                   "entries of buffers and rows)"
+        wrong = [(s.index, s.data_count, b) for s, b in zip(self.subpartitions, buffers) if s.data_count != b]
+        if not wrong:
+            return None
+        listed = ", ".join(f"subpartition {i}: {got} stored, {want} pushed" for i, got, want in wrong[:5])
+        more = f" and {len(wrong) - 5} more" if len(wrong) > 5 else ""
+        return (f"data lost in exchange {self.exchange!r}, partition {self.pid}: the writer pushed buffers the "
+                f"service did not store ({listed}{more})")
+
+    def _per_subpartition(self, counts: dict, key: str) -> list[int] | None:
+        values = counts.get(key)
+        if not isinstance(values, list) or not all(isinstance(v, int) for v in values):
+            return None
+        if len(values) == 1:
+            return values * self.num_subpartitions
+        return values if len(values) == self.num_subpartitions else None
+
+    def finish(self, counts: dict | None = None) -> None:
+        """End every subpartition; its END_OF_PARTITION carries (data buffers, rows) so readers can check
+        that they got everything (rows as the writer counted them, -1 if it did not say)."""
         if self.failure:
             raise PartitionStateError(f"partition {self.pid} failed: {self.failure}")
         if self.finished:
             return
-        for sub in self.subpartitions:
-            sub.append(StoredBuffer(BufferKind.END_OF_PARTITION, 0, 0, b""))
+        rows = self._per_subpartition(counts, "rows") if counts is not None else None
+        rows = rows or [-1] * self.num_subpartitions
+        ends = [END_COUNTS.pack(sub.data_count, r) for sub, r in zip(self.subpartitions, rows)]
+        # appended to the spill file too, so a reader of the file alone sees the counts
+        base = self.spill.append(b"".join(ends))[0] if self.spill is not None else None
+        for i, (sub, end) in enumerate(zip(self.subpartitions, ends)):
+            sub.end_counts = (sub.data_count, rows[i])
+            spill = (base + i * END_COUNTS.size, END_COUNTS.size) if base is not None else None
+            sub.append(StoredBuffer(BufferKind.END_OF_PARTITION, 0, END_COUNTS.size, end, spill=spill))
         self.finished = True
         if self.spill is not None:
             entries = [

@@ -44,7 +44,8 @@ class Subpartition:
         self.data_before: deque[int] = deque()  # per entry: data buffers before it
         self.streamed = 0  # highest position any view has taken (memory is released behind it)
         self.views: list[SubpartitionView] = []
-        self.bytes_added = 0
+        self.bytes_added = 0  # of data buffers
+        self.end_counts: tuple[int, int] | None = None  # (data buffers, rows) at finish; rows -1 = not known
 
     @property
     def end(self) -> int:
@@ -55,7 +56,7 @@ class Subpartition:
         self.data_before.append(self.data_count)
         if buf.kind == BufferKind.DATA:
             self.data_count += 1
-        self.bytes_added += buf.size
+            self.bytes_added += buf.size
         for view in list(self.views):
             view.notify()
 

@@ -35,6 +35,7 @@ class ProducerInfo:
     state: str = "running"  # running | finished | failed
     reason: str = ""
     spill: str = ""  # data file of a finished re-readable partition (local readers may read it directly)
+    rows: int = -1  # rows it pushed, reported at finish (-1: not reported); checked against its commit message
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,6 +61,7 @@ class Exchange:
     sizes: dict[str, np.ndarray] = field(default_factory=dict)
     committed_bytes: np.ndarray | None = None
     sizes_complete: bool = True  # every committed producer reported its sizes
+    committed_rows: int | None = 0  # rows of the committed producers (None once one did not report its rows)
     _producer_dicts: dict[str, dict] = field(default_factory=dict)  # describe() cache, kept per producer
 
     def set_producer(self, p: ProducerInfo) -> dict:
@@ -93,6 +95,7 @@ class Exchange:
             "producers": list(self._producer_dicts.values()),
             "committed": list(self.committed),
             "subpartition_bytes": self.subpartition_bytes(),
+            "rows": self.committed_rows,
         }
 
     def header(self) -> dict[str, Any]:
@@ -233,11 +236,14 @@ class Coordinator:
                 "width_mismatch")
 
     async def producer_finished(self, name: str, epoch: int, partition: str, spill: str = "",
-                                subpartition_bytes: list[int] | None = None) -> dict:
-        """A producer finished; ``subpartition_bytes`` (bytes per subpartition) feed coalesced reads."""
+                                subpartition_bytes: list[int] | None = None, rows: int | None = None) -> dict:
+        """A producer finished; ``subpartition_bytes`` (bytes per subpartition) feed coalesced reads, ``rows``
+        (what it pushed) is checked against its commit message."""
         ex = self._get(name, epoch)
         p = ex.producers.get(partition)
         if p is not None:
+            if rows is not None:
+                p.rows = rows
             if subpartition_bytes is not None:
                 sizes = np.asarray(subpartition_bytes, dtype=np.int64)
                 if sizes.ndim != 1 or (sizes.size and sizes.min() < 0):
@@ -261,14 +267,19 @@ class Coordinator:
                 await self._notify(ex, name, [ex.set_producer(p)])
         return {"ok": True}
 
-    async def commit(self, name: str, epoch: int, write_id: str, partitions: list[str]) -> dict:
-        """Seal the winning attempts of one write; every other attempt of it is released."""
+    async def commit(self, name: str, epoch: int, write_id: str, partitions: list[str],
+                     rows: dict[str, int] | None = None) -> dict:
+        """Seal the winning attempts of one write; every other attempt of it is released.
+
+        ``rows``: per partition, the rows its task's commit message says it wrote; refused ("lost") when a
+        producer reported pushing other than that."""
         ex = self._get(name, epoch)
         if write_id not in ex.open_writes:
             raise RpcError(f"write {write_id} of exchange {name!r} is not open", "closed")
         missing = [p for p in partitions if p not in ex.producers]
         if missing:
             raise RpcError(f"commit names partitions that never registered: {missing}", "bad_request")
+        self._check_rows(ex, partitions, rows)
         winners = set(partitions)
         of_write = [p for p in ex.producers.values() if p.write_id == write_id]
         indexes = sorted(ex.producers[p].index for p in partitions)
@@ -293,6 +304,20 @@ class Coordinator:
         ex.state = "committed" if not ex.open_writes else "open"
         await self._notify(ex, name, committed=list(ex.committed), removed=[p.partition for p in losers])
         return ex.describe()
+
+    @staticmethod
+    def _check_rows(ex: Exchange, partitions: list[str], rows: dict[str, int] | None) -> None:
+        """Every committed producer pushed the rows its task says it wrote (when both are known)."""
+        rows = rows or {}
+        wrong = [(p, rows[p], ex.producers[p].rows) for p in partitions
+                 if isinstance(rows.get(p), int) and ex.producers[p].rows >= 0 and rows[p] != ex.producers[p].rows]
+        if wrong:
+            listed = ", ".join(f"producer {ex.producers[p].index} (partition {p}): task wrote {w} rows, pushed {g}"
+                               for p, w, g in wrong[:5])
+            raise RpcError(f"commit of exchange {ex.name!r} refused: rows lost ({listed})", "lost")
+        reported = [ex.producers[p].rows for p in partitions]
+        if ex.committed_rows is not None:
+            ex.committed_rows = None if any(r < 0 for r in reported) else ex.committed_rows + sum(reported)
 
     @staticmethod
     def _add_sizes(ex: Exchange, partitions: list[str]) -> None:

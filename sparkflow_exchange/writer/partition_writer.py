@@ -200,9 +200,11 @@ class PartitionWriter:
         finally:
             self.backpressure_seconds += time.monotonic() - start
 
-    def finish(self) -> dict:
+    def finish(self, counts: dict | None = None) -> dict:
+        """End the partition; ``counts`` ({"buffers": [...], "rows": [...]} per subpartition) let the service
+        check that it stored every buffer, and the readers that they got every buffer and row."""
         with self.lock:
-            self.conn.send(FinishPartition(self.handle))
+            self.conn.send(FinishPartition(self.handle, counts))
             while True:
                 msg = self.conn.recv(self.conn.timeout)
                 if msg is None:

@@ -98,6 +98,10 @@ class RecordWriter:
         self._timed_sort_flush = getattr(writer, "partition_type", "") != "BLOCKING"
         self.region = Region(self.encoder.schema_message, buffer_size)
         self.rows = 0
+        # data buffers and rows pushed per accumulator (a broadcast's one counts for every subpartition): sent at
+        # finish so the service and every reader can tell that nothing was lost
+        self.sent_buffers = np.zeros(self.n, dtype=np.int64)
+        self.sent_rows = np.zeros(self.n, dtype=np.int64)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
@@ -167,6 +171,15 @@ class RecordWriter:
 
     def _push(self, sub: int, batch: pa.RecordBatch) -> None:
         self.writer.push_batch(self.targets[sub], batch, self.encoder)
+        self._sent(sub, batch.num_rows)
+
+    def _sent(self, sub: int, rows: int) -> None:
+        self.sent_buffers[sub] += 1
+        self.sent_rows[sub] += rows
+
+    def counts(self) -> dict:
+        """What this writer pushed, per subpartition (compact lists; one entry for a broadcast: every one)."""
+        return {"buffers": self.sent_buffers.tolist(), "rows": self.sent_rows.tolist()}
 
     def _push_whole_buffers(self, sub: int, batch: pa.RecordBatch, size: int) -> tuple[pa.RecordBatch | None, int]:
         """Cut a large slice into buffers of about bufferSize, straight from its memory; return the rest and its size."""
@@ -217,8 +230,10 @@ class RecordWriter:
                     payload = encode(part)
                     if not region.fits(len(payload)):
                         self.writer.push_encoded(sub, payload, self.encoder.flags)
+                        self._sent(sub, part.num_rows)
                         continue
-            region.add(sub, payload)
+            region.add(sub, payload)  # each piece is a buffer of its subpartition
+            self._sent(sub, part.num_rows)
         self._push_region()
         self._flush_cost = time.perf_counter() - started
 
@@ -262,7 +277,7 @@ class RecordWriter:
         if self._flush_error is not None:
             raise self._flush_error
         self.flush()
-        return self.writer.finish()
+        return self.writer.finish(self.counts())
 
     def _stop_flusher(self) -> None:
         self._stop.set()
