@@ -110,7 +110,7 @@ def test_a_buffer_missing_from_the_index_is_lost(tmp_service):
     entries = np.frombuffer(raw[len(INDEX_MAGIC):], dtype=_INDEX_DTYPE)
     drop = np.flatnonzero((entries["sub"] == 2) & (entries["kind"] == BufferKind.DATA))[1]
     index.write_bytes(INDEX_MAGIC + np.delete(entries, drop).tobytes())
-    with pytest.raises(ExchangeReadError, match="lost") as err:
+    with pytest.raises(ExchangeReadError, match="lost") as err:  # the index's own check sees the gap
         read_ids(config, 2)
     assert pid in str(err.value) and "subpartition 2" in str(err.value)
 

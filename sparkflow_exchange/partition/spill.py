@@ -205,7 +205,8 @@ def _check_entries(picked: np.ndarray, start: int, stop: int, data_size: int | N
     ends = np.cumsum(counts)
     expected = np.arange(len(picked), dtype=np.int64) - np.repeat(ends - counts, counts)
     if not np.array_equal(picked["seq"], expected):
-        raise corrupt("sequence numbers are not 0..n-1 in every subpartition")
+        bad = int(np.flatnonzero(picked["seq"] != expected)[0])
+        raise corrupt(f"sequence numbers of subpartition {int(subs[bad])} are not 0..n-1 (an entry is lost)")
     kinds = picked["kind"]
     if len(kinds) and int(kinds.max()) > max(_KINDS):
         raise corrupt(f"unknown buffer kind {int(kinds.max())}")
