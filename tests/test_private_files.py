@@ -25,10 +25,11 @@ def test_runtime_dir_is_created_private(runtime):
     assert oct(runtime.stat().st_mode & 0o777) == oct(0o700)
 
 
-def test_runtime_dir_with_loose_mode_is_refused(runtime):
-    runtime.mkdir(mode=0o755)
-    runtime.chmod(0o755)
-    with pytest.raises(UnsafePathError, match=r"has mode 755; it must be 700 \(chmod 700"):
+@pytest.mark.parametrize("mode", [0o755, 0o777])
+def test_runtime_dir_with_loose_mode_is_refused(runtime, mode):
+    runtime.mkdir(mode=mode)
+    runtime.chmod(mode)  # e.g. made by someone else's umask, or world-writable on purpose
+    with pytest.raises(UnsafePathError, match=rf"{runtime}.* has mode {mode:o}; it must be 700 \(chmod 700"):
         discovery.runtime_dir()
 
 

@@ -62,19 +62,8 @@ class MsgType(enum.IntEnum):
     NOTIFY = 32
 
 
-class BufferKind(enum.IntEnum):
-    """Data needs credit; events (end of partition, markers) do not."""
-
-    DATA = 0
-    END_OF_PARTITION = 1
-    MARKER = 2
-
-
-FLAG_COMPRESSED = 1
-FLAG_SHARED = 2  # a BufferResponse whose payload is a SharedRef: the buffer is in a writer's arena
-BROADCAST = -1  # subpartition index of a buffer meant for every subpartition
-# an END_OF_PARTITION's payload: the data buffers and rows its subpartition (or range) holds; rows -1 = not known
-END_COUNTS = struct.Struct(">qq")
+# buffer kinds and flags belong with the buffer (partition/ must not import network/); named here too
+from ..buffer import BROADCAST, END_COUNTS, FLAG_COMPRESSED, FLAG_SHARED, BufferKind  # noqa: E402,F401
 
 _BUFFER_RESPONSE = struct.Struct(">qqiBB")  # receiver, seq, backlog, kind, flags
 _ADD_CREDIT = struct.Struct(">qi")  # receiver, credit
