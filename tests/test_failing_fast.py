@@ -296,3 +296,49 @@ def test_a_short_credit_poll_leaves_the_connections_timeout_alone(tmp_service):
         time.sleep(0.01)
     assert conn.sock.gettimeout() == conn.timeout  # the next blocking send still has the connection's timeout
     conn.close()
+
+
+@pytest.mark.parametrize("partition_type", ["PIPELINED_BOUNDED", "HYBRID"])
+def test_a_service_stopped_for_3_s_mid_write_and_read_loses_nothing(tmp_service, partition_type):
+    """SIGSTOP of the service while a producer writes and a consumer reads (TCP and Unix), SIGCONT after
+    3 s: both complete with every row; nothing times out or fails meanwhile."""
+    import signal
+
+    from test_service import SCHEMA, Worker, join_all, producer_batches
+
+    svc = tmp_service(host_id="hostA")
+    base = dict(exchange=f"sigstop-{partition_type}", partitioner="hash", keys="key", numSubpartitions=2,
+                partitionType=partition_type, bufferSize="32k", buffersPerPartition=4, bufferTimeout="20ms")
+    writer_config = client_config(svc, service=svc.unix, hostId="hostA", **base)
+    reader_config = client_config(svc, hostId="elsewhere", **base)  # a remote reader over TCP
+    handle = ex.declare_write(writer_config, SCHEMA, overwrite=True)
+    batches = producer_batches(0, 200_000, batch_rows=1000)
+    results: dict = {}
+    tables: dict = {}
+
+    def produce() -> None:
+        task = ex.ProducerTask(handle, 0, "attempt-0")
+        for i, batch in enumerate(batches):
+            task.write([batch])
+            time.sleep(0.01)  # about 2 s of writing: the stop lands in the middle
+        results["partition"] = task.finish()["partition"]
+        ex.commit_write(handle, [results["partition"]], rows={results["partition"]: 200_000})
+
+    def consume(sub: int) -> None:
+        desc = ex.describe_exchange(reader_config)
+        tables[sub] = pa.Table.from_batches(list(ex.read_subpartition(reader_config, desc, sub)), schema=SCHEMA)
+
+    workers = [Worker(consume, 0), Worker(consume, 1), Worker(produce)]
+    for w in workers:
+        w.start()
+    time.sleep(0.5)
+    os.kill(svc.proc.pid, signal.SIGSTOP)
+    assert "partition" not in results  # mid-write
+    try:
+        time.sleep(3)
+    finally:
+        os.kill(svc.proc.pid, signal.SIGCONT)
+    join_all(workers, time.monotonic() + 60)
+    assert tables[0].num_rows + tables[1].num_rows == 200_000
+    got = sorted(pa.concat_tables([tables[0], tables[1]]).column("seq").to_pylist())
+    assert got == list(range(200_000))
