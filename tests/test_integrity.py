@@ -185,3 +185,93 @@ def test_commit_with_a_wrong_row_count_is_refused_as_lost(tmp_service):
     desc = ex.describe_exchange(config)
     assert desc["sealed"] and desc["rows"] == 4000
     assert sorted(i for s in range(SUBS) for i in read_ids(config, s)) == list(range(4000))
+
+
+class MeddlingProxy:
+    """A TCP proxy between a reader and the service that changes the service's first data buffer on the wire:
+    ``flip`` one byte of its payload, or ``drop`` it. Everything else passes as it came."""
+
+    def __init__(self, upstream: str, how: str) -> None:
+        import socket
+        import threading
+
+        self.upstream = upstream
+        self.how = how
+        self.meddled = 0
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.address = "127.0.0.1:%d" % self.server.getsockname()[1]
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        self.server.settimeout(30)
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            host, port = self.upstream.rsplit(":", 1)
+            service = socket.create_connection((host, int(port)), timeout=30)
+            for target in (lambda: self._raw(client, service), lambda: self._frames(service, client)):
+                threading.Thread(target=target, daemon=True).start()
+
+    @staticmethod
+    def _raw(src, dst) -> None:
+        try:
+            while data := src.recv(1 << 16):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    def _frames(self, src, dst) -> None:
+        from dataclasses import replace
+
+        from sparkflow_exchange.network.protocol import BufferResponse, FrameDecoder, encode_bytes
+
+        decoder = FrameDecoder()
+        try:
+            while data := src.recv(1 << 16):
+                out = []
+                for msg in decoder.feed(data):
+                    if isinstance(msg, BufferResponse) and msg.kind == BufferKind.DATA and not self.meddled:
+                        self.meddled += 1
+                        if self.how == "drop":
+                            continue
+                        payload = bytearray(msg.payload)
+                        payload[len(payload) // 2] ^= 0x5A
+                        msg = replace(msg, payload=bytes(payload))
+                    out.append(encode_bytes(msg))
+                dst.sendall(b"".join(out))
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    def close(self) -> None:
+        self.server.close()
+
+
+@pytest.mark.parametrize("how, word", [("flip", "corrupt"), ("drop", "lost")])
+def test_a_buffer_changed_or_dropped_on_the_wire_is_corrupt_or_lost(tmp_service, how, word):
+    svc = tmp_service(host_id="hostA")
+    config = client_config(svc, hostId="hostA", exchange=f"wire-{how}", partitioner="hash", keys="id",
+                           numSubpartitions=SUBS, bufferSize="8k", partitionType="HYBRID")
+    _, pid = write(config)
+    reader = client_config(svc, hostId="elsewhere", exchange=f"wire-{how}", readerTimeout="30")
+    desc = ex.describe_exchange(reader)
+    proxy = MeddlingProxy(svc.tcp, how)
+    try:
+        for producer in desc["producers"]:
+            producer["location"] = {**producer["location"], "tcp": proxy.address}
+        with pytest.raises(ExchangeReadError, match=word) as err:
+            for sub in range(SUBS):
+                list(ex.read_subpartition(reader, desc, sub))
+        assert proxy.meddled == 1 and pid in str(err.value)
+    finally:
+        proxy.close()
+    assert sorted(i for s in range(SUBS) for i in read_ids(reader, s)) == list(range(ROWS))  # the service is fine

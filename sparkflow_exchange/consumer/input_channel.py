@@ -129,7 +129,9 @@ class InputChannel(Channel):
             self.fail(msg.message, code=msg.code)
             return
         if msg.seq != self.next_seq:
-            self.fail(f"buffer {msg.seq} of partition {self.partition} arrived out of order (expected {self.next_seq})")
+            what = "lost" if msg.seq > self.next_seq else "duplicated"
+            self.fail(f"buffers {what} on the way from the service: buffer {msg.seq} of partition {self.partition} of "
+                      f"exchange {self.gate.name!r} arrived where buffer {self.next_seq} was due")
             return
         self.next_seq += 1
         try:
