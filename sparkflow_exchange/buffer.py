@@ -15,7 +15,6 @@ piece), so only the reader, in :func:`decode`, checks and strips it.
 from __future__ import annotations
 
 import base64
-import enum
 import struct
 import warnings
 
@@ -24,19 +23,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 
-class BufferKind(enum.IntEnum):
-    """Data needs credit; events (end of partition, markers) do not."""
-
-    DATA = 0
-    END_OF_PARTITION = 1
-    MARKER = 2
-
-
-FLAG_COMPRESSED = 1
-FLAG_SHARED = 2  # a BufferResponse whose payload is a SharedRef: the buffer is in a writer's arena
-BROADCAST = -1  # subpartition index of a buffer meant for every subpartition
-# an END_OF_PARTITION's payload: the data buffers and rows its subpartition (or range) holds; rows -1 = not known
-END_COUNTS = struct.Struct(">qq")
+from .buffer_kinds import BROADCAST, END_COUNTS, FLAG_COMPRESSED, FLAG_SHARED, BufferKind  # noqa: E402,F401
 
 
 # after every data buffer's IPC message: its CRC32C and its length. 8 bytes, not 4: IPC messages are padded to

@@ -63,7 +63,7 @@ class MsgType(enum.IntEnum):
 
 
 # buffer kinds and flags belong with the buffer (partition/ must not import network/); named here too
-from ..buffer import BROADCAST, END_COUNTS, FLAG_COMPRESSED, FLAG_SHARED, BufferKind  # noqa: E402,F401
+from ..buffer_kinds import BROADCAST, END_COUNTS, FLAG_COMPRESSED, FLAG_SHARED, BufferKind  # noqa: E402,F401
 
 _BUFFER_RESPONSE = struct.Struct(">qqiBB")  # receiver, seq, backlog, kind, flags
 _ADD_CREDIT = struct.Struct(">qi")  # receiver, credit

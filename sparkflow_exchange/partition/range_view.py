@@ -17,7 +17,7 @@ from bisect import bisect_right
 from itertools import accumulate
 from typing import TYPE_CHECKING, Callable
 
-from ..buffer import END_COUNTS, BufferKind
+from ..buffer_kinds import END_COUNTS, BufferKind
 from .subpartition import ERROR_KIND, ConsumeOnceError, Item, Subpartition, SubpartitionView
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from ..buffer import BROADCAST, END_COUNTS, BufferKind
+from ..buffer_kinds import BROADCAST, END_COUNTS, BufferKind
 from .buffer_pool import NetworkBufferPool, StoredBuffer
 from .partition_memory import PartitionMemory
 from .spill import SpillFile, SpillReaders

@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from ..buffer import BufferKind
+from ..buffer_kinds import BufferKind
 from .buffer_pool import StoredBuffer
 
 if TYPE_CHECKING:
