@@ -63,6 +63,18 @@ def _healthy(svc) -> None:
         assert conn.call("ping")["service_id"]
 
 
+def _healthy_again(svc, timeout: float = 10.0) -> None:
+    """A well-behaved client is served again once the service noticed closed connections (a loop turn or two)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _healthy(svc)
+            return
+        except ServiceError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+
 def test_big_frames_before_authentication_are_refused_from_their_prefix(tmp_service):
     """The attack that took a service to 2.4 GiB: connections announcing 60 MiB frames, no Hello (200 here)."""
     svc = tmp_service()
@@ -94,14 +106,7 @@ def test_unauthenticated_connections_are_capped_and_the_cap_frees(tmp_service):
         svc.connect()
     for s, _d, _h in silent:
         s.close()
-    deadline = time.monotonic() + 10
-    while True:  # the service notices the closed connections on its next loop turns
-        try:
-            _healthy(svc)
-            break
-        except ServiceError:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+    _healthy_again(svc)
 
 
 def test_total_connections_are_capped(tmp_service):
@@ -110,14 +115,7 @@ def test_total_connections_are_capped(tmp_service):
     with pytest.raises(ServiceError, match="maxConnections=3"):
         svc.connect()
     held.pop().close()
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            _healthy(svc)
-            break
-        except ServiceError:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+    _healthy_again(svc)
     for conn in held:
         conn.close()
 
