@@ -8,7 +8,8 @@
 * :class:`RemoteInputChannel`: any other host: TCP (TLS when configured).
 
 All methods run on the process's IO thread, except :meth:`InputChannel.consumed`
-which the gate schedules there once the reader is done with a buffer.
+which the gate schedules there once the reader is done with a buffer, and a
+local-file channel's ``open``/``payloads``, which run on the task thread.
 """
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ import asyncio
 import dataclasses
 import os
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
+
+import pyarrow as pa
 
 from ..network.aio_client import ClientConnection, next_receiver_id
 from ..network.blocking_client import ServiceError
@@ -38,6 +40,7 @@ from ..network.protocol import (
 from ..partition import shared_arena
 from ..partition.shared_arena import ArenaError
 from ..partition.spill import read_index
+from .spill_data import SpillData
 from .buffer_manager import ChannelCredit
 
 if TYPE_CHECKING:
@@ -217,52 +220,74 @@ class LocalInputChannel(InputChannel):
         self.shared = gate.config.shared_memory and shared_arena.available()
 
 
+class FileOpenError(Exception):
+    """A local spill file cannot be read at all (its service is gone, the file or its index is unreadable)."""
+
+
 class LocalFileInputChannel(Channel):
     """A finished re-readable partition on this host, read straight from its spill file.
 
     No service round trip and no credit: the reading task pulls buffers at its
-    own pace with pread. The open file descriptor keeps the data readable even
-    if the partition is released meanwhile. It is closed when the task thread
-    is done with it, or by ``cancel`` if the task thread never started on it
-    (the lock decides which thread owns it: an fd is never closed under a pread).
+    own pace (:class:`SpillData`: pread for small buffers, a read-only mapping
+    for large ones). The open file keeps the data readable even if the
+    partition is released meanwhile. It is closed when the task thread is done
+    with it, or by ``cancel`` if the task thread never started on it (the lock
+    decides which thread owns it: a file is never closed under a read).
+
+    Opened by :meth:`request` on the IO thread (a gate with remote channels
+    too), or by :meth:`open` on the task thread (a gate whose every producer is
+    a local finished spill file: no IO thread at all).
     """
 
     locality = "local-file"
 
     def __init__(self, gate: "InputGate", producer: dict, subpartition: int, end: int | None = None) -> None:
         super().__init__(gate, producer, subpartition, end)
-        self.data_path = Path(producer["spill"])
-        self._fd = -1
+        self.data_path: str = producer["spill"]
+        self.index_path = index_path_of(self.data_path)
+        self._data: SpillData | None = None
         self._entries: list[tuple[int, int, int, int, int]] = []
         self._lock = threading.Lock()
-        self._reading = False  # the task thread owns the fd from now on
+        self._reading = False  # the task thread owns the file from now on
         self.end_counts: tuple[int, int] | None = None  # summed over the range, read from the spill file
+        self.mapped_bytes = 0
 
-    async def request(self) -> None:
+    def open(self) -> None:
+        """Open the data file and look its range up in the (per-process cached) index; FileOpenError if not."""
         location = self.producer.get("location") or {}
         pid = location.get("pid")
         if isinstance(pid, int) and not self.gate.service_alive(pid):
-            self.fail(f"lost the exchange service holding partition {self.partition} at {location.get('tcp')} "
-                      f"(its process {pid} is gone); its spill files are no longer served")
-            return
+            raise FileOpenError(f"lost the exchange service holding partition {self.partition} at "
+                                f"{location.get('tcp')} (its process {pid} is gone); its spill files are no longer "
+                                "served")
+        try:
+            data = SpillData(self.data_path)
+            try:
+                self._entries = read_index(self.index_path, self.subpartition, self.end, data.size)
+            except BaseException:
+                data.close()
+                raise
+        except OSError as exc:
+            raise FileOpenError(f"cannot read the spill file of partition {self.partition} of exchange "
+                                f"{self.gate.name!r} ({self.data_path}): {exc}") from None
+        self._data = data
+        self.state = "requested"
+
+    async def request(self) -> None:
         if self.state != "pending":
             return
         try:
-            self._fd = os.open(self.data_path, os.O_RDONLY)
-            self._entries = read_index(self.data_path.with_suffix(".index"), self.subpartition, self.end,
-                                       os.fstat(self._fd).st_size)
-        except OSError as exc:
-            self.fail(f"cannot read the spill file of partition {self.partition} of exchange {self.gate.name!r} "
-                      f"({self.data_path}): {exc}")
+            self.open()
+        except FileOpenError as exc:
+            self.fail(str(exc))
             return
         with self._lock:
-            if self.state != "pending":  # cancelled meanwhile
+            if self.state != "requested":  # cancelled meanwhile
                 self._release()
                 return
-            self.state = "requested"
         self.gate.deliver_file(self)
 
-    def payloads(self) -> Iterator[bytes]:
+    def payloads(self) -> Iterator[bytes | pa.Buffer]:
         """Runs on the task thread: the subpartition's data buffers, in sequence order.
 
         Each subpartition's end-of-partition entry points at its counts in the data file; they are summed into
@@ -273,6 +298,7 @@ class LocalFileInputChannel(Channel):
             if self.state != "requested":
                 return
             self._reading = True
+        data = self._data
         try:
             for seq, offset, length, kind, _flags in self._entries:
                 if self.state != "requested":
@@ -281,20 +307,14 @@ class LocalFileInputChannel(Channel):
                     if length != END_COUNTS.size:
                         legacy = True
                         continue
-                    data = os.pread(self._fd, length, offset)
-                    if len(data) != length:
-                        raise OSError(f"spill file {self.data_path} is truncated at the end of a subpartition")
-                    ends.append(END_COUNTS.unpack(data))
+                    ends.append(END_COUNTS.unpack(data.read(offset, length)))
                     continue
                 if kind != BufferKind.DATA:
                     continue
-                data = os.pread(self._fd, length, offset)
-                if len(data) != length:
-                    raise OSError(f"spill file {self.data_path} is corrupt (truncated) at buffer {seq}: wanted "
-                                  f"{length} bytes at {offset}, got {len(data)}")
+                payload = data.read(offset, length)
                 self.data_received += 1
                 self.bytes_received += length
-                yield data
+                yield payload
             wanted = (self.end or self.subpartition + 1) - self.subpartition
             if not legacy:
                 if len(ends) != wanted:
@@ -316,17 +336,23 @@ class LocalFileInputChannel(Channel):
         with self._lock:
             if self.state in ("pending", "requested"):
                 self.state = "cancelled"
-            if not self._reading:  # the task thread never started on it: nobody else will close the fd
+            if not self._reading:  # the task thread never started on it: nobody else will close the file
                 self._release()
 
     def _release(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self._data is not None:
+            self.mapped_bytes = self._data.mapped_bytes
+            self._data.close()
+            self._data = None
 
 
 class RemoteInputChannel(InputChannel):
     locality = "remote"
+
+
+def index_path_of(data_path: str) -> str:
+    """The index file next to a spill data file (``x.data`` -> ``x.index``; strings: pathlib costs 30 us a call)."""
+    return os.path.splitext(data_path)[0] + ".index"
 
 
 def make_channel(gate: "InputGate", producer: dict, subpartition: int,
@@ -339,7 +365,7 @@ def make_channel(gate: "InputGate", producer: dict, subpartition: int,
     spill = producer.get("spill")
     if end is not None and end == subpartition + 1:
         end = None
-    if local and spill and producer.get("state") == "finished" and os.path.exists(Path(spill).with_suffix(".index")):
+    if local and spill and producer.get("state") == "finished" and os.path.exists(index_path_of(spill)):
         return LocalFileInputChannel(gate, producer, subpartition, end)
     if local and location.get("unix"):
         return LocalInputChannel(gate, producer, subpartition, location["unix"], end)

@@ -10,6 +10,11 @@ coalesced read reads subpartitions [subpartition, subpartition_end) of every
 producer, one channel per producer. Iteration runs on the Spark task's
 thread; channel work on the process's IO thread; a queue joins them, and
 taking the next buffer is what returns the previous one's credit.
+
+The local-file fast path: when the read plan's every producer is a finished
+spill file on this host, the task thread reads them one after the other by
+itself (no IO thread, no event loop, no asyncio task per channel), with the
+same checks (checksums, end-of-partition counts).
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ from ..partition.shared_arena import ArenaReader
 from ..pids import pid_alive
 from ..errors import ExchangeError
 from .buffer_manager import ChannelCredit, FloatingBufferPool
-from .input_channel import InputChannel, LocalFileInputChannel, make_channel
+from .input_channel import FileOpenError, InputChannel, LocalFileInputChannel, make_channel
 
 _DONE = object()
 
@@ -71,7 +76,7 @@ class InputGate:
         self.local_service = local_service  # told how much was read straight from its spill files
         self.secret = secret
         self.host_id = host_id
-        self.runtime = ClientRuntime.get()
+        self._runtime: ClientRuntime | None = None  # the IO thread: started only when a channel needs it
         self.floating = FloatingBufferPool(config.floating_buffers_per_gate)
         self.channels: dict[str, InputChannel] = {}
         self._by_rid: dict[int, InputChannel] = {}
@@ -87,6 +92,13 @@ class InputGate:
         self._alive: dict[int, bool] = {}
         self.buffers = 0
         self.bytes = 0
+        self.path = "channels"  # or "local files": the task thread read every producer's spill file itself
+
+    @property
+    def runtime(self) -> ClientRuntime:
+        if self._runtime is None:
+            self._runtime = ClientRuntime.get()
+        return self._runtime
 
     def service_alive(self, pid: int) -> bool:
         """Whether the service process holding local spill files lives (asked once per gate and pid)."""
@@ -261,16 +273,24 @@ class InputGate:
         if self._arena_reader is not None:  # every shared buffer was copied out already
             self._arena_reader.close()
             self._arena_reader = None
-        file_bytes = sum(c.bytes_received for c in self.channels.values() if isinstance(c, LocalFileInputChannel))
-        if file_bytes and self.local_service:
-            asyncio.ensure_future(self._report_file_reads(file_bytes))
+        self._report_file_bytes()
         for channel in self.channels.values():
             if channel.state in ("pending", "requested"):
                 channel.cancel()
 
+    def _report_file_bytes(self) -> None:
+        """Tell the local service how much was read straight from its spill files (IO thread; no reply awaited)."""
+        file_bytes = sum(c.bytes_received for c in self.channels.values() if isinstance(c, LocalFileInputChannel))
+        if file_bytes and self.local_service:
+            asyncio.ensure_future(self._report_file_reads(file_bytes))
+
     # ------------------------------------------------------------ task thread
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         schema = self.exchange["arrow_schema"]
+        files = self._local_files()
+        if files is not None:
+            yield from self._read_local_files(files, schema)
+            return
         self.runtime.run(self._start(), timeout=self.config.declare_timeout + 30)
         previous: InputChannel | None = None
         try:
@@ -292,20 +312,8 @@ class InputGate:
                     self._check_counts(item.channel, item.counts)
                     continue
                 if isinstance(item, LocalFileInputChannel):
-                    try:
-                        for payload in item.payloads():
-                            self.buffers += 1
-                            self.bytes += len(payload)
-                            yield self._decode(item, payload, schema)
-                    except OSError as exc:
-                        raise self._integrity_error(item, "lost", f"its spill file cannot be read whole: {exc}") \
-                            from None
-                    except (ValueError, OverflowError, MemoryError) as exc:
-                        raise ExchangeReadError(
-                            f"reading partition {item.partition} of exchange {self.name!r} from its spill file "
-                            f"{item.data_path} failed: {exc}") from None
+                    yield from self._read_file(item, schema)
                     if item.state == "finished":
-                        self._check_counts(item, item.end_counts)
                         self.runtime.call_soon(self.channel_finished, item)
                     continue
                 channel, payload = item
@@ -317,6 +325,60 @@ class InputGate:
             if previous is not None:
                 self.runtime.call_soon(previous.consumed)
             self.runtime.call_soon(self._close)
+
+    def _local_files(self) -> list[LocalFileInputChannel] | None:
+        """The plan's channels if every one is a finished spill file on this host, in commit order; else None."""
+        if self.plan is None:
+            return None
+        end = self.subpartition_end if self.partitioner not in ("forward", "broadcast") else None
+        files = []
+        for producer in self.plan:
+            sub = self._wanted(producer)
+            if sub is None or producer["state"] == "failed":
+                continue
+            channel = make_channel(self, producer, sub, end)
+            if not isinstance(channel, LocalFileInputChannel):
+                return None  # a mixed plan: every channel goes through the IO thread as usual
+            files.append(channel)
+        return files
+
+    def _read_local_files(self, files: list[LocalFileInputChannel], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """The fast path: each spill file opened, read, checked and closed in turn, on this (the task's) thread."""
+        self.path = "local files"
+        for channel in files:
+            self.channels[channel.partition] = channel
+        self.sealed = [c.partition for c in files]
+        try:
+            for channel in files:
+                try:
+                    channel.open()
+                except FileOpenError as exc:
+                    self.error = str(exc)
+                    raise ExchangeReadError(str(exc)) from None
+                yield from self._read_file(channel, schema)
+                self.finished.add(channel.partition)
+        finally:
+            self._closed = True
+            for channel in files:
+                channel.cancel()  # closes what the task thread did not get to (an error or an early stop)
+            if any(c.bytes_received for c in files) and self.local_service:
+                self.runtime.call_soon(self._report_file_bytes)
+
+    def _read_file(self, channel: LocalFileInputChannel, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """One local-file channel's batches, each checksum checked, then its end-of-partition counts."""
+        try:
+            for payload in channel.payloads():
+                self.buffers += 1
+                self.bytes += len(payload)
+                yield self._decode(channel, payload, schema)
+        except OSError as exc:
+            raise self._integrity_error(channel, "lost", f"its spill file cannot be read whole: {exc}") from None
+        except (ValueError, OverflowError, MemoryError) as exc:
+            raise ExchangeReadError(
+                f"reading partition {channel.partition} of exchange {self.name!r} from its spill file "
+                f"{channel.data_path} failed: {exc}") from None
+        if channel.state == "finished":
+            self._check_counts(channel, channel.end_counts)
 
     def _decode(self, channel, payload, schema: pa.Schema) -> pa.RecordBatch:
         """One data buffer, its checksum checked; counted for the channel's end-of-partition check."""
@@ -345,5 +407,6 @@ class InputGate:
                                  "Nothing wrong was returned; re-run the write to recover")
 
     def stats(self) -> dict[str, Any]:
-        return {"buffers": self.buffers, "bytes": self.bytes,
+        return {"buffers": self.buffers, "bytes": self.bytes, "path": self.path,
+                "mapped_bytes": sum(getattr(c, "mapped_bytes", 0) for c in self.channels.values()),
                 "channels": [c.describe() for c in self.channels.values()]}

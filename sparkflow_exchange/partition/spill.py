@@ -128,15 +128,16 @@ class _IndexCache:
         self._entries: OrderedDict[tuple, tuple] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, index_path: Path, corrupt) -> tuple:
+    def get(self, index_path: Path | str, corrupt) -> tuple:
         st = os.stat(index_path)
-        key = (str(index_path), st.st_ino, st.st_size, st.st_mtime_ns)
+        key = (index_path if isinstance(index_path, str) else str(index_path), st.st_ino, st.st_size, st.st_mtime_ns)
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
                 self._entries.move_to_end(key)
-                return hit
-        data = Path(index_path).read_bytes()
+                return hit[0]
+        with open(index_path, "rb") as f:
+            data = f.read()
         if not data.startswith(INDEX_MAGIC):
             raise corrupt("it does not start with the index magic")
         body = memoryview(data)[len(INDEX_MAGIC):]
@@ -152,24 +153,29 @@ class _IndexCache:
         # checked once for the whole index: each call then only looks its range up
         _check_entries(entries, 0, width, None, corrupt, allow_missing=True)
         extent = int((entries["offset"].astype(np.int64) + entries["length"].astype(np.int64)).max()) if len(subs) else 0
-        parsed = (entries, subs, np.bincount(subs, minlength=width) > 0, extent)
+        # per subpartition: where its entries start (a list: a lookup is then plain Python, no NumPy call), and
+        # how many subpartitions before it have none (a range is whole when that does not change across it)
+        bounds = np.searchsorted(subs, np.arange(width + 1)).tolist()
+        missing = np.concatenate(([0], np.cumsum(np.bincount(subs, minlength=width) == 0))).tolist()
+        parsed = (entries, bounds, missing, extent)
+        cost = entries.nbytes + 72 * (width + 1)  # the sorted entries, the two lists
         with self._lock:
-            self._entries[key] = parsed
-            self._bytes += entries.nbytes * 2
+            self._entries[key] = (parsed, cost)
+            self._bytes += cost
             while self._bytes > self.max_bytes and len(self._entries) > 1:
-                _, (old, *_rest) = self._entries.popitem(last=False)
-                self._bytes -= old.nbytes * 2
+                _, (_old, old_cost) = self._entries.popitem(last=False)
+                self._bytes -= old_cost
         return parsed
 
 
 _INDEXES = _IndexCache(64 << 20)
 
 
-def read_index(index_path: Path, subpartition: int, end: int | None = None,
+def read_index(index_path: Path | str, subpartition: int, end: int | None = None,
                data_size: int | None = None) -> list[tuple[int, int, int, int, int]]:
     """(seq, offset, length, kind, flags) of subpartitions ``subpartition..end-1`` (default: just one), in order.
 
-    The index is parsed once per process (:class:`_IndexCache`); a range is then two binary searches. The
+    The index is parsed once per process (:class:`_IndexCache`); a range is then two list lookups and a slice. The
     caller skips non-data entries. What it returns is checked, so a damaged index is a
     :class:`SpillCorruptError` naming the file, never a short read or a deep traceback: every subpartition
     of the range has entries numbered 0..n-1 ending with its end-of-partition, known kinds, and (given
@@ -178,17 +184,15 @@ def read_index(index_path: Path, subpartition: int, end: int | None = None,
     def corrupt(what: str) -> SpillCorruptError:
         return SpillCorruptError(f"spill index {index_path} is corrupt: {what}")
 
-    entries, subs, present, extent = _INDEXES.get(index_path, corrupt)
+    entries, bounds, missing, extent = _INDEXES.get(index_path, corrupt)
     stop = subpartition + 1 if end is None else end
-    if subpartition < 0 or stop > len(present) or not present[subpartition:stop].all():
-        missing = next((i for i in range(subpartition, stop) if i < 0 or i >= len(present) or not present[i]), stop)
-        raise corrupt(f"subpartition {missing} has no entries")
+    width = len(bounds) - 1
+    if subpartition < 0 or stop > width or missing[stop] != missing[subpartition]:
+        gap = next((i for i in range(subpartition, stop) if i < 0 or i >= width or bounds[i] == bounds[i + 1]), stop)
+        raise corrupt(f"subpartition {gap} has no entries")
     if data_size is not None and extent > data_size:
         raise corrupt(f"an entry reaches byte {extent} of a data file of {data_size} bytes")
-    lo, hi = np.searchsorted(subs, [subpartition, stop])
-    picked = entries[lo:hi]
-    return list(zip(picked["seq"].tolist(), picked["offset"].tolist(), picked["length"].tolist(),
-                    picked["kind"].tolist(), picked["flags"].tolist()))
+    return [e[1:] for e in entries[bounds[subpartition]:bounds[stop]].tolist()]
 
 
 def _check_entries(picked: np.ndarray, start: int, stop: int, data_size: int | None, corrupt,
