@@ -21,10 +21,19 @@ pid; the temp dir is removed.
 Run: .venv/bin/python benchmarks/transport.py [--size 1g] [--repeat 3]
 Knobs for experiments: ``BENCH_OPTS='{"bufferSize": "4m"}'`` adds exchange options to every exchange
 path; ``BENCH_DEBUG=1`` prints each streaming producer's figures (CPU, credit waits, shared memory).
+
+The checksum's price on the spill-file path (issue 10: <= 10 %) is measured in the same run: the path
+is read once more with this process's decode swapped for one that skips the CRC32C check (benchmark
+only; the package has no setting that turns the check off). ``--only spill`` runs just the raw Unix
+copy and the spill-file variants: read from the mapping (large buffers; what the package does) and with
+``pread`` copies (what it did before), each with and without the check. ``--consume``: the reader
+sums every batch (reads every byte, as Spark does when it passes a batch on) instead of only counting it:
+a mapped buffer read without the check is otherwise never touched at all.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import os
@@ -39,13 +48,18 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
 
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange.buffer import TRAILER_SIZE
+from sparkflow_exchange.consumer import input_gate, spill_data
 from sparkflow_exchange.config import ExchangeConfig, parse_size
 from sparkflow_exchange.network.blocking_client import tune_socket
 from sparkflow_exchange.service.process import client_config, start_service
 
 CHUNK = 1 << 20
+CONSUME = False  # --consume
 
 
 def batch_of(nbytes: int) -> pa.RecordBatch:
@@ -115,6 +129,30 @@ def _raw_receive(server: socket.socket, sender: subprocess.Popen, size: int) -> 
 
 
 # ------------------------------------------------------------------ exchange
+def _decode_unchecked(payload, schema: pa.Schema) -> pa.RecordBatch:
+    buf = payload if isinstance(payload, pa.Buffer) else pa.py_buffer(payload)
+    return ipc.read_record_batch(buf.slice(0, len(buf) - TRAILER_SIZE), schema)
+
+
+@contextlib.contextmanager
+def spill_variant(checksum: bool = True, mapped: bool = True):
+    """Benchmark only: the gate's decode without its CRC32C check, and/or spill buffers read with pread."""
+    decode, map_min = input_gate.decode, spill_data.MAP_MIN
+    if not checksum:
+        input_gate.decode = _decode_unchecked
+    if not mapped:
+        spill_data.MAP_MIN = 1 << 62
+    try:
+        yield
+    finally:
+        input_gate.decode, spill_data.MAP_MIN = decode, map_min
+
+
+def spill_transfer(svc, size: int, checksum: bool = True, mapped: bool = True) -> tuple[float, int]:
+    with spill_variant(checksum, mapped):
+        return exchange_transfer(svc, size, "BLOCKING", "benchhost", False)
+
+
 def producer(args: argparse.Namespace) -> None:
     config = ExchangeConfig.load(json.loads(args.config), spark_conf={})
     handle = ex.WriteHandle(config, **json.loads(args.handle))
@@ -184,6 +222,8 @@ def _exchange_run(proc, handle, config, reader_config, name: str, streaming: boo
         t.start()
     for b in it:
         got += b.nbytes
+        if CONSUME:  # the reader uses every byte, as Spark does when it sends a batch on to the JVM
+            pc.sum(b.column(0))
     elapsed = time.perf_counter() - start
     if streaming:
         t.join(60)
@@ -200,9 +240,14 @@ def main() -> None:
     parser.add_argument("--address")
     parser.add_argument("--config")
     parser.add_argument("--handle")
+    parser.add_argument("--only", choices=["spill"], help="spill: just the raw Unix copy and the spill-file paths")
+    parser.add_argument("--consume", action="store_true",
+                        help="the reader sums every batch's column (uses every byte) instead of only counting")
     parser.add_argument("--out", default=str(Path(__file__).parent / "transport-latest.json"))
     args = parser.parse_args()
     size = parse_size(args.size)
+    global CONSUME
+    CONSUME = args.consume
     args.size = size
     if args.role == "raw-sender":
         raw_sender(args.family, args.address, size)
@@ -226,9 +271,16 @@ def main() -> None:
                 lambda: exchange_transfer(svc, size, "PIPELINED_BOUNDED", "benchhost", False), "raw Unix socket copy"),
             "end to end, local reader (extra)": (
                 lambda: exchange_transfer(svc, size, "PIPELINED_BOUNDED", "benchhost", True), "raw Unix socket copy"),
-            "local spill file (BLOCKING)": (
-                lambda: exchange_transfer(svc, size, "BLOCKING", "benchhost", False), "raw Unix socket copy"),
+            "local spill file (BLOCKING)": (lambda: spill_transfer(svc, size), "raw Unix socket copy"),
+            "local spill file, checksum off (benchmark only)": (
+                lambda: spill_transfer(svc, size, checksum=False), "raw Unix socket copy"),
         }
+        if args.only == "spill":
+            paths = {k: v for k, v in paths.items() if "spill" in k or k == "raw Unix socket copy"}
+            paths["local spill file, pread copies"] = (
+                lambda: spill_transfer(svc, size, mapped=False), "raw Unix socket copy")
+            paths["local spill file, pread copies, checksum off"] = (
+                lambda: spill_transfer(svc, size, checksum=False, mapped=False), "raw Unix socket copy")
         runs: dict[str, list[tuple[float, int]]] = {label: [] for label in paths}
         for _ in range(args.repeat):  # interleaved: each exchange path right after its raw baseline
             for label, (run, _base) in paths.items():
@@ -245,11 +297,18 @@ def main() -> None:
             print(f"{label:48s} {secs:8.2f} {mbps:8.0f} {ratio:7.2f}   [{every}]")
             results[label] = {"seconds": secs, "bytes": nbytes, "MBps": mbps, "ratio_to_raw": ratio,
                               "baseline": base, "all_MBps": [n / 1e6 / t for t, n in runs[label]]}
+        cost = {}
+        for checked, unchecked in (("local spill file (BLOCKING)", "local spill file, checksum off (benchmark only)"),
+                                   ("local spill file, pread copies", "local spill file, pread copies, checksum off")):
+            if checked in best and unchecked in best:
+                ratio = (best[checked][0] / best[checked][1]) / (best[unchecked][0] / best[unchecked][1])
+                cost[checked] = ratio - 1
+                print(f"checksum cost on {checked!r}: {100 * (ratio - 1):+.1f} % time (with / without the check)")
         load_after = os.getloadavg()[0]
         Path(args.out).write_text(json.dumps({
             "size": size, "repeat": args.repeat, "date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(),
             "loadavg_before_after": [load_before, load_after], "buffer_size": ExchangeConfig().buffer_size,
-            "results": results}, indent=2))
+            "results": results, "checksum_cost": cost}, indent=2))
         print(f"({size / 1e6:.0f} MB per path; bufferSize {ExchangeConfig().buffer_size} bytes; "
               f"{os.cpu_count()} CPUs, load average {load_before:.1f} before, {load_after:.1f} after)")
     finally:
