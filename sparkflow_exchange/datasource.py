@@ -34,6 +34,7 @@ from pyspark.sql.types import StructType
 from . import exchange as ex
 from .config import PREFIX, TASK_KEYS, ConfigError, ExchangeConfig
 from .consumer.input_gate import ExchangeReadError
+from .consumer.rebatch import rebatched
 from .consumer.read_plan import read_ranges
 from .errors import SchemaMismatch, UserFacing
 from .network.blocking_client import ServiceError
@@ -189,7 +190,8 @@ class PipelinedReader(DataSourceReader):
     @_user_errors
     def read(self, partition: SubpartitionSplit) -> Iterator[pa.RecordBatch]:
         config = self.config.for_task(self.options, _task_session())
-        return _guarded(ex.read_subpartition(config, self.desc, partition.index, partition.end))
+        batches = ex.read_subpartition(config, self.desc, partition.index, partition.end)
+        return _guarded(rebatched(batches, config.buffer_size))  # Spark pays per batch: small ones joined
 
 
 @dataclass

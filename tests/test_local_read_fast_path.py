@@ -173,3 +173,17 @@ def test_an_early_stop_and_a_failed_read_close_every_file(tmp_service):
         with pytest.raises(ExchangeReadError, match="corrupt"):
             list(gate_of(svc, config, 0, desc))  # seven files read, the eighth fails to open
     assert open_fds() <= before
+
+
+def test_small_batches_are_joined_for_spark_and_large_ones_pass_untouched():
+    from sparkflow_exchange.consumer.rebatch import rebatched
+
+    small = [batch(i * 100, 100) for i in range(50)]  # ~2.5 KiB each
+    large = batch(5_000, 40_000)
+    out = list(rebatched(small[:30] + [large] + small[30:], target_bytes=32 << 10))
+    assert pa.Table.from_batches(out).equals(pa.Table.from_batches(small[:30] + [large] + small[30:]))
+    assert any(b is large for b in out)  # not copied
+    assert len(out) <= 5 and out[0].nbytes >= 32 << 10  # 50 small ones: a joined one, the rest before `large`, one after
+    assert list(rebatched([], 1 << 20)) == []
+    (one,) = rebatched(small[:1], 1 << 20)
+    assert one is small[0]
