@@ -167,6 +167,15 @@ def test_an_early_stop_and_a_failed_read_close_every_file(tmp_service):
         next(reader)
         reader.close()  # the task stops after one batch (a limit)
     assert open_fds() <= before
+    data = Path(desc["producers"][3]["spill"])
+    _seq, offset, length, _kind, _flags = next(e for e in read_index(str(data.with_suffix(".index")), 0)
+                                               if e[3] == BufferKind.DATA)
+    with open(data, "r+b") as f:  # a checksum fails in the middle of the read (the fourth file)
+        f.seek(offset + length // 2)
+        f.write(b"\xff\x00\xff")
+    with pytest.raises(ExchangeReadError, match="corrupt"):
+        list(gate_of(svc, config, 0, desc))
+    assert open_fds() <= before  # while the error (and its traceback's frames) is still alive
     last = Path(desc["producers"][-1]["spill"])
     last.with_suffix(".index").write_bytes(b"not an index")
     for _ in range(3):

@@ -339,6 +339,12 @@ class LocalFileInputChannel(Channel):
             if not self._reading:  # the task thread never started on it: nobody else will close the file
                 self._release()
 
+    def close(self) -> None:
+        """Task thread, fast path (no other thread knows this channel): done with it, whatever its state."""
+        if self.state in ("pending", "requested"):
+            self.state = "cancelled"
+        self._release()
+
     def _release(self) -> None:
         if self._data is not None:
             self.mapped_bytes = self._data.mapped_bytes
