@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -160,7 +161,10 @@ def test_an_early_stop_and_a_failed_read_close_every_file(tmp_service):
                            **options("fast-fds", partitionType="BLOCKING", bufferSize="8k"))
     write(config, 8, 2_000)
     desc = ex.describe_exchange(config)
-    list(gate_of(svc, config, 0, desc))  # warm: indexes cached, the IO thread up for the reports
+    list(gate_of(svc, config, 0, desc))  # warm: indexes cached, the IO thread and its connection up
+    deadline = time.monotonic() + 10  # the report of the bytes read goes out after the read: wait for it
+    while svc.status()["traffic"]["local_file"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
     before = open_fds()
     for _ in range(3):
         reader = iter(gate_of(svc, config, 0, desc))
