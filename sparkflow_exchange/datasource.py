@@ -26,12 +26,17 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
     InputPartition,
     WriterCommitMessage,
 )
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows, \
+    SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from . import exchange as ex
+from . import streaming as st
 from .config import PREFIX, TASK_KEYS, ConfigError, ExchangeConfig
 from .consumer.input_gate import ExchangeReadError
 from .consumer.read_plan import read_ranges
@@ -136,17 +141,12 @@ class PipelinedDataSource(DataSource):
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        return from_arrow_schema(ex.describe_exchange(self.config)["arrow_schema"])
+        return from_arrow_schema(ex.describe_exchange(self.config, allow_stream=True)["arrow_schema"])
 
     @_user_errors
     def reader(self, schema: StructType) -> "PipelinedReader":
         desc = ex.describe_exchange(self.config)
-        expected = desc["arrow_schema"]
-        given = _arrow_schema(schema)
-        if not given.equals(expected):
-            raise SchemaMismatch(
-                f"the given schema does not match exchange {self.config.exchange!r}: given {_describe(given)}, "
-                f"exchange has {_describe(expected)}")
+        _check_schema(self.config.exchange, _arrow_schema(schema), desc["arrow_schema"])
         desc.pop("arrow_schema")
         return PipelinedReader(self.config, _read_plan(desc), dict(self.options))
 
@@ -154,6 +154,22 @@ class PipelinedDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> "PipelinedWriter":
         handle = ex.declare_write(self.config, _arrow_schema(schema), overwrite)
         return PipelinedWriter(handle, dict(self.options))
+
+    @_user_errors
+    def streamWriter(self, schema: StructType, overwrite: bool) -> "PipelinedStreamWriter":
+        return PipelinedStreamWriter(st.declare_stream(self.config, _arrow_schema(schema)), dict(self.options))
+
+    @_user_errors
+    def streamReader(self, schema: StructType) -> "PipelinedStreamReader":
+        desc = st.describe_stream(self.config)
+        _check_schema(self.config.exchange, _arrow_schema(schema), desc["arrow_schema"])
+        return PipelinedStreamReader(self.config, desc["schema"], dict(self.options))
+
+
+def _check_schema(name: str | None, given: pa.Schema, expected: pa.Schema) -> None:
+    if not given.equals(expected):
+        raise SchemaMismatch(f"the given schema does not match exchange {name!r}: given {_describe(given)}, "
+                             f"exchange has {_describe(expected)}")
 
 
 def _read_plan(desc: dict) -> dict:
@@ -206,17 +222,7 @@ class PipelinedWriter(DataSourceArrowWriter):
 
     @_user_errors
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PartitionCommit:
-        index, attempt = _task_attempt()
-        handle = dataclasses.replace(self.handle, config=self.handle.config.for_task(self.options, _task_session()))
-        width = _session_shuffle_partitions() if handle.width_open else None
-        producer = ex.ProducerTask(handle, index, attempt, num_subpartitions=width)
-        try:
-            producer.write(iterator)
-            result = producer.finish()
-        except BaseException as exc:
-            producer.fail(f"{type(exc).__name__}: {exc}")
-            raise
-        return PartitionCommit(result["partition"], index, result["rows"])
+        return _write_task(self.handle, self.options, iterator)
 
     @_user_errors
     def commit(self, messages: list[PartitionCommit | None]) -> None:
@@ -225,3 +231,133 @@ class PipelinedWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[PartitionCommit | None]) -> None:
         ex.abort_write(self.handle, "the Spark write job failed")
+
+
+def _write_task(handle: ex.WriteHandle, options: dict, iterator: Iterator[pa.RecordBatch]) -> PartitionCommit:
+    """One write task: its result partition, written and finished (or failed and released)."""
+    index, attempt = _task_attempt()
+    handle = dataclasses.replace(handle, config=handle.config.for_task(options, _task_session()))
+    width = _session_shuffle_partitions() if handle.width_open else None
+    producer = ex.ProducerTask(handle, index, attempt, num_subpartitions=width)
+    try:
+        producer.write(iterator)
+        result = producer.finish()
+    except BaseException as exc:
+        producer.fail(f"{type(exc).__name__}: {exc}")
+        raise
+    return PartitionCommit(result["partition"], index, result["rows"])
+
+
+# ------------------------------------------------------------------ Structured Streaming
+BATCH_ID = "streaming.sql.batchId"  # local properties Spark sets on every task of a micro-batch
+QUERY_ID = "sql.streaming.queryId"  # the query's id, kept in its checkpoint across restarts
+
+
+class PipelinedStreamWriter(DataSourceStreamArrowWriter):
+    """``writeStream.format("pipelined")``: micro-batch ``batchId`` is the stream's epoch ``batchId``."""
+
+    def __init__(self, handle: st.StreamHandle, options: dict | None = None) -> None:
+        self.handle = handle
+        self.options = options or {}
+
+    @_user_errors
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PartitionCommit:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        batch, query = (ctx.getLocalProperty(BATCH_ID), ctx.getLocalProperty(QUERY_ID)) if ctx else (None, None)
+        if batch is None or query is None:
+            raise RuntimeError("a format('pipelined') stream write ran outside a micro-batch (no batch id)")
+        handle = st.begin_epoch(self.handle, int(batch), query)
+        if handle is None:  # a replay of an epoch committed already: its rows are in the stream once
+            for _ in iterator:
+                pass
+            return PartitionCommit("", -1, 0)
+        return _write_task(handle, self.options, iterator)
+
+    @_user_errors
+    def commit(self, messages: list[PartitionCommit | None], batchId: int) -> None:
+        done = [m for m in messages if m is not None and m.partition]
+        st.commit_epoch(self.handle, batchId, [m.partition for m in done], {m.partition: m.rows for m in done})
+
+    def abort(self, messages: list[PartitionCommit | None], batchId: int) -> None:
+        st.abort_epoch(self.handle, batchId, "the micro-batch failed")
+
+
+@dataclass
+class EpochSplit(InputPartition):
+    """Subpartition ``index`` of every producer of the planned epochs, in epoch order."""
+
+    index: int
+    plans: list
+
+
+class PipelinedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``readStream.format("pipelined")``: offsets are ``{"epochs": {exchange: last epoch read}, "group": g}``."""
+
+    def __init__(self, config: ExchangeConfig, schema_b64: str, options: dict | None = None) -> None:
+        self.config = config
+        self.schema_b64 = schema_b64
+        self.options = options or {}
+        self.group = config.consumer_group
+        self.upto: int | None = None  # availableNow: the newest epoch when the query started
+
+    def _offset(self, epoch: int) -> dict:
+        return {"epochs": {self.config.exchange: epoch}, "group": self.group}
+
+    def _position(self, offset: dict) -> int:
+        self.group = self.group or offset.get("group")
+        try:
+            return int(offset["epochs"][self.config.exchange])
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(f"the query's checkpoint holds offset {offset!r}, not one of exchange "
+                              f"{self.config.exchange!r}: was the checkpoint made by a query reading another "
+                              "exchange?") from None
+
+    @_user_errors
+    def initialOffset(self) -> dict:
+        # Spark may ask twice (same reader): the second answer must name the same group, not a new one
+        joined = st.join_group(self.config, self.group)
+        self.group = joined["group"]
+        return self._offset(joined["position"])
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.config.max_rows_per_trigger:
+            return ReadMaxRows(self.config.max_rows_per_trigger)
+        if self.config.max_bytes_per_trigger:
+            return ReadMaxBytes(self.config.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    @_user_errors
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        after = self._position(start)
+        found = st.latest_epoch(self.config, self.group, after, upto=self.upto,
+                                max_rows=getattr(limit, "max_rows", None), max_bytes=getattr(limit, "max_bytes", None))
+        return self._offset(found["epoch"])
+
+    @_user_errors
+    def reportLatestOffset(self) -> dict | None:
+        return self._offset(st.describe_stream(self.config.replace(declare_timeout=0))["last_committed"])
+
+    @_user_errors
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.upto = st.describe_stream(self.config.replace(declare_timeout=0))["last_committed"]
+
+    @_user_errors
+    def partitions(self, start: dict, end: dict) -> list[EpochSplit]:
+        plan = st.plan_epochs(self.config, self._position(start), self._position(end))
+        if not plan["epochs"]:
+            return []
+        return [EpochSplit(i, plan["epochs"]) for i in range(plan["num_subpartitions"])]
+
+    @_user_errors
+    def read(self, partition: EpochSplit) -> Iterator[pa.RecordBatch]:
+        from .buffer import schema_from_b64
+
+        config = self.config.for_task(self.options, _task_session())
+        return _guarded(st.read_epochs(config, schema_from_b64(self.schema_b64), partition.plans, partition.index))
+
+    @_user_errors
+    def commit(self, end: dict) -> None:
+        position = self._position(end)  # learns the group from the offset after a restart
+        st.commit_group(self.config, self.group, position)

@@ -178,7 +178,7 @@ class ProducerTask:
         self._coordinator_call("producer_finished", name=self.handle.name, epoch=self.handle.epoch,
                                partition=self.partition, spill=stats.get("spill_path", ""),
                                subpartition_bytes=stats.get("subpartition_bytes"),
-                               rows=int(self.records.sent_rows.sum()))
+                               rows=int(self.records.sent_rows.sum()), bytes=int(stats.get("bytes", 0)))
         self.conn.close()
         return {"partition": self.partition, "index": self.index, "rows": self.records.rows,
                 "bytes": stats.get("bytes", 0)}
@@ -208,11 +208,15 @@ def abort_write(handle: WriteHandle, reason: str = "") -> None:
         pass
 
 
-def describe_exchange(config: ExchangeConfig, *, wait: bool = True) -> dict:
-    """The exchange (schema, numSubpartitions...), waiting up to declareTimeout for it to be declared."""
+def describe_exchange(config: ExchangeConfig, *, wait: bool = True, allow_stream: bool = False) -> dict:
+    """The exchange (schema, numSubpartitions...), waiting up to declareTimeout for it to be declared.
+
+    ``allow_stream``: a stream's description (``kind: stream``) is an answer too (for its schema)."""
     name = _require_name(config)
     timeout = config.declare_timeout if wait else 0.0
-    desc = _call(config, "get_exchange", timeout=timeout + 30, name=name, wait=timeout, need_subpartitions=True)
+    extra = {"allow_stream": True} if allow_stream else {}
+    desc = _call(config, "get_exchange", timeout=timeout + 30, name=name, wait=timeout, need_subpartitions=True,
+                 **extra)
     desc["arrow_schema"] = schema_from_b64(desc["schema"])
     return desc
 
