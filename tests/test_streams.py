@@ -136,8 +136,12 @@ def test_admission_control_reads_whole_epochs_within_the_limits(stream):
     assert st.latest_epoch(config.replace(max_epochs_per_trigger=2), group, -1)["epoch"] == 1
     assert st.latest_epoch(config, group, -1, max_rows=250)["epoch"] == 1
     assert st.latest_epoch(config, group, -1, max_rows=10)["epoch"] == 0  # at least one epoch
-    assert st.latest_epoch(config, group, 3, upto=3)["epoch"] == 3  # availableNow's bound: nothing newer
     assert st.latest_epoch(config, group, -1)["epoch"] == 4
+    assert st.latest_epoch(config, group, 2, upto=3)["epoch"] == 3  # availableNow's bound: nothing newer
+    # asking from epoch 2 means Spark finished the batch that ended there: the group is done with 0..2
+    assert stream_of(svc, "events")["released_upto"] == 2
+    with pytest.raises(ExchangeLost, match=r"epochs 0\.\.2 were released"):
+        st.latest_epoch(config, group, -1)
 
 
 def test_writer_waits_while_the_stream_retains_too_much_and_goes_on_when_a_reader_commits(tmp_service):

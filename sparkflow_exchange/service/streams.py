@@ -298,8 +298,15 @@ class StreamRegistry:
         """The newest committed epoch a micro-batch starting after ``after`` may read (admission control:
         at least one epoch when any is there, then as many as the limits allow)."""
         st = self._get(name)
-        self._touch(st, group, after)
+        g = self._touch(st, group, after)
         self._check_retained(st, after)
+        if after > g.position:
+            # Spark asks from the end of its last batch, which is done and in its commit log (a batch that is
+            # not gets re-run from the offset log first, without asking): the group is done with ``after``.
+            # Its commit(end) comes only when the next batch starts, so epochs would stay retained while idle.
+            g.position = after
+            await self._release(st)
+            await self._notify()
         end, epochs, rows, size = after, 0, 0, 0
         for n, e in st.epochs.items():
             if n <= after or (upto is not None and n > upto):
