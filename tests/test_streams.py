@@ -207,3 +207,37 @@ def test_bad_uses_of_a_stream_get_clear_errors(stream, tmp_service):
     assert ex.drop_exchange("events", config)["dropped"] == "events"
     with pytest.raises(ExchangeError, match="stream 'events' does not exist"):
         st.describe_stream(config)
+
+
+def test_operator_sees_a_stream_its_groups_and_a_waiting_writer_and_can_drop_it(tmp_service):
+    from test_cli import _cli
+
+    svc = tmp_service(host_id="hostA")
+    config = client_config(svc, hostId="hostA", exchange="ops", partitioner="hash", keys="id", numSubpartitions="2",
+                           **{"stream.maxRetainedBytes": "1k"}, readerTimeout="30s")
+    handle = st.declare_stream(config, SCHEMA)
+    st.join_group(config.replace(consumer_group="dashboard"))
+    write_epoch(handle, 0, np.arange(1000))
+    outcome = []
+
+    def write_blocked():
+        try:
+            write_epoch(handle, 1, np.arange(5))
+            outcome.append("written")
+        except ExchangeError as exc:
+            outcome.append(str(exc))
+
+    blocked = threading.Thread(target=write_blocked, daemon=True)
+    blocked.start()
+    base = ["--address", svc.tcp, "--secret-file", str(svc.spill_dir.parent / "secret")]
+    time.sleep(1.0)
+    human = _cli("status", *base)
+    assert human.returncode == 0, human.stderr
+    line = [ln for ln in human.stdout.splitlines() if ln.strip().startswith("ops ")][0]
+    assert "epochs<=0 retained=1" in line and "groups: dashboard@-1" in line and "writer waiting" in line
+    dropped = _cli("drop", "ops", *base)
+    assert dropped.returncode == 0 and "dropped stream ops (1 retained epochs released)" in dropped.stdout
+    blocked.join(20)  # the waiting writer goes on (into an error: its stream is gone) instead of hanging
+    assert not blocked.is_alive()
+    assert outcome and "stream 'ops' was dropped while micro-batch 1 waited" in outcome[0]
+    assert svc.status()["partitions"] == []

@@ -175,6 +175,8 @@ class StreamRegistry:
             return {"skip": True, "last_committed": st.last_committed}
         if not await self._room(st, wait):
             return {"waiting": st.describe()}
+        if self.streams.get(name) is not st:
+            raise RpcError(f"stream {name!r} was dropped while micro-batch {epoch} waited to write", "no_exchange")
         async with st.lock:
             op = st.open.get(epoch)
             if op is not None and op.run != run:  # a restarted query replays a batch that never committed
