@@ -241,3 +241,25 @@ def test_operator_sees_a_stream_its_groups_and_a_waiting_writer_and_can_drop_it(
     assert not blocked.is_alive()
     assert outcome and "stream 'ops' was dropped while micro-batch 1 waited" in outcome[0]
     assert svc.status()["partitions"] == []
+
+
+def test_a_group_that_never_planned_a_batch_is_forgotten_and_holds_nothing(tmp_service):
+    # a reader query stopped before its first batch has no offsets in its checkpoint: restarted, it joins as a
+    # new group, and the first one must not hold the stream's epochs back for ttl
+    svc = tmp_service(host_id="hostA", conf={"declareTimeout": "1s"})
+    config = client_config(svc, hostId="hostA", exchange="phantom", partitioner="hash", keys="id",
+                           numSubpartitions="2")
+    handle = st.declare_stream(config, SCHEMA)
+    phantom = st.join_group(config)["group"]
+    st.latest_epoch(config, phantom, -1)  # polled while nothing was committed: no batch planned
+    real = st.join_group(config)["group"]
+    write_epoch(handle, 0, np.arange(10))
+    end, ids = read_to(config, real, -1)
+    st.commit_group(config, real, end)
+    assert stream_of(svc, "phantom")["retained_epochs"] == 1  # held by the phantom for now
+    deadline = time.monotonic() + 15
+    while stream_of(svc, "phantom")["retained_epochs"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    info = stream_of(svc, "phantom")
+    assert list(info["groups"]) == [real] and info["groups"][real]["confirmed"]
+    assert info["retained_epochs"] == 0 and sorted(ids) == list(range(10))

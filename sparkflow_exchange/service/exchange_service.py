@@ -63,7 +63,9 @@ class ExchangeService:
         # slot) or another ("remote"), or read by a reader on this host from our spill files
         self.traffic = {"local": 0, "local_shared": 0, "remote": 0, "local_file": 0}
         self.coordinator = Coordinator(self._release, config.ttl) if coordinator else None
-        self.streams = StreamRegistry(self.coordinator, config.ttl) if self.coordinator is not None else None
+        # a reader query that never planned a batch: its group goes after declareTimeout (at most 30 s) idle
+        self.streams = StreamRegistry(self.coordinator, config.ttl, min(30.0, config.declare_timeout)) \
+            if self.coordinator is not None else None
         self.unix_path = unix_path
         self.attach_mode = attach_mode  # embedded: exit when the attached applications are gone
         self.apps: dict[str, int] = {}  # application id -> pid of its JVM

@@ -26,6 +26,9 @@ from .coordinator import FORWARD_LIKE, Coordinator
 log = logging.getLogger(__name__)
 
 STARTS = ("earliest", "latest")
+# a group that never got as far as planning a micro-batch is forgotten this long after its query's last call:
+# a query restarted before its first batch has no offsets in its checkpoint, so it joins as a new group
+UNCONFIRMED_GRACE = 30.0
 
 
 @dataclass
@@ -55,6 +58,7 @@ class Group:
     name: str
     position: int  # the last epoch this group committed (read and done with)
     seen: float = field(default_factory=time.monotonic)
+    confirmed: bool = False  # its query planned a micro-batch from it (so its checkpoint names the group)
 
 
 @dataclass
@@ -89,7 +93,8 @@ class Stream:
             "retained_rows": sum(e.rows for e in self.epochs.values() if e.rows >= 0),
             "max_retained_bytes": self.max_retained_bytes,
             "writer_waiting_s": None if self.waiting_since is None else round(now - self.waiting_since, 3),
-            "groups": {g.name: {"position": g.position, "idle_s": round(now - g.seen, 3)} for g in self.groups.values()},
+            "groups": {g.name: {"position": g.position, "idle_s": round(now - g.seen, 3), "confirmed": g.confirmed}
+                       for g in self.groups.values()},
         }
 
 
@@ -100,9 +105,10 @@ def epoch_exchange(stream: str, epoch: int) -> str:
 class StreamRegistry:
     """Streams, their epochs and consumer groups, over the coordinator's exchanges."""
 
-    def __init__(self, coordinator: Coordinator, ttl: float = 3600.0) -> None:
+    def __init__(self, coordinator: Coordinator, ttl: float = 3600.0, unconfirmed_grace: float = UNCONFIRMED_GRACE) -> None:
         self.coordinator = coordinator
         self.ttl = ttl
+        self.unconfirmed_grace = unconfirmed_grace
         self.streams: dict[str, Stream] = {}
         self._changed = coordinator._changed  # one condition: a read waiting for a batch exchange sees a stream too
         coordinator.is_stream = lambda name: name in self.streams
@@ -317,6 +323,8 @@ class StreamRegistry:
                            or (max_bytes and size + e.bytes > max_bytes)):
                 break
             end, epochs, rows, size = n, epochs + 1, rows + max(e.rows, 0), size + e.bytes
+        if end > after:
+            g.confirmed = True  # Spark writes this batch to its offset log, the group with it
         return {"epoch": end, "last_committed": st.last_committed}
 
     async def plan(self, name: str, after: int, upto: int) -> dict:
@@ -339,6 +347,7 @@ class StreamRegistry:
         st = self._get(name)
         g = self._touch(st, group, epoch)
         g.position = max(g.position, epoch)
+        g.confirmed = True
         await self._release(st)
         await self._notify()
         return {"group": group, "position": g.position, "released_upto": st.released_upto}
@@ -370,19 +379,22 @@ class StreamRegistry:
         return {"dropped": name, "epochs": len(st.epochs)}
 
     async def expire(self) -> None:
-        """Epochs older than ``ttl`` are released and idle groups forgotten: a reader gone for good holds
-        nothing for ever. The stream itself stays until dropped (its writer query may come back)."""
-        if self.ttl <= 0:
-            return
+        """Idle groups are forgotten (after ``ttl``; one that never planned a batch after a short grace) and
+        epochs older than ``ttl`` released: a reader gone for good holds nothing for ever. The stream itself
+        stays until dropped (its writer query may come back)."""
         now = time.monotonic()
         for st in list(self.streams.values()):
             changed = False
-            for g in [g for g in st.groups.values() if now - g.seen > self.ttl]:
-                log.warning("stream %s: consumer group %s idle for %.0f s, forgotten", st.name, g.name, now - g.seen)
-                del st.groups[g.name]
-                changed = True
+            for g in list(st.groups.values()):
+                limit = self.unconfirmed_grace if not g.confirmed else self.ttl
+                if self.ttl > 0 and not g.confirmed:
+                    limit = min(limit, self.ttl)
+                if limit > 0 and now - g.seen > limit:
+                    log.warning("stream %s: consumer group %s idle for %.0f s, forgotten", st.name, g.name, now - g.seen)
+                    del st.groups[g.name]
+                    changed = True
             for n, e in list(st.epochs.items()):
-                if now - e.committed_at > self.ttl:
+                if self.ttl > 0 and now - e.committed_at > self.ttl:
                     await self._drop_epoch_exchange(st.epochs.pop(n).exchange, f"expired (ttl={self.ttl:g} s)")
                     st.released_upto = max(st.released_upto, n)
                     changed = True
