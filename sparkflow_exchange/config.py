@@ -29,6 +29,7 @@ ENV_CONF = "SPARKFLOW_EXCHANGE_CONF"
 
 PARTITION_TYPES = ("HYBRID", "BLOCKING", "PIPELINED_BOUNDED")
 COMPRESSIONS = ("none", "zstd", "lz4")
+SINGLE_SUBPARTITION = ("forward", "broadcast")  # partitioners that give each producer one subpartition of its own
 
 
 

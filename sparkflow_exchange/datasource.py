@@ -8,28 +8,23 @@ subclass carries (planning) and the task's local properties (tasks, TASK_KEYS on
 shared state lives in the service.
 
 Expected failures (:class:`~sparkflow_exchange.errors.UserFacing`, a lost service)
-leave each entry point through :func:`_user_errors`, which tells Spark's worker to
-print them without a Python traceback: the user reads ``sparkflow_exchange.<Error>:
-<message>`` right after Spark's own line. The worker exits after reporting an error,
-so the setting never outlives that failure.
+leave each entry point through ``spark_errors.user_errors``: the user reads
+``sparkflow_exchange.<Error>: <message>`` right after Spark's own line, no traceback.
+The streaming sink lives in ``stream_sink.py`` (light: Spark imports it once per micro-batch).
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
-import os
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
-    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
-    WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows, \
     SupportsTriggerAvailableNow
@@ -38,41 +33,12 @@ from pyspark.sql.types import StructType
 from . import exchange as ex
 from . import streaming as st
 from .config import PREFIX, TASK_KEYS, ConfigError, ExchangeConfig
-from .consumer.input_gate import ExchangeReadError
 from .consumer.read_plan import read_ranges
-from .errors import SchemaMismatch, UserFacing
-from .network.blocking_client import ServiceError
+from .errors import SchemaMismatch
+from .spark_errors import guarded, user_errors
+from .stream_sink import PartitionCommit, PipelinedStreamWriter
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-
-_USER_ERRORS = (UserFacing, ServiceError, ExchangeReadError)
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _hide_traceback() -> None:
-    """Spark's Python worker prints the next error it reports as ``<class>: <message>`` only."""
-    os.environ["SPARK_HIDE_TRACEBACK"] = "1"
-
-
-def _user_errors(fn: F) -> F:
-    """An entry point Spark calls: expected failures reach the user without a traceback."""
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except _USER_ERRORS:
-            _hide_traceback()
-            raise
-    return wrapper  # type: ignore[return-value]
-
-
-def _guarded(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """:func:`_user_errors` for a read's iterator (its errors happen while Spark iterates)."""
-    try:
-        yield from batches
-    except _USER_ERRORS:
-        _hide_traceback()
-        raise
 
 
 def _task_session() -> dict[str, str]:
@@ -132,34 +98,34 @@ class PipelinedDataSource(DataSource):
     def name(cls) -> str:
         return "pipelined"
 
-    @_user_errors
+    @user_errors
     def __init__(self, options: dict) -> None:
         super().__init__(options)
         self.config = ExchangeConfig.load(dict(options), session=self.session_conf)
 
-    @_user_errors
+    @user_errors
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         return from_arrow_schema(ex.describe_exchange(self.config, allow_stream=True)["arrow_schema"])
 
-    @_user_errors
+    @user_errors
     def reader(self, schema: StructType) -> "PipelinedReader":
         desc = ex.describe_exchange(self.config)
         _check_schema(self.config.exchange, _arrow_schema(schema), desc["arrow_schema"])
         desc.pop("arrow_schema")
         return PipelinedReader(self.config, _read_plan(desc), dict(self.options))
 
-    @_user_errors
+    @user_errors
     def writer(self, schema: StructType, overwrite: bool) -> "PipelinedWriter":
         handle = ex.declare_write(self.config, _arrow_schema(schema), overwrite)
         return PipelinedWriter(handle, dict(self.options))
 
-    @_user_errors
+    @user_errors
     def streamWriter(self, schema: StructType, overwrite: bool) -> "PipelinedStreamWriter":
         return PipelinedStreamWriter(st.declare_stream(self.config, _arrow_schema(schema)), dict(self.options))
 
-    @_user_errors
+    @user_errors
     def streamReader(self, schema: StructType) -> "PipelinedStreamReader":
         desc = st.describe_stream(self.config)
         _check_schema(self.config.exchange, _arrow_schema(schema), desc["arrow_schema"])
@@ -202,17 +168,10 @@ class PipelinedReader(DataSourceReader):
         ranges = read_ranges(self.desc, self.config.advisory_partition_size)
         return [SubpartitionSplit(s, None if e == s + 1 else e) for s, e in ranges]
 
-    @_user_errors
+    @user_errors
     def read(self, partition: SubpartitionSplit) -> Iterator[pa.RecordBatch]:
         config = self.config.for_task(self.options, _task_session())
-        return _guarded(ex.read_subpartition(config, self.desc, partition.index, partition.end))
-
-
-@dataclass
-class PartitionCommit(WriterCommitMessage):
-    partition: str
-    index: int
-    rows: int
+        return guarded(ex.read_subpartition(config, self.desc, partition.index, partition.end))
 
 
 class PipelinedWriter(DataSourceArrowWriter):
@@ -220,11 +179,11 @@ class PipelinedWriter(DataSourceArrowWriter):
         self.handle = handle
         self.options = options or {}  # the write's own options: they beat the task's session settings
 
-    @_user_errors
+    @user_errors
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PartitionCommit:
-        return _write_task(self.handle, self.options, iterator)
+        return write_task(self.handle, self.options, iterator)
 
-    @_user_errors
+    @user_errors
     def commit(self, messages: list[PartitionCommit | None]) -> None:
         done = [m for m in messages if m is not None]
         ex.commit_write(self.handle, [m.partition for m in done], {m.partition: m.rows for m in done})
@@ -233,7 +192,7 @@ class PipelinedWriter(DataSourceArrowWriter):
         ex.abort_write(self.handle, "the Spark write job failed")
 
 
-def _write_task(handle: ex.WriteHandle, options: dict, iterator: Iterator[pa.RecordBatch]) -> PartitionCommit:
+def write_task(handle: ex.WriteHandle, options: dict, iterator: Iterator[pa.RecordBatch]) -> PartitionCommit:
     """One write task: its result partition, written and finished (or failed and released)."""
     index, attempt = _task_attempt()
     handle = dataclasses.replace(handle, config=handle.config.for_task(options, _task_session()))
@@ -248,42 +207,7 @@ def _write_task(handle: ex.WriteHandle, options: dict, iterator: Iterator[pa.Rec
     return PartitionCommit(result["partition"], index, result["rows"])
 
 
-# ------------------------------------------------------------------ Structured Streaming
-BATCH_ID = "streaming.sql.batchId"  # local properties Spark sets on every task of a micro-batch
-QUERY_ID = "sql.streaming.queryId"  # the query's id, kept in its checkpoint across restarts
-
-
-class PipelinedStreamWriter(DataSourceStreamArrowWriter):
-    """``writeStream.format("pipelined")``: micro-batch ``batchId`` is the stream's epoch ``batchId``."""
-
-    def __init__(self, handle: st.StreamHandle, options: dict | None = None) -> None:
-        self.handle = handle
-        self.options = options or {}
-
-    @_user_errors
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> PartitionCommit:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        batch, query = (ctx.getLocalProperty(BATCH_ID), ctx.getLocalProperty(QUERY_ID)) if ctx else (None, None)
-        if batch is None or query is None:
-            raise RuntimeError("a format('pipelined') stream write ran outside a micro-batch (no batch id)")
-        handle = st.begin_epoch(self.handle, int(batch), query)
-        if handle is None:  # a replay of an epoch committed already: its rows are in the stream once
-            for _ in iterator:
-                pass
-            return PartitionCommit("", -1, 0)
-        return _write_task(handle, self.options, iterator)
-
-    @_user_errors
-    def commit(self, messages: list[PartitionCommit | None], batchId: int) -> None:
-        done = [m for m in messages if m is not None and m.partition]
-        st.commit_epoch(self.handle, batchId, [m.partition for m in done], {m.partition: m.rows for m in done})
-
-    def abort(self, messages: list[PartitionCommit | None], batchId: int) -> None:
-        st.abort_epoch(self.handle, batchId, "the micro-batch failed")
-
-
+# ------------------------------------------------------------------ Structured Streaming (the sink: stream_sink.py)
 @dataclass
 class EpochSplit(InputPartition):
     """Subpartition ``index`` of every producer of the planned epochs, in epoch order."""
@@ -314,7 +238,7 @@ class PipelinedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                               f"{self.config.exchange!r}: was the checkpoint made by a query reading another "
                               "exchange?") from None
 
-    @_user_errors
+    @user_errors
     def initialOffset(self) -> dict:
         # Spark may ask twice (same reader): the second answer must name the same group, not a new one
         joined = st.join_group(self.config, self.group)
@@ -328,36 +252,36 @@ class PipelinedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return ReadMaxBytes(self.config.max_bytes_per_trigger)
         return ReadAllAvailable()
 
-    @_user_errors
+    @user_errors
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         after = self._position(start)
         found = st.latest_epoch(self.config, self.group, after, upto=self.upto,
                                 max_rows=getattr(limit, "max_rows", None), max_bytes=getattr(limit, "max_bytes", None))
         return self._offset(found["epoch"])
 
-    @_user_errors
+    @user_errors
     def reportLatestOffset(self) -> dict | None:
         return self._offset(st.describe_stream(self.config.replace(declare_timeout=0))["last_committed"])
 
-    @_user_errors
+    @user_errors
     def prepareForTriggerAvailableNow(self) -> None:
         self.upto = st.describe_stream(self.config.replace(declare_timeout=0))["last_committed"]
 
-    @_user_errors
+    @user_errors
     def partitions(self, start: dict, end: dict) -> list[EpochSplit]:
         plan = st.plan_epochs(self.config, self._position(start), self._position(end))
         if not plan["epochs"]:
             return []
         return [EpochSplit(i, plan["epochs"]) for i in range(plan["num_subpartitions"])]
 
-    @_user_errors
+    @user_errors
     def read(self, partition: EpochSplit) -> Iterator[pa.RecordBatch]:
         from .buffer import schema_from_b64
 
         config = self.config.for_task(self.options, _task_session())
-        return _guarded(st.read_epochs(config, schema_from_b64(self.schema_b64), partition.plans, partition.index))
+        return guarded(st.read_epochs(config, schema_from_b64(self.schema_b64), partition.plans, partition.index))
 
-    @_user_errors
+    @user_errors
     def commit(self, end: dict) -> None:
         position = self._position(end)  # learns the group from the offset after a restart
         st.commit_group(self.config, self.group, position)

@@ -12,8 +12,9 @@ from typing import Any, Iterable, Iterator
 import pyarrow as pa
 
 from .buffer import schema_from_b64, schema_to_b64
+from .calls import call
 from .config import ConfigError, ExchangeConfig
-from .errors import ExchangeError, ExchangeLost, ExchangeNotFound, SchemaMismatch
+from .errors import ExchangeError
 from .consumer.input_gate import InputGate
 from .network.blocking_client import ServiceError
 from .service.discovery import Endpoints, resolve
@@ -29,17 +30,7 @@ def _endpoints(config: ExchangeConfig) -> Endpoints:
     return resolve(config)
 
 
-def _call(config: ExchangeConfig, method: str, timeout: float | None = None, **args: Any) -> Any:
-    ep = _endpoints(config)
-    with ep.connect(ep.coordinator, config) as conn:
-        try:
-            return conn.call(method, timeout=timeout, **args)
-        except ServiceError as exc:
-            raise _ERRORS_BY_CODE.get(exc.code, ExchangeError)(str(exc)) from None
-
-
-# the coordinator's error codes that have a class of their own (the name the user reads first)
-_ERRORS_BY_CODE = {"no_exchange": ExchangeNotFound, "exchange_lost": ExchangeLost, "schema_mismatch": SchemaMismatch}
+_call = call  # the coordinator call (calls.py), under the name the rest of this module uses
 
 
 def _require_name(config: ExchangeConfig) -> str:

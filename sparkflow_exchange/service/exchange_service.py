@@ -27,6 +27,7 @@ from ..partition.buffer_pool import NetworkBufferPool
 from ..partition.result_partition import ResultPartition
 from ..partition.spill import SpillReaders
 from .coordinator import Coordinator
+from .discovery import default_host_id
 from .streams import StreamRegistry
 from .launcher import pid_alive
 
@@ -34,10 +35,6 @@ log = logging.getLogger(__name__)
 
 
 SPILL_PREFIX = "sparkflow-spill-"
-
-
-def default_host_id() -> str:
-    return socket.gethostname()
 
 
 class ExchangeService:
