@@ -97,7 +97,7 @@ def begin_epoch(handle: StreamHandle, epoch: int, query: str) -> "WriteHandle | 
                 f"its readers: the stream retains {waiting['retained_bytes']} bytes in {waiting['retained_epochs']} "
                 f"epochs, more than stream.maxRetainedBytes={waiting['max_retained_bytes']}, and no consumer group "
                 f"moved on (groups: {groups}); start the reader query, or drop a group that is gone for good "
-                "with sparkflow_exchange.leave_group")
+                "with sparkflow_exchange.leave_group(name, group)")
 
 
 def commit_epoch(handle: StreamHandle, epoch: int, partitions: list[str], rows: dict[str, int]) -> dict:

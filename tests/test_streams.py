@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+import sparkflow_exchange
 from harness import client_config
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange import streaming as st
@@ -180,11 +181,19 @@ def test_writer_waiting_on_a_reader_gone_for_good_fails_with_a_clear_error(tmp_s
                            numSubpartitions="2", **{"stream.maxRetainedBytes": "1k"}, readerTimeout="1.5s")
     handle = st.declare_stream(config, SCHEMA)
     st.join_group(config.replace(consumer_group="gone"))
+    alive = st.join_group(config.replace(consumer_group="alive"))["group"]
     write_epoch(handle, 0, np.arange(1000))
+    end, ids = read_to(config, alive, -1)
+    st.commit_group(config, alive, end)
     t0 = time.monotonic()
     with pytest.raises(ExchangeError, match=r"waited 1.5 s .*stream.maxRetainedBytes=1024.*gone at epoch -1"):
         write_epoch(handle, 1, np.arange(10))
     assert time.monotonic() - t0 < 15
+    # the operator forgets the group that is gone: the epoch it held is released, the writer goes on
+    assert sparkflow_exchange.leave_group("stuck", "gone", **config.to_keys()) == {"left": True}
+    write_epoch(handle, 1, np.arange(1000, 1010))
+    end, more = read_to(config, alive, 0)
+    assert sorted(ids + more) == list(range(1000)) + list(range(1000, 1010))
 
 
 def test_bad_uses_of_a_stream_get_clear_errors(stream, tmp_service):
