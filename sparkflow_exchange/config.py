@@ -121,6 +121,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "maxEpochsPerTrigger": ("max_epochs_per_trigger", _opt_int, "streaming read: most epochs (writer micro-batches) one micro-batch reads"),
     "maxRowsPerTrigger": ("max_rows_per_trigger", _opt_int, "streaming read: most rows one micro-batch reads (whole epochs, at least one)"),
     "maxBytesPerTrigger": ("max_bytes_per_trigger", lambda v: None if v in (None, "") else parse_size(v), "streaming read: most bytes one micro-batch reads (whole epochs, at least one)"),
+    "stream.consumerGroups": ("stream_consumer_groups", lambda v: tuple(k.strip() for k in str(v).split(",") if k.strip()), "streaming write: consumer groups the stream keeps every epoch for from its start, registered before their readers run (comma separated)"),
     "stream.maxRetainedBytes": ("stream_max_retained_bytes", parse_size, "streaming write: the writer query waits while its stream retains more than this for its slowest consumer group (0 = no bound)"),
 }
 _BY_LOWER = {k.lower(): k for k in _KEYS}
@@ -183,6 +184,7 @@ class ExchangeConfig:
     max_rows_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     stream_max_retained_bytes: int = 0
+    stream_consumer_groups: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.partition_type not in PARTITION_TYPES:

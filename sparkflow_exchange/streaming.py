@@ -61,7 +61,7 @@ def declare_stream(config: ExchangeConfig, schema: "pa.Schema") -> StreamHandle:
                                  "shared": False},
                     partition_type=config.partition_type,
                     coalesce=config.num_subpartitions is None and config.partitioner not in SINGLE_SUBPARTITION,
-                    max_retained_bytes=config.stream_max_retained_bytes)
+                    max_retained_bytes=config.stream_max_retained_bytes, groups=list(config.stream_consumer_groups))
     return StreamHandle(config, name, desc["schema"], config.partitioner, desc["num_subpartitions"], uuid.uuid4().hex)
 
 

@@ -84,9 +84,10 @@ def test_two_groups_read_independently_and_available_now_stops(spark, tmp_path):
     name = "stream-groups"
     wck = str(tmp_path / "wck")
     outs = {g: str(tmp_path / f"out-{g}") for g in ("a", "b")}
-    writer = start_writer(spark, name, wck)
+    # both groups are known to the stream from its start (a group that joins later would start at what is
+    # still retained: epochs every known group is past are released); b reads one epoch per micro-batch
+    writer = start_writer(spark, name, wck, **{"stream.consumerGroups": "a,b"})
     wait_for(lambda: name in {e["name"] for e in sparkflow_exchange.list_exchanges()}, 90, "the stream")
-    # both groups join before anything is released; b reads at its own pace, one epoch per micro-batch
     a = start_reader(spark, name, str(tmp_path / "rck-a"), outs["a"], consumerGroup="a")
     b = start_reader(spark, name, str(tmp_path / "rck-b"), outs["b"], consumerGroup="b", maxEpochsPerTrigger=1)
     wait_for(lambda: stream_info(name)["last_committed"] >= 4, 90, "five epochs")

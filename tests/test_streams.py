@@ -272,3 +272,23 @@ def test_a_group_that_never_planned_a_batch_is_forgotten_and_holds_nothing(tmp_s
     info = stream_of(svc, "phantom")
     assert list(info["groups"]) == [real] and info["groups"][real]["confirmed"]
     assert info["retained_epochs"] == 0 and sorted(ids) == list(range(10))
+
+
+def test_groups_named_by_the_writer_get_every_epoch_however_late_they_start(tmp_service):
+    svc = tmp_service(host_id="hostA")
+    config = client_config(svc, hostId="hostA", exchange="known", partitioner="hash", keys="id", numSubpartitions="2")
+    handle = st.declare_stream(config.replace(stream_consumer_groups=("early", "late")), SCHEMA)
+    early = st.join_group(config.replace(consumer_group="early"))["group"]
+    walk_in = st.join_group(config.replace(consumer_group="walk-in"))["group"]
+    for epoch in range(3):
+        write_epoch(handle, epoch, np.arange(epoch * 10, epoch * 10 + 10))
+    for group in (early, walk_in):
+        end, ids = read_to(config, group, -1)
+        st.commit_group(config, group, end)
+    assert stream_of(svc, "known")["retained_epochs"] == 3  # "late" has read nothing yet
+    late = st.join_group(config.replace(consumer_group="late"))
+    assert late["position"] == -1
+    end, ids = read_to(config, "late", -1)
+    assert sorted(ids) == list(range(30))
+    st.commit_group(config, "late", end)
+    assert stream_of(svc, "known")["retained_epochs"] == 0

@@ -129,8 +129,12 @@ class StreamRegistry:
 
     # ------------------------------------------------------------ writer query
     async def declare(self, name: str, schema: str, num_subpartitions: int | None, partitioner: dict,
-                      partition_type: str, coalesce: bool = False, max_retained_bytes: int = 0) -> dict:
-        """A writer query starts (or restarts): create the stream, or check it still matches."""
+                      partition_type: str, coalesce: bool = False, max_retained_bytes: int = 0,
+                      groups: list[str] | None = None) -> dict:
+        """A writer query starts (or restarts): create the stream, or check it still matches.
+
+        ``groups``: consumer groups known in advance; each is registered (if new) before anything is
+        released, so it reads every epoch from the stream's start however late its reader starts."""
         if not name:
             raise RpcError("the 'exchange' option is required (the name of the stream)", "bad_request")
         if name in self.coordinator.exchanges:
@@ -161,6 +165,9 @@ class StreamRegistry:
                 raise RpcError(f"stream {name!r} has {st.num_subpartitions} subpartitions; this writer query asks "
                                f"for {num_subpartitions}", "bad_request")
         st.max_retained_bytes = max(0, int(max_retained_bytes or 0))
+        for group in groups or ():
+            if group not in st.groups:
+                st.groups[group] = Group(group, st.released_upto, confirmed=True)
         await self._notify()
         return st.describe()
 
