@@ -11,6 +11,7 @@ unpickles a :class:`StreamHandle` in a fresh Python process for every micro-batc
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
@@ -35,7 +36,7 @@ class StreamHandle:
     schema_b64: str
     partitioner: str
     num_subpartitions: int | None
-    run: int  # one start of the writer query (numbered by the service): a later run replaces an unfinished batch
+    run: str  # a token of one start of the writer query: a later run replaces a batch an earlier one left open
 
     @property
     def width_open(self) -> bool:
@@ -61,7 +62,8 @@ def declare_stream(config: ExchangeConfig, schema: "pa.Schema") -> StreamHandle:
                     partition_type=config.partition_type,
                     coalesce=config.num_subpartitions is None and config.partitioner not in SINGLE_SUBPARTITION,
                     max_retained_bytes=config.stream_max_retained_bytes, groups=list(config.stream_consumer_groups))
-    return StreamHandle(config, name, desc["schema"], config.partitioner, desc["num_subpartitions"], desc["run"])
+    return StreamHandle(config, name, desc["schema"], config.partitioner, desc["num_subpartitions"],
+                        uuid.uuid4().hex)
 
 
 def begin_epoch(handle: StreamHandle, epoch: int, query: str) -> "WriteHandle | None":
@@ -101,12 +103,12 @@ def begin_epoch(handle: StreamHandle, epoch: int, query: str) -> "WriteHandle | 
 
 def commit_epoch(handle: StreamHandle, epoch: int, partitions: list[str], rows: dict[str, int]) -> dict:
     return call(handle.config, "stream_commit_epoch", name=handle.name, epoch=epoch, partitions=partitions,
-                rows=rows, run=handle.run)
+                rows=rows)
 
 
 def abort_epoch(handle: StreamHandle, epoch: int, reason: str = "") -> None:
     try:
-        call(handle.config, "stream_abort_epoch", name=handle.name, epoch=epoch, reason=reason, run=handle.run)
+        call(handle.config, "stream_abort_epoch", name=handle.name, epoch=epoch, reason=reason)
     except ExchangeError:
         pass
 

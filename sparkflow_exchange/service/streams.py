@@ -47,7 +47,7 @@ class OpenEpoch:
     """A micro-batch being written by one run of the writer query."""
 
     number: int
-    run: int
+    run: int  # the order in which the service first saw that run's token
     exchange: str
     generation: int
     write_id: str
@@ -77,7 +77,7 @@ class Stream:
     last_committed: int = -1
     released_upto: int = -1  # every epoch up to this one is released (or never existed)
     waiting_since: float | None = None  # the writer waits on maxRetainedBytes since then
-    runs: int = 0  # starts of the writer query so far: a later start's run number is higher
+    runs: dict[str, int] = field(default_factory=dict)  # a run's token -> the order the service first saw it in
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def retained_bytes(self) -> int:
@@ -169,16 +169,18 @@ class StreamRegistry:
         for group in groups or ():
             if group not in st.groups:
                 st.groups[group] = Group(group, st.released_upto, confirmed=True)
-        st.runs += 1
         await self._notify()
-        return {**st.describe(), "run": st.runs}
+        return st.describe()
 
-    async def begin_epoch(self, name: str, epoch: int, query: str, run: int, wait: float = 0.0) -> dict:
+    async def begin_epoch(self, name: str, epoch: int, query: str, run: str, wait: float = 0.0) -> dict:
         """A write task of micro-batch ``epoch`` starts: skip (committed already), wait (backpressure), or write.
 
-        ``query``: the writer query's id (kept across restarts from its checkpoint); ``run``: one start of it
-        (numbered by ``declare``): a later run replaces an epoch an earlier one left open, never the reverse
-        (a task of a stopped run may still be starting when the restarted query replays the batch).
+        ``query``: the writer query's id (kept across restarts from its checkpoint); ``run``: a token of one
+        start of it (the writer its tasks were given). Runs are ordered by when the service first saw them:
+        a later run replaces an epoch an earlier one left open, never the reverse (a task of a stopped run
+        may still be starting when the restarted query replays the batch). Spark may give commit and abort
+        another writer object than the tasks, so those name no run; a query is stopped, its abort done,
+        before it can start again.
         Returns ``{"skip": True}``, ``{"waiting": ...}`` (call again) or the epoch exchange to write."""
         st = self._get(name)
         if st.writer_query is None:
@@ -195,8 +197,9 @@ class StreamRegistry:
         if self.streams.get(name) is not st:
             raise RpcError(f"stream {name!r} was dropped while micro-batch {epoch} waited to write", "no_exchange")
         async with st.lock:
+            order = st.runs.setdefault(run, len(st.runs))
             op = st.open.get(epoch)
-            if op is not None and run < op.run:
+            if op is not None and order < op.run:
                 raise RpcError(f"micro-batch {epoch} of stream {name!r} belongs to a later start of the writer "
                                "query; this task's run was stopped", "superseded")
             if op is not None and op.run != run:  # a restarted query replays a batch that never committed
@@ -209,7 +212,7 @@ class StreamRegistry:
                     ename, st.schema, st.num_subpartitions, st.partitioner, st.partition_type, "overwrite",
                     coalesce=st.coalesce and st.num_subpartitions is None)
                 self.coordinator.exchanges[ename].stream = name
-                op = st.open[epoch] = OpenEpoch(epoch, run, ename, desc["epoch"], desc["write_id"])
+                op = st.open[epoch] = OpenEpoch(epoch, order, ename, desc["epoch"], desc["write_id"])
         return {"exchange": op.exchange, "generation": op.generation, "write_id": op.write_id,
                 "num_subpartitions": st.num_subpartitions, "schema": st.schema}
 
@@ -234,15 +237,12 @@ class StreamRegistry:
         return False
 
     async def commit_epoch(self, name: str, epoch: int, partitions: list[str],
-                           rows: dict[str, int] | None = None, run: int | None = None) -> dict:
+                           rows: dict[str, int] | None = None) -> dict:
         """Micro-batch ``epoch`` committed by Spark: seal its producers. A replay of a committed one changes nothing."""
         st = self._get(name)
         if epoch <= st.last_committed:
             return {"skipped": True, "last_committed": st.last_committed}
         op = st.open.get(epoch)
-        if op is not None and run is not None and op.run != run:
-            raise RpcError(f"commit of micro-batch {epoch} of stream {name!r} by run {run} of the writer query, but "
-                           f"run {op.run} is writing it", "superseded")
         if op is None:
             if partitions:
                 raise RpcError(f"commit of epoch {epoch} of stream {name!r} names producers, but the epoch is not "
@@ -264,12 +264,11 @@ class StreamRegistry:
         await self._notify()
         return {"committed": epoch, "rows": record.rows, "bytes": record.bytes}
 
-    async def abort_epoch(self, name: str, epoch: int, reason: str = "", run: int | None = None) -> dict:
-        """Spark aborted micro-batch ``epoch``: drop what this run wrote of it (never a later run's epoch)."""
+    async def abort_epoch(self, name: str, epoch: int, reason: str = "") -> dict:
+        """Spark aborted micro-batch ``epoch``: drop what was written of it."""
         st = self.streams.get(name)
-        op = st.open.get(epoch) if st is not None else None
-        if op is not None and (run is None or op.run == run):
-            del st.open[epoch]
+        op = st.open.pop(epoch, None) if st is not None else None
+        if op is not None:
             await self._drop_epoch_exchange(op.exchange, f"its micro-batch was aborted ({reason or 'failed'})")
         return {"ok": True}
 
