@@ -24,12 +24,13 @@ QUERY = "writer-query-1"
 
 def write_epoch(handle: st.StreamHandle, epoch: int, ids: np.ndarray, producers: int = 2,
                 commit: bool = True) -> list[str]:
-    """One micro-batch: ``producers`` tasks split ``ids``, then (optionally) Spark's commit."""
-    wh = st.begin_epoch(handle, epoch, QUERY)
-    if wh is None:
-        return []
+    """One micro-batch: ``producers`` tasks split ``ids`` (each begins the epoch, as Spark's tasks do), then
+    (optionally) Spark's commit."""
     done, rows = [], {}
     for p, part in enumerate(np.array_split(ids, producers)):
+        wh = st.begin_epoch(handle, epoch, QUERY)
+        if wh is None:
+            return []
         task = ex.ProducerTask(wh, p, f"{epoch}-{p}")
         task.write([pa.record_batch([pa.array(part, pa.int64())], schema=SCHEMA)])
         result = task.finish()

@@ -202,7 +202,9 @@ class StreamRegistry:
             if op is not None and order < op.run:
                 raise RpcError(f"micro-batch {epoch} of stream {name!r} belongs to a later start of the writer "
                                "query; this task's run was stopped", "superseded")
-            if op is not None and op.run != run:  # a restarted query replays a batch that never committed
+            if op is not None and op.run != order:  # a restarted query replays a batch that never committed
+                log.warning("stream %s: epoch %d left open by run %d is replaced by run %d (%s)", name, epoch,
+                            op.run, order, run)
                 await self._drop_epoch_exchange(op.exchange, "replaced: the writer query replays its micro-batch")
                 del st.open[epoch]
                 op = None
