@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["register", "drop_exchange", "list_exchanges", "write", "plugin_jar", "ExchangeConfig", "ConfigError",
+__all__ = ["register", "drop_exchange", "list_exchanges", "leave_group", "write", "plugin_jar", "ExchangeConfig", "ConfigError",
            "ExchangeError", "ExchangeNotFound", "ExchangeLost", "SchemaMismatch", "ExchangeReadError"]
 
 from .config import ExchangeConfig, session_settings
@@ -62,6 +62,13 @@ def list_exchanges(spark: Any = None, **options: str) -> list[dict]:
     from .exchange import list_exchanges as _list
 
     return _list(_config(spark, options))
+
+
+def leave_group(name: str, group: str, spark: Any = None, **options: str) -> dict:
+    """Forget a stream's consumer group that is gone for good: it no longer holds epochs back."""
+    from .streaming import leave_group as _leave
+
+    return _leave(_config(spark, {**options, "exchange": name}), group)
 
 
 def _config(spark: Any, options: dict[str, str]) -> ExchangeConfig:

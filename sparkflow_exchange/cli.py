@@ -41,8 +41,15 @@ def _status(args: argparse.Namespace) -> int:
           f"{mem['open_spill_reads']} open spill files")
     print(f"\nexchanges ({len(status['exchanges'])})")
     for e in status["exchanges"]:
-        print(f"  {e['name']:<24} {e['state']:<10} {e['partition_type']:<18} {e['partitioner'].get('name'):<10} "
-              f"subpartitions={e['num_subpartitions']} producers={len(e['producers'])} committed={len(e['committed'])}")
+        head = f"  {e['name']:<24} {e['state']:<10} {e['partition_type']:<18} {e['partitioner'].get('name'):<10} " \
+               f"subpartitions={e['num_subpartitions']}"
+        if e.get("kind") == "stream":
+            waiting = "" if e["writer_waiting_s"] is None else f" writer waiting {e['writer_waiting_s']:.1f} s"
+            groups = ", ".join(f"{g}@{v['position']}" for g, v in e["groups"].items()) or "none"
+            print(f"{head} epochs<={e['last_committed']} retained={e['retained_epochs']} "
+                  f"({e['retained_bytes'] / 2**20:.1f} MiB) groups: {groups}{waiting}")
+        else:
+            print(f"{head} producers={len(e['producers'])} committed={len(e['committed'])}")
     print(f"\npartitions ({len(status['partitions'])})")
     for p in status["partitions"]:
         print(f"  {p['partition']:<48} {p['state']:<9} {p['bytes'] / 2**20:9.1f} MiB  pool {p['pool_used']}/{p['pool_slots']}"
@@ -64,7 +71,10 @@ def _drop(args: argparse.Namespace) -> int:
     except (ExchangeError, ServiceError) as exc:
         print(f"sparkflow-exchange drop: {exc}", file=sys.stderr)
         return 1
-    print(f"dropped {result['dropped']} ({result['partitions']} partitions released)")
+    if "epochs" in result:
+        print(f"dropped stream {result['dropped']} ({result['epochs']} retained epochs released)")
+    else:
+        print(f"dropped {result['dropped']} ({result['partitions']} partitions released)")
     return 0
 
 

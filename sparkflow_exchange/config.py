@@ -29,6 +29,7 @@ ENV_CONF = "SPARKFLOW_EXCHANGE_CONF"
 
 PARTITION_TYPES = ("HYBRID", "BLOCKING", "PIPELINED_BOUNDED")
 COMPRESSIONS = ("none", "zstd", "lz4")
+SINGLE_SUBPARTITION = ("forward", "broadcast")  # partitioners that give each producer one subpartition of its own
 
 
 
@@ -115,6 +116,13 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "metricsPort": ("metrics_port", int, "HTTP port of Prometheus metrics (0 = off)"),
     "readerTimeout": ("reader_timeout", parse_duration, "a read fails when no data or event arrives for this long"),
     "advisoryPartitionSize": ("advisory_partition_size", parse_size, "target bytes of a coalesced read partition (numSubpartitions not given; Spark's spark.sql.adaptive.advisoryPartitionSizeInBytes)"),
+    "consumerGroup": ("consumer_group", str, "streaming read: the consumer group whose position the query reads from and commits (default: a group of its own, born with its checkpoint)"),
+    "startingEpochs": ("starting_epochs", lambda v: str(v).lower(), "streaming read of a new group: earliest (every retained epoch) | latest (epochs committed from now on)"),
+    "maxEpochsPerTrigger": ("max_epochs_per_trigger", _opt_int, "streaming read: most epochs (writer micro-batches) one micro-batch reads"),
+    "maxRowsPerTrigger": ("max_rows_per_trigger", _opt_int, "streaming read: most rows one micro-batch reads (whole epochs, at least one)"),
+    "maxBytesPerTrigger": ("max_bytes_per_trigger", lambda v: None if v in (None, "") else parse_size(v), "streaming read: most bytes one micro-batch reads (whole epochs, at least one)"),
+    "stream.consumerGroups": ("stream_consumer_groups", lambda v: tuple(k.strip() for k in str(v).split(",") if k.strip()), "streaming write: consumer groups the stream keeps every epoch for from its start, registered before their readers run (comma separated)"),
+    "stream.maxRetainedBytes": ("stream_max_retained_bytes", parse_size, "streaming write: the writer query waits while its stream retains more than this for its slowest consumer group (0 = no bound)"),
 }
 _BY_LOWER = {k.lower(): k for k in _KEYS}
 # Keys read only inside Spark tasks (writer and reader buffers, flushing, timeouts of a running read or
@@ -124,7 +132,7 @@ TASK_KEYS: tuple[str, ...] = (
     "bufferSize", "bufferTimeout", "compression", "buffersPerChannel", "floatingBuffersPerGate",
     "buffersPerPartition", "sharedMemory", "producerTimeout", "pipelined.noConsumerTimeout", "readerTimeout",
 )
-_IGNORED = {"path"}  # Spark may pass these on its own
+_IGNORED = {"path", "checkpointlocation"}  # Spark may pass these on its own (streaming: the checkpoint)
 
 
 @dataclass(frozen=True)
@@ -170,6 +178,13 @@ class ExchangeConfig:
     metrics_port: int = 0
     reader_timeout: float = 600.0
     advisory_partition_size: int = 64 << 20
+    consumer_group: str | None = None
+    starting_epochs: str = "earliest"
+    max_epochs_per_trigger: int | None = None
+    max_rows_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    stream_max_retained_bytes: int = 0
+    stream_consumer_groups: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.partition_type not in PARTITION_TYPES:
@@ -184,6 +199,13 @@ class ExchangeConfig:
                      "max_connections", "max_unauthenticated_connections"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.starting_epochs not in ("earliest", "latest"):
+            raise ConfigError(f"unknown startingEpochs {self.starting_epochs!r}; use earliest or latest")
+        for name in ("max_epochs_per_trigger", "max_rows_per_trigger", "max_bytes_per_trigger"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.stream_max_retained_bytes < 0:
+            raise ConfigError(f"stream.maxRetainedBytes must be 0 (no bound) or more, got {self.stream_max_retained_bytes}")
         if self.advisory_partition_size < 1:
             raise ConfigError(f"advisoryPartitionSize must be at least 1 byte, got {self.advisory_partition_size}")
         if self.buffer_size > self.max_frame_size // 2:

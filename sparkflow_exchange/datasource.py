@@ -8,67 +8,38 @@ subclass carries (planning) and the task's local properties (tasks, TASK_KEYS on
 shared state lives in the service.
 
 Expected failures (:class:`~sparkflow_exchange.errors.UserFacing`, a lost service)
-leave each entry point through :func:`_user_errors`, which tells Spark's worker to
-print them without a Python traceback: the user reads ``sparkflow_exchange.<Error>:
-<message>`` right after Spark's own line. The worker exits after reporting an error,
-so the setting never outlives that failure.
+leave each entry point through ``spark_errors.user_errors``: the user reads
+``sparkflow_exchange.<Error>: <message>`` right after Spark's own line, no traceback.
+The streaming sink lives in ``stream_sink.py`` (light: Spark imports it once per micro-batch).
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
-import os
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamReader,
     InputPartition,
-    WriterCommitMessage,
 )
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows, \
+    SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from . import exchange as ex
+from . import streaming as st
 from .config import PREFIX, TASK_KEYS, ConfigError, ExchangeConfig
-from .consumer.input_gate import ExchangeReadError
 from .consumer.rebatch import rebatched
 from .consumer.read_plan import read_ranges
-from .errors import SchemaMismatch, UserFacing
-from .network.blocking_client import ServiceError
+from .errors import SchemaMismatch
+from .spark_errors import guarded, user_errors
+from .stream_sink import PartitionCommit, PipelinedStreamWriter
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-
-_USER_ERRORS = (UserFacing, ServiceError, ExchangeReadError)
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _hide_traceback() -> None:
-    """Spark's Python worker prints the next error it reports as ``<class>: <message>`` only."""
-    os.environ["SPARK_HIDE_TRACEBACK"] = "1"
-
-
-def _user_errors(fn: F) -> F:
-    """An entry point Spark calls: expected failures reach the user without a traceback."""
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except _USER_ERRORS:
-            _hide_traceback()
-            raise
-    return wrapper  # type: ignore[return-value]
-
-
-def _guarded(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """:func:`_user_errors` for a read's iterator (its errors happen while Spark iterates)."""
-    try:
-        yield from batches
-    except _USER_ERRORS:
-        _hide_traceback()
-        raise
 
 
 def _task_session() -> dict[str, str]:
@@ -128,33 +99,44 @@ class PipelinedDataSource(DataSource):
     def name(cls) -> str:
         return "pipelined"
 
-    @_user_errors
+    @user_errors
     def __init__(self, options: dict) -> None:
         super().__init__(options)
         self.config = ExchangeConfig.load(dict(options), session=self.session_conf)
 
-    @_user_errors
+    @user_errors
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        return from_arrow_schema(ex.describe_exchange(self.config)["arrow_schema"])
+        return from_arrow_schema(ex.describe_exchange(self.config, allow_stream=True)["arrow_schema"])
 
-    @_user_errors
+    @user_errors
     def reader(self, schema: StructType) -> "PipelinedReader":
         desc = ex.describe_exchange(self.config)
-        expected = desc["arrow_schema"]
-        given = _arrow_schema(schema)
-        if not given.equals(expected):
-            raise SchemaMismatch(
-                f"the given schema does not match exchange {self.config.exchange!r}: given {_describe(given)}, "
-                f"exchange has {_describe(expected)}")
+        _check_schema(self.config.exchange, _arrow_schema(schema), desc["arrow_schema"])
         desc.pop("arrow_schema")
         return PipelinedReader(self.config, _read_plan(desc), dict(self.options))
 
-    @_user_errors
+    @user_errors
     def writer(self, schema: StructType, overwrite: bool) -> "PipelinedWriter":
         handle = ex.declare_write(self.config, _arrow_schema(schema), overwrite)
         return PipelinedWriter(handle, dict(self.options))
+
+    @user_errors
+    def streamWriter(self, schema: StructType, overwrite: bool) -> "PipelinedStreamWriter":
+        return PipelinedStreamWriter(st.declare_stream(self.config, _arrow_schema(schema)), dict(self.options))
+
+    @user_errors
+    def streamReader(self, schema: StructType) -> "PipelinedStreamReader":
+        desc = st.describe_stream(self.config)
+        _check_schema(self.config.exchange, _arrow_schema(schema), desc["arrow_schema"])
+        return PipelinedStreamReader(self.config, desc["schema"], dict(self.options))
+
+
+def _check_schema(name: str | None, given: pa.Schema, expected: pa.Schema) -> None:
+    if not given.equals(expected):
+        raise SchemaMismatch(f"the given schema does not match exchange {name!r}: given {_describe(given)}, "
+                             f"exchange has {_describe(expected)}")
 
 
 def _read_plan(desc: dict) -> dict:
@@ -187,18 +169,11 @@ class PipelinedReader(DataSourceReader):
         ranges = read_ranges(self.desc, self.config.advisory_partition_size)
         return [SubpartitionSplit(s, None if e == s + 1 else e) for s, e in ranges]
 
-    @_user_errors
+    @user_errors
     def read(self, partition: SubpartitionSplit) -> Iterator[pa.RecordBatch]:
         config = self.config.for_task(self.options, _task_session())
         batches = ex.read_subpartition(config, self.desc, partition.index, partition.end)
-        return _guarded(rebatched(batches, config.buffer_size))  # Spark pays per batch: small ones joined
-
-
-@dataclass
-class PartitionCommit(WriterCommitMessage):
-    partition: str
-    index: int
-    rows: int
+        return guarded(rebatched(batches, config.buffer_size))  # Spark pays per batch: small ones joined
 
 
 class PipelinedWriter(DataSourceArrowWriter):
@@ -206,24 +181,110 @@ class PipelinedWriter(DataSourceArrowWriter):
         self.handle = handle
         self.options = options or {}  # the write's own options: they beat the task's session settings
 
-    @_user_errors
+    @user_errors
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PartitionCommit:
-        index, attempt = _task_attempt()
-        handle = dataclasses.replace(self.handle, config=self.handle.config.for_task(self.options, _task_session()))
-        width = _session_shuffle_partitions() if handle.width_open else None
-        producer = ex.ProducerTask(handle, index, attempt, num_subpartitions=width)
-        try:
-            producer.write(iterator)
-            result = producer.finish()
-        except BaseException as exc:
-            producer.fail(f"{type(exc).__name__}: {exc}")
-            raise
-        return PartitionCommit(result["partition"], index, result["rows"])
+        return write_task(self.handle, self.options, iterator)
 
-    @_user_errors
+    @user_errors
     def commit(self, messages: list[PartitionCommit | None]) -> None:
         done = [m for m in messages if m is not None]
         ex.commit_write(self.handle, [m.partition for m in done], {m.partition: m.rows for m in done})
 
     def abort(self, messages: list[PartitionCommit | None]) -> None:
         ex.abort_write(self.handle, "the Spark write job failed")
+
+
+def write_task(handle: ex.WriteHandle, options: dict, iterator: Iterator[pa.RecordBatch]) -> PartitionCommit:
+    """One write task: its result partition, written and finished (or failed and released)."""
+    index, attempt = _task_attempt()
+    handle = dataclasses.replace(handle, config=handle.config.for_task(options, _task_session()))
+    width = _session_shuffle_partitions() if handle.width_open else None
+    producer = ex.ProducerTask(handle, index, attempt, num_subpartitions=width)
+    try:
+        producer.write(iterator)
+        result = producer.finish()
+    except BaseException as exc:
+        producer.fail(f"{type(exc).__name__}: {exc}")
+        raise
+    return PartitionCommit(result["partition"], index, result["rows"])
+
+
+# ------------------------------------------------------------------ Structured Streaming (the sink: stream_sink.py)
+@dataclass
+class EpochSplit(InputPartition):
+    """Subpartition ``index`` of every producer of the planned epochs, in epoch order."""
+
+    index: int
+    plans: list
+
+
+class PipelinedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``readStream.format("pipelined")``: offsets are ``{"epochs": {exchange: last epoch read}, "group": g}``."""
+
+    def __init__(self, config: ExchangeConfig, schema_b64: str, options: dict | None = None) -> None:
+        self.config = config
+        self.schema_b64 = schema_b64
+        self.options = options or {}
+        self.group = config.consumer_group
+        self.upto: int | None = None  # availableNow: the newest epoch when the query started
+
+    def _offset(self, epoch: int) -> dict:
+        return {"epochs": {self.config.exchange: epoch}, "group": self.group}
+
+    def _position(self, offset: dict) -> int:
+        self.group = self.group or offset.get("group")
+        try:
+            return int(offset["epochs"][self.config.exchange])
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(f"the query's checkpoint holds offset {offset!r}, not one of exchange "
+                              f"{self.config.exchange!r}: was the checkpoint made by a query reading another "
+                              "exchange?") from None
+
+    @user_errors
+    def initialOffset(self) -> dict:
+        # Spark may ask twice (same reader): the second answer must name the same group, not a new one
+        joined = st.join_group(self.config, self.group)
+        self.group = joined["group"]
+        return self._offset(joined["position"])
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.config.max_rows_per_trigger:
+            return ReadMaxRows(self.config.max_rows_per_trigger)
+        if self.config.max_bytes_per_trigger:
+            return ReadMaxBytes(self.config.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    @user_errors
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        after = self._position(start)
+        found = st.latest_epoch(self.config, self.group, after, upto=self.upto,
+                                max_rows=getattr(limit, "max_rows", None), max_bytes=getattr(limit, "max_bytes", None))
+        return self._offset(found["epoch"])
+
+    @user_errors
+    def reportLatestOffset(self) -> dict | None:
+        return self._offset(st.describe_stream(self.config.replace(declare_timeout=0))["last_committed"])
+
+    @user_errors
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.upto = st.describe_stream(self.config.replace(declare_timeout=0))["last_committed"]
+
+    @user_errors
+    def partitions(self, start: dict, end: dict) -> list[EpochSplit]:
+        plan = st.plan_epochs(self.config, self._position(start), self._position(end))
+        if not plan["epochs"]:
+            return []
+        return [EpochSplit(i, plan["epochs"]) for i in range(plan["num_subpartitions"])]
+
+    @user_errors
+    def read(self, partition: EpochSplit) -> Iterator[pa.RecordBatch]:
+        from .buffer import schema_from_b64
+
+        config = self.config.for_task(self.options, _task_session())
+        batches = st.read_epochs(config, schema_from_b64(self.schema_b64), partition.plans, partition.index)
+        return guarded(rebatched(batches, config.buffer_size))
+
+    @user_errors
+    def commit(self, end: dict) -> None:
+        position = self._position(end)  # learns the group from the offset after a restart
+        st.commit_group(self.config, self.group, position)

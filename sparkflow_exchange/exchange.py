@@ -12,8 +12,9 @@ from typing import Any, Iterable, Iterator
 import pyarrow as pa
 
 from .buffer import schema_from_b64, schema_to_b64
+from .calls import call
 from .config import ConfigError, ExchangeConfig
-from .errors import ExchangeError, ExchangeLost, ExchangeNotFound, SchemaMismatch
+from .errors import ExchangeError
 from .consumer.input_gate import InputGate
 from .network.blocking_client import ServiceError
 from .service.discovery import Endpoints, resolve
@@ -29,17 +30,7 @@ def _endpoints(config: ExchangeConfig) -> Endpoints:
     return resolve(config)
 
 
-def _call(config: ExchangeConfig, method: str, timeout: float | None = None, **args: Any) -> Any:
-    ep = _endpoints(config)
-    with ep.connect(ep.coordinator, config) as conn:
-        try:
-            return conn.call(method, timeout=timeout, **args)
-        except ServiceError as exc:
-            raise _ERRORS_BY_CODE.get(exc.code, ExchangeError)(str(exc)) from None
-
-
-# the coordinator's error codes that have a class of their own (the name the user reads first)
-_ERRORS_BY_CODE = {"no_exchange": ExchangeNotFound, "exchange_lost": ExchangeLost, "schema_mismatch": SchemaMismatch}
+_call = call  # the coordinator call (calls.py), under the name the rest of this module uses
 
 
 def _require_name(config: ExchangeConfig) -> str:
@@ -178,7 +169,7 @@ class ProducerTask:
         self._coordinator_call("producer_finished", name=self.handle.name, epoch=self.handle.epoch,
                                partition=self.partition, spill=stats.get("spill_path", ""),
                                subpartition_bytes=stats.get("subpartition_bytes"),
-                               rows=int(self.records.sent_rows.sum()))
+                               rows=int(self.records.sent_rows.sum()), bytes=int(stats.get("bytes", 0)))
         self.conn.close()
         return {"partition": self.partition, "index": self.index, "rows": self.records.rows,
                 "bytes": stats.get("bytes", 0)}
@@ -208,11 +199,15 @@ def abort_write(handle: WriteHandle, reason: str = "") -> None:
         pass
 
 
-def describe_exchange(config: ExchangeConfig, *, wait: bool = True) -> dict:
-    """The exchange (schema, numSubpartitions...), waiting up to declareTimeout for it to be declared."""
+def describe_exchange(config: ExchangeConfig, *, wait: bool = True, allow_stream: bool = False) -> dict:
+    """The exchange (schema, numSubpartitions...), waiting up to declareTimeout for it to be declared.
+
+    ``allow_stream``: a stream's description (``kind: stream``) is an answer too (for its schema)."""
     name = _require_name(config)
     timeout = config.declare_timeout if wait else 0.0
-    desc = _call(config, "get_exchange", timeout=timeout + 30, name=name, wait=timeout, need_subpartitions=True)
+    extra = {"allow_stream": True} if allow_stream else {}
+    desc = _call(config, "get_exchange", timeout=timeout + 30, name=name, wait=timeout, need_subpartitions=True,
+                 **extra)
     desc["arrow_schema"] = schema_from_b64(desc["schema"])
     return desc
 

@@ -36,6 +36,7 @@ class ProducerInfo:
     reason: str = ""
     spill: str = ""  # data file of a finished re-readable partition (local readers may read it directly)
     rows: int = -1  # rows it pushed, reported at finish (-1: not reported); checked against its commit message
+    bytes: int = -1  # bytes it wrote, reported at finish (-1: not reported); a stream's retention counts them
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,6 +63,7 @@ class Exchange:
     committed_bytes: np.ndarray | None = None
     sizes_complete: bool = True  # every committed producer reported its sizes
     committed_rows: int | None = 0  # rows of the committed producers (None once one did not report its rows)
+    stream: str = ""  # the stream this exchange is an epoch of (service/streams.py), "" for a batch exchange
     _producer_dicts: dict[str, dict] = field(default_factory=dict)  # describe() cache, kept per producer
 
     def set_producer(self, p: ProducerInfo) -> dict:
@@ -125,6 +127,7 @@ class Coordinator:
         # name -> {"message", "at"}: exchanges whose data went with a service that died (ledger.py)
         self.lost: dict[str, dict] = {}
         self.on_names_changed: Callable[[list[str], dict[str, dict]], None] | None = None
+        self.is_stream: Callable[[str], bool] = lambda name: False  # set by the stream registry
 
     def _names_changed(self) -> None:
         if self.on_names_changed is not None:
@@ -169,6 +172,9 @@ class Coordinator:
             raise RpcError("the 'exchange' option is required (the name of the exchange)", "bad_request")
         if mode not in ("overwrite", "append"):
             raise RpcError(f"unknown save mode {mode!r}", "bad_request")
+        if self.is_stream(name):
+            raise RpcError(f"exchange {name!r} is a stream written by a streaming query; a batch write cannot "
+                           "write it: use another name, or drop the stream first", "bad_request")
         ex = self.exchanges.get(name)
         if ex is not None and mode == "append" and ex.state != "aborted":
             if ex.schema != schema:
@@ -236,7 +242,8 @@ class Coordinator:
                 "width_mismatch")
 
     async def producer_finished(self, name: str, epoch: int, partition: str, spill: str = "",
-                                subpartition_bytes: list[int] | None = None, rows: int | None = None) -> dict:
+                                subpartition_bytes: list[int] | None = None, rows: int | None = None,
+                                bytes: int | None = None) -> dict:
         """A producer finished; ``subpartition_bytes`` (bytes per subpartition) feed coalesced reads, ``rows``
         (what it pushed) is checked against its commit message."""
         ex = self._get(name, epoch)
@@ -244,6 +251,8 @@ class Coordinator:
         if p is not None:
             if rows is not None:
                 p.rows = rows
+            if bytes is not None:
+                p.bytes = bytes
             if subpartition_bytes is not None:
                 sizes = np.asarray(subpartition_bytes, dtype=np.int64)
                 if sizes.ndim != 1 or (sizes.size and sizes.min() < 0):
@@ -379,9 +388,14 @@ class Coordinator:
         timeout = wait
         if name in self.lost and name not in self.exchanges:
             raise RpcError(self.lost[name]["message"], "exchange_lost")
+        if self.is_stream(name):
+            raise RpcError(f"exchange {name!r} is a stream written by a streaming query: read it with "
+                           "spark.readStream.format('pipelined')", "not_a_batch")
 
         def ready() -> bool:
             ex = self.exchanges.get(name)
+            if ex is None and self.is_stream(name):
+                return True
             return ex is not None and (not need_subpartitions or ex.num_subpartitions is not None or ex.state == "aborted")
 
         if not ready() and timeout > 0:
@@ -390,6 +404,9 @@ class Coordinator:
                     await asyncio.wait_for(self._changed.wait_for(ready), timeout)
             except asyncio.TimeoutError:
                 pass
+        if self.exchanges.get(name) is None and self.is_stream(name):
+            raise RpcError(f"exchange {name!r} is a stream written by a streaming query: read it with "
+                           "spark.readStream.format('pipelined')", "not_a_batch")
         if self.exchanges.get(name) is None:
             raise RpcError(
                 f"exchange {name!r} does not exist (waited {timeout:g} s for a writer to declare it; "
@@ -422,7 +439,8 @@ class Coordinator:
         return unsubscribe
 
     def list(self) -> list[dict]:
-        return [ex.describe() for ex in self.exchanges.values()]
+        """Batch exchanges (a stream's epochs are listed with their stream)."""
+        return [ex.describe() for ex in self.exchanges.values() if not ex.stream]
 
     async def expire(self) -> None:
         """Drop exchanges unused for ``ttl`` seconds (nobody reading, no write open)."""
@@ -436,6 +454,8 @@ class Coordinator:
             self._names_changed()
         now = time.monotonic()
         for name, ex in list(self.exchanges.items()):
+            if ex.stream:
+                continue  # an epoch lives as long as its stream retains it (streams.py)
             if not ex.open_writes and not self._subscribers.get(name) and now - ex.last_used > self.ttl:
                 await self._drop(name, f"expired (unused for ttl={self.ttl:g} s)")
 

@@ -8,15 +8,20 @@ host identity); the embedded default, started on first use in local mode.
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ExchangeConfig
 from ..network import auth
 from ..network.blocking_client import BlockingConnection, ServiceError
-from .exchange_service import default_host_id
 from .launcher import jvm_pid, read_state
 from .private_files import ensure_private_dir
+
+
+def default_host_id() -> str:
+    """This host's identity when hostId is not set: local vs remote channels follow it."""
+    return socket.gethostname()
 
 
 @dataclass(frozen=True)

@@ -27,16 +27,14 @@ from ..partition.buffer_pool import NetworkBufferPool
 from ..partition.result_partition import ResultPartition
 from ..partition.spill import SpillReaders
 from .coordinator import Coordinator
+from .discovery import default_host_id
+from .streams import StreamRegistry
 from .launcher import pid_alive
 
 log = logging.getLogger(__name__)
 
 
 SPILL_PREFIX = "sparkflow-spill-"
-
-
-def default_host_id() -> str:
-    return socket.gethostname()
 
 
 class ExchangeService:
@@ -62,6 +60,9 @@ class ExchangeService:
         # slot) or another ("remote"), or read by a reader on this host from our spill files
         self.traffic = {"local": 0, "local_shared": 0, "remote": 0, "local_file": 0}
         self.coordinator = Coordinator(self._release, config.ttl) if coordinator else None
+        # a reader query that never planned a batch: its group goes after declareTimeout (at most 30 s) idle
+        self.streams = StreamRegistry(self.coordinator, config.ttl, min(30.0, config.declare_timeout)) \
+            if self.coordinator is not None else None
         self.unix_path = unix_path
         self.attach_mode = attach_mode  # embedded: exit when the attached applications are gone
         self.apps: dict[str, int] = {}  # application id -> pid of its JVM
@@ -146,6 +147,7 @@ class ExchangeService:
             await asyncio.sleep(0.5)
             if self.coordinator is not None:
                 await self.coordinator.expire()
+                await self.streams.expire()
             self._expire_partitions()
             if self.attach_mode and self._apps_gone():
                 log.info("no attached application is alive; embedded service exits")
@@ -287,8 +289,28 @@ class ExchangeService:
                 unsubscribe()
             return {"ok": True}
         if method == "list_exchanges":
-            return coord.list()
+            return coord.list() + self.streams.list()
+        if method == "get_exchange" and args.pop("allow_stream", False):
+            try:
+                return await coord.get_exchange(**args)
+            except RpcError as exc:  # the schema of a stream (readStream plans with the data source's schema())
+                if exc.code != "not_a_batch":
+                    raise
+                return await self.streams.describe(args["name"])
+        if method == "drop" and args.get("name") in self.streams.streams:
+            return await self.streams.drop(args["name"])
+        streams = self.streams
         handlers = {
+            "stream_declare": streams.declare,
+            "stream_begin_epoch": streams.begin_epoch,
+            "stream_commit_epoch": streams.commit_epoch,
+            "stream_abort_epoch": streams.abort_epoch,
+            "stream_describe": streams.describe,
+            "stream_join": streams.join,
+            "stream_latest": streams.latest,
+            "stream_plan": streams.plan,
+            "stream_commit_group": streams.commit_group,
+            "stream_leave": streams.leave,
             "declare": coord.declare,
             "register_producer": coord.register_producer,
             "producer_finished": coord.producer_finished,
@@ -338,7 +360,7 @@ class ExchangeService:
                  "bytes_sent": c.bytes_sent, "bytes_received": c.bytes_received}
                 for c in self.connections
             ],
-            "exchanges": self.coordinator.list() if self.coordinator else [],
+            "exchanges": self.coordinator.list() + self.streams.list() if self.coordinator else [],
             "traffic": dict(self.traffic),
             "apps": dict(self.apps),
         }

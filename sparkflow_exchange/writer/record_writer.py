@@ -31,11 +31,11 @@ import numpy as np
 import pyarrow as pa
 
 from ..buffer import BatchEncoder, Region
+from ..config import SINGLE_SUBPARTITION  # noqa: F401 - named here too, where the writer's layouts are
 from ..network.protocol import BROADCAST
 from .partition_writer import PartitionWriter
 from .selectors import group_by_target, make_selector, split_by_target
 
-SINGLE_SUBPARTITION = ("forward", "broadcast")
 # a timed flush of the sort buffer waits at least this many times what the last flush took: a flush costs
 # about 20 us per subpartition it packs (tens of ms with thousands), and the flusher must not become the
 # writer's main work
