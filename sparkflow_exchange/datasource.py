@@ -194,15 +194,17 @@ class PipelinedWriter(DataSourceArrowWriter):
         ex.abort_write(self.handle, "the Spark write job failed")
 
 
-def write_task(handle: ex.WriteHandle, options: dict, iterator: Iterator[pa.RecordBatch]) -> PartitionCommit:
-    """One write task: its result partition, written and finished (or failed and released)."""
+def write_task(handle: ex.WriteHandle, options: dict, iterator: Iterator[pa.RecordBatch],
+               marker: bytes | None = None) -> PartitionCommit:
+    """One write task: its result partition, written and finished (or failed and released); ``marker``: a
+    stream's epoch marker, after the data of every subpartition."""
     index, attempt = _task_attempt()
     handle = dataclasses.replace(handle, config=handle.config.for_task(options, _task_session()))
     width = _session_shuffle_partitions() if handle.width_open else None
     producer = ex.ProducerTask(handle, index, attempt, num_subpartitions=width)
     try:
         producer.write(iterator)
-        result = producer.finish()
+        result = producer.finish(marker)
     except BaseException as exc:
         producer.fail(f"{type(exc).__name__}: {exc}")
         raise

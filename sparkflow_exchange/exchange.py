@@ -157,9 +157,10 @@ class ProducerTask:
     def write(self, batches: Iterable[pa.RecordBatch]) -> None:
         self.records.write_all(batches)
 
-    def finish(self) -> dict:
+    def finish(self, marker: bytes | None = None) -> dict:
+        """``marker``: a MARKER event to every subpartition after the data (a stream's epoch marker)."""
         try:
-            stats = self.records.close()
+            stats = self.records.close(marker)
         except ServiceError as exc:
             if exc.code != "lost":
                 raise
@@ -220,7 +221,8 @@ def sealed_producers(desc: dict) -> list[dict] | None:
     return [p for p in desc.get("producers", ()) if p["partition"] in committed]
 
 
-def read_subpartition(config: ExchangeConfig, desc: dict, index: int, end: int | None = None) -> Iterator[pa.RecordBatch]:
+def read_subpartition(config: ExchangeConfig, desc: dict, index: int, end: int | None = None,
+                      marker: bytes | None = None) -> Iterator[pa.RecordBatch]:
     """Subpartition ``index`` (or ``index..end-1``) of every producer. A description of a sealed exchange is
     a read plan: its committed producers are read without asking the coordinator again."""
     if "arrow_schema" not in desc:
@@ -231,7 +233,7 @@ def read_subpartition(config: ExchangeConfig, desc: dict, index: int, end: int |
                             f"{n} subpartitions (needs 0 <= start < end <= {n})")
     ep = _endpoints(config)
     gate = InputGate(config, desc, index, ep.coordinator, ep.secret, ep.host_id, local_service=ep.service,
-                     subpartition_end=end, producers=sealed_producers(desc))
+                     subpartition_end=end, producers=sealed_producers(desc), marker=marker)
     return iter(gate)
 
 

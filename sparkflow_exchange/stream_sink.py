@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Iterator
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from . import streaming as st
+from .buffer_kinds import epoch_marker
 from .spark_errors import user_errors
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class PipelinedStreamWriter(DataSourceStreamArrowWriter):
             for _ in iterator:
                 pass
             return PartitionCommit("", -1, 0)
-        return write_task(handle, self.options, iterator)
+        return write_task(handle, self.options, iterator, marker=epoch_marker(int(batch)))
 
     @user_errors
     def commit(self, messages: list[PartitionCommit | None], batchId: int) -> None:

@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
+from .buffer_kinds import epoch_marker
 from .calls import call
 from .config import SINGLE_SUBPARTITION, ConfigError, ExchangeConfig
 from .errors import ExchangeError
@@ -155,4 +156,4 @@ def read_epochs(config: ExchangeConfig, schema: "pa.Schema", plans: list[dict], 
 
     for plan in plans:
         desc = {**plan["desc"], "arrow_schema": schema}
-        yield from ex.read_subpartition(config, desc, index)
+        yield from ex.read_subpartition(config, desc, index, marker=epoch_marker(plan["epoch"]))

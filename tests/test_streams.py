@@ -15,6 +15,8 @@ import sparkflow_exchange
 from harness import client_config
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange import streaming as st
+from sparkflow_exchange.buffer_kinds import epoch_marker
+from sparkflow_exchange.consumer.input_gate import ExchangeReadError
 from sparkflow_exchange.errors import ExchangeError, ExchangeLost
 from sparkflow_exchange.network.blocking_client import ServiceError
 
@@ -33,7 +35,7 @@ def write_epoch(handle: st.StreamHandle, epoch: int, ids: np.ndarray, producers:
             return []
         task = ex.ProducerTask(wh, p, f"{epoch}-{p}")
         task.write([pa.record_batch([pa.array(part, pa.int64())], schema=SCHEMA)])
-        result = task.finish()
+        result = task.finish(epoch_marker(epoch))
         done.append(result["partition"])
         rows[result["partition"]] = result["rows"]
     if commit:
@@ -297,3 +299,32 @@ def test_groups_named_by_the_writer_get_every_epoch_however_late_they_start(tmp_
     assert sorted(ids) == list(range(30))
     st.commit_group(config, "late", end)
     assert stream_of(svc, "known")["retained_epochs"] == 0
+
+
+@pytest.mark.parametrize("partition_type, host", [("HYBRID", "hostA"), ("BLOCKING", "hostA"), ("HYBRID", "elsewhere")])
+def test_every_channel_must_end_its_epoch_with_that_epochs_marker(tmp_service, partition_type, host):
+    """Flink's barrier: an epoch is whole when each producer's subpartition delivered the epoch's marker, then
+    its end of partition; a partition that is not that epoch (no marker, another epoch's) fails the read."""
+    svc = tmp_service(host_id="hostA")
+    config = client_config(svc, hostId="hostA", exchange="marked", partitioner="hash", keys="id",
+                           numSubpartitions="2", partitionType=partition_type)
+    handle = st.declare_stream(config, SCHEMA)
+    write_epoch(handle, 0, np.arange(100))
+    write_epoch(handle, 1, np.arange(100, 200))
+    reader = config.replace(host_id=host)  # another host: socket channels; this host: the spill files
+    plans = st.plan_epochs(reader, -1, 1)["epochs"]
+    ids = sorted(i for sub in range(2) for b in st.read_epochs(reader, SCHEMA, plans, sub)
+                 for i in b.column("id").to_pylist())
+    assert ids == list(range(200))
+    swapped = [{**plans[0], "epoch": 1}]  # epoch 0's partitions offered as epoch 1
+    with pytest.raises(ExchangeReadError, match=r"lost data .*epoch markers \[0\], not the one marker of epoch 1"):
+        list(st.read_epochs(reader, SCHEMA, swapped, 0))
+    unmarked = st.declare_stream(config.replace(exchange="unmarked"), SCHEMA)
+    wh = st.begin_epoch(unmarked, 0, QUERY)
+    task = ex.ProducerTask(wh, 0, "a0")
+    task.write([pa.record_batch([pa.array(np.arange(10), pa.int64())], schema=SCHEMA)])
+    done = task.finish()  # no marker: not a stream's epoch
+    st.commit_epoch(unmarked, 0, [done["partition"]], {done["partition"]: 10})
+    plans = st.plan_epochs(reader.replace(exchange="unmarked"), -1, 0)["epochs"]
+    with pytest.raises(ExchangeReadError, match=r"epoch markers \[\], not the one marker of epoch 0"):
+        list(st.read_epochs(reader, SCHEMA, plans, 0))

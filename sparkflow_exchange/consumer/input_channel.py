@@ -65,6 +65,7 @@ class Channel:
         # task thread: data buffers and rows the reader decoded, checked against the end-of-partition's counts
         self.buffers_read = 0
         self.rows_read = 0
+        self.markers: list[bytes] = []  # MARKER events, in order (a stream's epoch marker)
 
     def where(self) -> str:
         """Which producer and subpartition(s) this channel reads, for error messages."""
@@ -154,6 +155,8 @@ class InputChannel(Channel):
             self.data_received += 1
             self.bytes_received += len(msg.payload)
             self.gate.deliver(self, msg)
+        elif msg.kind == BufferKind.MARKER:  # recorded before the end of partition that follows it is queued
+            self.markers.append(bytes(msg.payload))
         elif msg.kind == BufferKind.END_OF_PARTITION:
             # its counts queue behind the channel's buffers: the task thread checks them once it decoded those
             counts = END_COUNTS.unpack(msg.payload) if len(msg.payload) == END_COUNTS.size else None
@@ -308,6 +311,9 @@ class LocalFileInputChannel(Channel):
                         legacy = True
                         continue
                     ends.append(END_COUNTS.unpack(data.read(offset, length)))
+                    continue
+                if kind == BufferKind.MARKER:
+                    self.markers.append(bytes(data.read(offset, length)))
                     continue
                 if kind != BufferKind.DATA:
                     continue

@@ -26,6 +26,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 
 from ..buffer import ChecksumError, decode
+from ..buffer_kinds import marker_epoch
 from ..config import ExchangeConfig
 from ..network import auth
 from ..network.aio_client import ClientConnection, ClientRuntime
@@ -59,9 +60,12 @@ class ExchangeReadError(ExchangeError):
 class InputGate:
     def __init__(self, config: ExchangeConfig, exchange: dict, subpartition: int, coordinator: str,
                  secret: str | None, host_id: str, local_service: str | None = None,
-                 subpartition_end: int | None = None, producers: list[dict] | None = None) -> None:
+                 subpartition_end: int | None = None, producers: list[dict] | None = None,
+                 marker: bytes | None = None) -> None:
         """``subpartition_end``: read [subpartition, subpartition_end) (a coalesced read partition);
-        ``producers``: the committed producer set of a sealed exchange, from the read plan (no subscription)."""
+        ``producers``: the committed producer set of a sealed exchange, from the read plan (no subscription);
+        ``marker``: the MARKER event every channel must deliver once before its end (a stream's epoch)."""
+        self.expected_marker = marker
         self.config = config
         self.exchange = exchange
         self.name = exchange["name"]
@@ -391,7 +395,14 @@ class InputGate:
         return batch
 
     def _check_counts(self, channel, counts: tuple[int, int] | None) -> None:
-        """The channel delivered every buffer and row its producer's service stored (when it said)."""
+        """The channel delivered every buffer and row its producer's service stored (when it said), and the
+        epoch marker the read expects."""
+        if self.expected_marker is not None and channel.markers != [self.expected_marker]:
+            want = marker_epoch(self.expected_marker)
+            got = [marker_epoch(m) for m in channel.markers]
+            raise self._integrity_error(
+                channel, "lost", f"its end of partition came after epoch markers {got}, not the one marker of "
+                f"epoch {want}: the partition is not (only) epoch {want} of the stream")
         if counts is None:
             return
         buffers, rows = counts

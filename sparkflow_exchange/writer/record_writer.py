@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from ..buffer import BatchEncoder, Region
 from ..config import SINGLE_SUBPARTITION  # noqa: F401 - named here too, where the writer's layouts are
-from ..network.protocol import BROADCAST
+from ..network.protocol import BROADCAST, BufferKind
 from .partition_writer import PartitionWriter
 from .selectors import group_by_target, make_selector, split_by_target
 
@@ -271,12 +271,15 @@ class RecordWriter:
                 self._flush_error = exc
                 return
 
-    def close(self) -> dict:
-        """Flush everything and finish the partition (end-of-partition to every subpartition)."""
+    def close(self, marker: bytes | None = None) -> dict:
+        """Flush everything and finish the partition (end-of-partition to every subpartition); ``marker``
+        goes to every subpartition between the two (a stream's epoch marker)."""
         self._stop_flusher()
         if self._flush_error is not None:
             raise self._flush_error
         self.flush()
+        if marker is not None:
+            self.writer.push(BROADCAST, marker, kind=BufferKind.MARKER)
         return self.writer.finish(self.counts())
 
     def _stop_flusher(self) -> None:
