@@ -187,8 +187,9 @@ def latency(spark, route: str, args, quiet: bool = False) -> dict:
 
     settle(spark)
     rate = (spark.readStream.format("rate").option("rowsPerSecond", args.rate).option("numPartitions", 1).load())
-    writer, source = start_route(spark, route, rate, "value", trigger, args, "latency")
-    reader = (source.writeStream.foreachBatch(sink).option("checkpointLocation", str(TMP / f"latency-{route}-rck"))
+    tag = f"latency{uuid.uuid4().hex[:6]}"  # every run its own checkpoints and file-route directory
+    writer, source = start_route(spark, route, rate, "value", trigger, args, tag)
+    reader = (source.writeStream.foreachBatch(sink).option("checkpointLocation", str(TMP / f"{tag}-{route}-rck"))
               .trigger(**trigger).start())
     try:
         wait_for(lambda: got or reader.exception() or writer.exception(), 120, "the reader's first rows")
