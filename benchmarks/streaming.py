@@ -58,7 +58,8 @@ from spark_common import SCHEMA, settle, stop_embedded_services  # noqa: E402
 SLOTS = 4
 N_SUB = 2
 ROUTES = ("pipelined", "files")
-EXTRA_ROUTES = {"pipelined-nopoll": ["stream.pollWait=0"]}  # pipelined with the reader's long poll off
+EXTRA_ROUTES = {"pipelined-nopoll": ["stream.pollWait=0"],  # pipelined with the reader's long poll off
+                "pipelined-8": ["numSubpartitions=8"]}  # pipelined read by 8 tasks
 
 
 def main() -> None:
@@ -77,7 +78,7 @@ def main() -> None:
                              "no trigger() call, which Spark runs as processingTime 0 too)")
     parser.add_argument("--only", default="", help="latency | throughput (default: both)")
     parser.add_argument("--routes", default=",".join(ROUTES),
-                        help="comma separated: pipelined, files, pipelined-nopoll (stream.pollWait=0)")
+                        help="comma separated: pipelined, files, pipelined-nopoll (stream.pollWait=0), pipelined-8 (8 subpartitions)")
     parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                         help="extra option for the pipelined writer and reader (repeatable)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
