@@ -123,6 +123,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "maxBytesPerTrigger": ("max_bytes_per_trigger", lambda v: None if v in (None, "") else parse_size(v), "streaming read: most bytes one micro-batch reads (whole epochs, at least one)"),
     "stream.consumerGroups": ("stream_consumer_groups", lambda v: tuple(k.strip() for k in str(v).split(",") if k.strip()), "streaming write: consumer groups the stream keeps every epoch for from its start, registered before their readers run (comma separated)"),
     "stream.maxRetainedBytes": ("stream_max_retained_bytes", parse_size, "streaming write: the writer query waits while its stream retains more than this for its slowest consumer group (0 = no bound)"),
+    "stream.pollWait": ("stream_poll_wait", parse_duration, "streaming read: an idle reader's trigger waits on the service up to this long for the next epoch, and starts within milliseconds of its commit (0 = answer at once; Spark polls again every 10 ms)"),
 }
 _BY_LOWER = {k.lower(): k for k in _KEYS}
 # Keys read only inside Spark tasks (writer and reader buffers, flushing, timeouts of a running read or
@@ -185,6 +186,7 @@ class ExchangeConfig:
     max_bytes_per_trigger: int | None = None
     stream_max_retained_bytes: int = 0
     stream_consumer_groups: tuple[str, ...] = ()
+    stream_poll_wait: float = 0.5
 
     def __post_init__(self) -> None:
         if self.partition_type not in PARTITION_TYPES:
@@ -204,6 +206,8 @@ class ExchangeConfig:
         for name in ("max_epochs_per_trigger", "max_rows_per_trigger", "max_bytes_per_trigger"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.stream_poll_wait < 0:
+            raise ConfigError(f"stream.pollWait must be 0 (answer at once) or more, got {self.stream_poll_wait}")
         if self.stream_max_retained_bytes < 0:
             raise ConfigError(f"stream.maxRetainedBytes must be 0 (no bound) or more, got {self.stream_max_retained_bytes}")
         if self.advisory_partition_size < 1:

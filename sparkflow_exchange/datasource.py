@@ -229,6 +229,7 @@ class PipelinedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.options = options or {}
         self.group = config.consumer_group
         self.upto: int | None = None  # availableNow: the newest epoch when the query started
+        self.last_committed: int | None = None  # the stream's, as the last latestOffset saw it
 
     def _offset(self, epoch: int) -> dict:
         return {"epochs": {self.config.exchange: epoch}, "group": self.group}
@@ -259,13 +260,19 @@ class PipelinedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     @user_errors
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         after = self._position(start)
+        # an idle trigger waits on the service for the next commit (availableNow: never, it stops at upto)
         found = st.latest_epoch(self.config, self.group, after, upto=self.upto,
-                                max_rows=getattr(limit, "max_rows", None), max_bytes=getattr(limit, "max_bytes", None))
+                                max_rows=getattr(limit, "max_rows", None), max_bytes=getattr(limit, "max_bytes", None),
+                                wait=self.config.stream_poll_wait if self.upto is None else 0.0)
+        self.last_committed = found["last_committed"]
         return self._offset(found["epoch"])
 
     @user_errors
     def reportLatestOffset(self) -> dict | None:
-        return self._offset(st.describe_stream(self.config.replace(declare_timeout=0))["last_committed"])
+        # Spark asks right after latestOffset, every trigger: its answer saves a second call to the service
+        if self.last_committed is None:
+            self.last_committed = st.describe_stream(self.config.replace(declare_timeout=0))["last_committed"]
+        return self._offset(self.last_committed)
 
     @user_errors
     def prepareForTriggerAvailableNow(self) -> None:

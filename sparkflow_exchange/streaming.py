@@ -133,9 +133,12 @@ def join_group(config: ExchangeConfig, group: str | None = None) -> dict:
 
 
 def latest_epoch(config: ExchangeConfig, group: str, after: int, *, max_rows: int | None = None,
-                 max_bytes: int | None = None, upto: int | None = None) -> dict:
-    return call(config, "stream_latest", name=config.exchange, group=group, after=after,
-                    max_epochs=config.max_epochs_per_trigger, max_rows=max_rows, max_bytes=max_bytes, upto=upto)
+                 max_bytes: int | None = None, upto: int | None = None, wait: float = 0.0) -> dict:
+    """``{"epoch", "last_committed"}``: the newest epoch a trigger may read; with none after ``after``,
+    the service waits up to ``wait`` s for the next commit (``stream.pollWait``)."""
+    return call(config, "stream_latest", timeout=wait + 30 if wait else None, name=config.exchange, group=group,
+                    after=after, max_epochs=config.max_epochs_per_trigger, max_rows=max_rows, max_bytes=max_bytes,
+                    upto=upto, wait=wait)
 
 
 def plan_epochs(config: ExchangeConfig, after: int, upto: int) -> dict:

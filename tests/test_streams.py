@@ -328,3 +328,31 @@ def test_every_channel_must_end_its_epoch_with_that_epochs_marker(tmp_service, p
     plans = st.plan_epochs(reader.replace(exchange="unmarked"), -1, 0)["epochs"]
     with pytest.raises(ExchangeReadError, match=r"epoch markers \[\], not the one marker of epoch 0"):
         list(st.read_epochs(reader, SCHEMA, plans, 0))
+
+
+def test_an_idle_reader_waits_for_the_next_commit_and_gets_it_at_once(stream):
+    """stream.pollWait: latest waits on the service for the writer's commit (a long poll), returns as soon
+    as it lands; without one it returns after the wait; availableNow's bound never waits."""
+    svc, config, handle = stream
+    group = st.join_group(config)["group"]
+    t0 = time.monotonic()
+    assert st.latest_epoch(config, group, -1, wait=0.6)["epoch"] == -1  # nothing came: the wait runs out
+    assert 0.5 <= time.monotonic() - t0 < 5
+    committed = []
+
+    def writer():
+        time.sleep(0.4)
+        write_epoch(handle, 0, np.arange(10))
+        committed.append(time.monotonic())
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    found = st.latest_epoch(config, group, -1, wait=20)
+    answered = time.monotonic()
+    t.join(20)
+    assert found == {"epoch": 0, "last_committed": 0}
+    assert committed and answered - committed[0] < 1.0  # woken by the commit, not by the 20 s wait
+    t0 = time.monotonic()
+    assert st.latest_epoch(config, group, 0, upto=0, wait=20)["epoch"] == 0  # availableNow: nothing more to wait for
+    assert st.latest_epoch(config, group, 0, wait=0)["epoch"] == 0
+    assert time.monotonic() - t0 < 5

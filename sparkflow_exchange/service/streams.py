@@ -322,9 +322,13 @@ class StreamRegistry:
                 "exchange_lost")
 
     async def latest(self, name: str, group: str, after: int, max_epochs: int | None = None,
-                     max_rows: int | None = None, max_bytes: int | None = None, upto: int | None = None) -> dict:
+                     max_rows: int | None = None, max_bytes: int | None = None, upto: int | None = None,
+                     wait: float = 0.0) -> dict:
         """The newest committed epoch a micro-batch starting after ``after`` may read (admission control:
-        at least one epoch when any is there, then as many as the limits allow)."""
+        at least one epoch when any is there, then as many as the limits allow).
+
+        ``wait``: with nothing new, wait up to this long for the next commit (a long poll: an idle reader
+        query starts its batch within milliseconds of the writer's commit instead of polling)."""
         st = self._get(name)
         g = self._touch(st, group, after)
         self._check_retained(st, after)
@@ -335,6 +339,15 @@ class StreamRegistry:
             g.position = after
             await self._release(st)
             await self._notify()
+        if wait > 0 and st.last_committed <= after and (upto is None or upto > after):
+            # after the release above: a writer waiting for room (maxRetainedBytes) must not wait on this wait
+            try:
+                async with self._changed:
+                    await asyncio.wait_for(self._changed.wait_for(
+                        lambda: st.last_committed > after or self.streams.get(name) is not st), wait)
+            except asyncio.TimeoutError:
+                pass
+            st = self._get(name)  # dropped meanwhile: the reader learns it now
         end, epochs, rows, size = after, 0, 0, 0
         for n, e in st.epochs.items():
             if n <= after or (upto is not None and n > upto):
