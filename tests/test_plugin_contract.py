@@ -100,7 +100,7 @@ def _run_app(tmp_path: Path, jar: Path, master: str, fail: str = "") -> tuple[di
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "SPARK_CONF_DIR": str(conf_dir), "WEIRD_VALUE": WEIRD, "FAKE_LAUNCHER_FAIL": fail}
     proc = subprocess.run([sys.executable, str(app), str(calls), str(jar), str(script), master],
-                          capture_output=True, text=True, timeout=40, env=env)
+                          capture_output=True, text=True, timeout=120, env=env)  # a bound for a hang (local-cluster under load)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     recorded = [json.loads(line) for line in calls.read_text().splitlines()]
