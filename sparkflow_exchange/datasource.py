@@ -14,7 +14,6 @@ The streaming sink lives in ``stream_sink.py`` (light: Spark imports it once per
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -32,26 +31,13 @@ from pyspark.sql.types import StructType
 
 from . import exchange as ex
 from . import streaming as st
-from .config import PREFIX, TASK_KEYS, ConfigError, ExchangeConfig
+from .config import ConfigError, ExchangeConfig
 from .consumer.rebatch import rebatched
 from .consumer.read_plan import read_ranges
 from .errors import SchemaMismatch
 from .spark_errors import guarded, user_errors
-from .stream_sink import PartitionCommit, PipelinedStreamWriter
-
-SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-
-
-def _task_session() -> dict[str, str]:
-    """The session settings of :data:`TASK_KEYS` as this task sees them (Spark's local properties)."""
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    if ctx is None:
-        return {}
-    found = {PREFIX + k: ctx.getLocalProperty(PREFIX + k) for k in TASK_KEYS}
-    return {k: v for k, v in found.items() if v is not None}
-
+from .stream_sink import PipelinedStreamWriter
+from .tasks import PartitionCommit, task_session, write_task
 
 def _arrow_schema(schema: StructType) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -61,32 +47,6 @@ def _arrow_schema(schema: StructType) -> pa.Schema:
 
 def _describe(schema: pa.Schema) -> str:
     return "(" + ", ".join(f"{f.name} {f.type}" + ("" if f.nullable else " not null") for f in schema) + ")"
-
-
-def _task_attempt() -> tuple[int, str]:
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    if ctx is None:
-        raise RuntimeError("format('pipelined') write called outside a Spark task")
-    return ctx.partitionId(), ex.attempt_id(ctx.partitionId(), ctx.attemptNumber(), ctx.taskAttemptId())
-
-
-def _session_shuffle_partitions() -> int:
-    """The writing session's spark.sql.shuffle.partitions (tasks see session settings as local properties)."""
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    value = ctx.getLocalProperty(SHUFFLE_PARTITIONS) if ctx is not None else None
-    if not value:
-        return ex.DEFAULT_SHUFFLE_PARTITIONS
-    try:
-        width = int(value)
-    except ValueError:
-        raise ConfigError(f"{SHUFFLE_PARTITIONS}={value!r} is not a number of partitions") from None
-    if width < 1:
-        raise ConfigError(f"{SHUFFLE_PARTITIONS}={width} must be at least 1 to be the exchange's width")
-    return width
 
 
 class PipelinedDataSource(DataSource):
@@ -171,7 +131,7 @@ class PipelinedReader(DataSourceReader):
 
     @user_errors
     def read(self, partition: SubpartitionSplit) -> Iterator[pa.RecordBatch]:
-        config = self.config.for_task(self.options, _task_session())
+        config = self.config.for_task(self.options, task_session())
         batches = ex.read_subpartition(config, self.desc, partition.index, partition.end)
         return guarded(rebatched(batches, config.buffer_size))  # Spark pays per batch: small ones joined
 
@@ -192,23 +152,6 @@ class PipelinedWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[PartitionCommit | None]) -> None:
         ex.abort_write(self.handle, "the Spark write job failed")
-
-
-def write_task(handle: ex.WriteHandle, options: dict, iterator: Iterator[pa.RecordBatch],
-               marker: bytes | None = None) -> PartitionCommit:
-    """One write task: its result partition, written and finished (or failed and released); ``marker``: a
-    stream's epoch marker, after the data of every subpartition."""
-    index, attempt = _task_attempt()
-    handle = dataclasses.replace(handle, config=handle.config.for_task(options, _task_session()))
-    width = _session_shuffle_partitions() if handle.width_open else None
-    producer = ex.ProducerTask(handle, index, attempt, num_subpartitions=width)
-    try:
-        producer.write(iterator)
-        result = producer.finish(marker)
-    except BaseException as exc:
-        producer.fail(f"{type(exc).__name__}: {exc}")
-        raise
-    return PartitionCommit(result["partition"], index, result["rows"])
 
 
 # ------------------------------------------------------------------ Structured Streaming (the sink: stream_sink.py)
@@ -289,7 +232,7 @@ class PipelinedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def read(self, partition: EpochSplit) -> Iterator[pa.RecordBatch]:
         from .buffer import schema_from_b64
 
-        config = self.config.for_task(self.options, _task_session())
+        config = self.config.for_task(self.options, task_session())
         batches = st.read_epochs(config, schema_from_b64(self.schema_b64), partition.plans, partition.index)
         return guarded(rebatched(batches, config.buffer_size))
 

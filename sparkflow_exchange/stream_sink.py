@@ -7,29 +7,20 @@ and the data path on this machine).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceStreamArrowWriter
 
 from . import streaming as st
 from .buffer_kinds import epoch_marker
 from .spark_errors import user_errors
+from .tasks import PartitionCommit, write_task
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 BATCH_ID = "streaming.sql.batchId"  # local properties Spark sets on every task of a micro-batch
 QUERY_ID = "sql.streaming.queryId"  # the query's id, kept in its checkpoint across restarts
-
-
-@dataclass
-class PartitionCommit(WriterCommitMessage):
-    """A write task's result partition (``partition`` "" for a task that skipped a replayed epoch)."""
-
-    partition: str
-    index: int
-    rows: int
 
 
 class PipelinedStreamWriter(DataSourceStreamArrowWriter):
@@ -40,8 +31,6 @@ class PipelinedStreamWriter(DataSourceStreamArrowWriter):
     @user_errors
     def write(self, iterator: Iterator["pa.RecordBatch"]) -> PartitionCommit:
         from pyspark import TaskContext
-
-        from .datasource import write_task
 
         ctx = TaskContext.get()
         batch, query = (ctx.getLocalProperty(BATCH_ID), ctx.getLocalProperty(QUERY_ID)) if ctx else (None, None)
