@@ -18,6 +18,7 @@ import difflib
 import json
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -281,6 +282,10 @@ class ExchangeConfig:
 
     def replace(self, **changes: Any) -> "ExchangeConfig":
         return dataclasses.replace(self, **changes)
+
+    def resolved_host_id(self) -> str:
+        """This host's identity: ``hostId``, else the host name (local vs remote channels follow it)."""
+        return self.host_id or socket.gethostname()
 
     def resolved_secret(self) -> str | None:
         if self.secret:

@@ -8,7 +8,6 @@ host identity); the embedded default, started on first use in local mode.
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,11 +16,6 @@ from ..network import auth
 from ..network.blocking_client import BlockingConnection, ServiceError
 from .launcher import jvm_pid, read_state
 from .private_files import ensure_private_dir
-
-
-def default_host_id() -> str:
-    """This host's identity when hostId is not set: local vs remote channels follow it."""
-    return socket.gethostname()
 
 
 @dataclass(frozen=True)
@@ -57,7 +51,7 @@ def plugin_state() -> dict | None:
 
 def resolve(config: ExchangeConfig, *, start_embedded: bool = True) -> Endpoints:
     secret = config.resolved_secret()
-    host_id = config.host_id or default_host_id()
+    host_id = config.resolved_host_id()
     plugin = plugin_state()
     if config.coordinator:
         service = config.service or (plugin["unix"] if plugin else config.coordinator)

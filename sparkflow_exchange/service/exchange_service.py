@@ -27,7 +27,6 @@ from ..partition.buffer_pool import NetworkBufferPool
 from ..partition.result_partition import ResultPartition
 from ..partition.spill import SpillReaders
 from .coordinator import Coordinator
-from .discovery import default_host_id
 from .streams import StreamRegistry
 from .launcher import pid_alive
 
@@ -42,7 +41,7 @@ class ExchangeService:
                  secret: str | None = None, attach_mode: bool = False) -> None:
         self.config = config
         self.service_id = f"svc-{uuid.uuid4().hex[:8]}"
-        self.host_id = config.host_id or default_host_id()
+        self.host_id = config.resolved_host_id()
         self.secret = secret if secret is not None else config.resolved_secret()
         self.budget = NetworkBufferPool(config.memory_budget)  # every partition's pool draws on it
         self.spill_readers = SpillReaders(config.max_open_spill_files)  # fds of finished spill files
