@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import ExchangeConfig
+from .config import ConfigError, ExchangeConfig
 from .errors import ExchangeError, ExchangeLost, ExchangeNotFound, SchemaMismatch
 from .network.blocking_client import ServiceError
 from .service.discovery import resolve
@@ -23,3 +23,10 @@ def call(config: ExchangeConfig, method: str, timeout: float | None = None, **ar
             return conn.call(method, timeout=timeout, **args)
         except ServiceError as exc:
             raise ERRORS_BY_CODE.get(exc.code, ExchangeError)(str(exc)) from None
+
+
+def require_name(config: ExchangeConfig) -> str:
+    """The exchange's name, or a ConfigError saying the option is required."""
+    if not config.exchange:
+        raise ConfigError("the 'exchange' option is required: .option('exchange', '<name>')")
+    return config.exchange

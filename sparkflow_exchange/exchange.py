@@ -12,7 +12,7 @@ from typing import Any, Iterable, Iterator
 import pyarrow as pa
 
 from .buffer import schema_from_b64, schema_to_b64
-from .calls import call
+from .calls import call, require_name
 from .config import ConfigError, ExchangeConfig
 from .errors import ExchangeError
 from .consumer.input_gate import InputGate
@@ -28,15 +28,6 @@ DEFAULT_SHUFFLE_PARTITIONS = 200  # Spark's spark.sql.shuffle.partitions default
 
 def _endpoints(config: ExchangeConfig) -> Endpoints:
     return resolve(config)
-
-
-_call = call  # the coordinator call (calls.py), under the name the rest of this module uses
-
-
-def _require_name(config: ExchangeConfig) -> str:
-    if not config.exchange:
-        raise ConfigError("the 'exchange' option is required: .option('exchange', '<name>')")
-    return config.exchange
 
 
 def validate_write(config: ExchangeConfig, schema: pa.Schema) -> None:
@@ -81,9 +72,9 @@ class WriteHandle:
 
 
 def declare_write(config: ExchangeConfig, schema: pa.Schema, overwrite: bool) -> WriteHandle:
-    name = _require_name(config)
+    name = require_name(config)
     validate_write(config, schema)
-    desc = _call(config, "declare", name=name, schema=schema_to_b64(schema),
+    desc = call(config, "declare", name=name, schema=schema_to_b64(schema),
                  num_subpartitions=config.num_subpartitions,
                  partitioner={"name": config.partitioner, "keys": list(config.keys), "custom": config.custom,
                               # one subpartition read by every consumer (forward, or broadcast of unknown width)
@@ -152,7 +143,7 @@ class ProducerTask:
                 return self.conn.call(method, **args)
             except ServiceError as exc:
                 raise ExchangeError(str(exc)) from None
-        return _call(self.config, method, **args)
+        return call(self.config, method, **args)
 
     def write(self, batches: Iterable[pa.RecordBatch]) -> None:
         self.records.write_all(batches)
@@ -189,13 +180,13 @@ class ProducerTask:
 def commit_write(handle: WriteHandle, partitions: list[str], rows: dict[str, int] | None = None) -> dict:
     """Seal the write; ``rows`` (rows each partition's task wrote) are checked against what its producer pushed."""
     extra = {} if rows is None else {"rows": rows}
-    return _call(handle.config, "commit", name=handle.name, epoch=handle.epoch, write_id=handle.write_id,
+    return call(handle.config, "commit", name=handle.name, epoch=handle.epoch, write_id=handle.write_id,
                  partitions=partitions, **extra)
 
 
 def abort_write(handle: WriteHandle, reason: str = "") -> None:
     try:
-        _call(handle.config, "abort", name=handle.name, epoch=handle.epoch, write_id=handle.write_id, reason=reason)
+        call(handle.config, "abort", name=handle.name, epoch=handle.epoch, write_id=handle.write_id, reason=reason)
     except (ExchangeError, ServiceError):
         pass
 
@@ -204,10 +195,10 @@ def describe_exchange(config: ExchangeConfig, *, wait: bool = True, allow_stream
     """The exchange (schema, numSubpartitions...), waiting up to declareTimeout for it to be declared.
 
     ``allow_stream``: a stream's description (``kind: stream``) is an answer too (for its schema)."""
-    name = _require_name(config)
+    name = require_name(config)
     timeout = config.declare_timeout if wait else 0.0
     extra = {"allow_stream": True} if allow_stream else {}
-    desc = _call(config, "get_exchange", timeout=timeout + 30, name=name, wait=timeout, need_subpartitions=True,
+    desc = call(config, "get_exchange", timeout=timeout + 30, name=name, wait=timeout, need_subpartitions=True,
                  **extra)
     desc["arrow_schema"] = schema_from_b64(desc["schema"])
     return desc
@@ -239,11 +230,11 @@ def read_subpartition(config: ExchangeConfig, desc: dict, index: int, end: int |
 
 def drop_exchange(name: str, config: ExchangeConfig | None = None) -> dict:
     config = (config or ExchangeConfig.load()).replace(exchange=name)
-    return _call(config, "drop", name=name)
+    return call(config, "drop", name=name)
 
 
 def list_exchanges(config: ExchangeConfig | None = None) -> list[dict]:
-    return _call(config or ExchangeConfig.load(), "list_exchanges")
+    return call(config or ExchangeConfig.load(), "list_exchanges")
 
 
 def attempt_id(partition_id: int, attempt_number: int, task_attempt_id: int) -> str:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 from .buffer_kinds import epoch_marker
-from .calls import call
-from .config import SINGLE_SUBPARTITION, ConfigError, ExchangeConfig
+from .calls import call, require_name
+from .config import SINGLE_SUBPARTITION, ExchangeConfig
 from .errors import ExchangeError
 
 if TYPE_CHECKING:
@@ -44,17 +44,11 @@ class StreamHandle:
         return self.num_subpartitions is None and self.partitioner not in SINGLE_SUBPARTITION
 
 
-def _require_name(config: ExchangeConfig) -> str:
-    if not config.exchange:
-        raise ConfigError("the 'exchange' option is required: .option('exchange', '<name>')")
-    return config.exchange
-
-
 def declare_stream(config: ExchangeConfig, schema: "pa.Schema") -> StreamHandle:
     from . import exchange as ex
     from .buffer import schema_to_b64
 
-    name = _require_name(config)
+    name = require_name(config)
     ex.validate_write(config, schema)
     desc = call(config, "stream_declare", name=name, schema=schema_to_b64(schema),
                     num_subpartitions=config.num_subpartitions,
@@ -119,7 +113,7 @@ def describe_stream(config: ExchangeConfig) -> dict:
     """The stream (schema, width...), waiting up to declareTimeout for a writer query to declare it."""
     from .buffer import schema_from_b64
 
-    name = _require_name(config)
+    name = require_name(config)
     desc = call(config, "stream_describe", timeout=config.declare_timeout + 30, name=name,
                     wait=config.declare_timeout)
     desc["arrow_schema"] = schema_from_b64(desc["schema"])

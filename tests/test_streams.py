@@ -15,6 +15,7 @@ import sparkflow_exchange
 from harness import client_config
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange import streaming as st
+from sparkflow_exchange.calls import call
 from sparkflow_exchange.buffer_kinds import epoch_marker
 from sparkflow_exchange.consumer.input_gate import ExchangeReadError
 from sparkflow_exchange.errors import ExchangeError, ExchangeLost
@@ -53,7 +54,7 @@ def read_to(config, group: str, after: int, upto: int | None = None) -> tuple[in
 
 
 def status(svc) -> dict:
-    return ex._call(client_config(svc), "status")
+    return call(client_config(svc), "status")
 
 
 def stream_of(svc, name: str) -> dict:
