@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,6 +27,21 @@ from pyspark.sql.datasource import (
 )
 
 SCHEMA = "id long, key long, s string, d double"
+
+
+def bench_environment(name: str) -> Path:
+    """A fresh directory for one benchmark run; Spark's workers run this interpreter and find
+    ``benchmarks/`` (they unpickle this module's classes), and the embedded service is this run's own.
+    Call before Spark starts."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"sparkflow-bench-{name}-"))
+    here = str(Path(__file__).parent)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["SPARKFLOW_EXCHANGE_RUNTIME_DIR"] = str(tmp / "runtime")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    return tmp
 
 
 class NoopArrowSink(DataSource):

@@ -36,18 +36,13 @@ import json
 import os
 import shutil
 import statistics
-import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
-TMP = Path(tempfile.mkdtemp(prefix="sparkflow-bench-streaming-"))
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-os.environ["SPARKFLOW_EXCHANGE_RUNTIME_DIR"] = str(TMP / "runtime")
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")) if p)
-sys.path.insert(0, str(Path(__file__).parent))
+from spark_common import bench_environment
+
+TMP = bench_environment("streaming")  # before Spark starts: its workers and embedded service are this run's
 
 import numpy as np  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
