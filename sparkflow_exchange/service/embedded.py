@@ -3,10 +3,14 @@
 Its address and a fresh secret sit in the runtime directory (0700, state file
 0600), so every Spark application of the user on this host finds it and two
 applications can meet at an exchange name. The JVM above the Python worker
-that uses it attaches to it; it exits, removing its files, once the last
-attached JVM has ended and ``embedded.idleTimeout`` has passed.
+that uses it attaches to it (a Python process with no JVM above it, a script
+using the client API or the driver itself, attaches itself); it exits,
+removing its files, once the last attached process has ended and
+``embedded.idleTimeout`` has passed.
 """
 from __future__ import annotations
+
+import os
 
 from ..config import ExchangeConfig
 from .discovery import runtime_dir
@@ -16,4 +20,4 @@ from .launcher import ensure_service, jvm_pid
 def ensure_embedded(config: ExchangeConfig, timeout: float = 30.0) -> dict:
     directory = runtime_dir()
     return ensure_service(directory / "embedded.json", config, ["--unix", str(directory / "embedded.sock")],
-                          attach_pid=jvm_pid(), timeout=timeout)
+                          attach_pid=jvm_pid() or os.getpid(), timeout=timeout)
