@@ -33,7 +33,7 @@ from . import exchange as ex
 from . import streaming as st
 from .config import ConfigError, ExchangeConfig
 from .consumer.rebatch import rebatched
-from .consumer.read_plan import read_ranges
+from .consumer.read_plan import compact_producers, read_ranges
 from .errors import SchemaMismatch
 from .spark_errors import guarded, user_errors
 from .stream_sink import PipelinedStreamWriter
@@ -106,8 +106,8 @@ def _read_plan(desc: dict) -> dict:
     producers = ex.sealed_producers(desc)
     plan = {k: v for k, v in desc.items() if k not in ("producers", "committed")}
     if producers is not None:
-        plan["producers"] = producers
-        plan["committed"] = [p["partition"] for p in producers]
+        plan["producers"] = compact_producers(producers)
+        plan["committed"] = [p["partition"] for p in plan["producers"]]
     return plan
 
 
@@ -226,7 +226,9 @@ class PipelinedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         plan = st.plan_epochs(self.config, self._position(start), self._position(end))
         if not plan["epochs"]:
             return []
-        return [EpochSplit(i, plan["epochs"]) for i in range(plan["num_subpartitions"])]
+        epochs = [{**e, "desc": {**e["desc"], "producers": compact_producers(e["desc"].get("producers", []))}}
+                  for e in plan["epochs"]]
+        return [EpochSplit(i, epochs) for i in range(plan["num_subpartitions"])]
 
     @user_errors
     def read(self, partition: EpochSplit) -> Iterator[pa.RecordBatch]:

@@ -250,3 +250,21 @@ def test_forward_producers_with_a_given_width_finish_without_per_subpartition_si
     desc = ex.describe_exchange(config)
     assert desc["sealed"] and desc["subpartition_bytes"] is None and not desc["coalesce"]
     assert keys_read(config, desc, 1) == sorted((np.arange(300) * 31 + 1).tolist())
+
+
+def test_a_read_plan_carries_each_service_location_once_and_only_what_gates_read():
+    import pickle
+
+    from sparkflow_exchange.consumer.read_plan import GATE_FIELDS, compact_producers
+
+    def location(n: int) -> dict:  # as the coordinator's JSON gives them: a new dict per producer
+        return {"tcp": f"127.0.0.{n}:4000", "unix": f"unix:/tmp/s{n}.sock", "host_id": f"h{n}", "pid": 100 + n}
+
+    producers = [{"index": i, "attempt": f"{i}-0-{i}", "partition": f"x.1.{i}", "location": location(i % 2),
+                  "write_id": "w1", "state": "finished", "reason": "", "spill": f"/spill/x.1.{i}.data",
+                  "rows": 1000, "bytes": 40000} for i in range(200)]
+    compact = compact_producers(producers)
+    assert [set(p) for p in compact] == [set(GATE_FIELDS)] * 200
+    assert all(c[k] == p[k] for c, p in zip(compact, producers) for k in GATE_FIELDS)
+    assert len({id(p["location"]) for p in compact}) == 2  # one object per service: pickled once each
+    assert len(pickle.dumps(compact)) < len(pickle.dumps(producers)) / 2

@@ -244,10 +244,12 @@ class LocalFileInputChannel(Channel):
 
     locality = "local-file"
 
-    def __init__(self, gate: "InputGate", producer: dict, subpartition: int, end: int | None = None) -> None:
+    def __init__(self, gate: "InputGate", producer: dict, subpartition: int, end: int | None = None,
+                 index_stat: tuple[str, os.stat_result] | None = None) -> None:
         super().__init__(gate, producer, subpartition, end)
         self.data_path: str = producer["spill"]
-        self.index_path = index_path_of(self.data_path)
+        # make_channel has looked the index up already: its path and stat are not taken twice
+        self.index_path, self._index_stat = index_stat or (index_path_of(self.data_path), None)
         self._data: SpillData | None = None
         self._entries: list[tuple[int, int, int, int, int]] = []
         self._lock = threading.Lock()
@@ -266,7 +268,7 @@ class LocalFileInputChannel(Channel):
         try:
             data = SpillData(self.data_path)
             try:
-                self._entries = read_index(self.index_path, self.subpartition, self.end, data.size)
+                self._entries = read_index(self.index_path, self.subpartition, self.end, data.size, self._index_stat)
             except BaseException:
                 data.close()
                 raise
@@ -377,8 +379,14 @@ def make_channel(gate: "InputGate", producer: dict, subpartition: int,
     spill = producer.get("spill")
     if end is not None and end == subpartition + 1:
         end = None
-    if local and spill and producer.get("state") == "finished" and os.path.exists(index_path_of(spill)):
-        return LocalFileInputChannel(gate, producer, subpartition, end)
+    if local and spill and producer.get("state") == "finished":
+        index = index_path_of(spill)
+        try:
+            st = os.stat(index)
+        except OSError:
+            st = None
+        if st is not None:
+            return LocalFileInputChannel(gate, producer, subpartition, end, (index, st))
     if local and location.get("unix"):
         return LocalInputChannel(gate, producer, subpartition, location["unix"], end)
     return RemoteInputChannel(gate, producer, subpartition, location.get("tcp", ""), end)

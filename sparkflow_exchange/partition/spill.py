@@ -128,8 +128,8 @@ class _IndexCache:
         self._entries: OrderedDict[tuple, tuple] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, index_path: Path | str, corrupt) -> tuple:
-        st = os.stat(index_path)
+    def get(self, index_path: Path | str, corrupt, st: os.stat_result | None = None) -> tuple:
+        st = st or os.stat(index_path)
         key = (index_path if isinstance(index_path, str) else str(index_path), st.st_ino, st.st_size, st.st_mtime_ns)
         with self._lock:
             hit = self._entries.get(key)
@@ -172,19 +172,19 @@ _INDEXES = _IndexCache(64 << 20)
 
 
 def read_index(index_path: Path | str, subpartition: int, end: int | None = None,
-               data_size: int | None = None) -> list[tuple[int, int, int, int, int]]:
+               data_size: int | None = None, st: os.stat_result | None = None) -> list[tuple[int, int, int, int, int]]:
     """(seq, offset, length, kind, flags) of subpartitions ``subpartition..end-1`` (default: just one), in order.
 
     The index is parsed once per process (:class:`_IndexCache`); a range is then two list lookups and a slice. The
     caller skips non-data entries. What it returns is checked, so a damaged index is a
     :class:`SpillCorruptError` naming the file, never a short read or a deep traceback: every subpartition
     of the range has entries numbered 0..n-1 ending with its end-of-partition, known kinds, and (given
-    ``data_size``) extents inside the data file.
+    ``data_size``) extents inside the data file. ``st``: the index file's ``os.stat``, when the caller took it.
     """
     def corrupt(what: str) -> SpillCorruptError:
         return SpillCorruptError(f"spill index {index_path} is corrupt: {what}")
 
-    entries, bounds, missing, extent = _INDEXES.get(index_path, corrupt)
+    entries, bounds, missing, extent = _INDEXES.get(index_path, corrupt, st)
     stop = subpartition + 1 if end is None else end
     width = len(bounds) - 1
     if subpartition < 0 or stop > width or missing[stop] != missing[subpartition]:
