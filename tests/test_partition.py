@@ -443,3 +443,22 @@ def test_pooled_frame_buffers_are_not_reused_while_a_view_of_them_lives():
     del payload, second
     third = pool.take(300_000)
     assert third.obj is keep  # nothing reads it any more: reused
+
+
+def test_a_released_partition_without_readers_is_freed_by_reference_counting(tmp_path):
+    """No cycle left for the garbage collector: a service dropping wide exchanges spent seconds in it."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        part = make(tmp_path, "HYBRID", n=8)
+        for sub in range(8):
+            part.add(sub, BufferKind.DATA, 0, payload(sub, sub))
+        part.finish()
+        alive = weakref.ref(part.subpartitions[3])
+        part.release("dropped")
+        del part
+        assert alive() is None
+    finally:
+        gc.enable()

@@ -89,7 +89,24 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("SPARKFLOW_EXCHANGE_LOG", "WARNING"), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    tune_gc()
     asyncio.run(run(args))
+
+
+# Allocations between young collections. A service holding a few 200 x 200 exchanges keeps some 10^5
+# long-lived objects (subpartitions, their buffers' entries); with CPython's default (700) it ran a young
+# collection every few write tasks and full ones taking up to 0.2 s each, stalling every writer and reader
+# (measured: 1.6 s of collection per 600 write tasks). Its garbage is mostly freed by reference counting;
+# cycles still get collected, just less often.
+GC_YOUNG_THRESHOLD = 100_000
+
+
+def tune_gc() -> None:
+    import gc
+
+    gc.freeze()  # what start-up imported is never garbage: later collections skip it
+    _young, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
 
 
 if __name__ == "__main__":
