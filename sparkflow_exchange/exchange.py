@@ -16,7 +16,7 @@ from .calls import call, require_name
 from .config import ConfigError, ExchangeConfig
 from .errors import ExchangeError
 from .consumer.input_gate import InputGate
-from .network.blocking_client import ServiceError
+from .network.blocking_client import WRITER_CONNECTIONS, ServiceError
 from .service.discovery import Endpoints, resolve
 from .writer.partition_writer import PartitionWriter
 from .writer.record_writer import SINGLE_SUBPARTITION, RecordWriter
@@ -108,8 +108,18 @@ class ProducerTask:
                 f"forward needs equal parallelism: producer {index} has no subpartition among numSubpartitions={n}; "
                 "repartition the DataFrame to that many partitions or drop the numSubpartitions option")
         self.partition = f"{handle.name}.{handle.epoch}.{index}.{attempt}.{uuid.uuid4().hex[:8]}"
-        self.conn = self.endpoints.connect(self.endpoints.service, config)
-        self.location = self.conn.call("ping")
+        # a connection of an earlier task of this worker when there is one (Spark reuses its Python workers)
+        service = self.endpoints.service
+        self.conn = WRITER_CONNECTIONS.take((service, self.endpoints.secret, self.endpoints.host_id),
+                                            lambda: self.endpoints.connect(service, config))
+        self.finished = False
+        try:
+            if self.conn.location is None:
+                self.conn.location = self.conn.call("ping")
+        except BaseException:
+            self.conn.close()
+            raise
+        self.location = self.conn.location
         num_subs = n if handle.partitioner == "broadcast" and n is not None else 1 if single else n
         try:
             self.writer = PartitionWriter(self.conn, self.partition, num_subs, config.partition_type,
@@ -118,7 +128,11 @@ class ProducerTask:
                                           buffer_size=config.buffer_size, buffers=config.buffers_per_partition,
                                           shared_memory=config.shared_memory)
         except ServiceError as exc:
+            self.conn.close()
             raise ExchangeError(str(exc)) from None
+        except BaseException:
+            self.conn.close()
+            raise
         extra = {} if width is None else {"num_subpartitions": width}
         try:
             self._coordinator_call("register_producer", name=handle.name, epoch=handle.epoch, write_id=handle.write_id,
@@ -156,19 +170,21 @@ class ProducerTask:
             if exc.code != "lost":
                 raise
             raise ExchangeError(str(exc)) from None  # buffers lost on the way: the message names what
+        self.finished = True  # the service has let go of the partition's handle on this connection
         if self.writer.backpressure_seconds:
             self.conn.call("report_backpressure", partition=self.partition, seconds=self.writer.backpressure_seconds)
         self._coordinator_call("producer_finished", name=self.handle.name, epoch=self.handle.epoch,
                                partition=self.partition, spill=stats.get("spill_path", ""),
                                subpartition_bytes=stats.get("subpartition_bytes"),
                                rows=int(self.records.sent_rows.sum()), bytes=int(stats.get("bytes", 0)))
-        self.conn.close()
+        WRITER_CONNECTIONS.give(self.conn)  # clean: kept for this worker's next task
         return {"partition": self.partition, "index": self.index, "rows": self.records.rows,
                 "bytes": stats.get("bytes", 0)}
 
     def fail(self, reason: str) -> None:
         try:
-            self.records.abort(reason)
+            if not self.finished:
+                self.records.abort(reason)
             self._coordinator_call("producer_failed", name=self.handle.name, epoch=self.handle.epoch,
                                    partition=self.partition, reason=reason)
         except (ExchangeError, ServiceError):

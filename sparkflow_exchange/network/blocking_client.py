@@ -10,7 +10,8 @@ import os
 import select
 import socket
 import ssl
-from typing import Any
+import threading
+from typing import Any, Callable
 
 from . import auth
 from .address import Address, parse_address
@@ -85,6 +86,8 @@ class BlockingConnection:
         self.stash: list[Any] = []  # messages that arrived while an RPC waited for its answer
         self._calls = itertools.count(1)
         self.timeout = timeout
+        self.pool_key: tuple | None = None  # set by the ConnectionPool that made it
+        self.location: dict | None = None  # the service's answer to ping, kept by a writer for the next task
         hello = self.recv(timeout)
         if hello is None:  # e.g. a plaintext client on a TLS port: both sides wait for the other to speak
             self.close()
@@ -197,3 +200,68 @@ class BlockingConnection:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class ConnectionPool:
+    """Idle authenticated connections of this process, per address, for the next write task.
+
+    Spark reuses its Python workers, and each write task used to open a connection (socket, ServerHello,
+    Hello, Welcome) and ping the service for its location before registering its partition. A connection
+    is given back only clean: nothing unread, nothing stashed. One taken from the pool is checked first: a
+    readable idle socket means the service said something unasked or closed it (it restarted), and a new
+    connection replaces it.
+    """
+
+    def __init__(self, per_address: int = 2) -> None:
+        self.per_address = per_address
+        self._idle: dict[tuple, list[BlockingConnection]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: tuple, connect: Callable[[], BlockingConnection]) -> BlockingConnection:
+        while True:
+            with self._lock:
+                idle = self._idle.get(key)
+                conn = idle.pop() if idle else None
+            if conn is None:
+                conn = connect()
+                conn.pool_key = key
+                return conn
+            if _quiet(conn):
+                return conn
+            conn.close()
+
+    def give(self, conn: BlockingConnection) -> None:
+        """Keep ``conn`` for the next task if it is clean and the pool has room; else close it."""
+        key = conn.pool_key
+        if key is None or conn.inbox or conn.stash or conn.decoder.pending or not _quiet(conn):
+            conn.close()
+            return
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            if len(idle) < self.per_address:
+                idle.append(conn)
+                return
+        conn.close()
+
+    def clear(self) -> None:
+        with self._lock:
+            idle = [c for conns in self._idle.values() for c in conns]
+            self._idle.clear()
+        for conn in idle:
+            conn.close()
+
+
+def _quiet(conn: BlockingConnection) -> bool:
+    """Open and with nothing to read (an idle connection the service has nothing more to say on)."""
+    try:
+        if conn.sock.fileno() < 0:
+            return False
+        if isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending():
+            return False
+        readable, _, _ = select.select([conn.sock], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not readable
+
+
+WRITER_CONNECTIONS = ConnectionPool()

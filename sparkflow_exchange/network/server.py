@@ -11,6 +11,7 @@ stream can no longer be trusted, the connection is closed.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import deque
@@ -118,7 +119,8 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.paused = False
         self.pump_scheduled = False
         self.closed = False
-        self.producers: dict[int, _Producer] = {}
+        self.producers: dict[int, _Producer] = {}  # partitions this connection is writing, by handle
+        self._handles = itertools.count(1)
         self.subscriptions: dict[str, Callable[[], None]] = {}  # topic -> unsubscribe from the coordinator
         self.bytes_sent = 0
         self.bytes_received = 0
@@ -156,15 +158,11 @@ class ServerConnection(asyncio.BufferedProtocol):
             view.release()
         for rid in list(self.held):
             self._unpin(rid, None)
-        for producer in self.producers.values():
+        for handle, producer in list(self.producers.items()):
             part = producer.partition
             if not part.finished and not part.failure:
                 self.service.producer_lost(part, f"connection of its writer ({self.client_id}) was lost before finish")
-            # the partition outlives this connection: it must not keep the connection (and through it the
-            # writer's arena mapping, bufferSize x buffersPerPartition of shared memory) alive until it is dropped
-            part.on_slots_freed = lambda arena_slot: None
-            producer.arena = None
-        self.producers.clear()
+            self._detach(handle)
         self.service.on_connection_closed(self)
 
     def pause_writing(self) -> None:
@@ -269,6 +267,7 @@ class ServerConnection(asyncio.BufferedProtocol):
             # bytes per subpartition: the coordinator sums them at commit to size coalesced reads
             stats["subpartition_bytes"] = [sub.bytes_added for sub in producer.partition.subpartitions]
             self.send(PartitionFinished(msg.handle, stats))
+            self._detach(msg.handle)  # done with it: the connection may carry the writer's next partition
         elif isinstance(msg, FailPartition):
             producer = self._producer(msg.handle)
             self.service.producer_lost(producer.partition, msg.reason)
@@ -280,6 +279,17 @@ class ServerConnection(asyncio.BufferedProtocol):
                 self.transport.close()
         else:
             raise ProtocolError(f"unexpected {type(msg).__name__} from a client")
+
+    def _detach(self, handle: int) -> None:
+        """Forget a partition this connection wrote. It outlives the connection's interest: it must not keep the
+        connection (and through it the writer's arena mapping, bufferSize x buffersPerPartition of shared
+        memory) alive until it is dropped."""
+        producer = self.producers.pop(handle, None)
+        if producer is None:
+            return
+        producer.partition.on_slots_freed = lambda arena_slot: None
+        producer.partition.memory.set_on_credit(lambda: None)
+        producer.arena = None
 
     def _producer(self, handle: int) -> _Producer:
         producer = self.producers.get(handle)
@@ -396,7 +406,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         except (ValueError, RuntimeError) as exc:
             self.send(ErrorResponse(str(exc), None, False, "register_failed"))
             return
-        handle = len(self.producers) + 1
+        handle = next(self._handles)
         arena = self._attach_arena(msg, part)
         producer = _Producer(part, arena)
         self.producers[handle] = producer

@@ -96,7 +96,11 @@ class PartitionWriter:
             self._on_message(msg)
 
     def _on_message(self, msg) -> None:
+        if getattr(msg, "handle", self.handle) != self.handle and self.handle:
+            return  # about a partition this connection wrote before (a pooled connection): not ours
         if isinstance(msg, PartitionRegistered):
+            if msg.partition != self.partition:
+                return
             self.handle = msg.handle
             if msg.shm_slots and self.arena is not None:
                 self.free_slots.extend(range(min(msg.shm_slots, self.arena.slots)))
