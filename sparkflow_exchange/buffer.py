@@ -77,6 +77,36 @@ def schema_from_b64(text: str) -> pa.Schema:
     return ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
+_SCHEMA_LENGTHS: dict[tuple[bytes, str | None], int | None] = {}  # per schema, not per write task (0.3 ms each)
+
+
+def _stream_schema_length(schema: pa.Schema, compression: str | None) -> int | None:
+    """Bytes an IPC stream spends on its schema before the first batch; None if not just a schema.
+
+    ``encode_into`` writes a whole stream into the destination and hands out
+    what follows the schema; that needs the schema message to be all that
+    precedes the batch (no dictionary batches). Cached by the schema's bytes
+    (metadata included: ``Schema ==`` ignores it, the length does not).
+    """
+    message = schema.serialize()
+    key = (message.to_pybytes(), compression)
+    if key in _SCHEMA_LENGTHS:
+        return _SCHEMA_LENGTHS[key]
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, schema, options=ipc.IpcWriteOptions(compression=compression)) as writer:
+        writer.write_batch(pa.RecordBatch.from_pylist([], schema=schema))
+    stream = sink.getvalue()
+    try:
+        ipc.read_record_batch(stream.slice(len(message)), schema)
+        length: int | None = len(message)
+    except (pa.ArrowInvalid, OSError, ValueError):
+        length = None
+    if len(_SCHEMA_LENGTHS) > 64:
+        _SCHEMA_LENGTHS.clear()
+    _SCHEMA_LENGTHS[key] = length
+    return length
+
+
 class BatchEncoder:
     """Serialises record batches of one schema into buffer payloads."""
 
@@ -85,27 +115,8 @@ class BatchEncoder:
         self.compression = None if compression == "none" else compression
         self.flags = FLAG_COMPRESSED if self.compression else 0
         self._options = ipc.IpcWriteOptions(compression=self.compression)
-        self._schema_len = self._stream_schema_length()
+        self._schema_len = _stream_schema_length(schema, self.compression)
         self.schema_message = self.schema.serialize()  # what an IPC stream starts with (a region does too)
-
-    def _stream_schema_length(self) -> int | None:
-        """Bytes an IPC stream spends on its schema before the first batch; None if not just a schema.
-
-        ``encode_into`` writes a whole stream into the destination and hands out
-        what follows the schema; that needs the schema message to be all that
-        precedes the batch (no dictionary batches).
-        """
-        sink = pa.BufferOutputStream()
-        with ipc.new_stream(sink, self.schema, options=self._options) as writer:
-            empty = pa.RecordBatch.from_pylist([], schema=self.schema)
-            writer.write_batch(empty)
-        stream = sink.getvalue()
-        schema_len = len(self.schema.serialize())
-        try:
-            ipc.read_record_batch(stream.slice(schema_len), self.schema)
-        except (pa.ArrowInvalid, OSError, ValueError):
-            return None
-        return schema_len
 
     def encode(self, batch: pa.RecordBatch) -> pa.Buffer:
         """The batch's data buffer: its IPC message and checksum trailer."""
