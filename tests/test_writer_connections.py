@@ -69,3 +69,26 @@ def test_a_pooled_connection_to_a_service_that_restarted_is_replaced(tmp_path):
     finally:
         second.stop()
         WRITER_CONNECTIONS.clear()
+
+
+def test_a_forked_child_does_not_talk_on_its_parents_pooled_connection(tmp_service):
+    import os
+
+    svc = tmp_service()
+    WRITER_CONNECTIONS.clear()
+    cfg = client_config(svc, exchange="forked", partitioner="rebalance", numSubpartitions=2)
+    parent_conn = write_tasks(cfg, tasks=1, rows=100)[0]
+    pid = os.fork()
+    if pid == 0:  # the child writes its own exchange: a connection of its own, the parent's left alone
+        code = 1
+        try:
+            child_cfg = client_config(svc, exchange="forked-child", partitioner="rebalance", numSubpartitions=2)
+            code = 0 if write_tasks(child_cfg, tasks=1, rows=100)[0] is not parent_conn else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    again = write_tasks(cfg, tasks=1, rows=100)[0]
+    assert again is parent_conn  # still the parent's, and still clean
+    assert read_ids(cfg, 2) == list(range(100))
+    WRITER_CONNECTIONS.clear()

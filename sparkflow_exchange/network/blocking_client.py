@@ -216,8 +216,12 @@ class ConnectionPool:
         self.per_address = per_address
         self._idle: dict[tuple, list[BlockingConnection]] = {}
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     def take(self, key: tuple, connect: Callable[[], BlockingConnection]) -> BlockingConnection:
+        if self._pid != os.getpid():  # a forked child: its parent's idle sockets are not its to talk on
+            self._pid = os.getpid()
+            self.clear()
         while True:
             with self._lock:
                 idle = self._idle.get(key)
@@ -233,7 +237,7 @@ class ConnectionPool:
     def give(self, conn: BlockingConnection) -> None:
         """Keep ``conn`` for the next task if it is clean and the pool has room; else close it."""
         key = conn.pool_key
-        if key is None or conn.inbox or conn.stash or conn.decoder.pending or not _quiet(conn):
+        if key is None or self._pid != os.getpid() or conn.inbox or conn.stash or conn.decoder.pending or not _quiet(conn):
             conn.close()
             return
         with self._lock:

@@ -15,7 +15,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..partition.range_view import RangeView
 from ..partition.shared_arena import ArenaError, SharedArena
@@ -58,10 +58,37 @@ from .protocol import (
 )
 
 if TYPE_CHECKING:
+    from ..config import ExchangeConfig
     from ..partition.result_partition import ResultPartition
-    from ..service.exchange_service import ExchangeService
 
 log = logging.getLogger(__name__)
+
+
+class ConnectionHost(Protocol):
+    """What a :class:`ServerConnection` needs of the service it serves (``service/exchange_service.py``
+    implements it): the network room never imports the service room."""
+
+    config: "ExchangeConfig"
+    service_id: str
+    host_id: str
+    secret: str | None
+    traffic: dict[str, int]  # bytes served, by path
+    partitions: dict[str, "ResultPartition"]
+
+    def admit(self, conn: "ServerConnection") -> str | None:
+        """Take a new connection, or say why not."""
+
+    def authenticated(self, conn: "ServerConnection") -> None: ...
+
+    def discharge(self, conn: "ServerConnection") -> None: ...
+
+    def on_connection_closed(self, conn: "ServerConnection") -> None: ...
+
+    def register_partition(self, msg: RegisterPartition) -> "ResultPartition": ...
+
+    def producer_lost(self, part: "ResultPartition", reason: str) -> None: ...
+
+    async def rpc(self, conn: "ServerConnection", method: str, args: dict) -> Any: ...
 
 HIGH_WATER = 4 * 1024 * 1024
 LOW_WATER = 1 * 1024 * 1024
@@ -105,7 +132,7 @@ class _Producer:
 
 
 class ServerConnection(asyncio.BufferedProtocol):
-    def __init__(self, service: "ExchangeService", transport_kind: str) -> None:
+    def __init__(self, service: ConnectionHost, transport_kind: str) -> None:
         self.service = service
         self.transport_kind = transport_kind  # "tcp" or "unix"
         # a stranger may send only small frames until it proved the secret: it costs us a few KiB

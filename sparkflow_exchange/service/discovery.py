@@ -7,7 +7,6 @@ host identity); the embedded default, started on first use in local mode.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from ..config import ExchangeConfig
 from ..network import auth
 from ..network.blocking_client import BlockingConnection, ServiceError
 from .launcher import jvm_pid, read_state
-from .private_files import ensure_private_dir
+from .private_files import runtime_dir  # noqa: F401 - clients and tests ask for it here
 
 
 @dataclass(frozen=True)
@@ -29,12 +28,6 @@ class Endpoints:
         ssl_ctx = auth.ssl_for(address, config)
         return BlockingConnection(address, self.secret, timeout=timeout, ssl_ctx=ssl_ctx, host_id=self.host_id,
                                   max_frame=config.max_frame_size)
-
-
-def runtime_dir() -> Path:
-    """Per-user directory (0700) holding the state files of services started for this user."""
-    base = os.environ.get("SPARKFLOW_EXCHANGE_RUNTIME_DIR") or f"/tmp/sparkflow-exchange-{os.getuid()}"
-    return ensure_private_dir(base)
 
 
 def jvm_file(pid: int) -> Path:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 
 from ..config import ExchangeConfig
-from .discovery import runtime_dir
 from .launcher import ensure_service, jvm_pid
+from .private_files import runtime_dir
 
 
 def ensure_embedded(config: ExchangeConfig, timeout: float = 30.0) -> dict:

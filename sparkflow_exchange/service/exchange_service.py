@@ -28,12 +28,11 @@ from ..partition.result_partition import ResultPartition
 from ..partition.spill import SpillReaders
 from .coordinator import Coordinator
 from .streams import StreamRegistry
-from .launcher import pid_alive
+from .launcher import SPILL_PREFIX, pid_alive
 
 log = logging.getLogger(__name__)
 
 
-SPILL_PREFIX = "sparkflow-spill-"
 
 
 class ExchangeService:
@@ -92,7 +91,7 @@ class ExchangeService:
         if self.config.metrics_port:
             from .metrics import start_metrics_server
 
-            self.metrics_server = await start_metrics_server(self, self.config.bind_host, self.config.metrics_port)
+            self.metrics_server = await start_metrics_server(self.status, self.config.bind_host, self.config.metrics_port)
         asyncio.ensure_future(self._housekeeping())
 
     def addresses(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from ..network.blocking_client import BlockingConnection, ServiceError
 from ..pids import pid_alive  # noqa: F401 - services and the CLI ask it here
 from .private_files import open_private, read_private, write_private
 
+SPILL_PREFIX = "sparkflow-spill-"  # a service's default spill directory: <tmp>/<prefix><pid>-<random> (swept below)
 _children: list[subprocess.Popen] = []  # keep a reference so the child is not reaped as garbage
 _attached: set[tuple[int, int]] = set()  # (service pid, jvm pid) pairs attached by this process
 _answered: dict[str, dict] = {}  # state file -> the service it named when it last answered us
@@ -92,7 +93,6 @@ def sweep_orphan_spill_dirs() -> list[str]:
     import tempfile
 
     from ..partition.shared_arena import sweep_orphan_arenas
-    from .exchange_service import SPILL_PREFIX
 
     removed = []
     for path in Path(tempfile.gettempdir()).glob(f"{SPILL_PREFIX}*-*"):

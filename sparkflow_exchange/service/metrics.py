@@ -2,10 +2,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .exchange_service import ExchangeService
+from typing import Callable
 
 
 def _labels(**labels: object) -> str:
@@ -67,14 +64,15 @@ class MetricsServer:
         self.server.close()
 
 
-async def start_metrics_server(service: "ExchangeService", host: str, port: int) -> MetricsServer:
+async def start_metrics_server(status: Callable[[], dict], host: str, port: int) -> MetricsServer:
+    """Serve ``status()`` (the service's status) as Prometheus text."""
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = await asyncio.wait_for(reader.readline(), 5)
             while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
                 pass
             if request.split()[:2] == [b"GET", b"/metrics"]:
-                body, code = render(service.status()).encode(), "200 OK"
+                body, code = render(status()).encode(), "200 OK"
             else:
                 body, code = b"only GET /metrics is served\n", "404 Not Found"
             writer.write(f"HTTP/1.1 {code}\r\nContent-Type: text/plain; version=0.0.4\r\n"

@@ -97,3 +97,9 @@ def open_private(path: str | Path, flags: int) -> int:
         os.close(fd)
         raise UnsafePathError(f"{path} is not a regular file of yours; remove it")
     return fd
+
+
+def runtime_dir() -> Path:
+    """Per-user directory (0700) holding the state files of services started for this user."""
+    base = os.environ.get("SPARKFLOW_EXCHANGE_RUNTIME_DIR") or f"/tmp/sparkflow-exchange-{os.getuid()}"
+    return ensure_private_dir(base)
