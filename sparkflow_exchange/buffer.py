@@ -80,15 +80,14 @@ def schema_from_b64(text: str) -> pa.Schema:
 _SCHEMA_LENGTHS: dict[tuple[bytes, str | None], int | None] = {}  # per schema, not per write task (0.3 ms each)
 
 
-def _stream_schema_length(schema: pa.Schema, compression: str | None) -> int | None:
+def _stream_schema_length(schema: pa.Schema, message: pa.Buffer, compression: str | None) -> int | None:
     """Bytes an IPC stream spends on its schema before the first batch; None if not just a schema.
 
     ``encode_into`` writes a whole stream into the destination and hands out
     what follows the schema; that needs the schema message to be all that
-    precedes the batch (no dictionary batches). Cached by the schema's bytes
-    (metadata included: ``Schema ==`` ignores it, the length does not).
+    precedes the batch (no dictionary batches). ``message``: ``schema.serialize()``.
+    Cached by those bytes (metadata included: ``Schema ==`` ignores it, the length does not).
     """
-    message = schema.serialize()
     key = (message.to_pybytes(), compression)
     if key in _SCHEMA_LENGTHS:
         return _SCHEMA_LENGTHS[key]
@@ -115,8 +114,8 @@ class BatchEncoder:
         self.compression = None if compression == "none" else compression
         self.flags = FLAG_COMPRESSED if self.compression else 0
         self._options = ipc.IpcWriteOptions(compression=self.compression)
-        self._schema_len = _stream_schema_length(schema, self.compression)
-        self.schema_message = self.schema.serialize()  # what an IPC stream starts with (a region does too)
+        self.schema_message = schema.serialize()  # what an IPC stream starts with (a region does too)
+        self._schema_len = _stream_schema_length(schema, self.schema_message, self.compression)
 
     def encode(self, batch: pa.RecordBatch) -> pa.Buffer:
         """The batch's data buffer: its IPC message and checksum trailer."""

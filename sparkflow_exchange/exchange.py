@@ -113,14 +113,19 @@ class ProducerTask:
         self.conn = WRITER_CONNECTIONS.take((service, self.endpoints.secret, self.endpoints.host_id),
                                             lambda: self.endpoints.connect(service, config))
         self.finished = False
+        num_subs = n if handle.partitioner == "broadcast" and n is not None else 1 if single else n
         try:
-            if self.conn.location is None:
-                self.conn.location = self.conn.call("ping")
-        except BaseException:
+            self._join(attempt, num_subs, width)
+        except BaseException:  # whatever failed, the connection's state is unknown: it is not pooled
             self.conn.close()
             raise
+
+    def _join(self, attempt: str, num_subs: int | None, width: int | None) -> None:
+        """Register the partition with the service and the producer with the coordinator."""
+        handle, config = self.handle, self.config
+        if self.conn.location is None:
+            self.conn.location = self.conn.call("ping")
         self.location = self.conn.location
-        num_subs = n if handle.partitioner == "broadcast" and n is not None else 1 if single else n
         try:
             self.writer = PartitionWriter(self.conn, self.partition, num_subs, config.partition_type,
                                           exchange=handle.name, attempt=attempt,
@@ -128,24 +133,19 @@ class ProducerTask:
                                           buffer_size=config.buffer_size, buffers=config.buffers_per_partition,
                                           shared_memory=config.shared_memory)
         except ServiceError as exc:
-            self.conn.close()
             raise ExchangeError(str(exc)) from None
-        except BaseException:
-            self.conn.close()
-            raise
         extra = {} if width is None else {"num_subpartitions": width}
         try:
             self._coordinator_call("register_producer", name=handle.name, epoch=handle.epoch, write_id=handle.write_id,
-                                   index=index, attempt=attempt, partition=self.partition, location=self.location,
+                                   index=self.index, attempt=attempt, partition=self.partition, location=self.location,
                                    **extra)
         except ExchangeError:  # refused (another width, a closed write): the partition never joined, free it
             try:
                 self.conn.call("release_partitions", partitions=[self.partition])
             except ServiceError:
                 pass
-            self.conn.close()
             raise
-        self.records = RecordWriter(self.writer, handle.schema, handle.partitioner, num_subs or 1, index,
+        self.records = RecordWriter(self.writer, handle.schema, handle.partitioner, num_subs or 1, self.index,
                                     keys=config.keys, buffer_size=config.buffer_size,
                                     buffer_timeout=config.buffer_timeout, compression=config.compression,
                                     sort_buffer_size=config.sort_buffer_size,

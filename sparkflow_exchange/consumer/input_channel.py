@@ -384,8 +384,8 @@ def make_channel(gate: "InputGate", producer: dict, subpartition: int,
         try:
             st = os.stat(index)
         except OSError:
-            st = None
-        if st is not None:
+            pass  # no index (yet): served by its service
+        else:
             return LocalFileInputChannel(gate, producer, subpartition, end, (index, st))
     if local and location.get("unix"):
         return LocalInputChannel(gate, producer, subpartition, location["unix"], end)

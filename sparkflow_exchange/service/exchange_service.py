@@ -33,8 +33,6 @@ from .launcher import SPILL_PREFIX, pid_alive
 log = logging.getLogger(__name__)
 
 
-
-
 class ExchangeService:
     def __init__(self, config: ExchangeConfig, *, coordinator: bool = True, unix_path: str | None = None,
                  secret: str | None = None, attach_mode: bool = False) -> None:

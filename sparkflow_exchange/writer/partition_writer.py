@@ -96,7 +96,8 @@ class PartitionWriter:
             self._on_message(msg)
 
     def _on_message(self, msg) -> None:
-        if getattr(msg, "handle", self.handle) != self.handle and self.handle:
+        handle = getattr(msg, "handle", None)
+        if self.handle and handle is not None and handle != self.handle:
             return  # about a partition this connection wrote before (a pooled connection): not ours
         if isinstance(msg, PartitionRegistered):
             if msg.partition != self.partition:
