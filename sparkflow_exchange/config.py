@@ -117,6 +117,9 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "metricsPort": ("metrics_port", int, "HTTP port of Prometheus metrics (0 = off)"),
     "readerTimeout": ("reader_timeout", parse_duration, "a read fails when no data or event arrives for this long"),
     "advisoryPartitionSize": ("advisory_partition_size", parse_size, "target bytes of a coalesced read partition (numSubpartitions not given; Spark's spark.sql.adaptive.advisoryPartitionSizeInBytes)"),
+    "splitSkewedSubpartitions": ("split_skewed_subpartitions", _bool, "coalesced read: a skewed subpartition is read by several tasks, each a range of its producers (Spark's skew join split: its keys are no longer in one read partition)"),
+    "skewedPartitionFactor": ("skewed_partition_factor", float, "coalesced read: a subpartition is skewed above this many times the median subpartition (and skewedPartitionThreshold); Spark's spark.sql.adaptive.skewJoin.skewedPartitionFactor"),
+    "skewedPartitionThreshold": ("skewed_partition_threshold", parse_size, "coalesced read: a subpartition is skewed only above this many bytes; Spark's spark.sql.adaptive.skewJoin.skewedPartitionThresholdInBytes"),
     "consumerGroup": ("consumer_group", str, "streaming read: the consumer group whose position the query reads from and commits (default: a group of its own, born with its checkpoint)"),
     "startingEpochs": ("starting_epochs", lambda v: str(v).lower(), "streaming read of a new group: earliest (every retained epoch) | latest (epochs committed from now on)"),
     "maxEpochsPerTrigger": ("max_epochs_per_trigger", _opt_int, "streaming read: most epochs (writer micro-batches) one micro-batch reads"),
@@ -180,6 +183,9 @@ class ExchangeConfig:
     metrics_port: int = 0
     reader_timeout: float = 600.0
     advisory_partition_size: int = 64 << 20
+    split_skewed_subpartitions: bool = False
+    skewed_partition_factor: float = 5.0
+    skewed_partition_threshold: int = 256 << 20
     consumer_group: str | None = None
     starting_epochs: str = "earliest"
     max_epochs_per_trigger: int | None = None
@@ -213,6 +219,8 @@ class ExchangeConfig:
             raise ConfigError(f"stream.maxRetainedBytes must be 0 (no bound) or more, got {self.stream_max_retained_bytes}")
         if self.advisory_partition_size < 1:
             raise ConfigError(f"advisoryPartitionSize must be at least 1 byte, got {self.advisory_partition_size}")
+        if not self.skewed_partition_factor > 0:
+            raise ConfigError(f"skewedPartitionFactor must be above 0, got {self.skewed_partition_factor}")
         if self.buffer_size > self.max_frame_size // 2:
             raise ConfigError(f"bufferSize {self.buffer_size} must be at most half of maxFrameSize {self.max_frame_size}")
 

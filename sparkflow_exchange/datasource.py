@@ -33,7 +33,7 @@ from . import exchange as ex
 from . import streaming as st
 from .config import ConfigError, ExchangeConfig
 from .consumer.rebatch import rebatched
-from .consumer.read_plan import compact_producers, read_ranges
+from .consumer.read_plan import SkewRule, compact_producers, read_ranges
 from .errors import SchemaMismatch
 from .spark_errors import guarded, user_errors
 from .stream_sink import PipelinedStreamWriter
@@ -75,6 +75,12 @@ class PipelinedDataSource(DataSource):
         desc = ex.describe_exchange(self.config)
         _check_schema(self.config.exchange, _arrow_schema(schema), desc["arrow_schema"])
         desc.pop("arrow_schema")
+        if self.config.split_skewed_subpartitions and not desc.get("coalesce"):
+            raise ConfigError(
+                f"splitSkewedSubpartitions applies to exchanges written without numSubpartitions (coalesced "
+                f"reads); exchange {self.config.exchange!r} was written with numSubpartitions="
+                f"{desc.get('num_subpartitions')} or a forward/broadcast partitioner, whose read partitions are "
+                "exactly its subpartitions: drop the option, or write the exchange without numSubpartitions")
         return PipelinedReader(self.config, _read_plan(desc), dict(self.options))
 
     @user_errors
@@ -113,10 +119,12 @@ def _read_plan(desc: dict) -> dict:
 
 @dataclass
 class SubpartitionSplit(InputPartition):
-    """Read subpartitions [index, end) of every producer (end None: just ``index``)."""
+    """Read subpartitions [index, end) of every producer (end None: just ``index``), or of the producers
+    [first, last) in commit order (a split of a skewed subpartition)."""
 
     index: int
     end: int | None = None
+    producers: tuple[int, int] | None = None
 
 
 class PipelinedReader(DataSourceReader):
@@ -126,13 +134,17 @@ class PipelinedReader(DataSourceReader):
         self.options = options or {}  # the read's own options: they beat the task's session settings
 
     def partitions(self) -> list[SubpartitionSplit]:
-        ranges = read_ranges(self.desc, self.config.advisory_partition_size)
-        return [SubpartitionSplit(s, None if e == s + 1 else e) for s, e in ranges]
+        config = self.config
+        skew = SkewRule(config.skewed_partition_factor, config.skewed_partition_threshold) \
+            if config.split_skewed_subpartitions else None
+        return [SubpartitionSplit(r.start, None if r.end == r.start + 1 else r.end, r.producers)
+                for r in read_ranges(self.desc, config.advisory_partition_size, skew)]
 
     @user_errors
     def read(self, partition: SubpartitionSplit) -> Iterator[pa.RecordBatch]:
         config = self.config.for_task(self.options, task_session())
-        batches = ex.read_subpartition(config, self.desc, partition.index, partition.end)
+        batches = ex.read_subpartition(config, self.desc, partition.index, partition.end,
+                                       producers=partition.producers)
         return guarded(rebatched(batches, config.buffer_size))  # Spark pays per batch: small ones joined
 
 

@@ -229,18 +229,31 @@ def sealed_producers(desc: dict) -> list[dict] | None:
 
 
 def read_subpartition(config: ExchangeConfig, desc: dict, index: int, end: int | None = None,
-                      marker: bytes | None = None) -> Iterator[pa.RecordBatch]:
+                      marker: bytes | None = None,
+                      producers: tuple[int, int] | None = None) -> Iterator[pa.RecordBatch]:
     """Subpartition ``index`` (or ``index..end-1``) of every producer. A description of a sealed exchange is
-    a read plan: its committed producers are read without asking the coordinator again."""
+    a read plan: its committed producers are read without asking the coordinator again.
+
+    ``producers``: only the committed producers [first, last) in commit order (a split of a skewed
+    subpartition; the description must be sealed)."""
     if "arrow_schema" not in desc:
         desc = {**desc, "arrow_schema": schema_from_b64(desc["schema"])}
     n = desc.get("num_subpartitions")
     if end is not None and (end <= index or index < 0 or (n is not None and end > n)):
         raise ExchangeError(f"bad subpartition range [{index}, {end}) of exchange {desc.get('name')!r} with "
                             f"{n} subpartitions (needs 0 <= start < end <= {n})")
+    plan = sealed_producers(desc)
+    if producers is not None:
+        first, last = producers
+        if plan is None or not 0 <= first < last <= len(plan):
+            raise ExchangeError(
+                f"bad producer range [{first}, {last}) of exchange {desc.get('name')!r}: "
+                + ("a range of producers is read from a sealed exchange's plan only" if plan is None else
+                   f"it has {len(plan)} committed producers (needs 0 <= first < last <= {len(plan)})"))
+        plan = plan[first:last]
     ep = _endpoints(config)
     gate = InputGate(config, desc, index, ep.coordinator, ep.secret, ep.host_id, local_service=ep.service,
-                     subpartition_end=end, producers=sealed_producers(desc), marker=marker)
+                     subpartition_end=end, producers=plan, marker=marker)
     return iter(gate)
 
 

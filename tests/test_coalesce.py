@@ -13,12 +13,17 @@ from harness import client_config
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.consumer.input_gate import ExchangeReadError
-from sparkflow_exchange.consumer.read_plan import coalesce, read_ranges
+from sparkflow_exchange.consumer.read_plan import ReadRange, SkewRule, coalesce, plan_ranges, skewed_subpartitions
+from sparkflow_exchange.consumer.read_plan import read_ranges as plan_of
 from sparkflow_exchange.network.protocol import END_COUNTS, BufferKind, ErrorResponse, Notify, PartitionRequest
 from sparkflow_exchange.partition.buffer_pool import MemoryBudget
 from sparkflow_exchange.partition.range_view import RangeView, SubpartitionRangeError
 from sparkflow_exchange.partition.result_partition import ResultPartition
 from sparkflow_exchange.writer.selectors import make_selector
+
+
+def read_ranges(desc, advisory):
+    return [(r.start, r.end) for r in plan_of(desc, advisory)]
 
 SCHEMA = pa.schema([pa.field("key", pa.int64(), nullable=False), pa.field("producer", pa.int32(), nullable=False)])
 
@@ -71,6 +76,57 @@ def test_explicit_width_or_unsealed_means_one_read_partition_per_subpartition():
     assert read_ranges({**base, "coalesce": True, "sealed": False}, 100) == [(i, i + 1) for i in range(8)]
     assert read_ranges({**base, "coalesce": True, "sealed": True, "subpartition_bytes": None}, 100) == \
         [(i, i + 1) for i in range(8)]
+
+
+def test_skewed_subpartitions_stand_alone_and_split_into_ranges_of_producers():
+    rule = SkewRule(factor=5.0, threshold=100)
+    sizes = [10, 10, 1000, 10, 10, 10, 10, 450]
+    assert skewed_subpartitions(sizes, rule) == [2, 7]  # above max(100, 5 x median 10)
+    assert skewed_subpartitions(sizes, SkewRule(5.0, 1000)) == []  # the threshold decides too
+    ranges = plan_ranges(sizes, 100, producers=8, rule=rule)
+    assert ranges == [ReadRange(0, 2), *[ReadRange(2, 3, (i, i + 1)) for i in range(8)],  # 1000 / 100: at most 8
+                      ReadRange(3, 7), *[ReadRange(7, 8, r) for r in ((0, 2), (2, 3), (3, 5), (5, 6), (6, 8))]]  # 450/100
+    assert plan_ranges(sizes, 100, producers=8, rule=None) == [ReadRange(s, e) for s, e in coalesce(sizes, 100)]
+    # every (subpartition, producer) pair is read exactly once, whatever the shape
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        sizes = rng.integers(0, 50, rng.integers(1, 40)).tolist()
+        for i in rng.integers(0, len(sizes), 3):
+            sizes[i] = int(rng.integers(200, 5000))
+        producers = int(rng.integers(1, 30))
+        cover = np.zeros((len(sizes), producers), np.int64)
+        for r in plan_ranges(sizes, 100, producers, SkewRule(2.0, 150)):
+            a, b = r.producers or (0, producers)
+            cover[r.start:r.end, a:b] += 1
+        assert (cover == 1).all()
+    desc = {"num_subpartitions": 3, "subpartition_bytes": [1, 1, 9000], "coalesce": True, "sealed": True,
+            "committed": ["p0", "p1", "p2"]}
+    assert plan_of(desc, 100, rule) == [ReadRange(0, 2), ReadRange(2, 3, (0, 1)), ReadRange(2, 3, (1, 2)),
+                                        ReadRange(2, 3, (2, 3))]
+    assert plan_of({**desc, "committed": ["p0"]}, 100, rule) == [ReadRange(0, 2), ReadRange(2, 3)]  # one producer
+    assert plan_of({**desc, "coalesce": False}, 100, rule) == [ReadRange(i, i + 1) for i in range(3)]
+
+
+@pytest.mark.parametrize("host", ["hostA", "hostB"])  # spill files on this host; the network from another
+def test_a_range_of_producers_reads_their_rows_only(tmp_service, host):
+    svc = tmp_service(host_id="hostA")
+    base = dict(exchange=f"producer-range-{host}", partitioner="hash", keys="key", bufferSize="4k",
+                partitionType="BLOCKING")
+    write(client_config(svc, hostId="hostA", **base), 5, 2000, width=4)
+    config = client_config(svc, hostId=host, **base)
+    desc = ex.describe_exchange(config)
+    order = [int(p["index"]) for p in ex.sealed_producers(desc)]  # commit order
+    got = {}
+    for first, last in ((0, 2), (2, 3), (3, 5)):
+        batches_read = list(ex.read_subpartition(config, desc, 1, producers=(first, last)))
+        got[(first, last)] = sorted(set(b.column("producer").to_pylist()[0] for b in batches_read if b.num_rows))
+        assert got[(first, last)] == sorted(order[first:last])
+    union = sorted(k for r in ((0, 2), (2, 3), (3, 5))
+                   for b in ex.read_subpartition(config, desc, 1, producers=r) for k in b.column("key").to_pylist())
+    assert union == keys_read(config, desc, 1)
+    for bad in ((2, 2), (0, 6), (-1, 1)):
+        with pytest.raises(ex.ExchangeError, match=r"bad producer range"):
+            list(ex.read_subpartition(config, desc, 1, producers=bad))
 
 
 # ------------------------------------------------------------------ range view on a partition

@@ -88,3 +88,41 @@ def test_read_while_written_gets_one_read_partition_per_subpartition(spark):
     task.fail("test over")
     ex.abort_write(handle, "test over")
     ex.drop_exchange(name)
+
+
+def test_skewed_subpartition_is_split_across_read_tasks_by_producers(spark):
+    """splitSkewedSubpartitions: the hot key's subpartition is read by several tasks (each a range of its
+    producers); every row still read once, the other keys still one read partition each."""
+    name = unique("skew")
+    hot = 7
+    df = spark.range(0, 40_000, 1, 8).selectExpr(
+        "id", f"CASE WHEN id % 10 < 7 THEN {hot} ELSE id % 997 END AS key", "repeat('x', 20) AS pad")
+    with shuffle_partitions(spark, 16):
+        (df.write.format("pipelined").mode("overwrite").option("exchange", name)
+           .option("partitioner", "hash").option("keys", "key").save())
+    options = dict(advisoryPartitionSize="64k", skewedPartitionThreshold="64k", skewedPartitionFactor=3)
+    plain = read(spark, name, **options)
+    split = read(spark, name, splitSkewedSubpartitions="true", **options)
+    assert split.rdd.getNumPartitions() > plain.rdd.getNumPartitions()
+    assert_df_equality(split, df, ignore_row_order=True)
+    rows = split.select("key", F.spark_partition_id().alias("part"),
+                        F.expr("pmod(hash(key), 16)").alias("sub")).distinct().collect()
+    hot_sub = next(r["sub"] for r in rows if r["key"] == hot)
+    hot_parts = {r["part"] for r in rows if r["sub"] == hot_sub}
+    assert len(hot_parts) > 1  # the hot subpartition came from several read tasks
+    parts_of_key: dict[int, set[int]] = {}
+    for r in rows:
+        if r["sub"] != hot_sub:
+            parts_of_key.setdefault(r["key"], set()).add(r["part"])
+    assert all(len(p) == 1 for p in parts_of_key.values())  # every other key in one read partition
+    assert not hot_parts & set().union(*parts_of_key.values())  # the split tasks read the hot subpartition only
+    ex.drop_exchange(name)
+
+
+def test_split_skewed_subpartitions_on_an_exact_width_exchange_is_refused(spark):
+    name = unique("skew-exact")
+    spark.range(0, 100).selectExpr("id AS key").write.format("pipelined").mode("overwrite") \
+        .option("exchange", name).option("keys", "key").option("numSubpartitions", 3).save()
+    with pytest.raises(Exception, match="splitSkewedSubpartitions applies to exchanges written without numSubpartitions"):
+        read(spark, name, splitSkewedSubpartitions="true").collect()
+    ex.drop_exchange(name)

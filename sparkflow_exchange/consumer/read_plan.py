@@ -7,9 +7,21 @@ and the exchange is sealed, the reader groups adjacent subpartitions into read
 partitions of about ``advisoryPartitionSize`` bytes, as Spark's
 ``ShufflePartitionsUtil.coalescePartitions`` does for ``repartition(col)``:
 whole subpartitions are grouped, so every key stays in one read partition.
+
+Skew (option ``splitSkewedSubpartitions``): a subpartition above both
+``skewedPartitionFactor`` times the median and ``skewedPartitionThreshold``
+is read by several tasks, each a contiguous range of its producers, as Spark's
+skew join splits a skewed shuffle partition by ranges of map outputs. Its keys
+then span read partitions. The coordinator keeps per-subpartition totals, not
+per-producer sizes (2,000 x 2,000 of them would cost the service 16 MB per
+exchange), so the ranges hold equal numbers of producers: balanced when the
+producers are (Spark's tasks usually are), never wrong when they are not.
 """
 from __future__ import annotations
 
+import math
+import statistics
+from dataclasses import dataclass
 from typing import Sequence
 
 # what an input gate reads of a producer; the rest of the coordinator's entry stays on the driver
@@ -64,19 +76,66 @@ def _merge_small(ranges: list[list[int]], target: int) -> list[list[int]]:
     return out
 
 
-def read_ranges(desc: dict, advisory_size: int) -> list[tuple[int, int]]:
-    """The read partitions of an exchange description, as subpartition ranges.
+@dataclass(frozen=True)
+class ReadRange:
+    """One read partition: subpartitions [start, end) of the producers [first, last) in commit order
+    (``producers`` None: of every producer)."""
+
+    start: int
+    end: int
+    producers: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class SkewRule:
+    factor: float  # skewed above factor x the median subpartition...
+    threshold: int  # ...and above this many bytes
+
+
+def skewed_subpartitions(sizes: Sequence[int], rule: SkewRule) -> list[int]:
+    """The subpartitions Spark's skew join would call skewed: above max(threshold, factor x median)."""
+    if not sizes:
+        return []
+    limit = max(rule.threshold, rule.factor * statistics.median(sizes))
+    return [i for i, size in enumerate(sizes) if size > limit]
+
+
+def plan_ranges(sizes: Sequence[int], target: int, producers: int, rule: SkewRule | None) -> list[ReadRange]:
+    """Coalesced read partitions; with ``rule``, each skewed subpartition stands alone and is split into
+    about size / max(target, median) ranges of producers (at most one per producer)."""
+    skewed = skewed_subpartitions(sizes, rule) if rule is not None else []
+    if not skewed:
+        return [ReadRange(s, e) for s, e in coalesce(sizes, target)]
+    piece = max(int(target), int(statistics.median(sizes)), 1)
+    out: list[ReadRange] = []
+    start = 0
+    for sub in [*skewed, len(sizes)]:
+        if sub > start:  # the run of unskewed subpartitions before it, coalesced on its own
+            out.extend(ReadRange(start + s, start + e) for s, e in coalesce(sizes[start:sub], target))
+        if sub == len(sizes):
+            break
+        parts = max(1, min(producers, math.ceil(sizes[sub] / piece)))
+        bounds = [round(i * producers / parts) for i in range(parts + 1)]
+        out.extend(ReadRange(sub, sub + 1, (a, b)) for a, b in zip(bounds, bounds[1:]) if b > a)
+        start = sub + 1
+    return out
+
+
+def read_ranges(desc: dict, advisory_size: int, skew: SkewRule | None = None) -> list[ReadRange]:
+    """The read partitions of an exchange description.
 
     Coalesced only when the width was not given (``coalesce``), the exchange is sealed and every committed
     producer reported its sizes; otherwise one read partition per subpartition: an explicit
     ``numSubpartitions`` promises ``spark_partition_id() == subpartition``, and an exchange still being written
-    has no final sizes (a read that starts while it is written cannot wait for them).
+    has no final sizes (a read that starts while it is written cannot wait for them). ``skew``: split skewed
+    subpartitions of a coalesced read (see the module's docstring).
     """
     n = desc.get("num_subpartitions") or 0
     sizes = desc.get("subpartition_bytes")
     if desc.get("coalesce") and desc.get("sealed") and sizes is not None and len(sizes) == n:
-        return coalesce(sizes, advisory_size)
-    return [(i, i + 1) for i in range(n)]
+        producers = len(set(desc.get("committed", ())))
+        return plan_ranges(sizes, advisory_size, producers, skew if producers > 1 else None)
+    return [ReadRange(i, i + 1) for i in range(n)]
 
 
 def compact_producers(producers: list[dict]) -> list[dict]:
