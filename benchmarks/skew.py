@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import time
 from pathlib import Path
@@ -32,10 +31,9 @@ from spark_common import bench_environment
 
 TMP = bench_environment("skew")  # before Spark starts: its workers and embedded service are this run's
 
-from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from spark_common import settle, stop_embedded_services  # noqa: E402
+from spark_common import end_run, settle, wide_session  # noqa: E402
 
 WIDTH = 200
 HOT_KEY = 7
@@ -50,23 +48,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", default=str(Path(__file__).parent / "skew-latest.json"))
     args = parser.parse_args()
-    from sparkflow_exchange.session_tuning import ARROW_MAX_BYTES_PER_BATCH, UNCHECKED
-
     spark = None
     results: dict = {"rows": args.rows, "hot": args.hot, "advisory": args.advisory, "threshold": args.threshold}
     try:
-        spark = (SparkSession.builder.master("local[2]").appName("sparkflow-bench-skew")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.shuffle.partitions", str(WIDTH)).config("spark.sql.adaptive.enabled", "false")
-                 .config("spark.driver.memory", "3g").config(ARROW_MAX_BYTES_PER_BATCH, UNCHECKED).getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = wide_session("sparkflow-bench-skew", WIDTH)
         results.update(run(spark, args))
     finally:
-        if spark is not None:
-            spark.stop()
-        stopped = stop_embedded_services(TMP / "runtime")
-        shutil.rmtree(TMP, ignore_errors=True)
-    print(f"(stopped exchange service pid(s) {stopped}; removed {TMP})")
+        end_run(spark, TMP)
     Path(args.out).write_text(json.dumps(results, indent=2))
 
 

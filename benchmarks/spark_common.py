@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -156,6 +157,30 @@ def stop_embedded_services(runtime: Path) -> list[int]:
                 pass
         stopped.append(pid)
     return stopped
+
+
+def wide_session(app: str, width: int):
+    """The wide benchmarks' session: ``local[2]``, AQE off, ``spark.sql.shuffle.partitions=width``, the README's
+    Arrow setting."""
+    from pyspark.sql import SparkSession
+
+    from sparkflow_exchange.session_tuning import ARROW_MAX_BYTES_PER_BATCH, UNCHECKED
+
+    spark = (SparkSession.builder.master("local[2]").appName(app)
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", str(width)).config("spark.sql.adaptive.enabled", "false")
+             .config("spark.driver.memory", "3g").config(ARROW_MAX_BYTES_PER_BATCH, UNCHECKED).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def end_run(spark, tmp: Path) -> None:
+    """Stop the session, then the exchange services this run started (by pid), and remove the run's dir."""
+    if spark is not None:
+        spark.stop()
+    stopped = stop_embedded_services(tmp / "runtime")
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"(stopped exchange service pid(s) {stopped}; removed {tmp})")
 
 
 def status_kib(pid: int, field: str) -> int:

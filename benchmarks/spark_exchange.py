@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import threading
 import time
@@ -45,7 +44,7 @@ TMP = bench_environment("spark")  # before Spark starts: its workers and embedde
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-from spark_common import NoopArrowSink, PreparedBatches, prepare_floor_files, settle, stop_embedded_services  # noqa: E402
+from spark_common import NoopArrowSink, PreparedBatches, end_run, prepare_floor_files, settle  # noqa: E402
 
 N_SUB = 8
 SLOTS = 10
@@ -85,11 +84,7 @@ def main() -> None:
         spark.sparkContext.setLogLevel("ERROR")
         results = run(spark, args, buffer_size)
     finally:
-        if spark is not None:
-            spark.stop()
-        stopped = stop_embedded_services(TMP / "runtime")
-        shutil.rmtree(TMP, ignore_errors=True)
-    print(f"(stopped exchange service pid(s) {stopped}; removed {TMP})")
+        end_run(spark, TMP)
     Path(args.out).write_text(json.dumps(results, indent=2))
 
 

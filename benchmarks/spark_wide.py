@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import time
 from pathlib import Path
@@ -45,7 +44,8 @@ from spark_common import (  # noqa: E402
     service_pids,
     settle,
     status_kib,
-    stop_embedded_services,
+    end_run,
+    wide_session,
 )
 
 WIDTH = 200
@@ -81,23 +81,13 @@ def main() -> None:
     spark = None
     try:
         from sparkflow_exchange.config import ExchangeConfig
-        from sparkflow_exchange.session_tuning import ARROW_MAX_BYTES_PER_BATCH, UNCHECKED
 
         config = ExchangeConfig()
         prepare_floor_files(args.rows, TMP / "floor", config.buffer_size, WIDTH)
-        spark = (SparkSession.builder.master("local[2]").appName("sparkflow-bench-wide")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.shuffle.partitions", str(WIDTH)).config("spark.sql.adaptive.enabled", "false")
-                 .config("spark.driver.memory", "3g").config(ARROW_MAX_BYTES_PER_BATCH, UNCHECKED)
-                 .getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = wide_session("sparkflow-bench-wide", WIDTH)
         results = run(spark, args)
     finally:
-        if spark is not None:
-            spark.stop()
-        stopped = stop_embedded_services(TMP / "runtime")
-        shutil.rmtree(TMP, ignore_errors=True)
-    print(f"(stopped exchange service pid(s) {stopped}; removed {TMP})")
+        end_run(spark, TMP)
     Path(args.out).write_text(json.dumps(results, indent=2))
 
 
