@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
 from spark_common import bench_environment
@@ -33,7 +32,7 @@ TMP = bench_environment("skew")  # before Spark starts: its workers and embedded
 
 from pyspark.sql import functions as F  # noqa: E402
 
-from spark_common import end_run, settle, wide_session  # noqa: E402
+from spark_common import end_run, interleaved_rounds, wide_session  # noqa: E402
 
 WIDTH = 200
 HOT_KEY = 7
@@ -89,13 +88,7 @@ def run(spark, args) -> dict:
     answers = {name: fn() for name, fn in cases.items()}  # warm-up round, and the answers compared
     if len({json.dumps(a) for a in answers.values()}) != 1:
         raise AssertionError("the cases disagree on the aggregation")
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(args.repeat):
-        for name, fn in cases.items():
-            settle(spark)
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
+    times = interleaved_rounds(spark, cases, args.repeat)
     median = {name: statistics.median(t) for name, t in times.items()}
     for name, t in times.items():
         extra = f" ({tasks[name]} read tasks)" if name in tasks else ""

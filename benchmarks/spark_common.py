@@ -159,6 +159,19 @@ def stop_embedded_services(runtime: Path) -> list[int]:
     return stopped
 
 
+def interleaved_rounds(spark, cases: dict, repeat: int) -> dict[str, list[float]]:
+    """Seconds of every case in each of ``repeat`` rounds, the cases taking turns within a round (so a
+    slow spell of the machine falls on all of them), each from a settled state."""
+    times: dict[str, list[float]] = {label: [] for label in cases}
+    for _ in range(repeat):
+        for label, fn in cases.items():
+            settle(spark)
+            start = time.perf_counter()
+            fn()
+            times[label].append(time.perf_counter() - start)
+    return times
+
+
 def wide_session(app: str, width: int):
     """The wide benchmarks' session: ``local[2]``, AQE off, ``spark.sql.shuffle.partitions=width``, the README's
     Arrow setting."""

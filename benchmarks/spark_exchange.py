@@ -44,7 +44,7 @@ TMP = bench_environment("spark")  # before Spark starts: its workers and embedde
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-from spark_common import NoopArrowSink, PreparedBatches, end_run, prepare_floor_files, settle  # noqa: E402
+from spark_common import NoopArrowSink, PreparedBatches, end_run, interleaved_rounds, prepare_floor_files  # noqa: E402
 
 N_SUB = 8
 SLOTS = 10
@@ -159,14 +159,8 @@ def run(spark: SparkSession, args: argparse.Namespace, buffer_size: int) -> dict
     for _ in range(args.warmup):  # JVM code paths and JIT, Python workers, imports, the embedded service
         for fn in cases.values():
             fn()
-    times: dict[str, list[float]] = {label: [] for label in cases}
     load_before = os.getloadavg()[0]
-    for _ in range(args.repeat):
-        for label, fn in cases.items():
-            settle(spark)
-            start = time.perf_counter()
-            fn()
-            times[label].append(time.perf_counter() - start)
+    times = interleaved_rounds(spark, cases, args.repeat)
     load_after = os.getloadavg()[0]
     best = {label: min(t) for label, t in times.items()}
     print(f"{args.rows:,} rows, local[{SLOTS}] on {os.cpu_count()} CPUs, best of {args.repeat}, "

@@ -45,6 +45,7 @@ from spark_common import (  # noqa: E402
     settle,
     status_kib,
     end_run,
+    interleaved_rounds,
     wide_session,
 )
 
@@ -143,14 +144,8 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict:
     for _ in range(args.warmup):
         for fn in cases.values():
             fn()
-    times: dict[str, list[float]] = {label: [] for label in cases}
     load_before = os.getloadavg()[0]
-    for _ in range(args.repeat):
-        for label, fn in cases.items():
-            settle(spark)
-            start = time.perf_counter()
-            fn()
-            times[label].append(time.perf_counter() - start)
+    times = interleaved_rounds(spark, cases, args.repeat)
     runtime = TMP / "runtime"
     service_peak_200 = peak_mib(service_pids(runtime))
     worker_peak_200 = peak_mib(python_workers())

@@ -104,9 +104,7 @@ def plan_ranges(sizes: Sequence[int], target: int, producers: int, rule: SkewRul
     """Coalesced read partitions; with ``rule``, each skewed subpartition stands alone and is split into
     about size / max(target, median) ranges of producers (at most one per producer)."""
     skewed = skewed_subpartitions(sizes, rule) if rule is not None else []
-    if not skewed:
-        return [ReadRange(s, e) for s, e in coalesce(sizes, target)]
-    piece = max(int(target), int(statistics.median(sizes)), 1)
+    piece = max(int(target), int(statistics.median(sizes)), 1) if skewed else 0
     out: list[ReadRange] = []
     start = 0
     for sub in [*skewed, len(sizes)]:
