@@ -224,11 +224,14 @@ def test_cancelled_local_file_channels_close_their_files(tmp_service):
     damaged = sorted(spill_paths(svc))[-1].with_suffix(".index")
     _damage_index(damaged, "truncate")  # one channel fails: the gate cancels the seven that opened their file
     desc = ex.describe_exchange(config)
+    with pytest.raises(ExchangeReadError, match="corrupt"):
+        read_ids(config, desc, 0)  # the seven good files stay mapped for this process's next reads
+    time.sleep(0.3)  # the gate closes on the IO thread
     before = open_fds()
     for _ in range(3):
         with pytest.raises(ExchangeReadError, match="corrupt"):
             read_ids(config, desc, 0)
-    time.sleep(0.3)  # the gate closes on the IO thread
+    time.sleep(0.3)
     assert open_fds() - before <= 2, os.listdir("/proc/self/fd")
 
 

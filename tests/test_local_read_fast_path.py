@@ -17,9 +17,9 @@ import pytest
 from harness import client_config
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.consumer.input_gate import ExchangeReadError, InputGate
-from sparkflow_exchange.consumer.spill_data import MAP_MIN, SpillData
+from sparkflow_exchange.consumer.spill_data import MAP_MIN, OPEN_FILES, open_spill_data
 from sparkflow_exchange.network.protocol import BufferKind
-from sparkflow_exchange.partition.spill import SpillCorruptError, read_index
+from sparkflow_exchange.partition.spill import INDEX_MAGIC, SpillCorruptError, read_index
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("s", pa.string())])
 SUBS = 3
@@ -143,16 +143,49 @@ def test_a_flipped_byte_in_a_mapped_buffer_is_corrupt_and_truncation_is_lost_not
 def test_a_file_truncated_after_it_was_opened_is_corrupt_not_a_crash(tmp_path):
     path = tmp_path / "x.data"
     path.write_bytes(os.urandom(4 * MAP_MIN))
-    data = SpillData(str(path))
-    try:
-        assert bytes(data.read(MAP_MIN, MAP_MIN)) == path.read_bytes()[MAP_MIN:2 * MAP_MIN]  # mapped
-        os.truncate(path, MAP_MIN + 100)  # behind the reader's back, after the mapping was made
-        with pytest.raises(SpillCorruptError, match="truncated"):
-            data.read(2 * MAP_MIN, MAP_MIN)  # checked against the file's size before a page is touched
-        with pytest.raises(SpillCorruptError, match="truncated"):
-            data.read(MAP_MIN + 50, 100)  # pread: short
-    finally:
-        data.close()
+    (tmp_path / "x.index").write_bytes(INDEX_MAGIC)
+    data = open_spill_data(str(path), str(tmp_path / "x.index"))
+    assert bytes(data.read(MAP_MIN, MAP_MIN)) == path.read_bytes()[MAP_MIN:2 * MAP_MIN]
+    os.truncate(path, MAP_MIN + 100)  # behind the reader's back, after the mapping was made
+    with pytest.raises(SpillCorruptError, match="truncated"):
+        data.read(2 * MAP_MIN, MAP_MIN)  # checked against the file's size before a page is touched
+    assert not data.unchanged()  # the next task's lookup sees it and maps the file as it is now
+    again = open_spill_data(str(path), str(tmp_path / "x.index"))
+    assert again is not data and again.size == MAP_MIN + 100
+    with pytest.raises(SpillCorruptError, match="truncated"):
+        again.read(MAP_MIN + 50, 100)
+
+
+def test_read_tasks_of_one_process_share_mapped_files_within_bounds(tmp_service, monkeypatch):
+    """Files read once stay mapped for the process's next reads (one fstat pair each), up to max_files;
+    a dropped exchange's files are noticed (their index unlinked) and let go."""
+    svc = tmp_service(host_id="hostA")
+    config = client_config(svc, hostId="hostA", service=svc.unix,
+                           **options("shared-maps", partitionType="BLOCKING", bufferSize="8k"))
+    write(config, 6, 1_000)
+    desc = ex.describe_exchange(config)
+    list(gate_of(svc, config, 0, desc))  # warm: the IO thread's connection (the report of bytes read) is up
+    OPEN_FILES.clear()
+    gc.collect()
+    fds = open_fds()
+    first = pa.Table.from_batches(list(gate_of(svc, config, 0, desc))).to_pydict()  # a copy: no mapped batch kept
+    assert len(OPEN_FILES) == 6 and open_fds() == fds + 12  # the mapping's fd and the index's, per file
+    for sub in (1, 2, 0):
+        list(gate_of(svc, config, sub, desc))
+    assert len(OPEN_FILES) == 6 and open_fds() == fds + 12
+    assert pa.Table.from_batches(list(gate_of(svc, config, 0, desc))).to_pydict() == first
+
+    monkeypatch.setattr(OPEN_FILES, "max_files", 4)
+    assert pa.Table.from_batches(list(gate_of(svc, config, 0, desc))).to_pydict() == first
+    gc.collect()
+    assert len(OPEN_FILES) == 4 and open_fds() <= fds + 8
+
+    ex.drop_exchange("shared-maps", config)
+    with pytest.raises(ExchangeReadError, match="cannot read the spill file"):
+        list(gate_of(svc, config, 0, desc))  # a read planned before the drop: the files are gone, not stale
+    gc.collect()
+    assert len(OPEN_FILES) == 0 and open_fds() <= fds
+    OPEN_FILES.clear()
 
 
 def test_an_early_stop_and_a_failed_read_close_every_file(tmp_service):

@@ -39,8 +39,7 @@ from ..network.protocol import (
 )
 from ..partition import shared_arena
 from ..partition.shared_arena import ArenaError
-from ..partition.spill import read_index
-from .spill_data import SpillData
+from .spill_data import OPEN_FILES, SpillData, open_spill_data
 from .buffer_manager import ChannelCredit
 
 if TYPE_CHECKING:
@@ -231,11 +230,11 @@ class LocalFileInputChannel(Channel):
     """A finished re-readable partition on this host, read straight from its spill file.
 
     No service round trip and no credit: the reading task pulls buffers at its
-    own pace (:class:`SpillData`: pread for small buffers, a read-only mapping
-    for large ones). The open file keeps the data readable even if the
-    partition is released meanwhile. It is closed when the task thread is done
-    with it, or by ``cancel`` if the task thread never started on it (the lock
-    decides which thread owns it: a file is never closed under a read).
+    own pace, as slices of the file's read-only mapping (:class:`SpillData`,
+    shared by this process's reads). The mapping keeps the data readable even
+    if the partition is released meanwhile. The channel lets go of it when the
+    task thread is done, or on ``cancel`` if the task thread never started on
+    it (the lock decides which thread owns it).
 
     Opened by :meth:`request` on the IO thread (a gate with remote channels
     too), or by :meth:`open` on the task thread (a gate whose every producer is
@@ -245,11 +244,10 @@ class LocalFileInputChannel(Channel):
     locality = "local-file"
 
     def __init__(self, gate: "InputGate", producer: dict, subpartition: int, end: int | None = None,
-                 index_stat: tuple[str, os.stat_result] | None = None) -> None:
+                 index_path: str | None = None) -> None:
         super().__init__(gate, producer, subpartition, end)
         self.data_path: str = producer["spill"]
-        # make_channel has looked the index up already: its path and stat are not taken twice
-        self.index_path, self._index_stat = index_stat or (index_path_of(self.data_path), None)
+        self.index_path = index_path or index_path_of(self.data_path)
         self._data: SpillData | None = None
         self._entries: list[tuple[int, int, int, int, int]] = []
         self._lock = threading.Lock()
@@ -266,12 +264,8 @@ class LocalFileInputChannel(Channel):
                                 f"{location.get('tcp')} (its process {pid} is gone); its spill files are no longer "
                                 "served")
         try:
-            data = SpillData(self.data_path)
-            try:
-                self._entries = read_index(self.index_path, self.subpartition, self.end, data.size, self._index_stat)
-            except BaseException:
-                data.close()
-                raise
+            data = open_spill_data(self.data_path, self.index_path)
+            self._entries = data.entries(self.subpartition, self.end)
         except OSError as exc:
             raise FileOpenError(f"cannot read the spill file of partition {self.partition} of exchange "
                                 f"{self.gate.name!r} ({self.data_path}): {exc}") from None
@@ -322,6 +316,7 @@ class LocalFileInputChannel(Channel):
                 payload = data.read(offset, length)
                 self.data_received += 1
                 self.bytes_received += length
+                self.mapped_bytes += length
                 yield payload
             wanted = (self.end or self.subpartition + 1) - self.subpartition
             if not legacy:
@@ -354,10 +349,7 @@ class LocalFileInputChannel(Channel):
         self._release()
 
     def _release(self) -> None:
-        if self._data is not None:
-            self.mapped_bytes = self._data.mapped_bytes
-            self._data.close()
-            self._data = None
+        self._data = None  # the mapping stays in the process's cache (and with any batch still using it)
 
 
 class RemoteInputChannel(InputChannel):
@@ -365,8 +357,10 @@ class RemoteInputChannel(InputChannel):
 
 
 def index_path_of(data_path: str) -> str:
-    """The index file next to a spill data file (``x.data`` -> ``x.index``; strings: pathlib costs 30 us a call)."""
-    return os.path.splitext(data_path)[0] + ".index"
+    """The index file next to a spill data file (``x.data`` -> ``x.index``; plain string work, per producer)."""
+    stem = data_path[:-5] if data_path.endswith(".data") else data_path.rsplit(".", 1)[0] if \
+        "." in data_path.rsplit("/", 1)[-1] else data_path
+    return stem + ".index"
 
 
 def make_channel(gate: "InputGate", producer: dict, subpartition: int,
@@ -381,12 +375,8 @@ def make_channel(gate: "InputGate", producer: dict, subpartition: int,
         end = None
     if local and spill and producer.get("state") == "finished":
         index = index_path_of(spill)
-        try:
-            st = os.stat(index)
-        except OSError:
-            pass  # no index (yet): served by its service
-        else:
-            return LocalFileInputChannel(gate, producer, subpartition, end, (index, st))
+        if OPEN_FILES.cached(spill) or os.path.exists(index):  # no index (yet): served by its service
+            return LocalFileInputChannel(gate, producer, subpartition, end, index)
     if local and location.get("unix"):
         return LocalInputChannel(gate, producer, subpartition, location["unix"], end)
     return RemoteInputChannel(gate, producer, subpartition, location.get("tcp", ""), end)

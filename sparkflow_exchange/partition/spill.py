@@ -137,28 +137,8 @@ class _IndexCache:
                 self._entries.move_to_end(key)
                 return hit[0]
         with open(index_path, "rb") as f:
-            data = f.read()
-        if not data.startswith(INDEX_MAGIC):
-            raise corrupt("it does not start with the index magic")
-        body = memoryview(data)[len(INDEX_MAGIC):]
-        if len(body) % _INDEX_DTYPE.itemsize:
-            raise corrupt(f"{len(body)} bytes of entries are not a whole number of {_INDEX_DTYPE.itemsize}-byte "
-                          "entries (truncated?)")
-        entries = np.frombuffer(body, dtype=_INDEX_DTYPE)
-        entries = entries[np.lexsort((entries["seq"], entries["sub"]))]
-        subs = entries["sub"].astype(np.int64)
-        if len(subs) and subs[0] < 0:
-            raise corrupt(f"negative subpartition {int(subs[0])}")
-        width = int(subs[-1]) + 1 if len(subs) else 0
-        # checked once for the whole index: each call then only looks its range up
-        _check_entries(entries, 0, width, None, corrupt, allow_missing=True)
-        extent = int((entries["offset"].astype(np.int64) + entries["length"].astype(np.int64)).max()) if len(subs) else 0
-        # per subpartition: where its entries start (a list: a lookup is then plain Python, no NumPy call), and
-        # how many subpartitions before it have none (a range is whole when that does not change across it)
-        bounds = np.searchsorted(subs, np.arange(width + 1)).tolist()
-        missing = np.concatenate(([0], np.cumsum(np.bincount(subs, minlength=width) == 0))).tolist()
-        parsed = (entries, bounds, missing, extent)
-        cost = entries.nbytes + 72 * (width + 1)  # the sorted entries, the two lists
+            parsed = parse_index(f.read(), corrupt)
+        cost = parsed[0].nbytes + 72 * len(parsed[1])  # the sorted entries, the two lists
         with self._lock:
             self._entries[key] = (parsed, cost)
             self._bytes += cost
@@ -166,6 +146,45 @@ class _IndexCache:
                 _, (_old, old_cost) = self._entries.popitem(last=False)
                 self._bytes -= old_cost
         return parsed
+
+
+def parse_index(data: bytes, corrupt) -> tuple:
+    """An index file's bytes, checked once as a whole and sorted by (subpartition, seq), ready for
+    :func:`index_range`. ``corrupt(what)`` makes the error to raise."""
+    if not data.startswith(INDEX_MAGIC):
+        raise corrupt("it does not start with the index magic")
+    body = memoryview(data)[len(INDEX_MAGIC):]
+    if len(body) % _INDEX_DTYPE.itemsize:
+        raise corrupt(f"{len(body)} bytes of entries are not a whole number of {_INDEX_DTYPE.itemsize}-byte "
+                      "entries (truncated?)")
+    entries = np.frombuffer(body, dtype=_INDEX_DTYPE)
+    entries = entries[np.lexsort((entries["seq"], entries["sub"]))]
+    subs = entries["sub"].astype(np.int64)
+    if len(subs) and subs[0] < 0:
+        raise corrupt(f"negative subpartition {int(subs[0])}")
+    width = int(subs[-1]) + 1 if len(subs) else 0
+    # checked once for the whole index: each call then only looks its range up
+    _check_entries(entries, 0, width, None, corrupt, allow_missing=True)
+    extent = int((entries["offset"].astype(np.int64) + entries["length"].astype(np.int64)).max()) if len(subs) else 0
+    # per subpartition: where its entries start (a list: a lookup is then plain Python, no NumPy call), and
+    # how many subpartitions before it have none (a range is whole when that does not change across it)
+    bounds = np.searchsorted(subs, np.arange(width + 1)).tolist()
+    missing = np.concatenate(([0], np.cumsum(np.bincount(subs, minlength=width) == 0))).tolist()
+    return entries, bounds, missing, extent
+
+
+def index_range(parsed: tuple, subpartition: int, end: int | None, data_size: int | None,
+                corrupt) -> list[tuple[int, int, int, int, int]]:
+    """(seq, offset, length, kind, flags) of subpartitions ``subpartition..end-1`` of a parsed index."""
+    entries, bounds, missing, extent = parsed
+    stop = subpartition + 1 if end is None else end
+    width = len(bounds) - 1
+    if subpartition < 0 or stop > width or missing[stop] != missing[subpartition]:
+        gap = next((i for i in range(subpartition, stop) if i < 0 or i >= width or bounds[i] == bounds[i + 1]), stop)
+        raise corrupt(f"subpartition {gap} has no entries")
+    if data_size is not None and extent > data_size:
+        raise corrupt(f"an entry reaches byte {extent} of a data file of {data_size} bytes")
+    return [e[1:] for e in entries[bounds[subpartition]:bounds[stop]].tolist()]
 
 
 _INDEXES = _IndexCache(64 << 20)
@@ -184,15 +203,7 @@ def read_index(index_path: Path | str, subpartition: int, end: int | None = None
     def corrupt(what: str) -> SpillCorruptError:
         return SpillCorruptError(f"spill index {index_path} is corrupt: {what}")
 
-    entries, bounds, missing, extent = _INDEXES.get(index_path, corrupt, st)
-    stop = subpartition + 1 if end is None else end
-    width = len(bounds) - 1
-    if subpartition < 0 or stop > width or missing[stop] != missing[subpartition]:
-        gap = next((i for i in range(subpartition, stop) if i < 0 or i >= width or bounds[i] == bounds[i + 1]), stop)
-        raise corrupt(f"subpartition {gap} has no entries")
-    if data_size is not None and extent > data_size:
-        raise corrupt(f"an entry reaches byte {extent} of a data file of {data_size} bytes")
-    return [e[1:] for e in entries[bounds[subpartition]:bounds[stop]].tolist()]
+    return index_range(_INDEXES.get(index_path, corrupt, st), subpartition, end, data_size, corrupt)
 
 
 def _check_entries(picked: np.ndarray, start: int, stop: int, data_size: int | None, corrupt,
