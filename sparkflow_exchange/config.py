@@ -125,6 +125,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "maxEpochsPerTrigger": ("max_epochs_per_trigger", _opt_int, "streaming read: most epochs (writer micro-batches) one micro-batch reads"),
     "maxRowsPerTrigger": ("max_rows_per_trigger", _opt_int, "streaming read: most rows one micro-batch reads (whole epochs, at least one)"),
     "maxBytesPerTrigger": ("max_bytes_per_trigger", lambda v: None if v in (None, "") else parse_size(v), "streaming read: most bytes one micro-batch reads (whole epochs, at least one)"),
+    "freezeWorkerHeap": ("freeze_worker_heap", _bool, "after its first read and first write task, a Spark Python worker collects and freezes its long-lived heap (gc.freeze): Spark's full collection after every task then skips it (worker_heap.py)"),
     "stream.consumerGroups": ("stream_consumer_groups", lambda v: tuple(k.strip() for k in str(v).split(",") if k.strip()), "streaming write: consumer groups the stream keeps every epoch for from its start, registered before their readers run (comma separated)"),
     "stream.maxRetainedBytes": ("stream_max_retained_bytes", parse_size, "streaming write: the writer query waits while its stream retains more than this for its slowest consumer group (0 = no bound)"),
     "stream.pollWait": ("stream_poll_wait", parse_duration, "streaming read: an idle reader's trigger waits on the service up to this long for the next epoch, and starts within milliseconds of its commit (0 = answer at once; Spark polls again every 10 ms)"),
@@ -136,6 +137,7 @@ _BY_LOWER = {k.lower(): k for k in _KEYS}
 TASK_KEYS: tuple[str, ...] = (
     "bufferSize", "bufferTimeout", "compression", "buffersPerChannel", "floatingBuffersPerGate",
     "buffersPerPartition", "sharedMemory", "producerTimeout", "pipelined.noConsumerTimeout", "readerTimeout",
+    "freezeWorkerHeap",
 )
 _IGNORED = {"path", "checkpointlocation"}  # Spark may pass these on its own (streaming: the checkpoint)
 
@@ -191,6 +193,7 @@ class ExchangeConfig:
     max_epochs_per_trigger: int | None = None
     max_rows_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
+    freeze_worker_heap: bool = True
     stream_max_retained_bytes: int = 0
     stream_consumer_groups: tuple[str, ...] = ()
     stream_poll_wait: float = 0.5

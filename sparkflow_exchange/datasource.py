@@ -38,6 +38,7 @@ from .errors import SchemaMismatch
 from .spark_errors import guarded, user_errors
 from .stream_sink import PipelinedStreamWriter
 from .tasks import PartitionCommit, task_session, write_task
+from .worker_heap import freezing_after
 
 def _arrow_schema(schema: StructType) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -145,7 +146,8 @@ class PipelinedReader(DataSourceReader):
         config = self.config.for_task(self.options, task_session())
         batches = ex.read_subpartition(config, self.desc, partition.index, partition.end,
                                        producers=partition.producers)
-        return guarded(rebatched(batches, config.buffer_size))  # Spark pays per batch: small ones joined
+        # Spark pays per batch: small ones joined; and per task a full collection of the worker's heap
+        return guarded(freezing_after(rebatched(batches, config.buffer_size), "read", config.freeze_worker_heap))
 
 
 class PipelinedWriter(DataSourceArrowWriter):
@@ -248,7 +250,7 @@ class PipelinedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
         config = self.config.for_task(self.options, task_session())
         batches = st.read_epochs(config, schema_from_b64(self.schema_b64), partition.plans, partition.index)
-        return guarded(rebatched(batches, config.buffer_size))
+        return guarded(freezing_after(rebatched(batches, config.buffer_size), "read", config.freeze_worker_heap))
 
     @user_errors
     def commit(self, end: dict) -> None:

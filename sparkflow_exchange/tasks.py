@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Iterator
 from pyspark.sql.datasource import WriterCommitMessage
 
 from .config import PREFIX, TASK_KEYS, ConfigError
+from .worker_heap import freeze_after_first
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -86,4 +87,5 @@ def write_task(handle: "WriteHandle", options: dict, iterator: Iterator["pa.Reco
     except BaseException as exc:
         producer.fail(f"{type(exc).__name__}: {exc}")
         raise
+    freeze_after_first("write", handle.config.freeze_worker_heap)
     return PartitionCommit(result["partition"], index, result["rows"])

@@ -1,4 +1,5 @@
-"""A test-only Arrow sink that reports, per task, what Spark handed it: a SQL setting and batch sizes."""
+"""Test-only data sources: a sink that reports, per task, what Spark handed it (a SQL setting, batch sizes),
+and a custom partitioner that reports the frozen heap of the worker our write task runs in."""
 from __future__ import annotations
 
 import json
@@ -39,3 +40,17 @@ class _ProbeWriter(DataSourceArrowWriter):
     def commit(self, messages):
         with open(self.out, "w") as f:
             json.dump([{"setting": m.setting, "batch_rows": m.batch_rows} for m in messages], f)
+
+
+
+def heap_probe_partitioner(batch, n):
+    """A custom partitioner (it runs inside our write tasks, in their worker): appends "pid frozen-count" to the
+    file named by the batch's ``probe`` column, and sends every row to subpartition 0."""
+    import gc
+    import os
+
+    import numpy as np
+
+    with open(batch.column("probe")[0].as_py(), "a") as f:
+        f.write(f"{os.getpid()} {gc.get_freeze_count()}\n")
+    return np.zeros(batch.num_rows, dtype=np.int64)
