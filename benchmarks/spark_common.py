@@ -7,6 +7,7 @@ Workers import this module: the scripts put ``benchmarks/`` on ``PYTHONPATH`` be
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -58,6 +59,11 @@ class NoopArrowSink(DataSource):
 
 class _NoopWriter(DataSourceArrowWriter):
     def write(self, iterator):
+        gc.unfreeze()  # the frozen floor shares these workers: see _frozen_again
+        return self.drain(iterator)
+
+    @staticmethod
+    def drain(iterator):
         for _batch in iterator:
             pass
         return WriterCommitMessage()
@@ -94,10 +100,59 @@ class _PreparedReader(DataSourceReader):
         return [_Split(i) for i in range(self.parts)]
 
     def read(self, partition):
+        gc.unfreeze()  # the frozen floor shares these workers: see _frozen_again
+        return self.batches(partition)
+
+    def batches(self, partition):
         with pa.memory_map(f"{self.directory}/part-{partition.index}.arrow") as source:
             reader = pa.ipc.open_file(source)
             for i in range(reader.num_record_batches):
                 yield reader.get_batch(i)
+
+
+def _frozen_again() -> None:
+    """The frozen floor's end of task. Spark gives both floors the same Python workers (data sources
+    registered from one session share a pool), so each sets the heap up for itself: the floor unfreezes
+    it when a task starts (Spark's collection after the task then walks all of it, as it always does), the
+    frozen floor freezes it again at a task's end when it is not frozen (what ours do once per process)."""
+    if gc.get_freeze_count() == 0:
+        gc.collect()
+        gc.freeze()
+
+
+class FrozenNoopArrowSink(NoopArrowSink):
+    """The floor's writer in workers whose heap is frozen as ours are (``freezeWorkerHeap``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "floor_sink_frozen"
+
+    def writer(self, schema, overwrite):
+        return _FrozenNoopWriter()
+
+
+class _FrozenNoopWriter(_NoopWriter):
+    def write(self, iterator):
+        message = self.drain(iterator)
+        _frozen_again()
+        return message
+
+
+class FrozenPreparedBatches(PreparedBatches):
+    """The floor's reader in workers whose heap is frozen as ours are."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "floor_source_frozen"
+
+    def reader(self, schema):
+        return _FrozenPreparedReader(self.options["dir"], int(self.options["parts"]))
+
+
+class _FrozenPreparedReader(_PreparedReader):
+    def read(self, partition):
+        yield from self.batches(partition)
+        _frozen_again()
 
 
 def prepare_floor_files(rows: int, directory: Path, batch_bytes: int, parts: int) -> None:

@@ -8,6 +8,10 @@ id % 100003, a 16-character string, a double) in 200 partitions, every read endi
   yielding the same rows from prepared Arrow files (200 read tasks): what Spark charges any Python
   data source at these task counts;
 * parquet route: write parquet, read, ``repartition(200, key)``;
+* frozen floor (a reference, no target): the floor in workers that freeze their heap after their first
+  task as ours do (``freezeWorkerHeap``): Spark's full collection after every task, which the floor
+  pays in full, is most of its cost; ``exact / frozen floor`` is the exchange's own cost with that
+  saving taken out;
 * spark repartition(200, key): Spark's own shuffle;
 * exact: ``format("pipelined")`` HYBRID hash on key with ``numSubpartitions=200``, then read
   (200 read tasks, ``spark_partition_id() == subpartition``);
@@ -38,6 +42,8 @@ from pyspark.sql import SparkSession  # noqa: E402
 from sparkflow_exchange import drop_exchange  # noqa: E402
 
 from spark_common import (  # noqa: E402
+    FrozenNoopArrowSink,
+    FrozenPreparedBatches,
     NoopArrowSink,
     PreparedBatches,
     prepare_floor_files,
@@ -93,8 +99,8 @@ def main() -> None:
 
 
 def run(spark: SparkSession, args: argparse.Namespace) -> dict:
-    spark.dataSource.register(NoopArrowSink)
-    spark.dataSource.register(PreparedBatches)
+    for source in (NoopArrowSink, PreparedBatches, FrozenNoopArrowSink, FrozenPreparedBatches):
+        spark.dataSource.register(source)
 
     def rows(partitions: int):
         return spark.range(0, args.rows, 1, partitions).selectExpr(
@@ -109,6 +115,11 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict:
     def floor() -> None:
         df.write.format("floor_sink").mode("append").save()
         noop(spark.read.format("floor_source").option("dir", str(TMP / "floor")).option("parts", str(WIDTH)).load())
+
+    def frozen_floor() -> None:
+        df.write.format("floor_sink_frozen").mode("append").save()
+        noop(spark.read.format("floor_source_frozen").option("dir", str(TMP / "floor")).option("parts", str(WIDTH))
+             .load())
 
     def parquet() -> None:
         df.write.mode("overwrite").parquet(str(parquet_dir))
@@ -138,6 +149,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict:
 
     cases = {"floor (no-op sink, 200 writes + prepared source, 200 reads)": floor,
              "parquet route (write, read, repartition(200, key))": parquet,
+             "floor, workers' heap frozen as ours (reference)": frozen_floor,
              "spark repartition(200, key)": spark_shuffle,
              "pipelined exact (numSubpartitions=200, 200 reads)": exact,
              "pipelined coalesced (shuffle.partitions=200)": coalesced}
@@ -172,7 +184,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict:
         all_rounds = {**times, **wide_times}[label]
         print(f"  {label:62s} {secs:7.2f} s   [{' '.join(f'{t:.2f}' for t in all_rounds)}]")
     labels = list(cases)
-    floor_l, parquet_l, shuffle_l, exact_l, coalesced_l = labels
+    floor_l, parquet_l, frozen_l, shuffle_l, exact_l, coalesced_l = labels
     every = {**times, **wide_times}
 
     def ratio(num: str, den: str) -> tuple[float, float]:
@@ -181,6 +193,8 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict:
     ratios = {
         "exact / floor (target <= 1.15)": ratio(exact_l, floor_l),
         "coalesced / parquet route (target <= 1.0)": ratio(coalesced_l, parquet_l),
+        "exact / floor with the heap frozen as ours": ratio(exact_l, frozen_l),
+        "frozen floor / floor": ratio(frozen_l, floor_l),
         "exact / parquet route": ratio(exact_l, parquet_l),
         "coalesced / spark repartition": ratio(coalesced_l, shuffle_l),
         "floor / parquet route": ratio(floor_l, parquet_l),

@@ -4,22 +4,23 @@ An exact read of a wide exchange reads one small piece of every producer's file 
 subpartitions: a read task touches 200 files for about 5 KiB each), and Spark runs a worker's next read
 task in the same process. Opening, mapping and closing every file in every task cost more than reading
 it (measured outside Spark: 6 ms per such task, 2.2 ms with the files kept mapped); so a process keeps the
-files it read in a small LRU (:data:`OPEN_FILES`): a later task pays one ``stat`` per file, to make sure
-the path still names the same, complete file (inode, size, mtime: the service never changes a finished
-file, a drop unlinks it and a new partition gets a new name).
+files it read in a small LRU (:data:`OPEN_FILES`): a later task pays two ``fstat`` calls per file (no path
+walk) to make sure it is still the same, complete file: the index still linked and of the size and mtime
+parsed (the service never changes a finished file, a drop unlinks it, a new partition gets a new name),
+the data file's size unchanged.
 
 Every buffer is a slice of the mapping (no copy: the reader's CRC32C pass is the only pass over the bytes,
 and Arrow decodes straight from it).
 
 Lifetime: a slice holds the ``mmap`` object through the buffer protocol, so the mapping stays valid as long
-as any batch decoded from it lives, even once the cache let it go. Python's ``mmap`` keeps its own
-duplicate of the fd, so each cached file holds one fd, and a dropped (unlinked) file's disk space stays
-in use while it is cached: the cache holds at most :attr:`OpenSpillFiles.max_files` files, forgets a file
+as any batch decoded from it lives, even once the cache let it go. Each cached file holds two fds (the
+mapping's own duplicate and the index's), and a dropped (unlinked) file's disk space stays in use while
+it is cached: the cache holds at most :attr:`OpenSpillFiles.max_files` files, forgets a file
 unused for :attr:`OpenSpillFiles.idle_seconds` (checked on every lookup) or found gone, and Spark ends idle
 Python workers after a minute anyway.
 
 Truncation: touching a mapped page past the end of a truncated file raises SIGBUS. Each lookup checks the
-file's size with ``stat`` before the task reads it, a read of at least :data:`MAP_MIN` bytes checks it
+file's size (``fstat`` of the mapping) before the task reads it, a read of at least :data:`MAP_MIN` bytes checks it
 again with ``fstat`` right before its bytes are handed out, and the index was checked against the size.
 Only an outside writer cutting the file between those checks and the CRC pass could still do it.
 """
