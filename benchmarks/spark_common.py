@@ -151,6 +151,9 @@ class FrozenPreparedBatches(PreparedBatches):
 
 class _FrozenPreparedReader(_PreparedReader):
     def read(self, partition):
+        return self._then_frozen(partition)
+
+    def _then_frozen(self, partition):
         yield from self.batches(partition)
         _frozen_again()
 
