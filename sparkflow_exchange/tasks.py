@@ -75,17 +75,23 @@ def write_task(handle: "WriteHandle", options: dict, iterator: Iterator["pa.Reco
                marker: bytes | None = None) -> PartitionCommit:
     """One write task: its result partition, written and finished (or failed and released); ``marker``: a
     stream's epoch marker, after the data of every subpartition."""
-    from . import exchange as ex
-
     index, attempt = task_attempt()
     handle = dataclasses.replace(handle, config=handle.config.for_task(options, task_session()))
+    result = _produce(handle, index, attempt, iterator, marker)
+    # the task's writer objects are garbage by now (some in cycles): the freeze's collection takes them
+    freeze_after_first("write", handle.config.freeze_worker_heap)
+    return PartitionCommit(result["partition"], index, result["rows"])
+
+
+def _produce(handle: "WriteHandle", index: int, attempt: str, iterator: Iterator["pa.RecordBatch"],
+             marker: bytes | None) -> dict:
+    from . import exchange as ex
+
     width = session_shuffle_partitions(ex.DEFAULT_SHUFFLE_PARTITIONS) if handle.width_open else None
     producer = ex.ProducerTask(handle, index, attempt, num_subpartitions=width)
     try:
         producer.write(iterator)
-        result = producer.finish(marker)
+        return producer.finish(marker)
     except BaseException as exc:
         producer.fail(f"{type(exc).__name__}: {exc}")
         raise
-    freeze_after_first("write", handle.config.freeze_worker_heap)
-    return PartitionCommit(result["partition"], index, result["rows"])

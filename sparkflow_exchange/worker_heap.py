@@ -13,9 +13,11 @@ on ``local[2]`` (200 write tasks of a 200 x 200 exchange): 5.7 s -> 3.9 s.
 
 What it costs: an object alive at a freeze that later becomes garbage *in a reference cycle* is never
 reclaimed (acyclic objects are still freed by reference counting: the spill-file cache's entries, pooled
-connections and a task's batches are). At the end of a task nearly everything alive is the process's for
-good; the rest is one task's worth, once per process. Off with ``freezeWorkerHeap=false``. Outside a
-Spark task (a test, the driver calling the reader directly) nothing is frozen.
+connections and a task's batches are). So the freeze comes after the task's own objects let go (the
+writer and its flusher thread, the gate and its channels: cycles, collected right before the freeze);
+what is still alive then is the process's for good, or a few of Spark's objects of that one task.
+Off with ``freezeWorkerHeap=false``. Outside a Spark task (a test, the driver calling the reader
+directly) nothing is frozen.
 """
 from __future__ import annotations
 
@@ -45,4 +47,5 @@ def freeze_after_first(kind: str, enabled: bool = True) -> bool:
 def freezing_after(items: Iterator[T], kind: str, enabled: bool = True) -> Iterator[T]:
     """``items`` unchanged; once they are exhausted, :func:`freeze_after_first` (a read task's end)."""
     yield from items
+    del items  # the read's gate and channels are garbage now (some in cycles): the freeze's collection takes them
     freeze_after_first(kind, enabled)

@@ -9,7 +9,7 @@ import uuid
 from chispa import assert_df_equality
 
 PROBE = textwrap.dedent("""
-    import gc, json, sys
+    import gc, json, sys, weakref
     from pyspark import TaskContext
     from sparkflow_exchange.worker_heap import freeze_after_first, freezing_after
 
@@ -18,7 +18,23 @@ PROBE = textwrap.dedent("""
     TaskContext._setTaskContext(TaskContext())  # what Spark's worker does before it runs a task
     out["disabled"] = freeze_after_first("write", enabled=False)
     out["frozen_disabled"] = gc.get_freeze_count()
-    out["rows"] = list(freezing_after(iter([1, 2, 3]), "read"))
+
+    class Gate:
+        pass
+
+    gates = []
+
+    class Rows:  # what a read task's iterator holds: objects in a cycle (a gate and its channels)
+        def __init__(self):
+            self.gate = Gate()
+            self.gate.channels = [self.gate]
+            gates.append(weakref.ref(self.gate))
+
+        def __iter__(self):
+            return iter([1, 2, 3])
+
+    out["rows"] = list(freezing_after(Rows(), "read"))  # Spark holds only the outer iterator
+    out["task_objects_collected"] = gates[0]() is None
     out["frozen_read"] = gc.get_freeze_count()
     out["second_read"] = freeze_after_first("read")
     out["first_write"] = freeze_after_first("write")
@@ -35,6 +51,7 @@ def test_freeze_once_per_kind_only_inside_a_task_and_only_when_enabled():
     assert out["outside_task"] is False and out["frozen_outside"] == 0
     assert out["disabled"] is False and out["frozen_disabled"] == 0
     assert out["rows"] == [1, 2, 3]
+    assert out["task_objects_collected"], "the freeze kept the finished task's cyclic objects for good"
     assert out["frozen_read"] > 10_000  # pyspark's and pyarrow's modules, classes and functions
     assert out["second_read"] is False
     assert out["first_write"] is True
