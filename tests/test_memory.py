@@ -270,25 +270,25 @@ def test_buffer_costs_its_real_size_and_only_one_beyond_the_budget_is_refused(tm
 
 
 @pytest.mark.spark
-def test_spark_three_exchanges_of_100_producers_with_default_settings(spark):
-    """The issue's first failure: 100 write tasks, keys set, numSubpartitions=4, default settings
-    (the old reservation refused the 65th partition); three such exchanges alive, each read back exactly."""
-    from chispa import assert_df_equality
-    from pyspark.sql import functions as F
+def test_spark_default_settings_local2_three_exchanges_of_200_producers_by_16_alive_at_once(tmp_path):
+    """Issue 9's acceptance as a user meets it, in its own application (``local[2]``, default settings,
+    its own embedded service): three exchanges of 200 write tasks x 16 subpartitions alive together,
+    each read back exactly (chispa, placement included). The old per-partition reservation refused the
+    65th partition. (1,000 producers x 4: test_a_thousand_producers_of_four_subpartitions.)"""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    df = spark.range(0, 200_000, 1, 100).withColumn("k", F.col("id") % 997)
-    names = [f"mem-spark-{i}-{time.monotonic_ns() % 10**6}" for i in range(3)]
-    for name in names:
-        (df.write.format("pipelined").mode("overwrite").option("exchange", name).option("keys", "k")
-         .option("numSubpartitions", "4").save())
-    for name in names:
-        got = spark.read.format("pipelined").option("exchange", name).load()
-        assert got.rdd.getNumPartitions() == 4
-        assert_df_equality(got, df, ignore_row_order=True)
-    import sparkflow_exchange
-
-    for name in names:
-        sparkflow_exchange.drop_exchange(name)
+    env = {**os.environ, "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(tmp_path / "runtime")}
+    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "app_default_width.py")], capture_output=True,
+                          text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    for i in range(3):
+        assert report["alive_together"][f"width-200x16-{i}"] == {"producers": 200, "width": 16, "sealed": True,
+                                                                 "rows": 64_000}
+        assert report["exchanges"][f"width-200x16-{i}"] == 64_000
 
 
 def test_hybrid_writer_on_the_service_host_with_no_memory_free_goes_to_disk(tmp_service):
