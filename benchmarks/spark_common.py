@@ -24,9 +24,12 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
     InputPartition,
     WriterCommitMessage,
 )
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 SCHEMA = "id long, key long, s string, d double"
 
@@ -156,6 +159,59 @@ class _FrozenPreparedReader(_PreparedReader):
     def _then_frozen(self, partition):
         yield from self.batches(partition)
         _frozen_again()
+
+
+class StreamFloor(DataSource):
+    """The streaming floor: a no-op Python stream sink (writer query) and a Python stream source of prepared
+    Arrow files with one epoch (reader query, options ``dir`` and ``parts``): what PySpark charges any Python
+    streaming source and sink, nothing of the exchange."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "floor_stream"
+
+    def schema(self):
+        return SCHEMA
+
+    def streamWriter(self, schema, overwrite):
+        return _NoopStreamWriter()
+
+    def streamReader(self, schema):
+        return _PreparedStreamReader(self.options["dir"], int(self.options["parts"]))
+
+
+class _NoopStreamWriter(DataSourceStreamArrowWriter):
+    def write(self, iterator):
+        return _NoopWriter.drain(iterator)
+
+    def commit(self, messages, batchId):
+        pass
+
+    def abort(self, messages, batchId):
+        pass
+
+
+class _PreparedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, directory: str, parts: int) -> None:
+        self.prepared = _PreparedReader(directory, parts)
+
+    def initialOffset(self):
+        return {"epoch": 0}
+
+    def latestOffset(self, start, limit):
+        return {"epoch": 1}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass
+
+    def partitions(self, start, end):
+        return self.prepared.partitions() if start["epoch"] < end["epoch"] else []
+
+    def read(self, partition):
+        return self.prepared.batches(partition)
+
+    def commit(self, end):
+        pass
 
 
 def prepare_floor_files(rows: int, directory: Path, batch_bytes: int, parts: int) -> None:

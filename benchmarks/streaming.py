@@ -21,7 +21,10 @@ Cases:
 2. throughput (``--repeat`` interleaved rounds, best and median): ``--rows`` rows (long id, long key, 16-char string, double) prepared as parquet (2
    files) before timing; a writer query reads them with ``trigger(availableNow=True)`` into the route,
    then a reader query with ``availableNow`` aggregates every column in ``foreachBatch``. Time from the
-   writer's start to the reader having everything; count and sum(id) checked exactly.
+   writer's start to the reader having everything; count and sum(id) checked exactly. Route ``floor``
+   (throughput only): the same two queries through a no-op Python stream sink and a Python stream
+   source of the same rows prepared as Arrow files (``spark_common.StreamFloor``): what PySpark
+   charges any Python streaming source and sink, nothing of the exchange.
 
 Per-batch durations (``durationMs`` of every progress of both queries, median per phase) are kept in
 the JSON (``streaming-latest.json`` next to this file) to show where time goes.
@@ -48,7 +51,7 @@ import numpy as np  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from spark_common import SCHEMA, settle, stop_embedded_services  # noqa: E402
+from spark_common import SCHEMA, StreamFloor, prepare_floor_files, settle, stop_embedded_services  # noqa: E402
 
 SLOTS = 4
 N_SUB = 2
@@ -75,7 +78,8 @@ def main() -> None:
                              "no trigger() call, which Spark runs as processingTime 0 too)")
     parser.add_argument("--only", default="", help="latency | throughput (default: both)")
     parser.add_argument("--routes", default=",".join(ROUTES),
-                        help="comma separated: pipelined, files, pipelined-nopoll (stream.pollWait=0), pipelined-8 (8 subpartitions)")
+                        help="comma separated: pipelined, files, pipelined-nopoll (stream.pollWait=0), pipelined-8 (8 subpartitions), "
+                             "floor (throughput only: a no-op Python stream sink, then a Python stream source of prepared Arrow files)")
     parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                         help="extra option for the pipelined writer and reader (repeatable)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
@@ -133,6 +137,12 @@ def _opts(stream, options: list[str]):
 def start_route(spark, route: str, frame, key: str, trigger: dict, args, tag: str):
     """Start the writer query of ``frame`` into the route; returns (writer query, the reader's streaming DataFrame)."""
     ck = str(TMP / f"{tag}-{route}-wck")
+    if route == "floor":  # throughput only: the prepared files stand for what the writer query wrote
+        query = (frame.writeStream.format("floor_stream").option("checkpointLocation", ck).trigger(**trigger).start())
+        parts = sorted(args.floor_dir.glob("part-*.arrow"))
+        source = (spark.readStream.format("floor_stream").option("dir", str(args.floor_dir))
+                  .option("parts", len(parts)).load())
+        return query, source
     if route.startswith("pipelined"):
         opts = [*EXTRA_ROUTES.get(route, []), *args.opt]
         name = f"bench-{tag}-{uuid.uuid4().hex[:8]}"
@@ -247,11 +257,19 @@ def throughput(spark, routes: list[str], args) -> dict:
     (spark.range(0, args.rows, 1, 2).selectExpr("id", "id % 100003 AS key", "lpad(CAST(id AS STRING), 16, 'x') AS s",
                                                  "rand(7) AS d").write.parquet(str(src)))
     results: dict = {"rows": args.rows}
+    if "floor" in routes:
+        spark.dataSource.register(StreamFloor)
     if args.warmup_rows:  # untimed: the JIT, the reader's and writer's Python workers, every route once
         small = TMP / "throughput-warmup"
         spark.read.parquet(str(src)).where(F.col("id") < args.warmup_rows).write.parquet(str(small))
+        args.floor_dir = TMP / "floor-warmup"
+        if "floor" in routes:
+            prepare_floor_files(args.warmup_rows, args.floor_dir, 1 << 20, 2)
         for route in routes:
             through(spark, route, small, args, rows=args.warmup_rows)
+    args.floor_dir = TMP / "floor"
+    if "floor" in routes:
+        prepare_floor_files(args.rows, args.floor_dir, 1 << 20, 2)
     rounds: dict[str, list[dict]] = {route: [] for route in routes}
     for _ in range(args.repeat):  # interleaved: a slow spell of the machine falls on every route
         for route in routes:
@@ -270,9 +288,13 @@ def throughput(spark, routes: list[str], args) -> dict:
         print(f"throughput pipelined / files = {results['ratio']:.2f} best, {results['ratio_median']:.2f} median of "
               f"rounds  (target <= 1.0)")
         for route in routes:
-            if route.startswith("pipelined-"):
+            if route.startswith("pipelined-") or route == "floor":
                 print(f"throughput {route} / files = {results[route]['seconds'] / results['files']['seconds']:.2f} best, "
                       f"{results[route]['median_seconds'] / results['files']['median_seconds']:.2f} median")
+    if "pipelined" in results and "floor" in results:
+        results["ratio_to_floor"] = results["pipelined"]["seconds"] / results["floor"]["seconds"]
+        print(f"throughput pipelined / floor = {results['ratio_to_floor']:.2f} best, "
+              f"{results['pipelined']['median_seconds'] / results['floor']['median_seconds']:.2f} median")
     return results
 
 
