@@ -34,6 +34,13 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 SCHEMA = "id long, key long, s string, d double"
 
 
+def bench_rows(spark, rows: int, partitions: int):
+    """The benchmarks' rows (``SCHEMA``): long id, long key = id % 100003, a 16-character string, a double;
+    ``prepare_floor_files`` writes the same ids, keys and strings."""
+    return spark.range(0, rows, 1, partitions).selectExpr(
+        "id", "id % 100003 AS key", "lpad(CAST(id AS STRING), 16, 'x') AS s", "rand(7) AS d")
+
+
 def bench_environment(name: str) -> Path:
     """A fresh directory for one benchmark run; Spark's workers run this interpreter and find
     ``benchmarks/`` (they unpickle this module's classes), and the embedded service is this run's own.

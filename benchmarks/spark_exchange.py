@@ -44,7 +44,14 @@ TMP = bench_environment("spark")  # before Spark starts: its workers and embedde
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-from spark_common import NoopArrowSink, PreparedBatches, end_run, interleaved_rounds, prepare_floor_files  # noqa: E402
+from spark_common import (  # noqa: E402
+    NoopArrowSink,
+    PreparedBatches,
+    bench_rows,
+    end_run,
+    interleaved_rounds,
+    prepare_floor_files,
+)
 
 N_SUB = 8
 SLOTS = 10
@@ -91,8 +98,7 @@ def main() -> None:
 def run(spark: SparkSession, args: argparse.Namespace, buffer_size: int) -> dict:
     spark.dataSource.register(NoopArrowSink)
     spark.dataSource.register(PreparedBatches)
-    df = spark.range(0, args.rows, 1, WRITE_PARTITIONS).selectExpr(
-        "id", "id % 100003 AS key", "lpad(CAST(id AS STRING), 16, 'x') AS s", "rand(7) AS d")
+    df = bench_rows(spark, args.rows, WRITE_PARTITIONS)
     parquet_dir = TMP / "parquet"
 
     def noop(frame) -> None:

@@ -46,6 +46,7 @@ from spark_common import (  # noqa: E402
     FrozenPreparedBatches,
     NoopArrowSink,
     PreparedBatches,
+    bench_rows,
     prepare_floor_files,
     service_pids,
     settle,
@@ -103,8 +104,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict:
         spark.dataSource.register(source)
 
     def rows(partitions: int):
-        return spark.range(0, args.rows, 1, partitions).selectExpr(
-            "id", "id % 100003 AS key", "lpad(CAST(id AS STRING), 16, 'x') AS s", "rand(7) AS d")
+        return bench_rows(spark, args.rows, partitions)
 
     df = rows(WIDTH)
     parquet_dir = TMP / "parquet"

@@ -51,7 +51,7 @@ import numpy as np  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from spark_common import SCHEMA, StreamFloor, prepare_floor_files, settle, stop_embedded_services  # noqa: E402
+from spark_common import SCHEMA, StreamFloor, bench_rows, prepare_floor_files, settle, stop_embedded_services  # noqa: E402
 
 SLOTS = 4
 N_SUB = 2
@@ -254,8 +254,7 @@ def report_latency(lat: dict) -> None:
 # ------------------------------------------------------------------ 2. throughput
 def throughput(spark, routes: list[str], args) -> dict:
     src = TMP / "throughput-source"
-    (spark.range(0, args.rows, 1, 2).selectExpr("id", "id % 100003 AS key", "lpad(CAST(id AS STRING), 16, 'x') AS s",
-                                                 "rand(7) AS d").write.parquet(str(src)))
+    bench_rows(spark, args.rows, 2).write.parquet(str(src))
     results: dict = {"rows": args.rows}
     if "floor" in routes:
         spark.dataSource.register(StreamFloor)

@@ -19,6 +19,7 @@ TMP = bench_environment("wide-split")  # before Spark starts
 from spark_common import (  # noqa: E402
     NoopArrowSink,
     PreparedBatches,
+    bench_rows,
     end_run,
     interleaved_rounds,
     prepare_floor_files,
@@ -41,8 +42,7 @@ def main() -> None:
         spark = wide_session("sparkflow-bench-wide-split", WIDTH)
         for source in (NoopArrowSink, PreparedBatches):
             spark.dataSource.register(source)
-        df = spark.range(0, args.rows, 1, WIDTH).selectExpr(
-            "id", "id % 100003 AS key", "lpad(CAST(id AS STRING), 16, 'x') AS s", "rand(7) AS d")
+        df = bench_rows(spark, args.rows, WIDTH)
 
         def exact_write() -> None:
             (df.write.format("pipelined").mode("overwrite").option("exchange", "split-exact").option("keys", "key")
