@@ -55,6 +55,7 @@ from spark_common import SCHEMA, StreamFloor, bench_rows, prepare_floor_files, s
 
 SLOTS = 4
 N_SUB = 2
+FLOOR_PARTS = 2  # the floor route's prepared Arrow files: one read partition each, as the source's 2 parquet files
 ROUTES = ("pipelined", "files")
 EXTRA_ROUTES = {"pipelined-nopoll": ["stream.pollWait=0"],  # pipelined with the reader's long poll off
                 "pipelined-8": ["numSubpartitions=8"]}  # pipelined read by 8 tasks
@@ -139,9 +140,8 @@ def start_route(spark, route: str, frame, key: str, trigger: dict, args, tag: st
     ck = str(TMP / f"{tag}-{route}-wck")
     if route == "floor":  # throughput only: the prepared files stand for what the writer query wrote
         query = (frame.writeStream.format("floor_stream").option("checkpointLocation", ck).trigger(**trigger).start())
-        parts = sorted(args.floor_dir.glob("part-*.arrow"))
         source = (spark.readStream.format("floor_stream").option("dir", str(args.floor_dir))
-                  .option("parts", len(parts)).load())
+                  .option("parts", FLOOR_PARTS).load())
         return query, source
     if route.startswith("pipelined"):
         opts = [*EXTRA_ROUTES.get(route, []), *args.opt]
@@ -263,12 +263,12 @@ def throughput(spark, routes: list[str], args) -> dict:
         spark.read.parquet(str(src)).where(F.col("id") < args.warmup_rows).write.parquet(str(small))
         args.floor_dir = TMP / "floor-warmup"
         if "floor" in routes:
-            prepare_floor_files(args.warmup_rows, args.floor_dir, 1 << 20, 2)
+            prepare_floor_files(args.warmup_rows, args.floor_dir, 1 << 20, FLOOR_PARTS)
         for route in routes:
             through(spark, route, small, args, rows=args.warmup_rows)
     args.floor_dir = TMP / "floor"
     if "floor" in routes:
-        prepare_floor_files(args.rows, args.floor_dir, 1 << 20, 2)
+        prepare_floor_files(args.rows, args.floor_dir, 1 << 20, FLOOR_PARTS)
     rounds: dict[str, list[dict]] = {route: [] for route in routes}
     for _ in range(args.repeat):  # interleaved: a slow spell of the machine falls on every route
         for route in routes:
