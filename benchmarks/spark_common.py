@@ -293,17 +293,18 @@ def interleaved_rounds(spark, cases: dict, repeat: int) -> dict[str, list[float]
     return times
 
 
-def wide_session(app: str, width: int):
+def wide_session(app: str, width: int, tcp_workers: bool = False):
     """The wide benchmarks' session: ``local[2]``, AQE off, ``spark.sql.shuffle.partitions=width``, the README's
-    Arrow setting."""
+    settings (``tcp_workers``: Spark's default TCP sockets to its Python workers instead of Unix sockets)."""
     from pyspark.sql import SparkSession
 
-    from sparkflow_exchange.session_tuning import ARROW_MAX_BYTES_PER_BATCH, UNCHECKED
+    from sparkflow_exchange.session_tuning import PYTHON_WORKER_UNIX_SOCKETS, RECOMMENDED_SETTINGS
 
+    settings = {**RECOMMENDED_SETTINGS, **({PYTHON_WORKER_UNIX_SOCKETS: "false"} if tcp_workers else {})}
     spark = (SparkSession.builder.master("local[2]").appName(app)
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", str(width)).config("spark.sql.adaptive.enabled", "false")
-             .config("spark.driver.memory", "3g").config(ARROW_MAX_BYTES_PER_BATCH, UNCHECKED).getOrCreate())
+             .config("spark.driver.memory", "3g").config(map=settings).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

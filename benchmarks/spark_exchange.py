@@ -13,11 +13,12 @@ Rows: long id, long key (id % 100003), a 16-character string, a double. Cases, e
 * pipelined PIPELINED_BOUNDED: the read (thread started first, waiting for the declaration) while the
   write runs in another thread.
 
-Session: ``spark.sql.execution.arrow.maxBytesPerBatch=2147483647``, the setting the README recommends
-(at that value Spark stops measuring each Arrow batch after every row it adds, about a third of the
-JVM's time on a Python data source's write; see ``sparkflow_exchange/session_tuning.py``). It is
-session-wide, so the floor gets it too; parquet and Spark's shuffle do not use Arrow.
-``--spark-defaults`` leaves it at Spark's default instead.
+Session: the README's ``SPARK_SETTINGS`` (``sparkflow_exchange/session_tuning.py``): Unix sockets to the
+Python workers (Spark's TCP default stalls ~84 ms per Python task on delayed ACKs) and
+``spark.sql.execution.arrow.maxBytesPerBatch=2147483647`` (Spark stops measuring each Arrow batch after
+every row it adds, about a third of the JVM's time on a Python data source's write). Both are
+session-wide, so the floor gets them too; parquet and Spark's shuffle use neither.
+``--spark-defaults`` leaves both at Spark's defaults instead.
 ``local[10]`` on this 2-core machine. A pipelined read and its write run at once and need
 slots at once: 8 read tasks (one per subpartition) + 2 write tasks (the DataFrame has 2 partitions,
 one per core). Every case uses the same session; AQE is off so plans do not change between rounds.
@@ -69,7 +70,7 @@ def main() -> None:
                         help="extra Spark setting for the session (repeatable)")
     parser.add_argument("--only", default="", help="run only cases whose label contains one of these, comma separated")
     parser.add_argument("--spark-defaults", action="store_true",
-                        help="leave spark.sql.execution.arrow.maxBytesPerBatch at Spark's default (per-row batch measurement)")
+                        help="leave the README's SPARK_SETTINGS at Spark's defaults (TCP workers, per-row batch measurement)")
     args = parser.parse_args()
     spark = None
     try:
@@ -80,10 +81,10 @@ def main() -> None:
         spark = (SparkSession.builder.master(f"local[{SLOTS}]").appName("sparkflow-bench")
                  .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", str(N_SUB))
                  .config("spark.sql.adaptive.enabled", "false").config("spark.driver.memory", "3g"))
-        if not args.spark_defaults:
-            from sparkflow_exchange.session_tuning import ARROW_MAX_BYTES_PER_BATCH, UNCHECKED
+        if not args.spark_defaults:  # the README's settings, before the user's --conf
+            from sparkflow_exchange.session_tuning import RECOMMENDED_SETTINGS
 
-            args.conf.insert(0, f"{ARROW_MAX_BYTES_PER_BATCH}={UNCHECKED}")
+            args.conf[:0] = [f"{k}={v}" for k, v in RECOMMENDED_SETTINGS.items()]
         for item in args.conf:
             key, _, value = item.partition("=")
             spark = spark.config(key, value)

@@ -22,7 +22,7 @@ Targets (issue 9): exact <= 1.15 x floor; coalesced <= 1.0 x parquet route. Then
 producers x 4,000 subpartitions vs 2 x 8 (same rows; target <= 1.5 x). Peak RSS (VmHWM) of the
 service and of the Python workers (write tasks) is read from /proc after each part.
 
-Run: .venv/bin/python benchmarks/spark_wide.py [--rows 4000000] [--repeat 3] [--warmup 1]
+Run: .venv/bin/python benchmarks/spark_wide.py [--rows 4000000] [--repeat 3] [--warmup 1] [--tcp-workers]
 """
 from __future__ import annotations
 
@@ -84,7 +84,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--wide", type=int, default=4000, help="subpartitions of the 2-producer write-only case")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "spark_wide-latest.json"))
+    parser.add_argument("--out", default=None, help="default: spark_wide-latest.json (-tcp.json with --tcp-workers)")
+    parser.add_argument("--tcp-workers", action="store_true",
+                        help="Spark's default TCP sockets to its Python workers (README: Unix sockets)")
     args = parser.parse_args()
     spark = None
     try:
@@ -92,11 +94,12 @@ def main() -> None:
 
         config = ExchangeConfig()
         prepare_floor_files(args.rows, TMP / "floor", config.buffer_size, WIDTH)
-        spark = wide_session("sparkflow-bench-wide", WIDTH)
+        spark = wide_session("sparkflow-bench-wide", WIDTH, args.tcp_workers)
         results = run(spark, args)
     finally:
         end_run(spark, TMP)
-    Path(args.out).write_text(json.dumps(results, indent=2))
+    out = args.out or str(Path(__file__).parent / f"spark_wide-latest{'-tcp' if args.tcp_workers else ''}.json")
+    Path(out).write_text(json.dumps(results, indent=2))
 
 
 def run(spark: SparkSession, args: argparse.Namespace) -> dict:
@@ -210,6 +213,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict:
               "coalesced_read_partitions": sorted(set(read_partitions))}
     print("  " + ", ".join(f"{k} {v}" for k, v in memory.items()))
     return {"rows": args.rows, "repeat": args.repeat, "date": time.strftime("%Y-%m-%d %H:%M"), "master": "local[2]",
+            "python_worker_sockets": "tcp" if args.tcp_workers else "unix",
             "cpus": os.cpu_count(), "loadavg_before_after": [load_before, load_after], "seconds": best,
             "all_seconds": every, "ratios": ratios, "memory": memory}
 

@@ -5,7 +5,7 @@ from a settled state: the exchange's write (``numSubpartitions=200``) against th
 its read (200 read tasks into ``noop``) against the floor's prepared source. Where the exact case's time
 over the floor goes.
 
-Run: .venv/bin/python benchmarks/wide_split.py [--rows 4000000] [--repeat 3]
+Run: .venv/bin/python benchmarks/wide_split.py [--rows 4000000] [--repeat 3] [--tcp-workers]
 """
 from __future__ import annotations
 
@@ -33,13 +33,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=4_000_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tcp-workers", action="store_true",
+                        help="Spark's default TCP sockets to its Python workers (README: Unix sockets)")
     args = parser.parse_args()
     spark = None
     try:
         from sparkflow_exchange.config import ExchangeConfig
 
         prepare_floor_files(args.rows, TMP / "floor", ExchangeConfig().buffer_size, WIDTH)
-        spark = wide_session("sparkflow-bench-wide-split", WIDTH)
+        spark = wide_session("sparkflow-bench-wide-split", WIDTH, args.tcp_workers)
         for source in (NoopArrowSink, PreparedBatches):
             spark.dataSource.register(source)
         df = bench_rows(spark, args.rows, WIDTH)

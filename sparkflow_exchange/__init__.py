@@ -6,11 +6,15 @@ from pathlib import Path
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["register", "drop_exchange", "list_exchanges", "leave_group", "write", "plugin_jar", "ExchangeConfig", "ConfigError",
+__all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "leave_group", "write", "plugin_jar", "ExchangeConfig", "ConfigError",
            "ExchangeError", "ExchangeNotFound", "ExchangeLost", "SchemaMismatch", "ExchangeReadError"]
 
 from .config import ExchangeConfig, session_settings
 from .errors import ConfigError, ExchangeError, ExchangeLost, ExchangeNotFound, SchemaMismatch, UserFacing  # noqa: F401
+from .session_tuning import RECOMMENDED_SETTINGS
+
+SPARK_SETTINGS: dict[str, str] = RECOMMENDED_SETTINGS
+"""Spark settings for a fast session, ``SparkSession.builder.config(map=SPARK_SETTINGS)`` (README, session_tuning)."""
 
 _registered: "weakref.WeakKeyDictionary[Any, dict[str, str]]" = weakref.WeakKeyDictionary()  # session -> settings
 

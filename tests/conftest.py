@@ -30,8 +30,12 @@ def spark():
     """
     from pyspark.sql import SparkSession
 
+    from sparkflow_exchange.session_tuning import PYTHON_WORKER_UNIX_SOCKETS
+
     session = (
         SparkSession.builder.master("local[4, 2]")
+        # one of the README's SPARK_SETTINGS (the other, the Arrow batch check, is what test_session_tuning tests)
+        .config(PYTHON_WORKER_UNIX_SOCKETS, "true")
         .appName("sparkflow-exchange-tests")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")

@@ -84,3 +84,17 @@ def test_write_helper_leaves_the_session_as_it_was(spark):
     got = spark.read.format("pipelined").option("exchange", "tuning-helper").load()
     assert sorted(r.id for r in got.collect()) == list(range(100))
     sparkflow_exchange.drop_exchange("tuning-helper")
+
+
+def test_spark_settings_are_keys_spark_honours(spark):
+    """SPARK_SETTINGS names real keys: the shared session sets the socket one (conftest), and Spark's Python
+    workers were started on Unix sockets because of it (a misspelt key would be ignored silently)."""
+    import os
+
+    from sparkflow_exchange import SPARK_SETTINGS
+    from sparkflow_exchange.session_tuning import ARROW_MAX_BYTES_PER_BATCH, PYTHON_WORKER_UNIX_SOCKETS
+
+    assert SPARK_SETTINGS == {PYTHON_WORKER_UNIX_SOCKETS: "true", ARROW_MAX_BYTES_PER_BATCH: UNCHECKED}
+    assert spark.sparkContext.getConf().get(PYTHON_WORKER_UNIX_SOCKETS) == "true"
+    seen = spark.sparkContext.parallelize([0], 1).map(lambda _: os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED")).collect()
+    assert seen == ["true"]
