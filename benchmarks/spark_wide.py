@@ -84,7 +84,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--wide", type=int, default=4000, help="subpartitions of the 2-producer write-only case")
-    parser.add_argument("--out", default=None, help="default: spark_wide-latest.json (-tcp.json with --tcp-workers)")
+    parser.add_argument("--out", default=None, help="default: spark_wide-latest.json (spark_wide-tcp-latest.json with --tcp-workers)")
     parser.add_argument("--tcp-workers", action="store_true",
                         help="Spark's default TCP sockets to its Python workers (README: Unix sockets)")
     args = parser.parse_args()
@@ -98,7 +98,7 @@ def main() -> None:
         results = run(spark, args)
     finally:
         end_run(spark, TMP)
-    out = args.out or str(Path(__file__).parent / f"spark_wide-latest{'-tcp' if args.tcp_workers else ''}.json")
+    out = args.out or str(Path(__file__).parent / f"spark_wide{'-tcp' if args.tcp_workers else ''}-latest.json")
     Path(out).write_text(json.dumps(results, indent=2))
 
 
