@@ -82,9 +82,9 @@ def main() -> None:
                  .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", str(N_SUB))
                  .config("spark.sql.adaptive.enabled", "false").config("spark.driver.memory", "3g"))
         if not args.spark_defaults:  # the README's settings, before the user's --conf
-            from sparkflow_exchange.session_tuning import RECOMMENDED_SETTINGS
+            from sparkflow_exchange.session_tuning import SPARK_SETTINGS
 
-            args.conf[:0] = [f"{k}={v}" for k, v in RECOMMENDED_SETTINGS.items()]
+            args.conf[:0] = [f"{k}={v}" for k, v in SPARK_SETTINGS.items()]
         for item in args.conf:
             key, _, value = item.partition("=")
             spark = spark.config(key, value)

@@ -100,9 +100,9 @@ def main() -> None:
                    .config("spark.sql.shuffle.partitions", str(N_SUB)).config("spark.sql.session.timeZone", "UTC")
                    .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
                    .config("spark.driver.memory", "3g"))
-        from sparkflow_exchange.session_tuning import RECOMMENDED_SETTINGS
+        from sparkflow_exchange.session_tuning import SPARK_SETTINGS
 
-        for item in [*(f"{k}={v}" for k, v in RECOMMENDED_SETTINGS.items()), *args.conf]:  # README's, then the user's
+        for item in [*(f"{k}={v}" for k, v in SPARK_SETTINGS.items()), *args.conf]:  # README's, then the user's
             key, _, value = item.partition("=")
             builder = builder.config(key, value)
         spark = builder.getOrCreate()

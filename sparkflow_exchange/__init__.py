@@ -11,10 +11,7 @@ __all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "lea
 
 from .config import ExchangeConfig, session_settings
 from .errors import ConfigError, ExchangeError, ExchangeLost, ExchangeNotFound, SchemaMismatch, UserFacing  # noqa: F401
-from .session_tuning import RECOMMENDED_SETTINGS
-
-SPARK_SETTINGS: dict[str, str] = RECOMMENDED_SETTINGS
-"""Spark settings for a fast session, ``SparkSession.builder.config(map=SPARK_SETTINGS)`` (README, session_tuning)."""
+from .session_tuning import SPARK_SETTINGS  # for the session builder: .config(map=SPARK_SETTINGS)
 
 _registered: "weakref.WeakKeyDictionary[Any, dict[str, str]]" = weakref.WeakKeyDictionary()  # session -> settings
 

@@ -1,6 +1,6 @@
 """Spark settings that decide how fast rows reach a Python data source, and the one we set per write.
 
-:data:`RECOMMENDED_SETTINGS` are for the session builder (``.config(map=...)``) or ``spark-defaults.conf``;
+:data:`SPARK_SETTINGS` are for the session builder (``.config(map=...)``) or ``spark-defaults.conf``;
 the first can only be set before the session starts:
 
 * ``spark.python.unix.domain.socket.enabled=true``: Spark talks to its Python workers over TCP on
@@ -35,7 +35,8 @@ ARROW_MAX_BYTES_PER_BATCH = "spark.sql.execution.arrow.maxBytesPerBatch"
 UNCHECKED = "2147483647"  # Int.MaxValue: the only value at which Spark skips the per-row measurement
 PYTHON_WORKER_UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
 
-RECOMMENDED_SETTINGS: dict[str, str] = {PYTHON_WORKER_UNIX_SOCKETS: "true", ARROW_MAX_BYTES_PER_BATCH: UNCHECKED}
+# exported as sparkflow_exchange.SPARK_SETTINGS
+SPARK_SETTINGS: dict[str, str] = {PYTHON_WORKER_UNIX_SOCKETS: "true", ARROW_MAX_BYTES_PER_BATCH: UNCHECKED}
 
 _lock = threading.Lock()
 _writes_holding: dict[int, int] = {}  # id(session) -> writes in flight that set the key
