@@ -121,8 +121,9 @@ class OpenSpillFiles:
                 if data.unchanged():
                     self._files.move_to_end(path)
                     data.last_used = now
-                    if now - self._expired_at >= 1.0:  # a hit adds nothing: only idleness to look at
-                        self._expire(now)
+                    if now - self._expired_at >= 1.0 or len(self._files) > self.max_files or \
+                            self._index_bytes > self.max_index_bytes:
+                        self._expire(now)  # idleness looked at once a second; the bounds whenever exceeded
                     return data
                 self._drop(path)
         try:
