@@ -16,7 +16,7 @@ Lifetime: a slice holds the ``mmap`` object through the buffer protocol, so the 
 as any batch decoded from it lives, even once the cache let it go. Each cached file holds two fds (the
 mapping's own duplicate and the index's), and a dropped (unlinked) file's disk space stays in use while
 it is cached: the cache holds at most :attr:`OpenSpillFiles.max_files` files, forgets a file
-unused for :attr:`OpenSpillFiles.idle_seconds` (looked at by a lookup, at most once a second) or found gone, and Spark ends idle
+unused for :attr:`OpenSpillFiles.idle_seconds` (checked on every lookup) or found gone, and Spark ends idle
 Python workers after a minute anyway.
 
 Truncation: touching a mapped page past the end of a truncated file raises SIGBUS. Each lookup checks the
@@ -109,7 +109,6 @@ class OpenSpillFiles:
         self.idle_seconds = idle_seconds
         self._files: OrderedDict[str, SpillData] = OrderedDict()
         self._index_bytes = 0
-        self._expired_at = 0.0
         self._lock = threading.Lock()
 
     def get(self, path: str, index_path: str) -> SpillData:
@@ -121,9 +120,7 @@ class OpenSpillFiles:
                 if data.unchanged():
                     self._files.move_to_end(path)
                     data.last_used = now
-                    if now - self._expired_at >= 1.0 or len(self._files) > self.max_files or \
-                            self._index_bytes > self.max_index_bytes:
-                        self._expire(now)  # idleness looked at once a second; the bounds whenever exceeded
+                    self._expire(now)
                     return data
                 self._drop(path)
         try:
@@ -145,7 +142,6 @@ class OpenSpillFiles:
         data.close()
 
     def _expire(self, now: float) -> None:
-        self._expired_at = now
         files = self._files
         while len(files) > 1:
             oldest = next(iter(files.values()))
