@@ -27,7 +27,6 @@ def main() -> None:
     import sparkflow_exchange
 
     spark = (SparkSession.builder.master("local[4]").appName("streaming-pipeline")
-             .config(map=sparkflow_exchange.SPARK_SETTINGS)  # README, "Spark settings for speed"
              .config("spark.sql.shuffle.partitions", "4").getOrCreate())
     spark.sparkContext.setLogLevel("FATAL")  # stopping a query logs its cancelled tasks as errors
     work = tempfile.mkdtemp(prefix="streaming-pipeline-")

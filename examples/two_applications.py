@@ -20,10 +20,8 @@ def session(app: str):
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from sparkflow_exchange import SPARK_SETTINGS
-
     spark = (SparkSession.builder.master("local[2]").appName(app)
-             .config(map=SPARK_SETTINGS)  # Spark's settings for fast Python tasks: README, "Spark settings for speed"
+             .config("spark.sql.execution.arrow.maxBytesPerBatch", "2147483647")  # faster writes: README, "Spark settings for speed"
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
