@@ -119,12 +119,15 @@ class RecordWriter:
         batch = conform(batch, self.schema)
         self.rows += batch.num_rows
         if not self.sorting:
+            # sizes by the batch's average row: one nbytes per batch, not one per slice (~7 us each, 8 per
+            # batch at 8 subpartitions: 7 % of a write task's CPU); they only decide when a buffer is full
+            row_bytes = batch.nbytes / batch.num_rows
             parts = [(0, batch)] if self.single else [
                 (i, p) for i, p in enumerate(split_by_target(batch, self.selector.select(batch), self.n))
                 if p is not None]
             with self._lock:
                 for sub, part in parts:
-                    self._gather(sub, part)
+                    self._gather(sub, part, int(part.num_rows * row_bytes))
             return
         targets = self.selector.select(batch)
         size = batch.nbytes
@@ -149,8 +152,7 @@ class RecordWriter:
         self.peak_held_bytes = max(self.peak_held_bytes, self.held_bytes)
 
     # ---------------------------------------------------------------- one or a few targets
-    def _gather(self, sub: int, part: pa.RecordBatch) -> None:
-        size = part.nbytes  # not free for a slice: asked once per slice
+    def _gather(self, sub: int, part: pa.RecordBatch, size: int) -> None:
         if self.pending[sub] and self.pending_bytes[sub] + size > self.buffer_size:
             self._push_pending(sub)
         if size >= self.buffer_size:
