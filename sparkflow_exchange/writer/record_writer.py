@@ -120,7 +120,8 @@ class RecordWriter:
         self.rows += batch.num_rows
         if not self.sorting:
             # sizes by the batch's average row: one nbytes per batch, not one per slice (~7 us each, 8 per
-            # batch at 8 subpartitions: 7 % of a write task's CPU); they only decide when a buffer is full
+            # batch at 8 subpartitions: 7 % of a write task's CPU); they decide when a buffer is full and count
+            # the writer's held bytes, both of which an average within one batch serves
             row_bytes = batch.nbytes / batch.num_rows
             parts = [(0, batch)] if self.single else [
                 (i, p) for i, p in enumerate(split_by_target(batch, self.selector.select(batch), self.n))
