@@ -105,7 +105,9 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "tls.caFile": ("tls_ca_file", str, "CA bundle the clients verify the service with"),
     "tls.checkHostname": ("tls_check_hostname", _bool, "clients check that the service's certificate names the address they dial (off: trust the CA alone, for IP-only clusters)"),
     "maxConnections": ("max_connections", int, "connections a service serves at once (more are refused at once)"),
-    "maxUnauthenticatedConnections": ("max_unauthenticated_connections", int, "connections that have not proved the secret yet, at once (more are refused; each costs a few KiB until its Hello or the 10 s Hello timeout)"),
+    "maxUnauthenticatedConnections": ("max_unauthenticated_connections", int, "connections that have not proved the secret yet, at once, this user's own Unix-socket clients aside (when full, the oldest one silent for a tenth of helloTimeout, at most 1 s, is closed for a newcomer; only a cap full of newer ones refuses it)"),
+    "maxUnauthenticatedPerPeer": ("max_unauthenticated_per_peer", int, "connections that have not proved the secret yet from one address (TCP) or uid (Unix socket), at once; full, it makes room among that peer's own as maxUnauthenticatedConnections does"),
+    "helloTimeout": ("hello_timeout", parse_duration, "a connection that has not proved the secret this long after connecting is closed"),
     "bindHost": ("bind_host", str, "address a service listens on"),
     "port": ("port", int, "TCP port of a service (0 = ephemeral)"),
     "hostId": ("host_id", str, "identity of this host; local vs remote channels follow it"),
@@ -174,6 +176,8 @@ class ExchangeConfig:
     tls_check_hostname: bool = True
     max_connections: int = 4096
     max_unauthenticated_connections: int = 64
+    max_unauthenticated_per_peer: int = 32
+    hello_timeout: float = 5.0
     bind_host: str = "127.0.0.1"
     port: int = 0
     host_id: str | None = None
@@ -208,7 +212,7 @@ class ExchangeConfig:
         if self.num_subpartitions is not None and self.num_subpartitions < 1:
             raise ConfigError(f"numSubpartitions must be at least 1, got {self.num_subpartitions}")
         for name in ("buffers_per_channel", "buffers_per_partition", "buffer_size", "sort_buffer_size",
-                     "max_connections", "max_unauthenticated_connections"):
+                     "max_connections", "max_unauthenticated_connections", "max_unauthenticated_per_peer"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.starting_epochs not in ("earliest", "latest"):
@@ -216,6 +220,8 @@ class ExchangeConfig:
         for name in ("max_epochs_per_trigger", "max_rows_per_trigger", "max_bytes_per_trigger"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not self.hello_timeout > 0:
+            raise ConfigError(f"helloTimeout must be above 0, got {self.hello_timeout}")
         if self.stream_poll_wait < 0:
             raise ConfigError(f"stream.pollWait must be 0 (answer at once) or more, got {self.stream_poll_wait}")
         if self.stream_max_retained_bytes < 0:

@@ -236,15 +236,16 @@ def test_tls(tmp_service, tmp_path):
 
 
 def test_silent_or_half_frame_clients_do_not_block_others_and_are_dropped(svc):
-    from sparkflow_exchange.network.server import HELLO_TIMEOUT
+    from sparkflow_exchange.config import ExchangeConfig
 
+    hello_timeout = ExchangeConfig().hello_timeout
     silent = RawClient(svc, authenticate=False)  # connects, reads ServerHello, never says Hello
     half = RawClient(svc, authenticate=False)
     half.sock.sendall(encode_bytes(Hello("slow", auth.prove(svc.secret, half.nonce)))[:10])  # and stalls mid-frame
     healthy(svc)  # neither holds up the service
     start = time.monotonic()
     for client in (silent, half):
-        error = client.error_then_close(timeout=HELLO_TIMEOUT + 5)
+        error = client.error_then_close(timeout=hello_timeout + 5)
         assert error.fatal and "no Hello within" in error.message
-    assert time.monotonic() - start < HELLO_TIMEOUT + 5
+    assert time.monotonic() - start < hello_timeout + 5
     healthy(svc)

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from harness import client_config
+from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.network import auth
 from sparkflow_exchange.network.aio_client import open_connection
 from sparkflow_exchange.network.blocking_client import BlockingConnection, ServiceError
@@ -95,7 +96,8 @@ def test_big_frames_before_authentication_are_refused_from_their_prefix(tmp_serv
 
 
 def test_unauthenticated_connections_are_capped_and_the_cap_frees(tmp_service):
-    svc = tmp_service(conf={"maxUnauthenticatedConnections": "4"})
+    # a Hello timeout of 10 min: the silent ones stay fresh (not idle) for the whole test, so the cap refuses
+    svc = tmp_service(conf={"maxUnauthenticatedConnections": "4", "helloTimeout": "600"})
     silent = [_connect_raw(svc) for _ in range(4)]  # connected, greeted, never say Hello
     host, port = svc.tcp.rsplit(":", 1)
     sock, decoder = socket.create_connection((host, int(port)), timeout=10), FrameDecoder()
@@ -107,6 +109,89 @@ def test_unauthenticated_connections_are_capped_and_the_cap_frees(tmp_service):
     for s, _d, _h in silent:
         s.close()
     _healthy_again(svc)
+
+
+def _strangers(svc, count: int, source: str | None = None) -> list[tuple[socket.socket, FrameDecoder, object]]:
+    """``count`` connections that never say Hello, each with its first frame: a ServerHello (admitted) or
+    the error that refused it."""
+    host, port = svc.tcp.rsplit(":", 1)
+    out = []
+    for _ in range(count):
+        sock = socket.create_connection((host, int(port)), timeout=10,
+                                        source_address=(source, 0) if source else None)
+        decoder = FrameDecoder()
+        messages: list = []
+        while not messages:
+            data = sock.recv(65536)
+            assert data, "closed without a frame"
+            messages = decoder.feed(data)
+        out.append((sock, decoder, messages[0]))
+    return out
+
+
+def test_idle_strangers_cannot_lock_clients_out(tmp_service):
+    """200 connections that never say Hello (64 kept every client out as long as they reconnected):
+    the oldest idle ones make room, so clients on TCP connect at their first try."""
+    svc = tmp_service()
+    config = ExchangeConfig()
+    strangers = []
+    for _round in range(2):  # and again, as strangers that reconnect would
+        strangers += _strangers(svc, 200)
+        time.sleep(min(1.0, config.hello_timeout / 10))  # every one admitted is idle by now
+        for _ in range(5):
+            _healthy(svc)  # no retry: admitted at once, an idle stranger closed for it
+        with svc.connect(svc.unix) as conn:
+            assert conn.call("ping")["service_id"]
+    assert svc.status()["strangers"] <= config.max_unauthenticated_per_peer
+    evicted = 0
+    for sock, decoder, first in strangers:
+        if isinstance(first, ErrorResponse):  # refused: the cap was full of strangers younger than idle
+            assert first.fatal and "try again" in first.message
+            sock.close()
+            continue
+        assert isinstance(first, ServerHello)
+        try:
+            error = _next_error(sock, decoder, timeout=0.01)
+        except socket.timeout:
+            continue  # still held
+        finally:
+            sock.close()
+        assert error.fatal
+        if "a newer connection took this one's place" in error.message:
+            assert error.code == "too_many_connections" and "maxUnauthenticatedPerPeer=" in error.message
+            evicted += 1
+        else:
+            assert "no Hello within helloTimeout" in error.message
+    assert evicted >= 10  # at least one for each client above
+
+
+def test_own_unix_clients_never_wait_behind_strangers(tmp_service):
+    """A full cap of fresh strangers refuses a TCP newcomer, never this user's client on the Unix socket."""
+    svc = tmp_service(conf={"maxUnauthenticatedConnections": "4", "helloTimeout": "600"})
+    strangers = _strangers(svc, 4)
+    with pytest.raises(ServiceError, match="maxUnauthenticatedConnections=4"):
+        svc.connect()
+    held = [svc.connect(svc.unix) for _ in range(8)]  # counted with no stranger, closing none
+    for conn in held:
+        assert conn.call("ping")["service_id"]
+    assert held[0].call("status")["strangers"] == 4
+    for conn in held:
+        conn.close()
+    for sock, _decoder, _first in strangers:
+        sock.close()
+
+
+def test_strangers_of_one_peer_cannot_crowd_out_another(tmp_service):
+    """A peer's strangers are capped on their own: a flood from 127.0.0.2 leaves room for 127.0.0.1."""
+    svc = tmp_service(conf={"maxUnauthenticatedConnections": "8", "maxUnauthenticatedPerPeer": "3",
+                            "helloTimeout": "600"})
+    strangers = _strangers(svc, 3, source="127.0.0.2")
+    refused, _decoder, error = _strangers(svc, 1, source="127.0.0.2")[0]
+    assert isinstance(error, ErrorResponse) and error.fatal and "from 127.0.0.2" in error.message and "maxUnauthenticatedPerPeer=3" in error.message
+    _healthy(svc)  # from 127.0.0.1
+    for sock, _decoder, _first in strangers:
+        sock.close()
+    refused.close()
 
 
 def test_total_connections_are_capped(tmp_service):
@@ -227,3 +312,36 @@ def test_tls_checks_the_host_name_unless_told_not_to(tmp_service, tmp_path):
     relaxed = client_config(svc, **{"tls.caFile": str(cert), "tls.checkHostname": "false"})
     with BlockingConnection(svc.tcp, svc.secret, timeout=5, ssl_ctx=auth.ssl_for(svc.tcp, relaxed)) as conn:
         assert conn.call("ping")["tls"] is True
+
+
+def test_admission_makes_room_only_from_idle_strangers():
+    """The rules without sockets: caps per peer and in all; the oldest idle stranger in the full cap's scope
+    makes room; a cap full of fresh ones refuses; this user's Unix clients count only towards the total."""
+    from sparkflow_exchange.network.admission import Admission
+
+    now = [0.0]
+    adm = Admission(max_connections=6, max_strangers=3, max_per_peer=2, hello_timeout=10.0, clock=lambda: now[0])
+    assert adm.idle_after == 1.0
+    assert adm.admit("a1", "A", False).refusal is None
+    assert adm.admit("a2", "A", False).refusal is None
+    assert "maxUnauthenticatedPerPeer=2" in adm.admit("a3", "A", False).refusal  # both fresh
+    assert adm.admit("b1", "B", False).refusal is None
+    assert "maxUnauthenticatedConnections=3" in adm.admit("c1", "C", False).refusal
+    for own in ("own", "own2"):  # admitted, nothing closed
+        verdict = adm.admit(own, "uid 0", True)
+        assert verdict.refusal is None and not verdict.evict
+    now[0] = 1.5  # a1, a2, b1 are idle now
+    verdict = adm.admit("b2", "B", False)  # the cap in all is full: the oldest of anyone's goes
+    assert verdict.refusal is None and [c for c, _ in verdict.evict] == ["a1"]
+    verdict = adm.admit("b3", "B", False)  # B's own cap is full: B's oldest goes, not A's
+    assert verdict.refusal is None and [c for c, _ in verdict.evict] == ["b1"]
+    assert "maxUnauthenticatedPerPeer=2" in verdict.evict[0][1]
+    adm.authenticated("b2")
+    adm.discharge("a2")
+    assert adm.strangers == 1 and adm.connections == {"own", "own2", "b2", "b3"}
+    adm.admit("x", "X", False)
+    adm.admit("y", "Y", False)
+    assert "maxConnections=6" in adm.admit("own3", "uid 0", True).refusal  # the total binds everyone...
+    now[0] = 3.0
+    verdict = adm.admit("own3", "uid 0", True)  # ...but an idle stranger makes room for our own user
+    assert verdict.refusal is None and [c for c, _ in verdict.evict] == ["b3"]

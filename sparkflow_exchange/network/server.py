@@ -21,6 +21,7 @@ from ..partition.range_view import RangeView
 from ..partition.shared_arena import ArenaError, SharedArena
 from ..partition.subpartition import ERROR_KIND
 from . import auth
+from .admission import peer_of
 from .blocking_client import tune_socket
 from .credit import PartitionRequestQueue, ViewFailed
 from .protocol import (
@@ -92,7 +93,6 @@ class ConnectionHost(Protocol):
 
 HIGH_WATER = 4 * 1024 * 1024
 LOW_WATER = 1 * 1024 * 1024
-HELLO_TIMEOUT = 10.0  # a connection that has not authenticated by then is closed
 MAX_GRANT = 64  # credit granted to a BLOCKING writer at a time
 
 
@@ -155,6 +155,8 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.held: dict[int, deque] = {}  # receiver -> (partition, buffer) sent by reference, not yet copied
         self.locality = "remote"
         self.peer = ""
+        self.peer_key = ""  # what it counts against until it authenticates: an address (TCP) or a uid (Unix)
+        self.trusted = False  # this service's own user on the Unix socket (SO_PEERCRED)
         self._hello_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------ transport
@@ -163,16 +165,19 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
         tune_socket(transport.get_extra_info("socket"))
         self.peer = str(transport.get_extra_info("peername") or "unix")
+        self.peer_key, self.trusted = peer_of(transport.get_extra_info("socket"), self.transport_kind,
+                                              transport.get_extra_info("peername"))
         refusal = self.service.admit(self)
         if refusal:
             self.fatal(refusal, code="too_many_connections")
             return
         self.send(ServerHello(self.nonce, self.service.service_id, self.service.host_id))
-        self._hello_timer = asyncio.get_running_loop().call_later(HELLO_TIMEOUT, self._no_hello)
+        self._hello_timer = asyncio.get_running_loop().call_later(self.service.config.hello_timeout, self._no_hello)
 
     def _no_hello(self) -> None:
         if not self.authenticated and not self.closed:
-            self.fatal(f"no Hello within {HELLO_TIMEOUT:g} s of connecting", code="auth")
+            self.fatal(f"no Hello within helloTimeout={self.service.config.hello_timeout:g} s of connecting",
+                       code="auth")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..config import PARTITION_TYPES, ExchangeConfig
 from ..network import auth
+from ..network.admission import Admission
 from ..network.protocol import FRAME_POOL, RegisterPartition
 from ..network.server import RpcError, ServerConnection
 from ..partition.buffer_pool import NetworkBufferPool
@@ -49,8 +50,11 @@ class ExchangeService:
         self.spill_dir = Path(config.spill_dir or tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-"))
         self.spill_dir.mkdir(parents=True, exist_ok=True)
         self.partitions: dict[str, ResultPartition] = {}
-        self.connections: set[ServerConnection] = set()
-        self.unauthenticated = 0  # connections that have not proved the secret yet
+        # every connection, and the strangers among them (not authenticated, not our own user's Unix clients)
+        self.admission: Admission[ServerConnection] = Admission(
+            config.max_connections, config.max_unauthenticated_connections,
+            config.max_unauthenticated_per_peer, config.hello_timeout)
+        self.connections = self.admission.connections
         # payload bytes consumers read, by path: served over a Unix/TCP connection from a reader on this
         # host ("local"; "local_shared" of it were copied by the reader out of a writer's shared-memory
         # slot) or another ("remote"), or read by a reader on this host from our spill files
@@ -76,7 +80,7 @@ class ExchangeService:
         loop = asyncio.get_running_loop()
         tcp = await loop.create_server(lambda: ServerConnection(self, "tcp"), self.config.bind_host,
                                        self.config.port, ssl=ssl_ctx, reuse_address=True,
-                                       ssl_handshake_timeout=10.0 if ssl_ctx else None)
+                                       ssl_handshake_timeout=self.config.hello_timeout if ssl_ctx else None)
         self.servers.append(tcp)
         self.tcp_address = tcp.sockets[0].getsockname()[:2]
         if self.unix_path is None:
@@ -218,24 +222,17 @@ class ExchangeService:
             log.warning("could not release %d partitions on %s: %s", len(pids), address, exc)
 
     def admit(self, conn: ServerConnection) -> str | None:
-        """Take a new connection, or say why not (the caps hold however many strangers knock)."""
-        if len(self.connections) >= self.config.max_connections:
-            return f"too many connections: this service serves at most maxConnections={self.config.max_connections}"
-        if self.unauthenticated >= self.config.max_unauthenticated_connections:
-            return ("too many connections that have not authenticated yet "
-                    f"(maxUnauthenticatedConnections={self.config.max_unauthenticated_connections}); try again")
-        self.connections.add(conn)
-        self.unauthenticated += 1
-        return None
+        """Take a new connection, or say why not; idle strangers make room (``network/admission.py``)."""
+        verdict = self.admission.admit(conn, conn.peer_key, conn.trusted)
+        for victim, message in verdict.evict:
+            victim.fatal(message, code="too_many_connections")
+        return verdict.refusal
 
     def authenticated(self, conn: ServerConnection) -> None:
-        self.unauthenticated -= 1
+        self.admission.authenticated(conn)
 
     def discharge(self, conn: ServerConnection) -> None:
-        if conn in self.connections:
-            self.connections.discard(conn)
-            if not conn.authenticated:
-                self.unauthenticated -= 1
+        self.admission.discharge(conn)
 
     def on_connection_closed(self, conn: ServerConnection) -> None:
         for unsubscribe in conn.subscriptions.values():
@@ -351,6 +348,7 @@ class ExchangeService:
                        "running_pools": len(self.budget.pools), "open_spill_reads": len(self.spill_readers)},
             "partitions": partitions,
             "channels": channels,
+            "strangers": self.admission.strangers,  # connections that have not authenticated (own user's aside)
             "connections": [
                 {"client": c.client_id, "client_host": c.client_host, "transport": c.transport_kind,
                  "bytes_sent": c.bytes_sent, "bytes_received": c.bytes_received}

@@ -1,0 +1,138 @@
+"""Who may hold a connection before it proved the secret (sans-IO: this decides, the server closes).
+
+A stranger is any connection that has not authenticated yet, except a client of this service's own
+user on the Unix socket (``SO_PEERCRED``): that one is never counted with strangers, never closed to
+make room for one and never refused because of them. Strangers are capped in all
+(``maxUnauthenticatedConnections``) and per peer (``maxUnauthenticatedPerPeer``: an address for TCP,
+a uid for the Unix socket). When a cap is full, the oldest stranger in it that has stayed silent for
+:meth:`Admission.idle_after` seconds is closed to make room: a client sends its Hello one round trip
+after connecting, so a full cap of idle strangers cannot keep anyone out. Only a cap full of strangers
+that connected within that moment refuses the newcomer ("try again").
+"""
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable, Generic, Hashable, TypeVar
+
+C = TypeVar("C", bound=Hashable)
+
+
+def peer_of(sock: socket.socket | None, transport_kind: str, peername: object) -> tuple[str, bool]:
+    """(the peer a connection counts against, whether it is this user's own client on the Unix socket)."""
+    if transport_kind == "unix":
+        try:
+            _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                  struct.calcsize("3i")))
+        except (OSError, AttributeError):
+            return "uid ?", False
+        return f"uid {uid}", uid == os.getuid()
+    if isinstance(peername, (tuple, list)) and peername:
+        return str(peername[0]), False
+    return str(peername), False
+
+
+@dataclass
+class Verdict(Generic[C]):
+    """The answer to a new connection: refused (``refusal`` says why), or admitted after closing ``evict``."""
+
+    refusal: str | None = None
+    evict: list[tuple[C, str]] = field(default_factory=list)  # (connection, the message it is closed with)
+
+
+class Admission(Generic[C]):
+    """The service's connections, and which of them are strangers, oldest first."""
+
+    def __init__(self, max_connections: int, max_strangers: int, max_per_peer: int, hello_timeout: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_connections = max_connections
+        self.max_strangers = max_strangers
+        self.max_per_peer = max_per_peer
+        self.hello_timeout = hello_timeout
+        self.clock = clock
+        self.connections: set[C] = set()
+        self._strangers: OrderedDict[C, tuple[str, float]] = OrderedDict()  # -> (peer, admitted at)
+        self._per_peer: dict[str, int] = {}
+
+    @property
+    def idle_after(self) -> float:
+        """A stranger silent this long is idle (a tenth of the Hello timeout, at most a second)."""
+        return min(1.0, self.hello_timeout / 10)
+
+    @property
+    def strangers(self) -> int:
+        return len(self._strangers)
+
+    def admit(self, conn: C, peer: str, trusted: bool) -> Verdict[C]:
+        """Take ``conn`` from ``peer`` (``trusted``: this user's own client on the Unix socket)."""
+        now = self.clock()
+        evict: list[tuple[C, str]] = []
+        gone: set[C] = set()
+        while True:
+            cap = self._full_cap(peer, trusted, gone)
+            if cap is None:
+                break
+            key, limit, scope = cap
+            victim = self._oldest_idle(now, scope, gone)
+            if victim is None:  # nothing is closed for a newcomer that is refused
+                return Verdict(self._refusal(key, limit, peer))
+            evict.append((victim, f"closed without a Hello after {now - self._strangers[victim][1]:.1f} s: "
+                                  f"{key}={limit} is reached and a newer connection took this one's place"))
+            gone.add(victim)
+        for victim in gone:
+            self.discharge(victim)
+        self.connections.add(conn)
+        if not trusted:
+            self._strangers[conn] = (peer, now)
+            self._per_peer[peer] = self._per_peer.get(peer, 0) + 1
+        return Verdict(None, evict)
+
+    def _full_cap(self, peer: str, trusted: bool, gone: set[C]) -> tuple[str, int, str | None] | None:
+        """The first cap ``conn`` would exceed once ``gone`` are closed: (key, limit, peer whose strangers
+        may make room, None for any), or None."""
+        if len(self.connections) - len(gone) >= self.max_connections:
+            return "maxConnections", self.max_connections, None
+        if trusted:
+            return None
+        if self._per_peer.get(peer, 0) - sum(self._strangers[c][0] == peer for c in gone) >= self.max_per_peer:
+            return "maxUnauthenticatedPerPeer", self.max_per_peer, peer
+        if len(self._strangers) - len(gone) >= self.max_strangers:
+            return "maxUnauthenticatedConnections", self.max_strangers, None
+        return None
+
+    @staticmethod
+    def _refusal(key: str, limit: int, peer: str) -> str:
+        if key == "maxConnections":
+            return f"too many connections: this service serves at most maxConnections={limit}"
+        whose = f" from {peer}" if key == "maxUnauthenticatedPerPeer" else ""
+        return f"too many connections{whose} that have not authenticated yet ({key}={limit}); try again"
+
+    def authenticated(self, conn: C) -> None:
+        """``conn`` proved the secret: it is a stranger no more."""
+        self._forget(conn)
+
+    def discharge(self, conn: C) -> None:
+        """``conn`` is gone."""
+        self._forget(conn)
+        self.connections.discard(conn)
+
+    def _oldest_idle(self, now: float, peer: str | None, gone: set[C]) -> C | None:
+        for conn, (conn_peer, since) in self._strangers.items():  # oldest first
+            if now - since < self.idle_after:
+                return None  # every later one is younger still
+            if conn not in gone and (peer is None or conn_peer == peer):
+                return conn
+        return None
+
+    def _forget(self, conn: C) -> None:
+        entry = self._strangers.pop(conn, None)
+        if entry is not None:
+            left = self._per_peer[entry[0]] - 1
+            if left:
+                self._per_peer[entry[0]] = left
+            else:
+                del self._per_peer[entry[0]]
