@@ -3,15 +3,19 @@ from __future__ import annotations
 
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 __all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "leave_group", "write", "plugin_jar", "ExchangeConfig", "ConfigError",
-           "ExchangeError", "ExchangeNotFound", "ExchangeLost", "SchemaMismatch", "ExchangeReadError"]
+           "ExchangeError", "ExchangeNotFound", "ExchangeLost", "SchemaMismatch", "ExchangeReadError",
+           "open_reader", "open_writer", "ExchangeWriter"]
 
 from .config import ExchangeConfig, session_settings
 from .errors import ConfigError, ExchangeError, ExchangeLost, ExchangeNotFound, SchemaMismatch, UserFacing  # noqa: F401
 from .session_tuning import SPARK_SETTINGS  # for the session builder: .config(map=SPARK_SETTINGS)
+
+if TYPE_CHECKING:  # imported on first use (pyarrow, the data path): importing the package stays light
+    from .client import ExchangeWriter, open_reader, open_writer  # noqa: F401
 
 _registered: "weakref.WeakKeyDictionary[Any, dict[str, str]]" = weakref.WeakKeyDictionary()  # session -> settings
 
@@ -21,6 +25,10 @@ def __getattr__(name: str) -> Any:
         from .consumer.input_gate import ExchangeReadError
 
         return ExchangeReadError
+    if name in ("open_reader", "open_writer", "ExchangeWriter"):  # reading and writing without Spark (client.py)
+        from . import client
+
+        return getattr(client, name)
     raise AttributeError(f"module 'sparkflow_exchange' has no attribute {name!r}")
 
 

@@ -61,6 +61,10 @@ class Exchange:
     # per producer: bytes it wrote to each subpartition (reported at finish); summed over the committed at commit
     sizes: dict[str, np.ndarray] = field(default_factory=dict)
     committed_bytes: np.ndarray | None = None
+    # per producer: rows it wrote to each subpartition (reported at finish); summed like the sizes. Clients
+    # outside Spark (a training loop's ranks) plan equal shares from them before reading a row
+    row_counts: dict[str, np.ndarray] = field(default_factory=dict)
+    committed_sub_rows: np.ndarray | None = None
     sizes_complete: bool = True  # every committed producer reported its sizes
     committed_rows: int | None = 0  # rows of the committed producers (None once one did not report its rows)
     stream: str = ""  # the stream this exchange is an epoch of (service/streams.py), "" for a batch exchange
@@ -76,6 +80,7 @@ class Exchange:
         self.producers.pop(partition, None)
         self._producer_dicts.pop(partition, None)
         self.sizes.pop(partition, None)
+        self.row_counts.pop(partition, None)
 
     @property
     def sealed(self) -> bool:
@@ -98,6 +103,7 @@ class Exchange:
             "committed": list(self.committed),
             "subpartition_bytes": self.subpartition_bytes(),
             "rows": self.committed_rows,
+            "subpartition_rows": self.subpartition_rows(),
         }
 
     def header(self) -> dict[str, Any]:
@@ -110,6 +116,12 @@ class Exchange:
         if self.committed_bytes is None or not self.sizes_complete:
             return None
         return self.committed_bytes.tolist()
+
+    def subpartition_rows(self) -> list[int] | None:
+        """Rows per subpartition over the committed producers, when all of them reported theirs."""
+        if self.committed_sub_rows is None or not self.sizes_complete:
+            return None
+        return self.committed_sub_rows.tolist()
 
 
 Release = Callable[[list[tuple[dict, str]], str], None]  # (location, partition id)s, why: readers are told
@@ -243,9 +255,10 @@ class Coordinator:
 
     async def producer_finished(self, name: str, epoch: int, partition: str, spill: str = "",
                                 subpartition_bytes: list[int] | None = None, rows: int | None = None,
-                                bytes: int | None = None) -> dict:
+                                bytes: int | None = None, subpartition_rows: list[int] | None = None) -> dict:
         """A producer finished; ``subpartition_bytes`` (bytes per subpartition) feed coalesced reads, ``rows``
-        (what it pushed) is checked against its commit message."""
+        (what it pushed) is checked against its commit message; ``subpartition_rows`` (rows per subpartition)
+        are summed at commit for readers that plan by rows."""
         ex = self._get(name, epoch)
         p = ex.producers.get(partition)
         if p is not None:
@@ -262,6 +275,12 @@ class Coordinator:
                 if ex.num_subpartitions is not None and len(sizes) == ex.num_subpartitions:
                     # held until commit (2,000 x 2,000 would be 32 MB as int64): the narrowest type that fits
                     ex.sizes[partition] = sizes.astype(np.uint32) if not sizes.size or sizes.max() < 1 << 32 else sizes
+            if subpartition_rows is not None and ex.num_subpartitions is not None \
+                    and len(subpartition_rows) == ex.num_subpartitions:
+                counts = np.asarray(subpartition_rows, dtype=np.int64)
+                if counts.ndim != 1 or (counts.size and counts.min() < 0):
+                    raise RpcError(f"producer {partition} reported malformed subpartition rows", "bad_request")
+                ex.row_counts[partition] = counts.astype(np.uint32) if not counts.size or counts.max() < 1 << 32 else counts
             p.state = "finished"
             p.spill = spill
             await self._notify(ex, name, [ex.set_producer(p)])
@@ -335,6 +354,7 @@ class Coordinator:
             return
         total = ex.committed_bytes if ex.committed_bytes is not None else np.zeros(ex.num_subpartitions, np.int64)
         reported = [ex.sizes.pop(p) for p in partitions if p in ex.sizes]
+        counted = [ex.row_counts.pop(p) for p in partitions if p in ex.row_counts]
         if len(reported) < len(partitions) or any(len(r) != ex.num_subpartitions for r in reported):
             ex.sizes_complete = False  # e.g. forward: one subpartition per producer
             return
@@ -342,6 +362,13 @@ class Coordinator:
         for sizes in reported:  # one at a time: stacking them would copy every producer's array
             total += sizes
         ex.committed_bytes = total
+        if len(counted) < len(partitions) or (ex.commits and ex.committed_sub_rows is None):
+            ex.committed_sub_rows = None  # a producer that did not count its rows (an older client)
+            return
+        rows = ex.committed_sub_rows.copy() if ex.committed_sub_rows is not None else np.zeros(ex.num_subpartitions, np.int64)
+        for counts in counted:
+            rows += counts
+        ex.committed_sub_rows = rows
 
     async def abort(self, name: str, epoch: int, write_id: str, reason: str = "") -> dict:
         """Release a failed write's producers. Commit wins: an abort of a write that is no longer open
