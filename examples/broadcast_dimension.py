@@ -11,7 +11,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 from pyspark.sql import SparkSession, functions as F  # noqa: E402
 
 spark = (SparkSession.builder.master("local[4]").appName("sparkflow-broadcast")
-         .config("spark.sql.execution.arrow.maxBytesPerBatch", "2147483647")  # faster writes: README, "Spark settings for speed"
+         .config("spark.sql.execution.arrow.maxBytesPerBatch", "2147483647")  # faster writes: docs/batch-guide.md, "Spark settings for speed"
          .getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
 

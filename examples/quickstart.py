@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession, functions as F  # noqa: E402
 builder = SparkSession.builder.appName("sparkflow-quickstart")
 if "SPARK_REMOTE" not in os.environ:  # with SPARK_REMOTE set, PySpark makes a Spark Connect session instead
     builder = builder.master("local[4]")
-spark = (builder.config("spark.sql.execution.arrow.maxBytesPerBatch", "2147483647")  # faster writes: README, "Spark settings for speed"
+spark = (builder.config("spark.sql.execution.arrow.maxBytesPerBatch", "2147483647")  # faster writes: docs/batch-guide.md, "Spark settings for speed"
          .getOrCreate())
 
 orders = spark.range(0, 100_000, 1, 4).selectExpr(

@@ -21,7 +21,7 @@ def session(app: str):
     from pyspark.sql import SparkSession
 
     spark = (SparkSession.builder.master("local[2]").appName(app)
-             .config("spark.sql.execution.arrow.maxBytesPerBatch", "2147483647")  # faster writes: README, "Spark settings for speed"
+             .config("spark.sql.execution.arrow.maxBytesPerBatch", "2147483647")  # faster writes: docs/batch-guide.md, "Spark settings for speed"
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
