@@ -1,4 +1,4 @@
-"""Write cost against the number of subpartitions (issue 9: many subpartitions per writer).
+"""Write cost against the number of subpartitions per writer.
 
 Producer processes (each like one Spark write task) hash-partition the same rows (two int64 columns,
 batches of 10,000 rows like Spark's maxRecordsPerBatch) into 8, 1,000 and 4,000 subpartitions of a

@@ -5,7 +5,7 @@ the planner would: declare an exchange without numSubpartitions; register every 
 fixes the width); finish each with its per-subpartition byte counts; commit; describe (what a read
 plans from, summed sizes included) and ``status``. A subscriber watches throughout, so the delta
 notifications are paid for too; the bytes it received are printed (linear in producers, not square).
-Each phase's seconds are printed; the issue's target is the sum within 10 s.
+Each phase's seconds are printed, and their sum.
 Run: .venv/bin/python benchmarks/metadata.py [--producers 2000] [--subpartitions 2000]
 """
 from __future__ import annotations
@@ -90,7 +90,7 @@ def main() -> None:
         print(f"{args.producers} producers x {args.subpartitions} subpartitions, metadata only")
         for phase, seconds in times.items():
             print(f"  {phase:<9} {seconds:7.3f} s")
-        print(f"  {'total':<9} {sum(times.values()):7.3f} s   (target <= 10 s)")
+        print(f"  {'total':<9} {sum(times.values()):7.3f} s   ")
         print(f"  notifications to one subscriber: {result['notifications']} messages, "
               f"{result['notification_bytes'] / 1e6:.2f} MB")
         print(f"  service RSS after: {svc.rss_bytes() / 2**20:.0f} MiB")

@@ -1,6 +1,6 @@
 """Skewed keys at Spark's ordinary width: a coalesced read with and without ``splitSkewedSubpartitions``.
 
-One session (``local[2]``, AQE off, the README's Arrow setting), ``--rows`` rows (long id, long key, a
+One session (``local[2]``, AQE off, the recommended Arrow setting), ``--rows`` rows (long id, long key, a
 16-character string, a double) in 200 partitions, ``--hot`` of them on one key; written with
 ``format("pipelined")`` hash on key without ``numSubpartitions`` under ``spark.sql.shuffle.partitions=200``
 (so the read coalesces). Each read ends in an aggregation Spark finishes itself (``groupBy(key)``: the

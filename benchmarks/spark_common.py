@@ -294,7 +294,7 @@ def interleaved_rounds(spark, cases: dict, repeat: int) -> dict[str, list[float]
 
 
 def wide_session(app: str, width: int, tcp_workers: bool = False):
-    """The wide benchmarks' session: ``local[2]``, AQE off, ``spark.sql.shuffle.partitions=width``, the README's
+    """The wide benchmarks' session: ``local[2]``, AQE off, ``spark.sql.shuffle.partitions=width``, the recommended
     settings (``tcp_workers``: Spark's default TCP sockets to its Python workers instead of Unix sockets)."""
     from pyspark.sql import SparkSession
 

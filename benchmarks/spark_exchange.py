@@ -13,7 +13,7 @@ Rows: long id, long key (id % 100003), a 16-character string, a double. Cases, e
 * pipelined PIPELINED_BOUNDED: the read (thread started first, waiting for the declaration) while the
   write runs in another thread.
 
-Session: the README's ``SPARK_SETTINGS`` (``sparkflow_exchange/session_tuning.py``): Unix sockets to the
+Session: the recommended ``SPARK_SETTINGS`` (``sparkflow_exchange/session_tuning.py``): Unix sockets to the
 Python workers (Spark's TCP default stalls ~84 ms per Python task on delayed ACKs) and
 ``spark.sql.execution.arrow.maxBytesPerBatch=2147483647`` (Spark stops measuring each Arrow batch after
 every row it adds, about a third of the JVM's time on a Python data source's write). Both are
@@ -70,7 +70,7 @@ def main() -> None:
                         help="extra Spark setting for the session (repeatable)")
     parser.add_argument("--only", default="", help="run only cases whose label contains one of these, comma separated")
     parser.add_argument("--spark-defaults", action="store_true",
-                        help="leave the README's SPARK_SETTINGS at Spark's defaults (TCP workers, per-row batch measurement)")
+                        help="leave the recommended SPARK_SETTINGS at Spark's defaults (TCP workers, per-row batch measurement)")
     args = parser.parse_args()
     spark = None
     try:
@@ -81,7 +81,7 @@ def main() -> None:
         spark = (SparkSession.builder.master(f"local[{SLOTS}]").appName("sparkflow-bench")
                  .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", str(N_SUB))
                  .config("spark.sql.adaptive.enabled", "false").config("spark.driver.memory", "3g"))
-        if not args.spark_defaults:  # the README's settings, before the user's --conf
+        if not args.spark_defaults:  # the recommended settings, before the user's --conf
             from sparkflow_exchange.session_tuning import SPARK_SETTINGS
 
             args.conf[:0] = [f"{k}={v}" for k, v in SPARK_SETTINGS.items()]
@@ -185,9 +185,9 @@ def run(spark: SparkSession, args: argparse.Namespace, buffer_size: int) -> dict
         return best[num] / best[den], statistics.median(n / d for n, d in zip(times[num], times[den]))
 
     ratios = {
-        "HYBRID / parquet (target <= 1.1)": ratio(hybrid, parquet),
-        "HYBRID / floor (target <= 1.3)": ratio(hybrid, floor),
-        "PIPELINED_BOUNDED / parquet (target <= 0.9)": ratio(pipelined, parquet),
+        "HYBRID / parquet": ratio(hybrid, parquet),
+        "HYBRID / floor": ratio(hybrid, floor),
+        "PIPELINED_BOUNDED / parquet": ratio(pipelined, parquet),
         "PIPELINED_BOUNDED / floor": ratio(pipelined, floor),
         "floor / parquet (what any Python data source pays)": ratio(floor, parquet),
         "HYBRID / spark repartition": ratio(hybrid, shuffle),

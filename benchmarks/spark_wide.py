@@ -1,6 +1,6 @@
 """Spark benchmark at Spark's ordinary width: 200 producers x 200 subpartitions, and 2 x 4,000.
 
-One session (``local[2]``, AQE off, the README's Arrow setting), 4 M rows (long id, long key =
+One session (``local[2]``, AQE off, the recommended Arrow setting), 4 M rows (long id, long key =
 id % 100003, a 16-character string, a double) in 200 partitions, every read ending in
 ``write.format("noop")``. Cases, interleaved per round after ``--warmup`` rounds, best of ``--repeat``:
 
@@ -8,7 +8,7 @@ id % 100003, a 16-character string, a double) in 200 partitions, every read endi
   yielding the same rows from prepared Arrow files (200 read tasks): what Spark charges any Python
   data source at these task counts;
 * parquet route: write parquet, read, ``repartition(200, key)``;
-* frozen floor (a reference, no target): the floor in workers that freeze their heap after their first
+* frozen floor (a reference): the floor in workers that freeze their heap after their first
   task as ours do (``freezeWorkerHeap``): Spark's full collection after every task, which the floor
   pays in full, is most of its cost; ``exact / frozen floor`` is the exchange's own cost with that
   saving taken out;
@@ -18,8 +18,7 @@ id % 100003, a 16-character string, a double) in 200 partitions, every read endi
 * coalesced: the same without ``numSubpartitions`` under ``spark.sql.shuffle.partitions=200``: the
   read coalesces adjacent subpartitions into read partitions of about ``advisoryPartitionSize``.
 
-Targets (issue 9): exact <= 1.15 x floor; coalesced <= 1.0 x parquet route. Then, write only, 2
-producers x 4,000 subpartitions vs 2 x 8 (same rows; target <= 1.5 x). Peak RSS (VmHWM) of the
+Then, write only, 2 producers x 4,000 subpartitions vs 2 x 8 (same rows). Peak RSS (VmHWM) of the
 service and of the Python workers (write tasks) is read from /proc after each part.
 
 Run: .venv/bin/python benchmarks/spark_wide.py [--rows 4000000] [--repeat 3] [--warmup 1] [--tcp-workers]
@@ -86,7 +85,7 @@ def main() -> None:
     parser.add_argument("--wide", type=int, default=4000, help="subpartitions of the 2-producer write-only case")
     parser.add_argument("--out", default=None, help="default: spark_wide-latest.json (spark_wide-tcp-latest.json with --tcp-workers)")
     parser.add_argument("--tcp-workers", action="store_true",
-                        help="Spark's default TCP sockets to its Python workers (README: Unix sockets)")
+                        help="Spark's default TCP sockets to its Python workers (recommended: Unix sockets)")
     args = parser.parse_args()
     spark = None
     try:
@@ -194,14 +193,14 @@ def run(spark: SparkSession, args: argparse.Namespace) -> dict:
         return best[num] / best[den], statistics.median(n / d for n, d in zip(every[num], every[den]))
 
     ratios = {
-        "exact / floor (target <= 1.15)": ratio(exact_l, floor_l),
-        "coalesced / parquet route (target <= 1.0)": ratio(coalesced_l, parquet_l),
+        "exact / floor": ratio(exact_l, floor_l),
+        "coalesced / parquet route": ratio(coalesced_l, parquet_l),
         "exact / floor with the heap frozen as ours": ratio(exact_l, frozen_l),
         "frozen floor / floor": ratio(frozen_l, floor_l),
         "exact / parquet route": ratio(exact_l, parquet_l),
         "coalesced / spark repartition": ratio(coalesced_l, shuffle_l),
         "floor / parquet route": ratio(floor_l, parquet_l),
-        f"2 x {args.wide} / 2 x 8 write (target <= 1.5)": ratio(f"2 x {args.wide} write", "2 x 8 write"),
+        f"2 x {args.wide} / 2 x 8 write": ratio(f"2 x {args.wide} write", "2 x 8 write"),
     }
     print(f"  {'ratio':62s} {'best':>7s} {'median of rounds':>17s}")
     for label, (of_best, of_rounds) in ratios.items():

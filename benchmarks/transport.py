@@ -22,11 +22,11 @@ Run: .venv/bin/python benchmarks/transport.py [--size 1g] [--repeat 3]
 Knobs for experiments: ``BENCH_OPTS='{"bufferSize": "4m"}'`` adds exchange options to every exchange
 path; ``BENCH_DEBUG=1`` prints each streaming producer's figures (CPU, credit waits, shared memory).
 
-The checksum's price on the spill-file path (issue 10: <= 10 %) is measured in the same run: the path
+The checksum's price on the spill-file path is measured in the same run: the path
 is read once more with this process's decode swapped for one that skips the CRC32C check (benchmark
 only; the package has no setting that turns the check off). ``--only spill`` runs just the raw Unix
 copy and the spill-file variants: read from the mapping (large buffers; what the package does) and with
-``pread`` copies (what it did before), each with and without the check. ``--consume``: the reader
+``pread`` copies, each with and without the check. ``--consume``: the reader
 sums every batch (reads every byte, as Spark does when it passes a batch on) instead of only counting it:
 a mapped buffer read without the check is otherwise never touched at all.
 """

@@ -1,4 +1,4 @@
-"""Issue 9's exact case split by side: 200 write tasks and 200 read tasks, each against the floor's.
+"""The exact 200 x 200 case of spark_wide.py split by side: 200 write tasks and 200 read tasks, each against the floor's.
 
 Same session and rows as ``spark_wide.py`` (``local[2]``, 4 M rows, 200 x 200); interleaved rounds, each case
 from a settled state: the exchange's write (``numSubpartitions=200``) against the floor's no-op sink, and
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=4_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tcp-workers", action="store_true",
-                        help="Spark's default TCP sockets to its Python workers (README: Unix sockets)")
+                        help="Spark's default TCP sockets to its Python workers (recommended: Unix sockets)")
     args = parser.parse_args()
     spark = None
     try:
