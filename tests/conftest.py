@@ -34,7 +34,7 @@ def spark():
 
     session = (
         SparkSession.builder.master("local[4, 2]")
-        # one of the README's SPARK_SETTINGS (the other, the Arrow batch check, is what test_session_tuning tests)
+        # one of the recommended SPARK_SETTINGS (the other, the Arrow batch check, is what test_session_tuning tests)
         .config(PYTHON_WORKER_UNIX_SOCKETS, "true")
         .appName("sparkflow-exchange-tests")
         .config("spark.sql.shuffle.partitions", "4")
