@@ -1,8 +1,8 @@
 """A separate Spark application for tests/test_memory.py: Spark's ordinary width with default settings.
 
-Issue 9's acceptance as a user meets it: ``local[2]``, nothing configured but the exchange's name, its
+A wide exchange as a user meets it: ``local[2]``, nothing configured but the exchange's name, its
 keys and its width. Three exchanges of 200 write tasks x 16 subpartitions are written and stay alive
-together (the old per-partition reservation refused the 65th partition of a 1 GiB budget), then each is
+together (more partitions than a 1 GiB budget has room for at 16 MiB each), then each is
 read back and compared with chispa, placement included (``spark_partition_id()`` of every row is the
 one Spark's ``repartition(16, k)`` gives it). (1,000 producers x 4 subpartitions are written and read
 at the service level, tests/test_memory.py: 1,000 Python write tasks cost Spark ~30 s on 2 CPUs.)

@@ -1,4 +1,4 @@
-"""Failing fast (issue 10): every failure on the data path reaches the reader at once, naming what happened.
+"""Failing fast: every failure on the data path reaches the reader at once, naming what happened.
 
 Each case runs against a real service process; none may wait for readerTimeout (set to 60 s here).
 """

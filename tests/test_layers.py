@@ -1,4 +1,4 @@
-"""The rooms' layering (DESIGN.md 7a), read from the imports themselves: nothing under network/,
+"""The rooms' layering, read from the imports themselves: nothing under network/,
 partition/ or consumer/ imports service/, and partition/ does not import network/ (buffer kinds and
 flags live with the buffer). Imports under ``if TYPE_CHECKING:`` run nowhere and do not count."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Memory as Flink manages it (issue 9): one byte-counted budget shared out among running partitions.
+"""Memory as Flink manages it: one byte-counted budget shared out among running partitions.
 
 Real service processes: hundreds of partitions alive at once with default settings, RSS within the
 budget, bounded fds with thousands of finished partitions, a bounded writer that waits for memory
@@ -271,10 +271,10 @@ def test_buffer_costs_its_real_size_and_only_one_beyond_the_budget_is_refused(tm
 
 @pytest.mark.spark
 def test_spark_default_settings_local2_three_exchanges_of_200_producers_by_16_alive_at_once(tmp_path):
-    """Issue 9's acceptance as a user meets it, in its own application (``local[2]``, default settings,
+    """Wide exchanges as a user meets them, in its own application (``local[2]``, default settings,
     its own embedded service): three exchanges of 200 write tasks x 16 subpartitions alive together,
-    each read back exactly (chispa, placement included). The old per-partition reservation refused the
-    65th partition. (1,000 producers x 4: test_a_thousand_producers_of_four_subpartitions.)"""
+    each read back exactly (chispa, placement included): more partitions than a 1 GiB budget has room for
+    at 16 MiB each. (1,000 producers x 4: test_a_thousand_producers_of_four_subpartitions.)"""
     import json
     import subprocess
     import sys

@@ -1,4 +1,4 @@
-"""Result partitions: the three types (DESIGN.md section 3), broadcast, failure, release, spill files."""
+"""Result partitions: the three types, broadcast, failure, release, spill files."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,4 @@
-"""Structured Streaming through the exchange with real Spark queries (issue 12): a rate source written by
+"""Structured Streaming through the exchange with real Spark queries: a rate source written by
 one query, read by others, with stops and restarts from checkpoints; every row arrives exactly once."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Streams without Spark, against a real service: epochs as micro-batches are written, replayed, read by
 consumer groups, released once every group is past them, and a writer waits while the stream retains
-more than stream.maxRetainedBytes (issue 12)."""
+more than stream.maxRetainedBytes."""
 from __future__ import annotations
 
 import os
