@@ -1,4 +1,4 @@
-"""Streams as clients see them: a writer query's epochs, a reader query's consumer group (issue 12).
+"""Streams as clients see them: a writer query's epochs, a reader query's consumer group.
 
 The service side is ``service/streams.py``. An epoch is written and read exactly as a batch exchange
 (:mod:`sparkflow_exchange.exchange`); this module adds the calls around it: begin an epoch (or skip a

@@ -1,7 +1,7 @@
 """A result partition: one Spark write-task attempt's output, split into subpartitions.
 
 The three partition types differ only in where a buffer lives and when it
-may be read (DESIGN.md section 3):
+may be read:
 
 * ``PIPELINED_BOUNDED``: memory only; a slot is freed when its buffer has been
   sent to every target, so a slow consumer stops the writer (credit = free slots).
