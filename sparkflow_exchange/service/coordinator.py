@@ -1,4 +1,4 @@
-"""The coordinator role: exchanges, their producers and their lifecycle (DESIGN.md section 6).
+"""The coordinator role: exchanges, their producers and their lifecycle.
 
 Flink's JobManager partition tracking, reduced to what a Spark write needs:
 the driver declares an exchange with its schema; every task attempt registers

@@ -1,4 +1,4 @@
-"""The stream role: an exchange written by a streaming query, one epoch per micro-batch (issue 12).
+"""The stream role: an exchange written by a streaming query, one epoch per micro-batch.
 
 An epoch (the writer query's ``batchId``) is an exchange of its own in the coordinator, named
 ``<stream>#<epoch>`` and left out of listings: declare, register, commit and release are the batch
