@@ -146,7 +146,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "service": ("coordinator", "service", "memory.budget", "maxOpenSpillFiles", "maxConnections", "bindHost", "port",
                 "hostId", "serviceScope", "spillDir", "embedded.idleTimeout", "maxFrameSize", "metricsPort"),
     "security": ("secret", "secretFile", "tls.certFile", "tls.keyFile", "tls.caFile", "tls.checkHostname",
-                 "maxUnauthenticatedConnections"),
+                 "maxUnauthenticatedConnections", "maxUnauthenticatedPerPeer", "helloTimeout"),
     "streaming": ("consumerGroup", "startingEpochs", "maxEpochsPerTrigger", "maxRowsPerTrigger", "maxBytesPerTrigger",
                   "stream.consumerGroups", "stream.maxRetainedBytes", "stream.pollWait"),
 }
