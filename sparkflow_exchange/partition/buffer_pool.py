@@ -74,7 +74,7 @@ class NetworkBufferPool:
 
     @property
     def reserved_bytes(self) -> int:
-        """Bytes in use or promised (the old status field's name)."""
+        """Bytes in use or promised (the status field ``reserved``)."""
         return self.used_bytes + self.promised_bytes
 
     def create_pool(self, buffer_size: int, max_slots: int) -> "LocalBufferPool":
