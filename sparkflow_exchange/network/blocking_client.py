@@ -205,7 +205,7 @@ class BlockingConnection:
 class ConnectionPool:
     """Idle authenticated connections of this process, per address, for the next write task.
 
-    Spark reuses its Python workers, and each write task used to open a connection (socket, ServerHello,
+    Spark reuses its Python workers, so a write task need not open a connection (socket, ServerHello,
     Hello, Welcome) and ping the service for its location before registering its partition. A connection
     is given back only clean: nothing unread, nothing stashed. One taken from the pool is checked first: a
     readable idle socket means the service said something unasked or closed it (it restarted), and a new
