@@ -72,6 +72,12 @@ def test_readme_gives_the_two_commands_and_ci_runs_the_test_command():
     assert SETUP_TEST in ci, ".ci/run must run exactly the README's test command"
 
 
+def anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a document's headings: lower case, punctuation dropped, spaces to hyphens."""
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            for heading in re.findall(r"^#+ (.+)$", markdown, re.MULTILINE)}
+
+
 def test_links_between_documents_resolve():
     broken = []
     for name in project_files():
@@ -79,12 +85,15 @@ def test_links_between_documents_resolve():
             continue
         path = ROOT / name
         for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
-            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            if re.match(r"[a-z]+:", target):
                 continue
-            file_part = target.split("#", 1)[0]
-            if not (path.parent / file_part).resolve().exists():
-                broken.append(f"{name}: {target}")
-    assert not broken, f"links to missing files: {broken}"
+            file_part, _, anchor = target.partition("#")
+            linked = (path.parent / file_part).resolve() if file_part else path
+            if not linked.exists():
+                broken.append(f"{name}: {target} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in anchors(linked.read_text()):
+                broken.append(f"{name}: {target} (no such heading)")
+    assert not broken, f"broken links: {broken}"
 
 
 def test_no_development_history_in_project_files():
