@@ -39,9 +39,9 @@ if fail and role == fail:
     sys.exit(3)
 print("not json: a log line before the answer")
 if role == "driver":
-    print(json.dumps({"coordinator": "127.0.0.1:1", "secret": "s", "host_id": "fake"}))
-else:
-    print(json.dumps({"ok": True, "role": role}))
+    print(json.dumps({"coordinator": "127.0.0.1:1", "secret": "s", "host_id": "fake", "extra": {"a": [1, None]}}))
+else:  # nested values, as the real launcher's detach answers (the files it swept)
+    print(json.dumps({"ok": True, "role": role, "swept": ["/tmp/x"], "service": {"pid": 1, "tls": False}}))
 '''
 
 APP = r'''
@@ -85,7 +85,7 @@ def jar() -> Path:
     return JAR
 
 
-def _run_app(tmp_path: Path, jar: Path, master: str, fail: str = "") -> tuple[dict, list[dict]]:
+def _run_app(tmp_path: Path, jar: Path, master: str, fail: str = "") -> tuple[dict, list[dict], str]:
     calls = tmp_path / "calls.jsonl"
     calls.touch()
     recorder = tmp_path / "recorder.py"
@@ -104,7 +104,7 @@ def _run_app(tmp_path: Path, jar: Path, master: str, fail: str = "") -> tuple[di
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     recorded = [json.loads(line) for line in calls.read_text().splitlines()]
-    return result, recorded
+    return result, recorded, proc.stderr
 
 
 def _opt(argv: list[str], name: str) -> str:
@@ -113,7 +113,7 @@ def _opt(argv: list[str], name: str) -> str:
 
 
 def test_driver_executor_and_detach_calls_follow_the_contract(tmp_path, jar):
-    result, calls = _run_app(tmp_path, jar, "local-cluster[1,1,1024]")
+    result, calls, stderr = _run_app(tmp_path, jar, "local-cluster[1,1,1024]")
     assert result.get("count") == 10, result
     assert all(c["argv"][:2] == ["-m", "sparkflow_exchange.service.plugin"] for c in calls), calls
     by_role: dict[str, list[dict]] = {}
@@ -140,11 +140,39 @@ def test_driver_executor_and_detach_calls_follow_the_contract(tmp_path, jar):
     assert driver_pid in detached, calls
     assert set(detached) <= {driver_pid, _opt(executor["argv"], "--jvm-pid")}, calls
     assert [c["argv"][2] for c in calls].index("detach") > [c["argv"][2] for c in calls].index("executor")
+    # answers with nested values are read, so the application ends without a warning of ours
+    assert "sparkflow-exchange" not in stderr, stderr[-3000:]
 
 
 def test_failing_driver_launcher_fails_the_context_with_its_stderr(tmp_path, jar):
-    result, calls = _run_app(tmp_path, jar, "local[1]", fail="driver")
+    result, calls, _ = _run_app(tmp_path, jar, "local[1]", fail="driver")
     assert "error" in result, result
     assert "fake-launcher-boom-marker" in result["error"], result["error"][-3000:]
     assert "exit 3" in result["error"], result["error"][-3000:]
     assert [c["argv"][2] for c in calls] == ["driver"], calls
+
+
+REAL_APP = r'''
+import sys
+from pyspark.sql import SparkSession
+jar = sys.argv[1]
+spark = (SparkSession.builder.master("local[1]").appName("plugin-real-launcher")
+         .config("spark.jars", jar).config("spark.plugins", "org.sparkflow.exchange.ExchangePlugin")
+         .config("spark.pyspark.python", sys.executable).config("spark.ui.enabled", "false").getOrCreate())
+print(spark.range(10).count())
+spark.stop()
+'''
+
+
+def test_an_application_with_the_real_launcher_ends_without_a_warning(tmp_path, jar):
+    app = tmp_path / "app.py"
+    app.write_text(REAL_APP)
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "SPARK_CONF_DIR": str(conf_dir), "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(tmp_path / "runtime")}
+    proc = subprocess.run([sys.executable, str(app), str(jar)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert proc.stdout.split() == ["10"], proc.stdout
+    # the launcher's detach answers with nested JSON (the files it swept); the plugin reads it quietly
+    assert "sparkflow-exchange" not in proc.stderr, proc.stderr[-5000:]

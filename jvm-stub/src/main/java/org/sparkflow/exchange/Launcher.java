@@ -50,7 +50,7 @@ final class Launcher {
 
     /**
      * Runs the launcher and returns its JSON line (the last stdout line that is a JSON object) as a
-     * flat map. Throws a RuntimeException, including the launcher's stderr, when it cannot be
+     * map of its top-level fields. Throws a RuntimeException, including the launcher's stderr, when it cannot be
      * started, exceeds the timeout (it is then killed), exits non-zero or prints no JSON object.
      */
     static Map<String, String> run(String python, Map<String, String> settings, long timeoutSeconds,
@@ -93,7 +93,7 @@ final class Launcher {
                         + "\nstdout: " + out + stderr(errFile));
             }
             try {
-                return Json.parseFlat(line);
+                return Json.parseObject(line);
             } catch (IllegalArgumentException e) {
                 throw new RuntimeException("sparkflow-exchange launcher printed unreadable JSON: " + command
                         + ": " + e.getMessage() + stderr(errFile), e);
