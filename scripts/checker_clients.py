@@ -1,0 +1,397 @@
+"""The concurrency checker's client processes: writers and readers of one standalone service.
+
+Started by ``scripts/checker.py`` (one process per slot, restarted after each kill -9); not run by hand.
+They use the client API the Spark tasks use (``sparkflow_exchange.exchange``) and write what they
+intend, what the service acknowledged and what they read to an append-only JSON-lines history,
+one file per process: each line is written with one ``write`` on an ``O_APPEND`` descriptor, so a
+kill -9 loses at most the operation in flight, never a line already written.
+
+Every row carries its write (``wid``), its producer and its sequence number within that producer;
+a reader records, per subpartition and per (write, producer), how many rows it got, the smallest and
+largest sequence number and how many distinct ones, so the verdict (``checker_verdict.py``) can tell a
+whole write from a torn one and find duplicates without keeping the rows.
+
+A watchdog thread in each process looks at every running wait once a second: a wait longer than its
+documented bound is logged at once (``stall``) with the stack of the thread that waits, so a hang is
+reported with its place even when the process is killed afterwards.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from sparkflow_exchange import exchange as ex
+from sparkflow_exchange.calls import call
+from sparkflow_exchange.config import ExchangeConfig
+from sparkflow_exchange.writer.selectors import make_selector
+
+SCHEMA = pa.schema([pa.field("wid", pa.int64(), nullable=False), pa.field("producer", pa.int32(), nullable=False),
+                    pa.field("seq", pa.int64(), nullable=False), pa.field("key", pa.int64(), nullable=False)])
+NUM_SUBPARTITIONS = 4
+MAX_ROWS = 40_000  # rows per producer: 0..MAX_ROWS
+PARTITION_TYPES = ("HYBRID", "BLOCKING", "PIPELINED_BOUNDED")
+OVERWRITE_SHARE = 0.7
+DROP_SHARE = 0.08
+
+
+def make_wid(slot: int, incarnation: int, counter: int) -> int:
+    """A write's id, unique over the run: the writer's slot, its incarnation (restarts) and a counter."""
+    return (slot << 40) | (incarnation << 24) | counter
+
+
+def wid_text(wid: int) -> str:
+    return f"w{wid >> 40}.{(wid >> 24) & 0xFFFF}.{wid & 0xFFFFFF}"
+
+
+def error_record(exc: BaseException) -> dict:
+    cls = type(exc)
+    return {"error_class": f"{cls.__module__}.{cls.__qualname__}", "error": str(exc)[:600]}
+
+
+class History:
+    """This process's history file: one JSON object per line, each written whole by one system call."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.lock = threading.Lock()
+
+    def log(self, ev: str, **fields: Any) -> None:
+        line = json.dumps({"ev": ev, "t": time.monotonic(), **fields}, separators=(",", ":")) + "\n"
+        with self.lock:
+            os.write(self.fd, line.encode())
+
+
+@dataclass
+class Wait:
+    """One thread's current wait: what it waits for, since when, and how long it may wait."""
+
+    op: int
+    what: str
+    bound: float
+    thread: int = field(default_factory=threading.get_ident)
+    since: float = field(default_factory=time.monotonic)
+    longest: float = 0.0
+    reported: bool = False
+
+    def tick(self, what: str | None = None, bound: float | None = None) -> None:
+        """Progress: the wait so far ends here; the next one starts (with a new meaning, if given)."""
+        now = time.monotonic()
+        self.longest = max(self.longest, now - self.since)
+        self.since = now
+        self.reported = False
+        if what is not None:
+            self.what = what
+        if bound is not None:
+            self.bound = bound
+
+
+class Watchdog(threading.Thread):
+    """Logs every wait that outlives its bound (plus the run's slack), with the waiting thread's stack."""
+
+    def __init__(self, history: History, slack: float) -> None:
+        super().__init__(daemon=True, name="watchdog")
+        self.history = history
+        self.slack = slack
+        self.waits: dict[int, Wait] = {}
+        self.lock = threading.Lock()
+
+    def watch(self, op: int, what: str, bound: float) -> Wait:
+        wait = Wait(op, what, bound)
+        with self.lock:
+            self.waits[id(wait)] = wait
+        return wait
+
+    def done(self, wait: Wait) -> float:
+        wait.tick()
+        with self.lock:
+            self.waits.pop(id(wait), None)
+        return wait.longest
+
+    def run(self) -> None:
+        while True:
+            time.sleep(1.0)
+            now = time.monotonic()
+            with self.lock:
+                late = [w for w in self.waits.values() if not w.reported and now - w.since > w.bound + self.slack]
+            for wait in late:
+                wait.reported = True
+                frame = sys._current_frames().get(wait.thread)
+                stack = traceback.format_stack(frame)[-8:] if frame is not None else []
+                self.history.log("stall", op=wait.op, what=wait.what, waited=round(now - wait.since, 2),
+                                 bound=wait.bound, stack="".join(stack)[-3000:])
+
+
+class Client:
+    """What writers and readers share: settings, history, watchdog, the stop file."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.settings = json.loads(Path(args.settings).read_text())
+        self.role = args.role
+        self.slot = args.slot
+        self.incarnation = args.incarnation
+        workdir = Path(self.settings["workdir"])
+        self.stop_file = workdir / "stop"
+        self.history = History(workdir / "history" / f"{self.role}{self.slot:03d}.{self.incarnation:04d}.jsonl")
+        self.rng = random.Random(self.settings["seed"] * 1_000_003 + self.slot * 10_007 + self.incarnation
+                                 + (0 if self.role == "writer" else 500_009))
+        self.unix = self.slot % 2 == 0  # even slots on the Unix socket, odd ones over TCP
+        self.timeouts = self.settings["timeouts"]
+        self.watchdog = Watchdog(self.history, self.settings["slack"])
+        self.ops = 0
+        address = self.settings["unix"] if self.unix else self.settings["tcp"]
+        # TCP clients claim another host: their reads take remote channels, not the local shortcuts
+        host_id = self.settings["host_id"] if self.unix else "checker-remote-client"
+        self.base = {"coordinator": address, "service": address, "secret": self.settings["secret"],
+                     "hostId": host_id, "partitioner": "hash", "keys": "key",
+                     "numSubpartitions": str(NUM_SUBPARTITIONS), **self.settings["client_options"]}
+
+    def config(self, name: str, **extra: str) -> ExchangeConfig:
+        return ExchangeConfig.load({**self.base, "exchange": name, **extra}, spark_conf={})
+
+    def run(self) -> None:
+        self.history.log("start", role=self.role, slot=self.slot, inc=self.incarnation, pid=os.getpid(),
+                         transport="unix" if self.unix else "tcp")
+        self.watchdog.start()
+        while not self.stop_file.exists():
+            self.ops += 1
+            self.one_op(self.ops)
+        self.history.log("exit", ops=self.ops)
+
+    def one_op(self, op: int) -> None:
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------- writers
+class Writer(Client):
+    def one_op(self, op: int) -> None:
+        rng = self.rng
+        name = rng.choice(self.settings["names"])
+        if rng.random() < DROP_SHARE:
+            self.drop(op, name)
+        else:
+            self.write(op, name)
+        time.sleep(rng.uniform(0, self.settings["pause"]))
+
+    def drop(self, op: int, name: str) -> None:
+        self.history.log("drop_begin", op=op, name=name)
+        wait = self.watchdog.watch(op, "drop", self.timeouts["rpc"])
+        try:
+            result = ex.drop_exchange(name, self.config(name))
+            self.history.log("drop_end", op=op, name=name, ok=True, partitions=result.get("partitions"))
+        except Exception as exc:  # noqa: BLE001 - every outcome is history
+            self.history.log("drop_end", op=op, name=name, ok=False, **error_record(exc))
+        finally:
+            self.watchdog.done(wait)
+
+    def write(self, op: int, name: str) -> None:
+        rng = self.rng
+        wid = make_wid(self.slot, self.incarnation, op)
+        overwrite = rng.random() < OVERWRITE_SHARE
+        ptype = rng.choice(PARTITION_TYPES)
+        if not overwrite:  # an append keeps the exchange's partition type (another one is refused)
+            try:
+                ptype = call(self.config(name), "get_exchange", name=name, wait=0)["partition_type"]
+            except Exception:  # noqa: BLE001 - no such exchange: the append creates it
+                pass
+        rows = [rng.randint(0, MAX_ROWS) for _ in range(rng.randint(1, 3))]
+        self.history.log("write_begin", op=op, wid=wid, name=name, mode="overwrite" if overwrite else "append",
+                         ptype=ptype, rows=rows)
+        cfg = self.config(name, partitionType=ptype)
+        wait = self.watchdog.watch(op, "declare", self.timeouts["rpc"])
+        try:
+            handle = ex.declare_write(cfg, SCHEMA, overwrite)
+        except Exception as exc:  # noqa: BLE001
+            self.watchdog.done(wait)
+            self.history.log("write_end", op=op, wid=wid, stage="declare", committed=False, **error_record(exc))
+            return
+        self.watchdog.done(wait)
+        self.history.log("declared", op=op, wid=wid, epoch=handle.epoch, write_id=handle.write_id)
+        results: dict[int, dict] = {}
+        threads = [threading.Thread(target=self.produce, args=(op, wid, handle, i, n, results), daemon=True)
+                   for i, n in enumerate(rows)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        failed = [r for r in results.values() if not r.get("ok")]
+        if failed or len(results) != len(rows):
+            reason = failed[0].get("error", "a producer failed") if failed else "a producer did not finish"
+            wait = self.watchdog.watch(op, "abort", self.timeouts["rpc"])
+            try:
+                ex.abort_write(handle, reason[:200])
+            except Exception as exc:  # noqa: BLE001 - the abort's own failure is history too
+                self.history.log("abort_failed", op=op, wid=wid, **error_record(exc))
+            self.watchdog.done(wait)
+            self.history.log("write_end", op=op, wid=wid, stage="produce", committed=False, aborted=True,
+                             producers=list(results.values()))
+            return
+        partitions = [results[i]["partition"] for i in range(len(rows))]
+        self.history.log("commit_sent", op=op, wid=wid, partitions=partitions)
+        wait = self.watchdog.watch(op, "commit", self.timeouts["rpc"])
+        try:
+            desc = ex.commit_write(handle, partitions, {results[i]["partition"]: rows[i] for i in range(len(rows))})
+        except Exception as exc:  # noqa: BLE001
+            self.watchdog.done(wait)
+            record = error_record(exc)
+            # the service answered with a refusal (the package's own error classes): certainly not committed;
+            # anything else (lost connection, timeout) leaves the outcome unknown
+            certain = record["error_class"].startswith("sparkflow_exchange.") and "ServiceError" not in record["error_class"]
+            self.history.log("write_end", op=op, wid=wid, stage="commit", committed=False,
+                             outcome_known=certain, producers=list(results.values()), **record)
+            return
+        self.watchdog.done(wait)
+        self.history.log("committed", op=op, wid=wid, epoch=desc.get("epoch"), commits=len(desc.get("committed", ())))
+        self.history.log("write_end", op=op, wid=wid, stage="done", committed=True, producers=list(results.values()))
+
+    def produce(self, op: int, wid: int, handle: ex.WriteHandle, index: int, rows: int, results: dict) -> None:
+        started = time.monotonic()
+        record: dict[str, Any] = {"index": index, "rows": rows, "t_start": started}
+        wait = self.watchdog.watch(op, f"producer {index}: register", self.timeouts["rpc"])
+        task = None
+        try:
+            task = ex.ProducerTask(handle, index, wid_text(wid))
+            record["partition"] = task.partition
+            wait.tick(f"producer {index}: push", self.timeouts["push"])
+            task.write(self.batches(wid, index, rows, wait))
+            wait.tick(f"producer {index}: finish", self.timeouts["rpc"])
+            task.finish()
+            record["ok"] = True
+        except Exception as exc:  # noqa: BLE001
+            record.update(ok=False, t_failed=time.monotonic(), **error_record(exc))
+            self.history.log("producer_failed", op=op, wid=wid, index=index, **error_record(exc))
+            if task is not None:
+                wait.tick(f"producer {index}: fail", self.timeouts["rpc"])
+                task.fail(f"{type(exc).__name__}: {exc}")
+        finally:
+            record["longest_wait"] = round(self.watchdog.done(wait), 3)
+            record["t_end"] = time.monotonic()
+            results[index] = record
+
+    def batches(self, wid: int, producer: int, rows: int, wait: Wait) -> Iterator[pa.RecordBatch]:
+        """The producer's rows in batches of 1,000-8,000; each batch asked for is progress."""
+        start = 0
+        while start < rows:
+            n = min(rows - start, self.rng.randint(1_000, 8_000))
+            seq = np.arange(start, start + n, dtype=np.int64)
+            wait.tick()
+            yield pa.record_batch([pa.array(np.full(n, wid, np.int64)), pa.array(np.full(n, producer, np.int32)),
+                                   pa.array(seq), pa.array(seq)], schema=SCHEMA)
+            start += n
+
+
+# ---------------------------------------------------------------- readers
+class Reader(Client):
+    def one_op(self, op: int) -> None:
+        name = self.rng.choice(self.settings["names"])
+        self.read(op, name)
+        time.sleep(self.rng.uniform(0, self.settings["pause"]))
+
+    def read(self, op: int, name: str) -> None:
+        cfg = self.config(name)
+        self.history.log("read_begin", op=op, name=name)
+        t_begin = time.monotonic()
+        wait = self.watchdog.watch(op, "describe", self.timeouts["describe"])
+        try:
+            desc = ex.describe_exchange(cfg)
+        except Exception as exc:  # noqa: BLE001
+            self.watchdog.done(wait)
+            self.history.log("read_end", op=op, name=name, ok=False, stage="describe", t_begin=t_begin,
+                             **error_record(exc))
+            return
+        self.watchdog.done(wait)
+        t_desc = time.monotonic()
+        mode = "sealed" if desc.get("sealed") else "pipelined"
+        plan = {"epoch": desc["epoch"], "mode": mode, "t_begin": t_begin, "t_desc": t_desc,
+                "ptype": desc.get("partition_type"), "desc_committed": list(desc.get("committed", ())) if mode == "sealed" else None}
+        n = desc.get("num_subpartitions") or NUM_SUBPARTITIONS
+        outcomes: dict[int, dict] = {}
+        threads = [threading.Thread(target=self.read_sub, args=(op, cfg, desc, sub, outcomes), daemon=True)
+                   for sub in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        failed = [o for o in outcomes.values() if not o["ok"]]
+        if failed or len(outcomes) != n:
+            first = failed[0] if failed else {"error_class": "checker", "error": "a subpartition's read did not end"}
+            self.history.log("read_end", op=op, name=name, ok=False, stage="read", **plan,
+                             error_class=first["error_class"], error=first["error"],
+                             failed_subs=[s for s, o in outcomes.items() if not o["ok"]])
+            return
+        self.history.log("read_end", op=op, name=name, ok=True, **plan,
+                         subs={str(s): outcomes[s]["groups"] for s in range(n)},
+                         misrouted={str(s): outcomes[s]["misrouted"] for s in range(n) if outcomes[s]["misrouted"]},
+                         rows=sum(o["rows"] for o in outcomes.values()),
+                         longest_wait=max(o["longest_wait"] for o in outcomes.values()))
+
+    def read_sub(self, op: int, cfg: ExchangeConfig, desc: dict, sub: int, outcomes: dict) -> None:
+        """One subpartition, as one Spark read task would read it; what arrived, summarised."""
+        wait = self.watchdog.watch(op, f"subpartition {sub}: first data", self.timeouts["first_data"])
+        selector = make_selector("hash", desc.get("num_subpartitions") or NUM_SUBPARTITIONS, 0, SCHEMA, keys=("key",))
+        columns: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        misrouted = 0
+        try:
+            for batch in ex.read_subpartition(cfg, desc, sub):
+                wait.tick(f"subpartition {sub}: next data", self.timeouts["next_data"])
+                columns.append((batch.column(0).to_numpy(), batch.column(1).to_numpy(), batch.column(2).to_numpy()))
+                misrouted += int((np.asarray(selector.select(batch)) != sub).sum())
+        except Exception as exc:  # noqa: BLE001
+            outcomes[sub] = {"ok": False, **error_record(exc)}
+            return
+        finally:
+            longest = self.watchdog.done(wait)
+        groups = summarise(columns)
+        outcomes[sub] = {"ok": True, "groups": groups, "misrouted": misrouted, "longest_wait": round(longest, 3),
+                         "rows": sum(g[2] for g in groups)}
+
+
+def summarise(columns: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[list[int]]:
+    """Per (write, producer): [wid, producer, rows, min seq, max seq, distinct seqs] (NumPy, no per-row Python)."""
+    if not columns:
+        return []
+    wid = np.concatenate([c[0] for c in columns])
+    producer = np.concatenate([c[1] for c in columns]).astype(np.int64)
+    seq = np.concatenate([c[2] for c in columns])
+    if not len(seq):
+        return []
+    order = np.lexsort((seq, producer, wid))
+    wid, producer, seq = wid[order], producer[order], seq[order]
+    new_group = np.ones(len(seq), bool)
+    new_group[1:] = (wid[1:] != wid[:-1]) | (producer[1:] != producer[:-1])
+    starts = np.flatnonzero(new_group)
+    ends = np.append(starts[1:], len(seq))
+    repeated = np.zeros(len(seq), np.int64)
+    repeated[1:] = (~new_group[1:]) & (seq[1:] == seq[:-1])
+    repeats = np.add.reduceat(repeated, starts)
+    return [[int(wid[s]), int(producer[s]), int(e - s), int(seq[s]), int(seq[e - 1]), int(e - s - r)]
+            for s, e, r in zip(starts, ends, repeats)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("role", choices=("writer", "reader"))
+    parser.add_argument("--slot", type=int, required=True)
+    parser.add_argument("--incarnation", type=int, required=True)
+    parser.add_argument("--settings", required=True)
+    args = parser.parse_args(argv)
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the checker asks a hung client where it is
+    (Writer if args.role == "writer" else Reader)(args).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""The concurrency checker (scripts/checker.py): its verdict on made-up histories, then a short real run.
+
+The made-up histories hold the rows a reader would have summarised (routed by the real hash selector),
+so each test shows that one kind of wrong read or wait is found and named, and that a right one is not
+flagged. The short run starts a real service with writer and reader processes, kill -9 included.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from checker_clients import NUM_SUBPARTITIONS, SCHEMA, make_wid, summarise, wid_text  # noqa: E402
+from checker_verdict import analyse  # noqa: E402
+
+from sparkflow_exchange.writer.selectors import make_selector  # noqa: E402
+
+SELECTOR = make_selector("hash", NUM_SUBPARTITIONS, 0, SCHEMA, keys=("key",))
+
+
+class Story:
+    """A history written as the clients write it, one process file per writer or reader."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.dir = tmp
+        (tmp / "history").mkdir()
+        self.files: dict[str, list[dict]] = {"checker": [{"ev": "run", "t": 0.0}]}
+        self.ops = 0
+
+    def add(self, proc: str, ev: str, t: float, **fields) -> None:
+        self.files.setdefault(proc, []).append({"ev": ev, "t": t, **fields})
+
+    def write(self, slot: int, name: str, epoch: int, rows: list[int], t: tuple[float, ...], mode: str = "overwrite",
+              ptype: str = "HYBRID", committed: bool = True, producers_ok: bool = True) -> int:
+        """A write that began at t[0], was declared at t[1], sent its commit at t[2] and (if committed) got the
+        acknowledgement at t[3]."""
+        self.ops += 1
+        wid = make_wid(slot, 0, self.ops)
+        proc = f"writer{slot:03d}.0000"
+        self.add(proc, "write_begin", t[0], op=self.ops, wid=wid, name=name, mode=mode, ptype=ptype, rows=rows)
+        self.add(proc, "declared", t[1], op=self.ops, wid=wid, epoch=epoch, write_id="w1")
+        if len(t) > 2:
+            self.add(proc, "commit_sent", t[2], op=self.ops, wid=wid, partitions=[])
+        if committed and len(t) > 3:
+            self.add(proc, "committed", t[3], op=self.ops, wid=wid, epoch=epoch, commits=1)
+            self.add(proc, "write_end", t[3], op=self.ops, wid=wid, stage="done", committed=True,
+                     producers=[{"index": i, "ok": True, "t_end": t[2]} for i in range(len(rows))])
+        return wid
+
+    def read(self, slot: int, name: str, epoch: int, t: tuple[float, float, float], parts: list[tuple],
+             mode: str = "pipelined") -> None:
+        """A read that began, was planned and ended at ``t``, and got ``parts``: (wid, producer, seqs)."""
+        self.ops += 1
+        subs: dict[str, list] = {}
+        for s in range(NUM_SUBPARTITIONS):
+            columns = []
+            for wid, producer, seqs in parts:
+                seqs = np.asarray(seqs, np.int64)
+                batch = pa.record_batch([pa.array(np.full(len(seqs), wid, np.int64)),
+                                         pa.array(np.full(len(seqs), producer, np.int32)), pa.array(seqs),
+                                         pa.array(seqs)], schema=SCHEMA)
+                mask = np.asarray(SELECTOR.select(batch)) == s
+                columns.append((batch.column(0).to_numpy()[mask], batch.column(1).to_numpy()[mask], seqs[mask]))
+            subs[str(s)] = summarise(columns)
+        proc = f"reader{slot:03d}.0000"
+        self.add(proc, "read_begin", t[0], op=self.ops, name=name)
+        self.add(proc, "read_end", t[2], op=self.ops, name=name, ok=True, epoch=epoch, mode=mode, t_begin=t[0],
+                 t_desc=t[1], ptype="HYBRID", desc_committed=None, subs=subs, misrouted={},
+                 rows=sum(len(p[2]) for p in parts), longest_wait=0.1)
+
+    def verdict(self):
+        for proc, records in self.files.items():
+            with open(self.dir / "history" / f"{proc}.jsonl", "w") as f:
+                for r in records:
+                    f.write(json.dumps(r) + "\n")
+        return analyse(self.dir)
+
+
+def whole(wid: int, producer: int, n: int) -> tuple:
+    return (wid, producer, np.arange(n))
+
+
+def test_a_read_of_whole_committed_writes_passes(tmp_path):
+    s = Story(tmp_path)
+    a = s.write(0, "n0", 1, [3000, 500], (1, 1.1, 2, 2.1))
+    b = s.write(1, "n0", 1, [7000], (3, 3.1, 4, 4.1), mode="append")
+    s.read(0, "n0", 1, (2.5, 2.6, 5.0), [whole(a, 0, 3000), whole(a, 1, 500), whole(b, 0, 7000)])  # b during
+    s.read(1, "n0", 1, (2.5, 2.6, 5.0), [whole(a, 0, 3000), whole(a, 1, 500)])  # ... or not yet
+    s.read(2, "n0", 1, (5.0, 5.1, 6.0), [whole(a, 0, 3000), whole(a, 1, 500), whole(b, 0, 7000)], mode="sealed")
+    v = s.verdict()
+    assert v.summary()["violations"] == {}
+    assert v.stats["reads_ok"] == 3 and v.stats["rows_read"] == 2 * 3500 + 2 * 7000 + 3500
+
+
+def test_part_of_an_append_is_a_torn_write_named_with_its_counts(tmp_path):
+    s = Story(tmp_path)
+    a = s.write(0, "n0", 1, [3000], (1, 1.1, 2, 2.1))
+    b = s.write(1, "n0", 1, [21487], (3, 3.1, 4, 4.1), mode="append")
+    s.read(0, "n0", 1, (2.5, 2.6, 5.0), [whole(a, 0, 3000), (b, 0, np.arange(11061))])
+    v = s.verdict()
+    assert v.counts == {"torn_write": 1}
+    message = v.examples["torn_write"][0]
+    assert f"part of write {wid_text(b)} (append of 'n0' epoch 1" in message
+    assert "producer 0: 11,061 of 21,487 rows" in message and "pipelined" in message
+
+
+def test_a_missing_producer_is_a_torn_write(tmp_path):
+    s = Story(tmp_path)
+    a = s.write(0, "n0", 1, [3000, 4000], (1, 1.1, 2, 2.1))
+    s.read(0, "n0", 1, (3, 3.1, 4), [whole(a, 0, 3000)], mode="sealed")
+    v = s.verdict()
+    assert v.counts == {"torn_write": 1}
+    assert "producer 1: 0 of 4,000 rows" in v.examples["torn_write"][0]
+
+
+def test_duplicates_are_found(tmp_path):
+    s = Story(tmp_path)
+    a = s.write(0, "n0", 1, [3000], (1, 1.1, 2, 2.1))
+    s.read(0, "n0", 1, (3, 3.1, 4), [whole(a, 0, 3000), (a, 0, np.arange(10, 20))], mode="sealed")
+    v = s.verdict()
+    assert set(v.counts) == {"duplicate_rows"}  # one per subpartition that holds some of the repeated rows
+    assert sum(int(re.search(r": (\d+) duplicate rows", m).group(1)) for m in v.examples["duplicate_rows"]) == 10
+
+
+def test_a_write_committed_before_the_read_began_must_be_in_it(tmp_path):
+    s = Story(tmp_path)
+    a = s.write(0, "n0", 1, [3000], (1, 1.1, 2, 2.1))
+    b = s.write(1, "n0", 1, [500], (2.2, 2.3, 2.4, 2.5), mode="append")
+    s.read(0, "n0", 1, (3, 3.1, 4), [whole(a, 0, 3000)], mode="sealed")
+    v = s.verdict()
+    assert v.counts == {"not_a_committed_state": 1}
+    assert f"missing write {wid_text(b)}" in v.examples["not_a_committed_state"][0]
+
+
+def test_a_write_of_unknown_outcome_may_be_present_or_absent_but_whole(tmp_path):
+    s = Story(tmp_path)
+    a = s.write(0, "n0", 1, [3000], (1, 1.1, 2))  # commit sent, writer killed before the answer
+    s.add("checker", "kill", 2.05, target="writer000.0000", pid=1)
+    b = s.write(1, "n0", 1, [500], (3, 3.1, 3.2, 3.3), mode="append")
+    s.read(0, "n0", 1, (4, 4.1, 5), [whole(a, 0, 3000), whole(b, 0, 500)], mode="sealed")
+    s.read(1, "n0", 1, (4, 4.1, 5), [whole(b, 0, 500)], mode="sealed")
+    s.read(2, "n0", 1, (4, 4.1, 5), [(a, 0, np.arange(100)), whole(b, 0, 500)], mode="sealed")
+    v = s.verdict()
+    assert v.counts == {"torn_write": 1}
+    assert v.stats["writes_maybe"] == 1
+
+
+def test_rows_of_a_write_that_never_committed_are_found(tmp_path):
+    s = Story(tmp_path)
+    a = s.write(0, "n0", 1, [3000], (1, 1.1))  # declared and written, never committed
+    s.read(0, "n0", 1, (4, 4.1, 5), [whole(a, 0, 3000)], mode="pipelined")
+    v = s.verdict()
+    assert v.counts == {"uncommitted_write_visible": 1}
+    assert "its commit was never sent" in v.examples["uncommitted_write_visible"][0]
+
+
+def test_rows_of_another_epoch_are_mixed_epochs(tmp_path):
+    s = Story(tmp_path)
+    a = s.write(0, "n0", 1, [3000], (1, 1.1, 2, 2.1))
+    b = s.write(1, "n0", 2, [500], (3, 3.1, 3.2, 3.3))  # an overwrite: epoch 2
+    s.read(0, "n0", 2, (4, 4.1, 5), [whole(a, 0, 3000), whole(b, 0, 500)], mode="sealed")
+    v = s.verdict()
+    assert v.counts == {"mixed_epochs": 1}
+
+
+def test_a_writer_that_learns_of_an_overwrite_late_or_vaguely_is_named(tmp_path):
+    s = Story(tmp_path)
+    slow = s.write(0, "n0", 1, [30000], (1, 1.1))
+    vague = s.write(1, "n0", 1, [30000], (1, 1.1), mode="append")
+    prompt = s.write(2, "n0", 1, [30000], (1, 1.1), mode="append")
+    s.write(3, "n0", 2, [10], (2, 2.5, 2.6, 2.7))  # the overwrite: epoch 1 ended at 2.5
+    for wid, slot, t, error in ((slow, 0, 20.0, "partition has been full for 15 s: no consumer"),
+                                (vague, 1, 3.0, "does not accept buffers any more"),
+                                (prompt, 2, 3.0, "exchange 'n0' was replaced by an overwrite")):
+        s.add(f"writer{slot:03d}.0000", "write_end", t, op=0, wid=wid, stage="produce", committed=False, aborted=True,
+              error_class="X", error=error, producers=[{"index": 0, "ok": False, "t_end": t}])
+    v = s.verdict()
+    assert v.counts == {"late_failure_after_replace": 1, "replace_error_unclear": 1}
+    assert wid_text(slow) in v.examples["late_failure_after_replace"][0]
+    assert "17.5 s later" in v.examples["late_failure_after_replace"][0]
+    assert wid_text(vague) in v.examples["replace_error_unclear"][0]
+
+
+# Checks the short run asserts; the others are reported by the run but not asserted here yet, because
+# the service does not meet them today (see docs/checker.md).
+NOT_YET_ASSERTED = {"late_failure_after_replace", "replace_error_unclear", "leftover_spill_files", "torn_write",
+                    "not_a_committed_state", "leftover_shm_killed_client"}
+
+
+def test_short_run_against_a_real_service(tmp_path):
+    out = tmp_path / "summary.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "checker.py"), "--duration", "30", "--writers", "3", "--readers", "3",
+         "--kill-every", "6", "--seed", "7", "--names", "3", "--slack", "20", "--workdir", str(tmp_path / "run"),
+         "--json", str(out)], capture_output=True, text=True, timeout=480)
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads(out.read_text())
+    stats = summary["stats"]
+    assert stats["reads_ok"] > 0 and stats["writes_committed"] > 0 and sum(stats["kills"].values()) > 0, stats
+    asserted = {k: n for k, n in summary["violations"].items() if k not in NOT_YET_ASSERTED}
+    assert asserted == {}, "\n".join(f"{k}: {e}" for k in asserted for e in summary["examples"][k][:3])
