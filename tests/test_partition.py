@@ -363,7 +363,7 @@ def test_release_deletes_spill_files_and_returns_budget(tmp_path, ptype):
 
 def test_budget_is_redistributed_as_partitions_come_and_go(tmp_path):
     """Registration never fails: a new partition shrinks the others' targets, a finished one gives its
-    share back (behaviour change: the budget used to be reserved per partition and refused the third)."""
+    share back; a third partition is accepted though three full pools (12 buffers) exceed the budget (6)."""
     budget = MemoryBudget(6 * BUF)
     a = ResultPartition("a", 1, "HYBRID", budget, 4, BUF, tmp_path)
     assert a.pool.slots == 4
