@@ -33,8 +33,10 @@ Every setting can be given
 * on the session: `{PREFIX}<key>` (builder `.config`, `spark.conf.set`, `--conf`);
 * in `spark-defaults.conf` (`$SPARK_CONF_DIR` or `$SPARK_HOME/conf`), as `{PREFIX}<key> <value>`.
 
-Precedence: **option > session > spark-defaults.conf > default**. Keys are case-insensitive; an unknown
-key is refused with the closest known one named. Sizes take `k`, `m`, `g` (powers of 1024); durations
+Precedence: **option > session > `SPARKFLOW_EXCHANGE_CONF` > spark-defaults.conf > default**, where
+`SPARKFLOW_EXCHANGE_CONF` is a JSON object of keys and values in the environment (the Spark plugin hands
+its settings to the services this way). Keys are case-insensitive; an unknown key is refused with the
+closest known one named. Sizes take `k`, `m`, `g` (powers of 1024); durations
 `ms`, `s`, `min`, `h` (plain numbers are bytes and seconds). `conf/spark-defaults.conf` lists every key
 with its default.
 
@@ -42,6 +44,10 @@ Keys marked *task* are read inside Spark tasks: set on the session, they apply t
 are. Every other key is read when Spark plans the read or write, in Python workers that do not see the
 session: after `spark.conf.set` of such a key, call `sparkflow_exchange.register(spark)` (the
 [batch guide](batch-guide.md#settings-options-session-spark-defaultsconf) explains why).
+
+Environment: `SPARKFLOW_EXCHANGE_RUNTIME_DIR` moves the per-user runtime directory (default
+`/tmp/sparkflow-exchange-<uid>`, which must be yours with mode 0700); `SPARKFLOW_EXCHANGE_LOG` sets the
+services' log level (default `WARNING`).
 """
 
 
