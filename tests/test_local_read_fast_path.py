@@ -181,10 +181,11 @@ def test_read_tasks_of_one_process_share_mapped_files_within_bounds(tmp_service,
     assert len(OPEN_FILES) == 4 and open_fds() <= fds + 8
 
     ex.drop_exchange("shared-maps", config)
-    with pytest.raises(ExchangeReadError, match="cannot read the spill file"):
+    with pytest.raises(ExchangeReadError, match="was dropped while this read ran.*cannot read the spill file"):
         list(gate_of(svc, config, 0, desc))  # a read planned before the drop: the files are gone, not stale
     gc.collect()
-    assert len(OPEN_FILES) == 0 and open_fds() <= fds
+    # one fd more at most: the IO thread's connection to the coordinator, which told the read what happened
+    assert len(OPEN_FILES) == 0 and open_fds() <= fds + 1
     OPEN_FILES.clear()
 
 

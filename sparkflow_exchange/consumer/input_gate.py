@@ -5,7 +5,14 @@ coordinator (the full state first, then only changes), adds a channel whenever
 a producer registers, and ends when the set is sealed (the write committed)
 and every committed channel delivered end-of-partition. A read of an exchange
 that was sealed when the read was planned gets the committed producers from
-the plan (Flink's deployment descriptors) and never asks the coordinator. A
+the plan (Flink's deployment descriptors) and never asks the coordinator.
+
+What a read sees (docs/design.md, "What a read sees"): exactly one committed
+state, the same for every task of the read. Sealed at planning: the plan's
+producers. Planned while writes were open: the exchange's next seal after
+planning (the description's ``seals`` counts the seals before it), whenever a
+task subscribes; producers of a write declared after that seal are never
+read. A drop or overwrite before the read ends fails it, naming which. A
 coalesced read reads subpartitions [subpartition, subpartition_end) of every
 producer, one channel per producer. Iteration runs on the Spark task's
 thread; channel work on the process's IO thread; a queue joins them, and
@@ -19,6 +26,7 @@ same checks (checksums, end-of-partition counts).
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import time
 from typing import Any, Iterator
@@ -39,6 +47,7 @@ from .buffer_manager import ChannelCredit, FloatingBufferPool
 from .input_channel import FileOpenError, InputChannel, LocalFileInputChannel, make_channel
 
 _DONE = object()
+GONE_LOOKUP_TIMEOUT = 2.0  # a failing read asks the coordinator whether its exchange was dropped or overwritten
 
 
 class _End:
@@ -74,6 +83,9 @@ class InputGate:
         self.subpartition = subpartition
         self.subpartition_end = subpartition_end
         self.plan = producers
+        # planned while writes were open: this read reads the exchange's seal number ``read_seal`` (0-based)
+        seals = exchange.get("seals")
+        self.read_seal: int | None = seals if producers is None and isinstance(seals, int) else None
         self.committed: set[str] = set()
         self._committed_order: list[str] = []
         self.coordinator = coordinator
@@ -131,7 +143,10 @@ class InputGate:
                                                     ssl_ctx=self.ssl_for(self.coordinator),
                                                     max_frame=self.config.max_frame_size)
         self._coord.topics[self.topic] = self._on_producers
-        await self._coord.rpc("subscribe", {"name": self.name, "topic": self.topic})
+        args = {"name": self.name, "topic": self.topic}
+        if self.read_seal is not None:
+            args["seal"] = self.read_seal
+        await self._coord.rpc("subscribe", args)
         loop = asyncio.get_running_loop()
         self._producer_timer = loop.call_later(self.config.producer_timeout, self._check_producers)
 
@@ -159,15 +174,21 @@ class InputGate:
                 self._fail(f"lost the coordinator of exchange {self.name!r}: {body.get('reason')}")
             return
         if state == "dropped":
-            self._fail(f"exchange {self.name!r} was dropped while it was being read")
+            self._fail(self._gone_message("dropped"))
             return
         if body.get("epoch") != self.epoch:
-            self._fail(f"exchange {self.name!r} was replaced by an overwrite while it was being read")
+            self._fail(self._gone_message("overwritten"))
             return
+        if self.sealed is not None:
+            return  # this read's state is fixed: a write declared since is not part of it
         if state == "aborted":
             self._fail(f"the write of exchange {self.name!r} was aborted: {body.get('abort_reason') or 'a task failed'}")
             return
-        if "committed" in body:  # the full state, or a commit
+        fixed = body.get("read_state")  # subscribed after this read's seal: exactly these producers
+        if fixed is not None:
+            self._committed_order = list(fixed)
+            self.committed = set(self._committed_order)
+        elif "committed" in body:  # the full state, or a commit
             self._committed_order = list(body["committed"])
             self.committed = set(self._committed_order)
         committed = self.committed
@@ -179,7 +200,7 @@ class InputGate:
                     self._drop_attempt(self.channels[pid], producer.get("reason", ""))
                 continue
             sub = self._wanted(producer)
-            if sub is None or producer["state"] == "failed":
+            if sub is None or producer["state"] == "failed" or (fixed is not None and pid not in committed):
                 continue
             channel = make_channel(self, producer, sub, end)
             self.channels[pid] = channel
@@ -189,7 +210,7 @@ class InputGate:
             channel = self.channels.get(pid)
             if channel is not None and pid not in committed:
                 self._drop_attempt(channel, "its task attempt did not win the commit or its write was aborted")
-        if body.get("sealed"):
+        if fixed is not None or body.get("sealed"):  # the first seal this read sees is its own (see _start)
             self.sealed = [p for p in self._committed_order if p in self.channels]
             for pid, channel in list(self.channels.items()):
                 if pid not in committed:
@@ -232,6 +253,54 @@ class InputGate:
             for channel in self.channels.values():
                 channel.cancel()
             self.ready.put(ExchangeReadError(message))
+
+    def _gone_message(self, how: str, detail: str = "") -> str:
+        return (f"exchange {self.name!r} was {how} while this read ran: the read stops rather than return part "
+                f"of the state it was planned on; read the exchange again"
+                + (f" (what the read saw: {detail})" if detail else ""))
+
+    async def _ask_coordinator(self) -> dict:
+        conn = await self.runtime.connection(self.coordinator, self.secret, host_id=self.host_id,
+                                             ssl_ctx=self.ssl_for(self.coordinator),
+                                             max_frame=self.config.max_frame_size)
+        return await conn.rpc("get_exchange", {"name": self.name}, timeout=GONE_LOOKUP_TIMEOUT)
+
+    def _what_happened(self) -> str | None:
+        """``dropped`` or ``overwritten`` when the exchange this read was planned on is gone, else None.
+
+        Asked of the coordinator on the task thread, and only by a read that failed or found a file gone."""
+        try:
+            desc = self.runtime.run(self._ask_coordinator(), timeout=GONE_LOOKUP_TIMEOUT + 1)
+        except ServiceError as exc:
+            return "dropped" if exc.code == "no_exchange" else None
+        except Exception:  # noqa: BLE001 - the coordinator cannot say (lost, timed out): the original error stands
+            return None
+        return "overwritten" if desc.get("epoch") != self.epoch else None
+
+    def _named(self, error: ExchangeReadError) -> ExchangeReadError:
+        """The read's failure, saying so when the cause was a drop or an overwrite of its exchange."""
+        if str(error).startswith(f"exchange {self.name!r} was "):
+            return error
+        how = self._what_happened()
+        return ExchangeReadError(self._gone_message(how, str(error))) if how else error
+
+    def _check_files_kept(self, channels) -> None:
+        """The spill files this read took are still there, as its end: a drop or overwrite unlinks every
+        committed file of one service in one step, so one file per service tells (one ``stat``)."""
+        services: set = set()
+        for channel in channels:
+            if not isinstance(channel, LocalFileInputChannel) or channel.state != "finished":
+                continue
+            service = (channel.producer.get("location") or {}).get("service_id")
+            if service in services:
+                continue
+            services.add(service)
+            if not os.path.exists(channel.index_path):
+                how = self._what_happened()
+                if how:
+                    raise ExchangeReadError(self._gone_message(how))
+                raise self._integrity_error(channel, "lost", f"its spill file {channel.data_path} was removed "
+                                                             "while it was read")
 
     def _close_subscription(self) -> None:
         if self._producer_timer is not None:
@@ -309,9 +378,10 @@ class InputGate:
                         f"no data from exchange {self.name!r} for readerTimeout={self.config.reader_timeout:g} s "
                         f"({len(self.finished)} of {len(self.channels)} channels finished)") from None
                 if item is _DONE:
+                    self._check_files_kept([self.channels[p] for p in self.sealed or ()])
                     return
                 if isinstance(item, ExchangeReadError):
-                    raise item
+                    raise self._named(item)
                 if isinstance(item, _End):
                     self._check_counts(item.channel, item.counts)
                     continue
@@ -358,9 +428,10 @@ class InputGate:
                     channel.open()
                 except FileOpenError as exc:
                     self.error = str(exc)
-                    raise ExchangeReadError(str(exc)) from None
+                    raise self._named(ExchangeReadError(str(exc))) from None
                 yield from self._read_file(channel, schema)
                 self.finished.add(channel.partition)
+            self._check_files_kept(files)
         finally:
             self._closed = True
             for channel in files:  # nothing else touches them: closed now, even under a live traceback

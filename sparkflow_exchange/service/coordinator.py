@@ -68,6 +68,9 @@ class Exchange:
     sizes_complete: bool = True  # every committed producer reported its sizes
     committed_rows: int | None = 0  # rows of the committed producers (None once one did not report its rows)
     stream: str = ""  # the stream this exchange is an epoch of (service/streams.py), "" for a batch exchange
+    # len(committed) at each seal (no write open any more, after a commit or an abort): the states a read
+    # planned while writes were open may see; such a read reads the first seal after its planning
+    seal_ends: list[int] = field(default_factory=list)
     _producer_dicts: dict[str, dict] = field(default_factory=dict)  # describe() cache, kept per producer
 
     def set_producer(self, p: ProducerInfo) -> dict:
@@ -86,6 +89,17 @@ class Exchange:
     def sealed(self) -> bool:
         return self.commits > 0 and not self.open_writes
 
+    def note_seal(self) -> None:
+        """Record a seal (call after a commit or abort closed a write): a state reads may end at."""
+        if self.sealed:
+            self.seal_ends.append(len(self.committed))
+
+    def read_state(self, seal: int) -> list[str] | None:
+        """The committed producers a read planned after ``seal`` seals reads, once that state exists."""
+        if 0 <= seal < len(self.seal_ends):
+            return self.committed[:self.seal_ends[seal]]
+        return None
+
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -96,6 +110,7 @@ class Exchange:
             "partition_type": self.partition_type,
             "state": self.state,
             "sealed": self.sealed,
+            "seals": len(self.seal_ends),
             "open_writes": len(self.open_writes),
             "abort_reason": self.abort_reason,
             "coalesce": self.coalesce,
@@ -109,7 +124,8 @@ class Exchange:
     def header(self) -> dict[str, Any]:
         """What every notification carries besides its change: state, epoch, width, seal."""
         return {"name": self.name, "epoch": self.epoch, "state": self.state, "sealed": self.sealed,
-                "num_subpartitions": self.num_subpartitions, "abort_reason": self.abort_reason}
+                "seals": len(self.seal_ends), "num_subpartitions": self.num_subpartitions,
+                "abort_reason": self.abort_reason}
 
     def subpartition_bytes(self) -> list[int] | None:
         """Bytes per subpartition over the committed producers, when all of them reported theirs."""
@@ -330,6 +346,7 @@ class Coordinator:
         ex.open_writes.discard(write_id)
         ex.commits += 1
         ex.state = "committed" if not ex.open_writes else "open"
+        ex.note_seal()
         await self._notify(ex, name, committed=list(ex.committed), removed=[p.partition for p in losers])
         return ex.describe()
 
@@ -391,6 +408,7 @@ class Coordinator:
             ex.abort_reason = reason or "the write failed"
         elif not ex.open_writes:
             ex.state = "committed"  # an aborted append leaves what was committed before
+            ex.note_seal()
         await self._notify(ex, name, removed=[p.partition for p in of_write])
         return {"ok": True}
 
@@ -451,11 +469,18 @@ class Coordinator:
                 "no_subpartitions")
         return self._get(name).describe()
 
-    def subscribe(self, name: str, callback: Callable[[dict], None]) -> Callable[[], None]:
-        """The callback gets the full state now, then deltas (``producers`` changed, ``removed``, ``committed``)."""
+    def subscribe(self, name: str, callback: Callable[[dict], None], seal: int | None = None) -> Callable[[], None]:
+        """The callback gets the full state now, then deltas (``producers`` changed, ``removed``, ``committed``).
+
+        ``seal``: the reader was planned after that many seals (its description's ``seals``) and reads the
+        next one; once that seal happened, the full state says which producers it holds (``read_state``)."""
         ex = self._get(name)
         self._subscribers.setdefault(name, set()).add(callback)
-        callback({**ex.describe(), "full": True})
+        full = {**ex.describe(), "full": True}
+        state = ex.read_state(seal) if isinstance(seal, int) and not isinstance(seal, bool) else None
+        if state is not None:
+            full["read_state"] = state
+        callback(full)
 
         def unsubscribe() -> None:
             subs = self._subscribers.get(name)

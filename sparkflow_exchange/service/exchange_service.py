@@ -274,7 +274,8 @@ class ExchangeService:
             previous = conn.subscriptions.pop(topic, None)
             if previous:
                 previous()
-            conn.subscriptions[topic] = coord.subscribe(name, lambda body: conn.send(Notify(topic, body)))
+            conn.subscriptions[topic] = coord.subscribe(name, lambda body: conn.send(Notify(topic, body)),
+                                                        seal=args.get("seal"))
             return {"ok": True}
         if method == "unsubscribe":
             unsubscribe = conn.subscriptions.pop(args["topic"], None)
