@@ -1,4 +1,4 @@
-"""A read sees one committed state of its exchange (docs/design.md, "What a read sees").
+"""A read sees one committed state of its exchange (docs/architecture.md, "What a read sees").
 
 Every timing against a real service: a read planned before the first commit, a read planned while an append
 is open whose tasks run before and after later appends, an append committed while a read runs, and an

@@ -7,7 +7,7 @@ and every committed channel delivered end-of-partition. A read of an exchange
 that was sealed when the read was planned gets the committed producers from
 the plan (Flink's deployment descriptors) and never asks the coordinator.
 
-What a read sees (docs/design.md, "What a read sees"): exactly one committed
+What a read sees (docs/architecture.md, "What a read sees"): exactly one committed
 state, the same for every task of the read. Sealed at planning: the plan's
 producers. Planned while writes were open: the exchange's next seal after
 planning (the description's ``seals`` counts the seals before it), whenever a
