@@ -38,6 +38,15 @@ def my_arenas() -> list[Path]:
     return list(shared_arena.SHM_DIR.glob(f"{shared_arena.PREFIX}{os.getpid()}-*"))
 
 
+def wait_for_reader(svc, partition: str, timeout: float = 60.0) -> None:
+    """Until a reader's channel is open on ``partition`` at ``svc``."""
+    deadline = time.monotonic() + timeout
+    with svc.connect(svc.unix) as conn:
+        while not any(c["partition"] == partition for c in conn.call("status")["channels"]):
+            assert time.monotonic() < deadline, f"no reader of {partition} within {timeout:g} s"
+            time.sleep(0.02)
+
+
 def write_and_read(svc, partition_type: str, *, shared: bool = True, reads: int = 1, rows: int = 200_000):
     """One producer on the service's host, one consumer reading while it writes; returns (writer, tables)."""
     base = dict(exchange=f"shm-{partition_type}-{shared}", partitioner="forward", numSubpartitions=1,
@@ -53,6 +62,9 @@ def write_and_read(svc, partition_type: str, *, shared: bool = True, reads: int 
         task = ex.ProducerTask(handle, 0, "attempt-0")
         state["writer"] = task.writer
         state["arenas_while_writing"] = my_arenas()
+        # the reader reads while this writes: without it, a HYBRID partition's reader that comes late (a
+        # loaded machine) finds every buffer on disk already, or the finished file, and nothing is shared
+        wait_for_reader(svc, task.partition)
         task.write(batches)
         ex.commit_write(handle, [task.finish()["partition"]])
 
