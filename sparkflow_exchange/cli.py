@@ -33,6 +33,7 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
+    status = _printable(status)  # a name with a newline prints as \n, not as a line of its own
     svc = status["service"]
     mem = status["memory"]
     print(f"service {svc['service_id']} on {svc['host_id']}  tcp {svc['tcp']}  {svc['unix']}  pid {svc['pid']}")
@@ -60,6 +61,19 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  {c['partition']}[{c['subpartition']}] -> {c['client']:<22} {c['locality']:<6} credit={c['credit']} "
               f"backlog={c['backlog']} sent={c['bytes_sent'] / 2**20:.1f} MiB")
     return 0
+
+
+def _printable(value: Any) -> Any:
+    """``value`` with control characters in every string escaped (names are chosen by any client)."""
+    from .service.log_limit import printable
+
+    if isinstance(value, str):
+        return value if value.isprintable() else printable(value)
+    if isinstance(value, dict):
+        return {_printable(k): _printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_printable(v) for v in value]
+    return value
 
 
 def _drop(args: argparse.Namespace) -> int:

@@ -92,7 +92,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "buffersPerPartition": ("buffers_per_partition", int, "most in-memory buffers of a running partition's pool (its share of memory.budget may be fewer)"),
     "sharedMemory": ("shared_memory", _bool, "writers and readers on the service's host move buffers through /dev/shm slots, not the socket"),
     "memory.budget": ("memory_budget", parse_size, "bytes of buffer memory of a service, shared by its running partitions"),
-    "maxOpenSpillFiles": ("max_open_spill_files", int, "open read fds of finished spill files a service keeps (LRU)"),
+    "maxOpenSpillFiles": ("max_open_spill_files", int, "open read fds of finished spill files a service keeps (LRU); lowered to a quarter of its open-file limit (after 32) when that is less"),
     "declareTimeout": ("declare_timeout", parse_duration, "how long a read waits for its exchange to be declared"),
     "producerTimeout": ("producer_timeout", parse_duration, "how long a read waits without any producer"),
     "pipelined.noConsumerTimeout": ("no_consumer_timeout", parse_duration, "PIPELINED_BOUNDED writer blocked with no consumer fails after this"),
@@ -104,7 +104,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "tls.keyFile": ("tls_key_file", str, "service private key (PEM)"),
     "tls.caFile": ("tls_ca_file", str, "CA bundle the clients verify the service with"),
     "tls.checkHostname": ("tls_check_hostname", _bool, "clients check that the service's certificate names the address they dial (off: trust the CA alone, for IP-only clusters)"),
-    "maxConnections": ("max_connections", int, "connections a service serves at once (more are refused at once)"),
+    "maxConnections": ("max_connections", int, "connections a service serves at once (more are refused at once); lowered to half of its open-file limit (after 32) when that is less"),
     "maxUnauthenticatedConnections": ("max_unauthenticated_connections", int, "connections that have not proved the secret yet, at once, this user's own Unix-socket clients aside (when full, the oldest one silent for a tenth of helloTimeout, at most 1 s, is closed for a newcomer; only a cap full of newer ones refuses it)"),
     "maxUnauthenticatedPerPeer": ("max_unauthenticated_per_peer", int, "connections that have not proved the secret yet from one address (TCP) or uid (Unix socket), at once; full, it makes room among that peer's own as maxUnauthenticatedConnections does"),
     "helloTimeout": ("hello_timeout", parse_duration, "a connection that has not proved the secret this long after connecting is closed"),
@@ -112,11 +112,12 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "port": ("port", int, "TCP port of a service (0 = ephemeral)"),
     "hostId": ("host_id", str, "identity of this host; local vs remote channels follow it"),
     "serviceScope": ("service_scope", lambda v: str(v).lower(), "host | executor"),
-    "spillDir": ("spill_dir", str, "directory for spill files (default: a fresh temp dir)"),
+    "spillDir": ("spill_dir", str, "directory for spill files (default: a fresh temp dir); the service makes it 0700 when it does not exist and then removes it when it stops; its files are 0600 and go with their partitions"),
     "embedded.idleTimeout": ("idle_timeout", parse_duration, "embedded service exits this long after its last application"),
     "ttl": ("ttl", parse_duration, "an exchange is dropped this long after its last use (0 = never)"),
     "maxFrameSize": ("max_frame_size", parse_size, "hard maximum frame size on the wire"),
     "metricsPort": ("metrics_port", int, "HTTP port of Prometheus metrics (0 = off)"),
+    "metricsHost": ("metrics_host", str, "address the metrics port listens on (they carry no authentication: loopback unless set)"),
     "readerTimeout": ("reader_timeout", parse_duration, "a read fails when no data or event arrives for this long"),
     "advisoryPartitionSize": ("advisory_partition_size", parse_size, "target bytes of a coalesced read partition (numSubpartitions not given; Spark's spark.sql.adaptive.advisoryPartitionSizeInBytes)"),
     "splitSkewedSubpartitions": ("split_skewed_subpartitions", _bool, "coalesced read: a skewed subpartition is read by several tasks, each a range of its producers (Spark's skew join split: its keys are no longer in one read partition)"),
@@ -144,7 +145,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
                "readerTimeout", "advisoryPartitionSize", "splitSkewedSubpartitions", "skewedPartitionFactor",
                "skewedPartitionThreshold", "freezeWorkerHeap"),
     "service": ("coordinator", "service", "memory.budget", "maxOpenSpillFiles", "maxConnections", "bindHost", "port",
-                "hostId", "serviceScope", "spillDir", "embedded.idleTimeout", "maxFrameSize", "metricsPort"),
+                "hostId", "serviceScope", "spillDir", "embedded.idleTimeout", "maxFrameSize", "metricsPort",
+                "metricsHost"),
     "security": ("secret", "secretFile", "tls.certFile", "tls.keyFile", "tls.caFile", "tls.checkHostname",
                  "maxUnauthenticatedConnections", "maxUnauthenticatedPerPeer", "helloTimeout"),
     "streaming": ("consumerGroup", "startingEpochs", "maxEpochsPerTrigger", "maxRowsPerTrigger", "maxBytesPerTrigger",
@@ -192,8 +194,8 @@ class ExchangeConfig:
     tls_ca_file: str | None = None
     tls_check_hostname: bool = True
     max_connections: int = 4096
-    max_unauthenticated_connections: int = 64
-    max_unauthenticated_per_peer: int = 32
+    max_unauthenticated_connections: int = 128
+    max_unauthenticated_per_peer: int = 64
     hello_timeout: float = 5.0
     bind_host: str = "127.0.0.1"
     port: int = 0
@@ -204,6 +206,7 @@ class ExchangeConfig:
     ttl: float = 3600.0
     max_frame_size: int = 64 << 20
     metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
     reader_timeout: float = 600.0
     advisory_partition_size: int = 64 << 20
     split_skewed_subpartitions: bool = False

@@ -48,7 +48,9 @@ class Admission(Generic[C]):
     """The service's connections, and which of them are strangers, oldest first."""
 
     def __init__(self, max_connections: int, max_strangers: int, max_per_peer: int, hello_timeout: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, notes: dict[str, str] | None = None) -> None:
+        """``notes``: key -> what its messages add after ``key=value`` (why the cap is lower than configured)."""
+        self.notes = notes or {}
         self.max_connections = max_connections
         self.max_strangers = max_strangers
         self.max_per_peer = max_per_peer
@@ -81,7 +83,7 @@ class Admission(Generic[C]):
             if victim is None:  # nothing is closed for a newcomer that is refused
                 return Verdict(self._refusal(key, limit, peer))
             evict.append((victim, f"closed without a Hello after {now - self._strangers[victim][1]:.1f} s: "
-                                  f"{key}={limit} is reached and a newer connection took this one's place"))
+                                  f"{self._cap(key, limit)} is reached and a newer connection took this one's place"))
             gone.add(victim)
         for victim in gone:
             self.discharge(victim)
@@ -104,12 +106,14 @@ class Admission(Generic[C]):
             return "maxUnauthenticatedConnections", self.max_strangers, None
         return None
 
-    @staticmethod
-    def _refusal(key: str, limit: int, peer: str) -> str:
+    def _cap(self, key: str, limit: int) -> str:
+        return f"{key}={limit}{self.notes.get(key, '')}"
+
+    def _refusal(self, key: str, limit: int, peer: str) -> str:
         if key == "maxConnections":
-            return f"too many connections: this service serves at most maxConnections={limit}"
+            return f"too many connections: this service serves at most {self._cap(key, limit)}"
         whose = f" from {peer}" if key == "maxUnauthenticatedPerPeer" else ""
-        return f"too many connections{whose} that have not authenticated yet ({key}={limit}); try again"
+        return f"too many connections{whose} that have not authenticated yet ({self._cap(key, limit)}); try again"
 
     def authenticated(self, conn: C) -> None:
         """``conn`` proved the secret: it is a stranger no more."""

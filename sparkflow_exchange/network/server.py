@@ -17,6 +17,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from ..exhaustion import explain, is_exhaustion
 from ..partition.range_view import RangeView
 from ..partition.shared_arena import ArenaError, SharedArena
 from ..partition.subpartition import ERROR_KIND
@@ -389,7 +390,8 @@ class ServerConnection(asyncio.BufferedProtocol):
             try:
                 self._write_item(*polled)
             except Exception as exc:  # noqa: BLE001 - this channel fails, the connection and the others go on
-                log.exception("sending to receiver %s failed", polled[0])
+                if not is_exhaustion(exc):
+                    log.exception("sending to receiver %s failed", polled[0])
                 self.fail_channel(polled[0], exc)
 
     def fail_channel(self, receiver_id: int, exc: BaseException) -> None:
@@ -403,7 +405,7 @@ class ServerConnection(asyncio.BufferedProtocol):
             view.release()
         # shared buffers it holds stay pinned until the reader says it is done (its CancelPartitionRequest
         # comes after it handled every earlier buffer) or goes: a slot is never refilled under a copy
-        message = f"reading {where} failed on service {self.service.service_id}: {type(exc).__name__}: {exc}"
+        message = explain(exc, f"reading {where} failed on service {self.service.service_id}")
         log.warning("%s", message)
         self.send(ErrorResponse(message, receiver_id, False, "read_failed"))
 
@@ -437,6 +439,10 @@ class ServerConnection(asyncio.BufferedProtocol):
             part = self.service.register_partition(msg)
         except (ValueError, RuntimeError) as exc:
             self.send(ErrorResponse(str(exc), None, False, "register_failed"))
+            return
+        except (OSError, MemoryError) as exc:  # out of fds or disk: this registration fails, the rest go on
+            self.send(ErrorResponse(explain(exc, f"registering partition {msg.partition!r}"), None, False,
+                                    "register_failed"))
             return
         handle = next(self._handles)
         arena = self._attach_arena(msg, part)
@@ -561,11 +567,16 @@ class ServerConnection(asyncio.BufferedProtocol):
                 part.add_region(msg.kind, msg.flags, msg.pieces, payload, arena_slot, arena, arena_offset)
             else:
                 part.add(msg.subpartition, msg.kind, msg.flags, payload, arena_slot, arena, arena_offset)
-        except RuntimeError as exc:
+        except (RuntimeError, OSError, MemoryError) as exc:
             part.memory.forfeit()
             if arena is not None and arena_slot in producer.slots_in_use:
                 self.slot_freed(msg.handle, arena_slot)
-            self.send(ErrorResponse(f"{type(msg).__name__} refused: {exc}", None, False, "push_failed"))
+            if isinstance(exc, RuntimeError):
+                self.send(ErrorResponse(f"{type(msg).__name__} refused: {exc}", None, False, "push_failed"))
+            else:  # a full disk, say: the partition cannot be whole any more, its writer and readers hear why
+                reason = explain(exc, f"storing a buffer of partition {part.pid}")
+                self.service.producer_lost(part, reason)
+                self.send(ErrorResponse(reason, None, False, "push_failed"))
         self.grant(msg.handle)
 
     # ------------------------------------------------------------ rpc

@@ -12,6 +12,7 @@ may be read:
 """
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from pathlib import Path
@@ -29,9 +30,12 @@ class PartitionStateError(RuntimeError):
 
 
 def _spill_name(pid: str) -> str:
-    """A file name for any partition id: safe characters, bounded length, unique per registration."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in pid)[:80]
-    return f"{safe}-{uuid.uuid4().hex[:6]}.data"
+    """A short file name for any partition id: up to 40 of its ASCII letters, digits, ``-_.`` (for people
+    looking at the directory), a hash of the whole id, and a part unique per registration. Under 80
+    bytes whatever the id (an exchange name of 80 CJK characters made a 250-byte name: ENAMETOOLONG)."""
+    readable = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in pid)[:40]
+    digest = hashlib.sha256(pid.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{readable}-{digest}-{uuid.uuid4().hex[:6]}.data"
 
 
 class ResultPartition:
@@ -189,6 +193,8 @@ class ResultPartition:
         that they got everything (rows as the writer counted them, -1 if it did not say)."""
         if self.failure:
             raise PartitionStateError(f"partition {self.pid} failed: {self.failure}")
+        if self.released:  # dropped or replaced while written: nothing of it is kept, not even an index
+            raise PartitionStateError(self.released_message())
         if self.finished:
             return
         rows = self._per_subpartition(counts, "rows") if counts is not None else None

@@ -60,12 +60,17 @@ class SpillReaders:
 DEFAULT_READERS = SpillReaders()
 
 
+def _create_private(path: Path, flags: int) -> int:
+    """A new file of this user only (0600), never opened through a link planted at ``path``."""
+    return os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
 class SpillFile:
     def __init__(self, path: Path, readers: SpillReaders | None = None) -> None:
         self.path = Path(path)
         self.index_path = self.path.with_suffix(".index")
         self.readers = readers if readers is not None else DEFAULT_READERS
-        self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o600)  # -1 once finished
+        self._fd = _create_private(self.path, os.O_RDWR)  # -1 once finished
         self.size = 0
 
     def append(self, payload: bytes | memoryview) -> tuple[int, int]:
@@ -87,10 +92,14 @@ class SpillFile:
 
     def write_index(self, entries: list[tuple[int, int, int, int, int, int]]) -> None:
         tmp = self.index_path.with_suffix(".index.tmp")
-        with open(tmp, "wb") as f:
-            f.write(INDEX_MAGIC)
-            f.write(b"".join(INDEX_ENTRY.pack(*e) for e in entries))
-        os.replace(tmp, self.index_path)
+        try:
+            with os.fdopen(_create_private(tmp, os.O_WRONLY), "wb") as f:
+                f.write(INDEX_MAGIC)
+                f.write(b"".join(INDEX_ENTRY.pack(*e) for e in entries))
+            os.replace(tmp, self.index_path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def close(self) -> None:
         """Written completely: the write fd goes; reads use the shared LRU from now on."""

@@ -21,13 +21,16 @@ from typing import Any
 
 from ..config import PARTITION_TYPES, ExchangeConfig
 from ..network import auth
+from ..exhaustion import nofile_limit
 from ..network.admission import Admission
+from ..network.listener import Listener, tcp_sockets, unix_socket
 from ..network.protocol import FRAME_POOL, RegisterPartition
 from ..network.server import RpcError, ServerConnection
 from ..partition.buffer_pool import NetworkBufferPool
 from ..partition.result_partition import ResultPartition
 from ..partition.spill import SpillReaders
 from .coordinator import Coordinator
+from .fd_budget import fd_budget
 from .streams import StreamRegistry
 from .launcher import SPILL_PREFIX, pid_alive
 
@@ -42,18 +45,20 @@ class ExchangeService:
         self.host_id = config.resolved_host_id()
         self.secret = secret if secret is not None else config.resolved_secret()
         self.budget = NetworkBufferPool(config.memory_budget)  # every partition's pool draws on it
-        self.spill_readers = SpillReaders(config.max_open_spill_files)  # fds of finished spill files
+        self.fds = fd_budget(config, nofile_limit())  # the caps below, lowered to fit the open-file limit
+        self.spill_readers = SpillReaders(self.fds.spill_reads)  # fds of finished spill files
         # idle receive buffers kept for reuse are memory outside the budget: a small budget keeps few
         FRAME_POOL.max_bytes = min(FRAME_POOL.max_bytes, max(4 << 20, config.memory_budget // 8))
-        self._own_spill_dir = config.spill_dir is None
         # the default spill directory carries our pid, so a launcher can sweep it if we are killed
         self.spill_dir = Path(config.spill_dir or tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-"))
-        self.spill_dir.mkdir(parents=True, exist_ok=True)
+        # directories we made (0700), removed when we stop: all of the default one, an explicit one when empty
+        self._made_dirs = [self.spill_dir] if config.spill_dir is None else _make_private_dirs(self.spill_dir)
+        self.own_files: list[Path] = []  # other files it made there (a generated secret), removed when it stops
         self.partitions: dict[str, ResultPartition] = {}
         # every connection, and the strangers among them (not authenticated, not our own user's Unix clients)
         self.admission: Admission[ServerConnection] = Admission(
-            config.max_connections, config.max_unauthenticated_connections,
-            config.max_unauthenticated_per_peer, config.hello_timeout)
+            self.fds.connections, self.fds.strangers, self.fds.strangers_per_peer, config.hello_timeout,
+            notes=self.fds.notes)
         self.connections = self.admission.connections
         # payload bytes consumers read, by path: served over a Unix/TCP connection from a reader on this
         # host ("local"; "local_shared" of it were copied by the reader out of a writer's shared-memory
@@ -66,7 +71,7 @@ class ExchangeService:
         self.unix_path = unix_path
         self.attach_mode = attach_mode  # embedded: exit when the attached applications are gone
         self.apps: dict[str, int] = {}  # application id -> pid of its JVM
-        self.servers: list[asyncio.AbstractServer] = []
+        self.listeners: list[Listener] = []
         self.tcp_address: tuple[str, int] | None = None
         self.started = time.monotonic()
         self.last_app_seen = time.monotonic()
@@ -77,23 +82,18 @@ class ExchangeService:
     async def start(self) -> None:
         self.stopping = asyncio.Event()
         ssl_ctx = auth.server_ssl_context(self.config.tls_cert_file, self.config.tls_key_file)
-        loop = asyncio.get_running_loop()
-        tcp = await loop.create_server(lambda: ServerConnection(self, "tcp"), self.config.bind_host,
-                                       self.config.port, ssl=ssl_ctx, reuse_address=True,
-                                       ssl_handshake_timeout=self.config.hello_timeout if ssl_ctx else None)
-        self.servers.append(tcp)
-        self.tcp_address = tcp.sockets[0].getsockname()[:2]
+        for sock in await tcp_sockets(self.config.bind_host, self.config.port):
+            self.listeners.append(Listener(sock, lambda: ServerConnection(self, "tcp"), ssl_ctx=ssl_ctx,
+                                           handshake_timeout=self.config.hello_timeout if ssl_ctx else None))
+        self.tcp_address = self.listeners[0].getsockname()[:2]
         if self.unix_path is None:
             self.unix_path = str(self.spill_dir / "service.sock")
-        if os.path.exists(self.unix_path):
-            os.unlink(self.unix_path)
-        unix = await loop.create_unix_server(lambda: ServerConnection(self, "unix"), self.unix_path)
-        os.chmod(self.unix_path, 0o600)
-        self.servers.append(unix)
+        self.listeners.append(Listener(unix_socket(self.unix_path), lambda: ServerConnection(self, "unix")))
         if self.config.metrics_port:
             from .metrics import start_metrics_server
 
-            self.metrics_server = await start_metrics_server(self.status, self.config.bind_host, self.config.metrics_port)
+            self.metrics_server = await start_metrics_server(self.status, self.config.metrics_host,
+                                                           self.config.metrics_port)
         asyncio.ensure_future(self._housekeeping())
 
     def addresses(self) -> dict[str, Any]:
@@ -127,8 +127,8 @@ class ExchangeService:
             self.stopping.set()
 
     async def shutdown(self) -> None:
-        for server in self.servers:
-            server.close()
+        for listener in self.listeners:
+            listener.close()
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.close()
@@ -137,10 +137,15 @@ class ExchangeService:
         self.partitions.clear()
         if self.metrics_server is not None:
             self.metrics_server.close()
-        if self.unix_path and os.path.exists(self.unix_path):
-            os.unlink(self.unix_path)
-        if self._own_spill_dir:
+        for path in [*self.own_files, *([Path(self.unix_path)] if self.unix_path else [])]:
+            path.unlink(missing_ok=True)
+        if self.config.spill_dir is None:
             shutil.rmtree(self.spill_dir, ignore_errors=True)
+        for made in reversed(self._made_dirs):  # our files are gone with their partitions; others' stay
+            try:
+                made.rmdir()
+            except OSError:
+                break
 
     async def _housekeeping(self) -> None:
         while not self.stopping.is_set():
@@ -359,6 +364,23 @@ class ExchangeService:
             "traffic": dict(self.traffic),
             "apps": dict(self.apps),
         }
+
+
+def _make_private_dirs(path: Path) -> list[Path]:
+    """Create ``path`` and any missing parents with mode 0700; the ones made, outermost first."""
+    missing = []
+    for p in [path, *path.parents]:
+        if p.exists():
+            break
+        missing.append(p)
+    made = []
+    for p in reversed(missing):
+        try:
+            os.mkdir(p, 0o700)
+        except FileExistsError:
+            continue
+        made.append(p)
+    return made
 
 
 def _advertised_host() -> str:

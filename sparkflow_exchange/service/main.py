@@ -12,6 +12,8 @@ from pathlib import Path
 from ..config import ExchangeConfig
 from ..network import auth
 from .exchange_service import ExchangeService
+from .fd_budget import raise_nofile_limit
+from .log_limit import install as limit_log_rate
 from .launcher import write_state
 from .private_files import read_private, write_private
 from .ledger import ExchangeLedger
@@ -65,6 +67,7 @@ async def run(args: argparse.Namespace) -> None:
     if secret and not config.resolved_secret():
         generated_secret_file = str(service.spill_dir / "secret")
         write_private(generated_secret_file, secret)
+        service.own_files.append(Path(generated_secret_file))  # removed when it stops
     info = service.addresses()
     info["secret_file"] = generated_secret_file or config.secret_file
     if args.state_file:
@@ -89,6 +92,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("SPARKFLOW_EXCHANGE_LOG", "WARNING"), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        limit_log_rate(handler)
+    raise_nofile_limit()
     tune_gc()
     asyncio.run(run(args))
 

@@ -5,9 +5,14 @@ import asyncio
 from typing import Callable
 
 
+def escape_label(value: object) -> str:
+    """A label value as the exposition format wants it: backslash, double quote and line feed escaped, so
+    a newline in an exchange name cannot start a line (a sample) of its own."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def _labels(**labels: object) -> str:
-    inner = ",".join(f'{k}="{str(v).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
-                     for k, v in labels.items())
+    inner = ",".join(f'{k}="{escape_label(v)}"' for k, v in labels.items())
     return "{" + inner + "}" if inner else ""
 
 

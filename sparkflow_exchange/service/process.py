@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -60,7 +61,9 @@ class RunningService:
 
 
 def start_service(tmp: Path, *, host: str = "127.0.0.1", host_id: str | None = None, coordinator: bool = True,
-                  secret: str = "test-secret", conf: dict | None = None, extra: list[str] | None = None) -> RunningService:
+                  secret: str = "test-secret", conf: dict | None = None, extra: list[str] | None = None,
+                  nofile: int | None = None) -> RunningService:
+    """``nofile``: the service process's open-file limit (RLIMIT_NOFILE, soft and hard), as ``ulimit -n`` sets it."""
     tmp.mkdir(parents=True, exist_ok=True)
     secret_file = tmp / "secret"
     secret_file.write_text(secret)
@@ -73,7 +76,9 @@ def start_service(tmp: Path, *, host: str = "127.0.0.1", host_id: str | None = N
     for key, value in (conf or {}).items():
         args += ["--conf", f"{key}={value}"]
     args += extra or []
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(tmp / "service.log", "wb"), text=True)
+    limit = None if nofile is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(tmp / "service.log", "wb"), text=True,
+                            preexec_fn=limit)
     deadline = time.monotonic() + 20
     line = ""
     while time.monotonic() < deadline:

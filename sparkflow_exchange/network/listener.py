@@ -1,0 +1,161 @@
+"""Accepting connections so that running out of file descriptors is a refusal, never a stuck service.
+
+asyncio's own accept loop, on EMFILE, logs a traceback, stops accepting for a second and, in the
+same turn, tries again up to its backlog, once per waiting client: a service at its fd limit wrote
+megabytes of log per second and told no client anything. A :class:`Listener` accepts by itself and
+keeps one fd in reserve (on ``/dev/null``): out of fds, it gives that one back, accepts the first
+waiting client with it, sends it an error frame saying the service is out of file descriptors, closes
+it, and takes the reserve again. Clients are told at once, and the service serves everyone else.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import socket
+import ssl
+from typing import Callable
+
+from ..exhaustion import explain
+from .protocol import ErrorResponse, encode_bytes
+
+log = logging.getLogger(__name__)
+
+BACKLOG = 1024  # pending connections the kernel queues (clipped to net.core.somaxconn)
+_OUT_OF = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+PAUSE = 0.05  # s without accepting when not even the reserve fd could be had back
+
+
+def _reserve() -> int | None:
+    try:
+        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+async def tcp_sockets(host: str, port: int) -> list[socket.socket]:
+    """Listening TCP sockets on every address ``host`` resolves to, all on one port (``port`` 0: a free one)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    socks: list[socket.socket] = []
+    try:
+        for family, kind, proto, _name, address in dict.fromkeys((i[0], i[1], i[2], i[3], i[4]) for i in infos):
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(socks) > 1:  # the others on the first one's ephemeral port
+                address = (address[0], socks[0].getsockname()[1], *address[2:])
+            sock.bind(address)
+            sock.listen(BACKLOG)
+    except OSError:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
+def unix_socket(path: str) -> socket.socket:
+    """A listening Unix socket at ``path``, mode 0600 from its creation (only this user may connect)."""
+    if os.path.exists(path):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    except OSError:
+        sock.close()
+        raise
+    finally:
+        os.umask(old)
+    sock.listen(BACKLOG)
+    return sock
+
+
+class Listener:
+    """Accepts on one listening socket and hands each connection to a protocol made by ``factory``."""
+
+    def __init__(self, sock: socket.socket, factory: Callable[[], asyncio.BaseProtocol], *,
+                 ssl_ctx: ssl.SSLContext | None = None, handshake_timeout: float | None = None) -> None:
+        self.sock = sock
+        self.factory = factory
+        self.ssl_ctx = ssl_ctx
+        self.handshake_timeout = handshake_timeout
+        self.refused = 0  # connections turned away for want of fds
+        self.loop = asyncio.get_running_loop()
+        self._reserve = _reserve()
+        self._closed = False
+        sock.setblocking(False)
+        self.loop.add_reader(sock.fileno(), self._on_readable)
+
+    def getsockname(self):
+        return self.sock.getsockname()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+        if self._reserve is not None:
+            os.close(self._reserve)
+            self._reserve = None
+
+    def _on_readable(self) -> None:
+        for _ in range(64):  # then let the loop serve the others
+            try:
+                conn, _addr = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as exc:
+                if exc.errno in _OUT_OF:
+                    self._shed(exc)
+                else:
+                    log.warning("accepting a connection failed: %s", exc)
+                return
+            conn.setblocking(False)
+            self.loop.create_task(self._serve(conn))
+
+    async def _serve(self, conn: socket.socket) -> None:
+        try:
+            await self.loop.connect_accepted_socket(self.factory, conn, ssl=self.ssl_ctx,
+                                                    ssl_handshake_timeout=self.handshake_timeout)
+        except (OSError, ssl.SSLError, asyncio.TimeoutError) as exc:
+            log.info("a connection failed before it was served: %s", exc)
+            conn.close()
+
+    def _shed(self, exc: OSError) -> None:
+        """Out of fds: refuse the first waiting client with the reserved fd, or pause if it is not back yet."""
+        if self._reserve is not None:
+            os.close(self._reserve)
+            self._reserve = None
+            try:
+                conn, _addr = self.sock.accept()
+            except OSError:
+                conn = None
+            if conn is not None:
+                self.refused += 1
+                log.warning("%s (%d connections refused so far)", explain(exc, "refusing a connection"), self.refused)
+                if self.ssl_ctx is None:  # a TLS client expects a handshake first: it only sees the close
+                    try:
+                        conn.setblocking(False)
+                        conn.send(encode_bytes(ErrorResponse(explain(exc, "connection refused"), None, True,
+                                                             "too_many_connections")))
+                    except OSError:
+                        pass
+                conn.close()
+            self._reserve = _reserve()
+        if self._reserve is None and not self._closed:  # still none: wait for fds instead of spinning
+            self.loop.remove_reader(self.sock.fileno())
+            self.loop.call_later(PAUSE, self._resume)
+
+    def _resume(self) -> None:
+        if self._closed:
+            return
+        if self._reserve is None:
+            self._reserve = _reserve()
+        self.loop.add_reader(self.sock.fileno(), self._on_readable)
