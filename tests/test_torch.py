@@ -1,0 +1,186 @@
+"""ExchangeDataset under DDP: 2 ranks (gloo, CPU, spawned) x 2 DataLoader workers, against a real service.
+
+One spawned job runs every scenario in turn (starting ranks and importing torch is the expensive part):
+a live epoch that starts before the writer commits, three exact epochs, a mid-epoch resume, and drop /
+pad on a skewed exchange. Every step of every scenario does an all_reduce, so unequal steps would
+fail the collective (timeout) rather than pass.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is an optional extra: pip install torch==2.13.0 (scripts/setup.sh)")
+
+import sparkflow_exchange as sfe  # noqa: E402
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("k", pa.int64(), nullable=False),
+                    pa.field("x", pa.float32(), nullable=False)])
+RANKS, WORKERS, BATCH = 2, 2, 64
+SKEWED_ROWS = 12_000
+LIVE_FIRST, LIVE_ROWS = 4_000, 8_000
+
+
+def _batch(ids: np.ndarray, skewed: bool) -> pa.RecordBatch:
+    k = np.where(ids % 3 == 0, 0, ids) if skewed else ids  # a third of the rows in one subpartition
+    return pa.record_batch([pa.array(ids), pa.array(k), pa.array(ids.astype(np.float32))], schema=SCHEMA)
+
+
+def _ids(batches: list) -> np.ndarray:
+    return np.concatenate([b["id"].numpy() for b in batches]) if batches else np.zeros(0, np.int64)
+
+
+def _epoch(loader, marker: Path | None = None) -> tuple[np.ndarray, int]:
+    import torch.distributed as dist
+
+    got, steps = [], 0
+    for batch in loader:
+        if marker is not None and steps == 0:
+            marker.write_text("first batch")
+        got.append(batch)
+        steps += 1
+        dist.all_reduce(torch.ones(1))  # a rank with fewer steps would leave this one waiting: timeout
+    return _ids(got), steps
+
+
+def _rank_main(rank: int, work: str, settings: dict) -> None:
+    import torch.distributed as dist
+
+    from sparkflow_exchange.torch import ExchangeDataset
+
+    work_dir = Path(work)
+    dist.init_process_group("gloo", init_method=f"file://{work_dir / 'rendezvous'}", rank=rank,
+                            world_size=RANKS, timeout=timedelta(seconds=120))
+    out: dict = {}
+    # 1. pad starts while the exchange is still written: the parent commits only after both first batches
+    live = ExchangeDataset("t-live", BATCH, columns=["id"], balance="pad", seed=3, **settings)
+    ids, steps = _epoch(live.loader(num_workers=WORKERS), work_dir / f"first-{rank}")
+    out["live"] = {"ids": ids.tolist(), "steps": steps}
+    # 2. three exact epochs of the skewed exchange, each in a new subpartition order
+    ds = ExchangeDataset("t-skewed", BATCH, columns=["id", "x"], seed=7, **settings)
+    loader = ds.loader(num_workers=WORKERS)
+    for epoch in range(3):
+        ids, steps = _epoch(loader)
+        out[f"epoch{epoch}"] = {"ids": ids.tolist(), "steps": steps}
+    # 3. epoch 3 stopped after 5 steps; a new dataset resumes from the state
+    got = []
+    for batch in loader:
+        got.append(batch)
+        dist.all_reduce(torch.ones(1))
+        if len(got) == 5:
+            break
+    state = json.loads(json.dumps(loader.state_dict()))  # a state survives a checkpoint file
+    again = ExchangeDataset("t-skewed", BATCH, columns=["id", "x"], seed=7, **settings)
+    again.load_state_dict(state)
+    rest, steps = _epoch(again.loader(num_workers=WORKERS))
+    out["resume"] = {"before": _ids(got).tolist(), "after": rest.tolist(), "steps": 5 + steps,
+                     "state": state}
+    # 4. drop and pad on the skewed exchange
+    for balance in ("drop", "pad"):
+        other = ExchangeDataset("t-skewed", BATCH, columns=["id"], balance=balance, seed=7, **settings)
+        planned = other.steps_per_rank(WORKERS)  # before the epoch: the loader moves on to the next at its end
+        ids, steps = _epoch(other.loader(num_workers=WORKERS))
+        out[balance] = {"ids": ids.tolist(), "steps": steps, "planned": planned}
+    (work_dir / f"rank{rank}.json").write_text(json.dumps(out))
+    dist.destroy_process_group()
+
+
+@pytest.fixture
+def svc(tmp_service):
+    return tmp_service()
+
+
+def test_two_ranks_two_workers_read_exactly_once_resume_and_keep_equal_steps(svc, tmp_path):
+    import torch.multiprocessing as mp
+
+    settings = {"coordinator": svc.tcp, "service": svc.tcp, "secret": svc.secret}
+    with sfe.open_writer("t-skewed", SCHEMA, keys=["k"], num_subpartitions=12, bufferSize="16k",
+                         **settings) as w:
+        w.write(_batch(np.arange(SKEWED_ROWS), skewed=True))
+    env_path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent), env_path) if p)
+    sys.path.insert(0, str(Path(__file__).parent))
+    writer = sfe.open_writer("t-live", SCHEMA, keys=["id"], num_subpartitions=8, bufferSize="8k",
+                             bufferTimeout="20ms", **settings)
+    writer.write(_batch(np.arange(LIVE_FIRST), skewed=False))
+    ctx = mp.start_processes(_rank_main, args=(str(tmp_path), settings), nprocs=RANKS, join=False,
+                             start_method="spawn")
+    try:
+        deadline = time.monotonic() + 300
+        while not all((tmp_path / f"first-{r}").exists() for r in range(RANKS)):
+            assert time.monotonic() < deadline, "a rank never got its first batch while the exchange was written"
+            assert all(p.is_alive() for p in ctx.processes), "a rank died before its first batch"
+            time.sleep(0.1)
+        assert writer.state == "open"  # the first batches came before the write finished
+        writer.write(_batch(np.arange(LIVE_FIRST, LIVE_ROWS), skewed=False))
+        writer.commit()
+        while not ctx.join(timeout=5):
+            assert time.monotonic() < deadline + 300, "the ranks did not finish"
+    finally:
+        writer.abort("test ended")
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(RANKS)]
+
+    live = [np.asarray(r["live"]["ids"]) for r in ranks]
+    assert ranks[0]["live"]["steps"] == ranks[1]["live"]["steps"]
+    assert set(np.concatenate(live).tolist()) == set(range(LIVE_ROWS))  # every row, some repeated as pads
+
+    everything = np.arange(SKEWED_ROWS)
+    for epoch in range(3):
+        both = np.concatenate([np.asarray(r[f"epoch{epoch}"]["ids"]) for r in ranks])
+        assert np.array_equal(np.sort(both), everything), f"epoch {epoch}: not every row exactly once"
+        assert ranks[0][f"epoch{epoch}"]["steps"] == ranks[1][f"epoch{epoch}"]["steps"]
+    assert set(ranks[0]["epoch0"]["ids"]) != set(ranks[0]["epoch1"]["ids"])  # reshuffled between epochs
+
+    resumed = np.concatenate([np.asarray(r["resume"][part]) for r in ranks for part in ("before", "after")])
+    assert np.array_equal(np.sort(resumed), everything), "the resume lost or repeated rows"
+    assert ranks[0]["resume"]["state"]["epoch"] == 3 and ranks[0]["resume"]["state"]["steps"] == 5
+
+    for balance in ("drop", "pad"):
+        steps = [r[balance]["steps"] for r in ranks]
+        assert steps == [ranks[0][balance]["planned"]] * RANKS, (balance, steps)
+        ids = np.concatenate([np.asarray(r[balance]["ids"]) for r in ranks])
+        if balance == "pad":
+            assert set(ids.tolist()) == set(everything.tolist())
+        else:
+            assert len(set(ids.tolist())) == len(ids) < SKEWED_ROWS  # skewed: the big rank lost its extra steps
+
+
+def test_importing_the_package_does_not_import_torch():
+    import subprocess
+
+    code = "import sys, sparkflow_exchange as s; s.open_reader; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_bad_dataset_arguments_get_clear_errors(svc):
+    from sparkflow_exchange.errors import ConfigError
+    from sparkflow_exchange.torch import ExchangeDataset
+
+    settings = {"coordinator": svc.tcp, "service": svc.tcp, "secret": svc.secret}
+    with pytest.raises(ConfigError, match="batch_size"):
+        ExchangeDataset("x", 0, **settings)
+    with pytest.raises(ConfigError, match="unknown balance"):
+        ExchangeDataset("x", 8, balance="fair", **settings)
+    with pytest.raises(ConfigError, match="rank 2 is outside"):
+        ExchangeDataset("x", 8, rank=2, world_size=2, **settings)
+    ds = ExchangeDataset("x", 8, **settings)
+    with pytest.raises(ConfigError, match="taken with batch_size=16, this dataset has 8"):
+        ds.load_state_dict({**ds.state_dict(), "batch_size": 16})
+    with pytest.raises(ConfigError, match="batch_size=None"):
+        ds.loader(batch_size=4)
+    with sfe.open_writer("t-strings", pa.schema([("s", pa.string()), ("k", pa.int64())]), keys=["k"],
+                         num_subpartitions=2, **settings) as w:
+        w.write(pa.record_batch([pa.array(["a", "b"]), pa.array([1, 2])], names=["s", "k"]))
+    with pytest.raises(ConfigError, match="column 's' of type string has no tensor"):
+        next(iter(ExchangeDataset("t-strings", 1, **settings)))
