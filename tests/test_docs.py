@@ -41,6 +41,12 @@ def test_configuration_page_is_generated_from_the_key_table():
         "docs/configuration.md is out of date: run `python -m sparkflow_exchange.config_docs --write`")
 
 
+def test_spark_defaults_example_is_generated_from_the_key_table():
+    conf = (ROOT / "conf" / "spark-defaults.conf").read_text()
+    assert conf == config_docs.render_conf(), (
+        "conf/spark-defaults.conf is out of date: run `python -m sparkflow_exchange.config_docs --write`")
+
+
 def test_every_key_is_documented_once_in_a_group():
     grouped = [k for members in GROUPS.values() for k in members]
     assert sorted(grouped) == sorted(known_keys()), "config.GROUPS must name every key exactly once"
