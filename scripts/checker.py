@@ -250,7 +250,9 @@ class Run:
             self.finding("leftover_fds", f"the service holds {len(fds)} descriptors, {len(base['fds'])} at the start; "
                                          f"new ones: {sorted(extra)[:40]}")
         rss = svc.rss_bytes()
-        self.end_numbers = {"service_fds_start": len(base["fds"]), "service_fds_end": len(fds),
+        log = (svc.spill_dir.parent / "service.log").read_bytes()
+        self.end_numbers = {"service_log_bytes": len(log), "service_log_tracebacks": log.count(b"Traceback"),
+                            "service_fds_start": len(base["fds"]), "service_fds_end": len(fds),
                             "service_rss_start_mib": round(base["rss"] / 2**20, 1), "service_rss_end_mib": round(rss / 2**20, 1)}
         if rss - base["rss"] > RSS_GROWTH_LIMIT:
             self.finding("rss_growth", f"the service's resident memory grew from {base['rss'] >> 20} MiB to "
@@ -322,9 +324,11 @@ def report(workdir: Path, args: argparse.Namespace, end_numbers: dict | None = N
           f"{s['drops']}; kill -9: {s['kills']}")
     for what, n in s["write_failures"].items():
         print(f"  write not committed, {what}: {n}")
-    for key in ("service_fds_start", "service_fds_end", "service_rss_start_mib", "service_rss_end_mib"):
-        if key in s:
-            print(f"  {key}: {s[key]}")
+    numbers = [f"{key} {s[key]}" for key in ("service_fds_start", "service_fds_end", "service_rss_start_mib",
+                                             "service_rss_end_mib", "service_log_bytes", "service_log_tracebacks")
+               if key in s]
+    if numbers:
+        print("service: " + ", ".join(numbers))
     violations = summary["violations"]
     if not violations:
         print("violations: none")

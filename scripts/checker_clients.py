@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -42,6 +43,9 @@ SCHEMA = pa.schema([pa.field("wid", pa.int64(), nullable=False), pa.field("produ
 NUM_SUBPARTITIONS = 4
 MAX_ROWS = 40_000  # rows per producer: 0..MAX_ROWS
 PARTITION_TYPES = ("HYBRID", "BLOCKING", "PIPELINED_BOUNDED")
+# errors after which a commit may or may not have happened (the request may have reached the service)
+UNCERTAIN = re.compile(r"ServiceError|Timeout|Connection|Unavailable|Unreachable|OSError|timed out|connection|"
+                       r"cannot reach|closed", re.IGNORECASE)
 OVERWRITE_SHARE = 0.7
 DROP_SHARE = 0.08
 
@@ -245,9 +249,8 @@ class Writer(Client):
         except Exception as exc:  # noqa: BLE001
             self.watchdog.done(wait)
             record = error_record(exc)
-            # the service answered with a refusal (the package's own error classes): certainly not committed;
-            # anything else (lost connection, timeout) leaves the outcome unknown
-            certain = record["error_class"].startswith("sparkflow_exchange.") and "ServiceError" not in record["error_class"]
+            # a refusal from the service: certainly not committed; a lost connection or a timeout: unknown
+            certain = not UNCERTAIN.search(f"{record['error_class']} {record['error']}")
             self.history.log("write_end", op=op, wid=wid, stage="commit", committed=False,
                              outcome_known=certain, producers=list(results.values()), **record)
             return
@@ -334,6 +337,7 @@ class Reader(Client):
                          subs={str(s): outcomes[s]["groups"] for s in range(n)},
                          misrouted={str(s): outcomes[s]["misrouted"] for s in range(n) if outcomes[s]["misrouted"]},
                          rows=sum(o["rows"] for o in outcomes.values()),
+                         t_last_sub=max(o["t_end"] for o in outcomes.values()),
                          longest_wait=max(o["longest_wait"] for o in outcomes.values()))
 
     def read_sub(self, op: int, cfg: ExchangeConfig, desc: dict, sub: int, outcomes: dict) -> None:
@@ -354,7 +358,7 @@ class Reader(Client):
             longest = self.watchdog.done(wait)
         groups = summarise(columns)
         outcomes[sub] = {"ok": True, "groups": groups, "misrouted": misrouted, "longest_wait": round(longest, 3),
-                         "rows": sum(g[2] for g in groups)}
+                         "rows": sum(g[2] for g in groups), "t_end": time.monotonic()}
 
 
 def summarise(columns: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[list[int]]:

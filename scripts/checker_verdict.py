@@ -39,6 +39,7 @@ KINDS = (
     "uncommitted_write_visible",  # rows of a write whose commit was never sent or was refused
     "mixed_epochs",               # rows of a write of another epoch (or exchange) than the read's plan
     "not_a_committed_state",      # whole writes, but no instant had exactly that set committed
+    "read_outlived_its_epoch",    # a read returned normally although its exchange was dropped/overwritten meanwhile
     "wait_past_bound",            # a client waited longer than its documented bound (watchdog)
     "late_failure_after_replace",  # a writer learned its exchange was dropped/overwritten late
     "replace_error_unclear",      # ... or by an error that does not name the drop or overwrite
@@ -283,6 +284,18 @@ class Verdict:
                 broken = True
         if not broken:
             self.check_state(r, included)
+        self.check_outlived(r)
+
+    def check_outlived(self, r: dict) -> None:
+        """A drop or overwrite during a read fails the read (the read's subpartitions still running then)."""
+        epoch = self.h.epochs.get((r["name"], r["epoch"]))
+        last = r.get("t_last_sub")
+        if epoch is None or last is None or epoch.end == INF:
+            return
+        if epoch.end > r["t_desc"] and last - epoch.end > self.slack:
+            self.violation("read_outlived_its_epoch",
+                           f"{self.describe_read(r)}: its epoch ended {self.h.rel(epoch.end)} ({epoch.end_cause}), "
+                           f"its last subpartition still returned normally {last - epoch.end:.1f} s later")
 
     def check_whole(self, r: dict, w: Write, producers: dict[int, dict[int, list[int]]], planned: set | None) -> bool:
         """Every producer of ``w``, every row, once; returns whether something was wrong."""
