@@ -267,7 +267,7 @@ class Run:
         svc = self.service
         settings = {"workdir": str(self.workdir), "seed": args.seed, "names": self.names, "unix": svc.unix,
                     "tcp": svc.tcp, "secret": secret, "host_id": svc.info.get("host_id", "127.0.0.1"),
-                    "client_options": CLIENT_OPTIONS, "timeouts": bounds(), "slack": args.slack, "pause": args.pause}
+                    "client_options": CLIENT_OPTIONS, "timeouts": bounds(), "slack": args.slack, "pause": args.pause, "stagger": args.stagger}
         (self.workdir / "settings.json").write_text(json.dumps(settings, indent=1))
         base = self.baseline()
         self.log("run", argv=sys.argv[1:], service_pid=svc.proc.pid, settings=settings)
@@ -351,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--names", type=int, default=8, help="exchange names written and read")
     parser.add_argument("--pause", type=float, default=0.5, help="each client rests up to this long between operations")
+    parser.add_argument("--stagger", type=float, default=2.0,
+                        help="a read's subpartitions start up to this many seconds apart, as read tasks do")
     parser.add_argument("--slack", type=float, default=3.0, help="seconds a wait may exceed its bound (load)")
     parser.add_argument("--replace-bound", type=float, default=2.0,
                         help="seconds a writer may take to fail after its exchange is dropped or overwritten")

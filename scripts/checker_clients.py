@@ -64,7 +64,7 @@ def error_record(exc: BaseException) -> dict:
     return {"error_class": f"{cls.__module__}.{cls.__qualname__}", "error": str(exc)[:600]}
 
 
-class History:
+class HistoryFile:
     """This process's history file: one JSON object per line, each written whole by one system call."""
 
     def __init__(self, path: Path) -> None:
@@ -104,7 +104,7 @@ class Wait:
 class Watchdog(threading.Thread):
     """Logs every wait that outlives its bound (plus the run's slack), with the waiting thread's stack."""
 
-    def __init__(self, history: History, slack: float) -> None:
+    def __init__(self, history: HistoryFile, slack: float) -> None:
         super().__init__(daemon=True, name="watchdog")
         self.history = history
         self.slack = slack
@@ -137,17 +137,30 @@ class Watchdog(threading.Thread):
                                  bound=wait.bound, stack="".join(stack)[-3000:])
 
 
+def warm_up() -> None:
+    """Pay the imports and first calls of the data path before the first operation: fifty processes start
+    at once on a loaded machine, and a wait's bound is about the service, not the client's own start."""
+    from sparkflow_exchange.buffer import BatchEncoder, decode
+
+    seq = np.arange(100, dtype=np.int64)
+    batch = pa.record_batch([pa.array(seq), pa.array(seq.astype(np.int32)), pa.array(seq), pa.array(seq)], schema=SCHEMA)
+    decode(BatchEncoder(SCHEMA, "none").encode(batch), SCHEMA)
+    make_selector("hash", NUM_SUBPARTITIONS, 0, SCHEMA, keys=("key",)).select(batch)
+    summarise([(batch.column(0).to_numpy(), batch.column(1).to_numpy(), batch.column(2).to_numpy())])
+
+
 class Client:
     """What writers and readers share: settings, history, watchdog, the stop file."""
 
     def __init__(self, args: argparse.Namespace) -> None:
+        warm_up()
         self.settings = json.loads(Path(args.settings).read_text())
         self.role = args.role
         self.slot = args.slot
         self.incarnation = args.incarnation
         workdir = Path(self.settings["workdir"])
         self.stop_file = workdir / "stop"
-        self.history = History(workdir / "history" / f"{self.role}{self.slot:03d}.{self.incarnation:04d}.jsonl")
+        self.history = HistoryFile(workdir / "history" / f"{self.role}{self.slot:03d}.{self.incarnation:04d}.jsonl")
         self.rng = random.Random(self.settings["seed"] * 1_000_003 + self.slot * 10_007 + self.incarnation
                                  + (0 if self.role == "writer" else 500_009))
         self.unix = self.slot % 2 == 0  # even slots on the Unix socket, odd ones over TCP
@@ -320,8 +333,10 @@ class Reader(Client):
                 "ptype": desc.get("partition_type"), "desc_committed": list(desc.get("committed", ())) if mode == "sealed" else None}
         n = desc.get("num_subpartitions") or NUM_SUBPARTITIONS
         outcomes: dict[int, dict] = {}
-        threads = [threading.Thread(target=self.read_sub, args=(op, cfg, desc, sub, outcomes), daemon=True)
-                   for sub in range(n)]
+        # read tasks start when the scheduler gets to them, not all at once
+        delays = [self.rng.uniform(0, self.settings["stagger"]) for _ in range(n)]
+        threads = [threading.Thread(target=self.read_sub, args=(op, cfg, desc, sub, outcomes, delays[sub]),
+                                    daemon=True) for sub in range(n)]
         for t in threads:
             t.start()
         for t in threads:
@@ -340,8 +355,9 @@ class Reader(Client):
                          t_last_sub=max(o["t_end"] for o in outcomes.values()),
                          longest_wait=max(o["longest_wait"] for o in outcomes.values()))
 
-    def read_sub(self, op: int, cfg: ExchangeConfig, desc: dict, sub: int, outcomes: dict) -> None:
+    def read_sub(self, op: int, cfg: ExchangeConfig, desc: dict, sub: int, outcomes: dict, delay: float) -> None:
         """One subpartition, as one Spark read task would read it; what arrived, summarised."""
+        time.sleep(delay)
         wait = self.watchdog.watch(op, f"subpartition {sub}: first data", self.timeouts["first_data"])
         selector = make_selector("hash", desc.get("num_subpartitions") or NUM_SUBPARTITIONS, 0, SCHEMA, keys=("key",))
         columns: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -236,7 +237,7 @@ class Verdict:
         self.check_waits()
         self.check_writers_learn_replacement()
         for f in self.h.findings:
-            self.violation(f["kind"], f["message"])
+            self.violation(f["kind"], f["message"] + self.partition_story(f["message"]))
         self.collect_stats()
         return self
 
@@ -411,6 +412,18 @@ class Verdict:
                 self.violation("late_failure_after_replace",
                                f"{self.describe_write(w)}: its commit was acknowledged after its epoch ended "
                                f"{self.h.rel(t_r)} ({epoch.end_cause})")
+
+    def partition_story(self, message: str) -> str:
+        """What the history says of the write a leftover partition belongs to (its attempt is the write's id)."""
+        found = re.search(r"\.(w\d+\.\d+\.\d+)\.[0-9a-f]+\b", message)
+        wids = planned_wids([f"x.0.0.{found.group(1)}.0"]) if found else set()
+        w = self.h.writes.get(next(iter(wids))) if wids else None
+        if w is None:
+            return ""
+        if w.killed_at is not None:
+            return (f"; {self.describe_write(w)}: its writer was killed -9 {self.h.rel(w.killed_at)}, "
+                    f"{w.killed_at - (w.t_declared or w.t_begin):.2f} s after the declare")
+        return f"; {self.describe_write(w)}: its writer ended it at stage {(w.end or {}).get('stage')}"
 
     # ------------------------------------------------------------ numbers
     def collect_stats(self) -> None:
