@@ -1,15 +1,20 @@
-"""Two Spark applications running at once, connected only by an exchange name.
+"""Two Spark applications, one after the other, connected only by an exchange name.
 
-The consumer application starts first and waits for the exchange; the producer
-application writes it with PIPELINED_BOUNDED (streamed: rows flow while they are
-written, under credit-based backpressure). Both use the embedded service of
-this user on this host.
+The producer application writes the exchange with default settings and exits.
+Some time later (``--gap``, longer than ``embedded.idleTimeout``) the consumer
+application starts, reads every row and drops the exchange. Both use the
+embedded service of this user on this host: it keeps the exchange after its
+writer has ended (until dropped, or unused for ``ttl``), and exits once it
+holds nothing and no application uses it.
 
-Run: .venv/bin/python examples/two_applications.py
+Run: .venv/bin/python examples/two_applications.py [--gap SECONDS]
 """
+import argparse
+import json
 import os
 import subprocess
 import sys
+import time
 
 NAME = "clicks"
 ROWS = 500_000
@@ -27,33 +32,50 @@ def session(app: str):
     return spark
 
 
+def service_pid() -> int:
+    from sparkflow_exchange.service.discovery import runtime_dir
+
+    return json.loads((runtime_dir() / "embedded.json").read_text())["pid"]
+
+
 def producer() -> None:
     spark = session("producer-app")
     clicks = spark.range(0, ROWS, 1, 2).selectExpr("id", "id % 97 AS user_id", "concat('page-', id % 13) AS page")
     (clicks.write.format("pipelined").mode("overwrite")
         .option("exchange", NAME).option("partitioner", "hash").option("keys", "user_id")
-        .option("numSubpartitions", "2").option("partitionType", "PIPELINED_BOUNDED")
         .save())
-    print("producer: committed", flush=True)
+    print(f"producer: committed {ROWS} rows (exchange service pid {service_pid()})", flush=True)
     spark.stop()
 
 
 def consumer() -> None:
+    import sparkflow_exchange
+
     spark = session("consumer-app")
-    df = spark.read.format("pipelined").option("exchange", NAME).option("declareTimeout", "120s").load()
+    df = spark.read.format("pipelined").option("exchange", NAME).load()
     result = df.groupBy().agg({"id": "count", "user_id": "sum"}).collect()[0]
-    print(f"consumer: {result['count(id)']} rows, sum(user_id) = {result['sum(user_id)']}", flush=True)
+    print(f"consumer: {result['count(id)']} rows, sum(user_id) = {result['sum(user_id)']} "
+          f"(exchange service pid {service_pid()})", flush=True)
     assert result["count(id)"] == ROWS
+    assert result["sum(user_id)"] == sum(i % 97 for i in range(ROWS))
+    sparkflow_exchange.drop_exchange(NAME)  # the service exits once it holds nothing and no application runs
     spark.stop()
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
-        {"producer": producer, "consumer": consumer}[sys.argv[1]]()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("role", nargs="?", choices=("producer", "consumer"), help="run one application only")
+    parser.add_argument("--gap", type=float, default=15.0,
+                        help="seconds between the producer's end and the consumer's start (default 15)")
+    args = parser.parse_args()
+    if args.role:
+        {"producer": producer, "consumer": consumer}[args.role]()
         sys.exit(0)
     me = os.path.abspath(__file__)
-    reader = subprocess.Popen([sys.executable, me, "consumer"])
-    writer = subprocess.Popen([sys.executable, me, "producer"])
-    codes = (writer.wait(300), reader.wait(300))
-    print("two applications OK" if codes == (0, 0) else f"failed: exit codes {codes}")
-    sys.exit(max(codes))
+    code = subprocess.run([sys.executable, me, "producer"], timeout=600).returncode
+    if code == 0:
+        print(f"producer application ended; the consumer starts in {args.gap:g} s", flush=True)
+        time.sleep(args.gap)
+        code = subprocess.run([sys.executable, me, "consumer"], timeout=600).returncode
+    print("two applications OK" if code == 0 else f"failed: exit code {code}")
+    sys.exit(code)

@@ -113,7 +113,8 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "hostId": ("host_id", str, "identity of this host; local vs remote channels follow it"),
     "serviceScope": ("service_scope", lambda v: str(v).lower(), "host | executor"),
     "spillDir": ("spill_dir", str, "directory for spill files (default: a fresh temp dir); the service makes it 0700 when it does not exist and then removes it when it stops; its files are 0600 and go with their partitions"),
-    "embedded.idleTimeout": ("idle_timeout", parse_duration, "embedded service exits this long after its last application"),
+    "embedded.idleTimeout": ("idle_timeout", parse_duration, "the embedded service exits this long after its last application ended, once it holds no exchange (dropped, or expired after ttl)"),
+    "maxDiskBytes": ("max_disk_bytes", parse_size, "bytes of spill files a service holds at most; a write beyond fails saying so (0 = 90% of the spill directory's free space when the service starts)"),
     "ttl": ("ttl", parse_duration, "an exchange is dropped this long after its last use (0 = never)"),
     "maxFrameSize": ("max_frame_size", parse_size, "hard maximum frame size on the wire"),
     "metricsPort": ("metrics_port", int, "HTTP port of Prometheus metrics (0 = off)"),
@@ -145,8 +146,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
                "readerTimeout", "advisoryPartitionSize", "splitSkewedSubpartitions", "skewedPartitionFactor",
                "skewedPartitionThreshold", "freezeWorkerHeap"),
     "service": ("coordinator", "service", "memory.budget", "maxOpenSpillFiles", "maxConnections", "bindHost", "port",
-                "hostId", "serviceScope", "spillDir", "embedded.idleTimeout", "maxFrameSize", "metricsPort",
-                "metricsHost"),
+                "hostId", "serviceScope", "spillDir", "maxDiskBytes", "embedded.idleTimeout", "maxFrameSize",
+                "metricsPort", "metricsHost"),
     "security": ("secret", "secretFile", "tls.certFile", "tls.keyFile", "tls.caFile", "tls.checkHostname",
                  "maxUnauthenticatedConnections", "maxUnauthenticatedPerPeer", "helloTimeout"),
     "streaming": ("consumerGroup", "startingEpochs", "maxEpochsPerTrigger", "maxRowsPerTrigger", "maxBytesPerTrigger",
@@ -203,6 +204,7 @@ class ExchangeConfig:
     service_scope: str = "host"
     spill_dir: str | None = None
     idle_timeout: float = 10.0
+    max_disk_bytes: int = 0
     ttl: float = 3600.0
     max_frame_size: int = 64 << 20
     metrics_port: int = 0

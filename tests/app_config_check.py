@@ -29,4 +29,6 @@ print(json.dumps({
     "overridden": [exchanges["overridden"]["partition_type"], exchanges["overridden"]["num_subpartitions"]],
     "service_pid": state["pid"], "spill_dir": state["spill_dir"], "socket": state["unix"],
 }), flush=True)
+for name in exchanges:  # the embedded service keeps what it holds; dropped, it exits after the application
+    sparkflow_exchange.drop_exchange(name)
 spark.stop()

@@ -21,6 +21,16 @@ os.environ["SPARKFLOW_EXCHANGE_RUNTIME_DIR"] = RUNTIME_DIR
 sys.path.insert(0, str(TESTS))
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """The embedded service of this test run keeps its exchanges for later readers: end it with the run."""
+    import shutil
+
+    from harness import stop_embedded
+
+    stop_embedded(Path(RUNTIME_DIR))
+    shutil.rmtree(RUNTIME_DIR, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def spark():
     """A local session shared by every Spark test (start-up costs ~6 s).

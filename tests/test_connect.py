@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import stop_embedded
+
 pytestmark = [pytest.mark.spark, pytest.mark.connect]
 HERE = Path(__file__).parent
 
@@ -24,8 +26,11 @@ def connect_run(tmp_path_factory):
     runtime = tmp_path_factory.mktemp("connect-runtime")
     env = {**os.environ, "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(runtime)}
     env.pop("SPARK_REMOTE", None)
-    proc = subprocess.run([sys.executable, str(HERE / "app_connect.py")], capture_output=True, text=True,
-                          timeout=600, env=env, cwd=tmp_path_factory.mktemp("connect-cwd"))
+    try:
+        proc = subprocess.run([sys.executable, str(HERE / "app_connect.py")], capture_output=True, text=True,
+                              timeout=600, env=env, cwd=tmp_path_factory.mktemp("connect-cwd"))
+    finally:
+        stop_embedded(runtime)  # it keeps the application's exchanges for later readers
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["session"] == "pyspark.sql.connect.session"

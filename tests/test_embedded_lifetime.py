@@ -36,6 +36,7 @@ while time.monotonic() < deadline:
     reads.append(sum(b.num_rows for sub in range(2) for b in ex.read_subpartition(config, desc, sub)))
     time.sleep(0.2)
 print(json.dumps({"reads": reads, "pids": [first, service_pid()]}))
+ex.drop_exchange("lifetime", config)  # else the service keeps it for later readers
 """
 
 
@@ -48,9 +49,87 @@ def test_a_python_client_without_jvm_keeps_the_embedded_service_while_it_runs(tm
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(result["reads"]) >= 5 and set(result["reads"]) == {1000}
     assert result["pids"][0] == result["pids"][1], "the embedded service was replaced while its client ran"
-    # the client has ended: the service follows once the idle timeout has passed
+    # the client has ended, its exchange dropped: the service follows once the idle timeout has passed
     state = runtime / "embedded.json"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and state.exists():
         time.sleep(0.2)
     assert not state.exists(), "embedded service still running after its only client ended"
+
+
+WRITER = r"""
+import json, sys
+import pyarrow as pa
+from sparkflow_exchange import exchange as ex
+from sparkflow_exchange.config import ExchangeConfig
+from sparkflow_exchange.service.discovery import runtime_dir
+
+config = ExchangeConfig.load().replace(exchange=sys.argv[1], partitioner="hash", keys=("id",), num_subpartitions=2)
+schema = pa.schema([("id", pa.int64())])
+handle = ex.declare_write(config, schema, overwrite=True)
+task = ex.ProducerTask(handle, 0, "0-0-0")
+task.write([pa.record_batch([pa.array(range(5000), pa.int64())], schema=schema)])
+ex.commit_write(handle, [task.finish()["partition"]])
+print(json.loads((runtime_dir() / "embedded.json").read_text())["pid"])
+"""
+
+READER = r"""
+import json, sys
+from sparkflow_exchange import exchange as ex
+from sparkflow_exchange.config import ExchangeConfig
+from sparkflow_exchange.service.discovery import runtime_dir
+
+config = ExchangeConfig.load().replace(exchange=sys.argv[1])
+desc = ex.describe_exchange(config, wait=False)
+ids = sorted(v for sub in range(2) for b in ex.read_subpartition(config, desc, sub) for v in b.column(0).to_pylist())
+pid = json.loads((runtime_dir() / "embedded.json").read_text())["pid"]
+ex.drop_exchange(sys.argv[1], config)
+print(json.dumps({"pid": pid, "ids_ok": ids == list(range(5000))}))
+"""
+
+
+def _client(code: str, env: dict, *args: str) -> str:
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def _exits_leaving_nothing(pid: int, runtime: Path) -> None:
+    import tempfile
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.2)
+    assert not Path(f"/proc/{pid}").exists(), "the embedded service did not exit once it held nothing"
+    assert sorted(p.name for p in runtime.iterdir()) == [], "files left in the runtime directory"
+    assert not list(Path(tempfile.gettempdir()).glob(f"sparkflow-spill-{pid}-*")), "spill directory left behind"
+
+
+def test_an_exchange_outlives_its_writer_and_the_service_exits_once_it_is_dropped(tmp_path):
+    runtime = tmp_path / "runtime"
+    env = {**os.environ, "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(runtime),
+           "SPARKFLOW_EXCHANGE_CONF": json.dumps({"embedded.idleTimeout": "1s"})}
+    from harness import stop_embedded
+
+    try:
+        pid = int(_client(WRITER, env, "kept"))
+        time.sleep(4)  # four idle timeouts with no application: the service holds an exchange, so it stays
+        assert Path(f"/proc/{pid}").exists(), "the embedded service exited while it held an exchange"
+        result = json.loads(_client(READER, env, "kept"))
+        assert result == {"pid": pid, "ids_ok": True}
+        _exits_leaving_nothing(pid, runtime)
+    finally:
+        stop_embedded(runtime)
+
+
+def test_an_exchange_expires_after_ttl_and_the_service_exits_leaving_nothing(tmp_path):
+    runtime = tmp_path / "runtime"
+    env = {**os.environ, "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(runtime),
+           "SPARKFLOW_EXCHANGE_CONF": json.dumps({"embedded.idleTimeout": "1s", "ttl": "2s"})}
+    from harness import stop_embedded
+
+    try:
+        pid = int(_client(WRITER, env, "short-lived"))
+        _exits_leaving_nothing(pid, runtime)
+    finally:
+        stop_embedded(runtime)

@@ -70,6 +70,16 @@ def test_lost_marks_survive_a_second_crash_and_drop_clears_them(tmp_service, tmp
         ex.describe_exchange(client_config(third, exchange="held", declareTimeout="0.2"))
 
 
+def test_exchanges_held_by_an_embedded_service_stopped_on_purpose_are_lost_saying_so(tmp_service, tmp_path):
+    state = tmp_path / "embedded.json"
+    first = tmp_service(extra=["--state-file", str(state), "--embedded", "--hold-exchanges"])
+    write(client_config(first, exchange="held", keys="a", numSubpartitions=2))
+    assert first.stop(signal.SIGTERM) == 0
+    second = tmp_service(extra=["--state-file", str(state), "--embedded", "--hold-exchanges"])
+    with pytest.raises(ExchangeLost, match=rf"exchange 'held' was lost: .*\(pid {first.proc.pid}\) was stopped at "):
+        ex.describe_exchange(client_config(second, exchange="held", declareTimeout="30"))
+
+
 @pytest.mark.spark
 def test_read_after_the_embedded_service_was_killed_fails_at_once_saying_lost(tmp_path):
     env = {**os.environ, "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(tmp_path / "runtime")}

@@ -280,9 +280,14 @@ def test_spark_default_settings_local2_three_exchanges_of_200_producers_by_16_al
     import sys
     from pathlib import Path
 
+    from harness import stop_embedded
+
     env = {**os.environ, "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(tmp_path / "runtime")}
-    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "app_default_width.py")], capture_output=True,
-                          text=True, timeout=600, env=env)
+    try:
+        proc = subprocess.run([sys.executable, str(Path(__file__).parent / "app_default_width.py")],
+                              capture_output=True, text=True, timeout=600, env=env)
+    finally:
+        stop_embedded(tmp_path / "runtime")  # it keeps the application's exchanges for later readers
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     for i in range(3):

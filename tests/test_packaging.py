@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import stop_embedded
+
 pytestmark = pytest.mark.packaging
 ROOT = Path(__file__).resolve().parent.parent
 JAR_IN_WHEEL = "sparkflow_exchange/jars/sparkflow-exchange-plugin.jar"
@@ -116,7 +118,10 @@ def test_editable_install_is_found_by_spark_from_any_directory(tmp_path):
     """The README's set-up (scripts/setup.sh: compat editable mode); no register, cwd outside the project."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["SPARKFLOW_EXCHANGE_RUNTIME_DIR"] = str(tmp_path / "runtime")
-    proc = subprocess.run([sys.executable, "-c", FROM_ELSEWHERE], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    try:
+        proc = subprocess.run([sys.executable, "-c", FROM_ELSEWHERE], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)
+    finally:
+        stop_embedded(tmp_path / "runtime")  # it keeps the application's exchanges for later readers
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rows 30" in proc.stdout

@@ -21,7 +21,7 @@ from typing import Callable
 from ..buffer_kinds import BROADCAST, END_COUNTS, BufferKind
 from .buffer_pool import NetworkBufferPool, StoredBuffer
 from .partition_memory import PartitionMemory
-from .spill import SpillFile, SpillReaders
+from .spill import DiskBudget, SpillFile, SpillReaders
 from .subpartition import Subpartition, SubpartitionView
 
 
@@ -51,6 +51,7 @@ class ResultPartition:
         exchange: str = "",
         attempt: str = "",
         spill_readers: SpillReaders | None = None,
+        disk: DiskBudget | None = None,
     ) -> None:
         """``slots`` is the most buffers its pool may hold (buffersPerPartition); how many it may hold
         now is the network pool's to say."""
@@ -66,7 +67,7 @@ class ResultPartition:
         self.memory = PartitionMemory(network, partition_type, buffer_size, slots, pid)
         self.subpartitions = [Subpartition(self, i) for i in range(num_subpartitions)]
         self.spill: SpillFile | None = None if self.consume_once else \
-            SpillFile(Path(spill_dir) / _spill_name(pid), spill_readers)
+            SpillFile(Path(spill_dir) / _spill_name(pid), spill_readers, disk)
         self.finished = False
         self.failure: str | None = None
         self.released = False

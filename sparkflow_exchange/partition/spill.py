@@ -30,6 +30,33 @@ class SpillCorruptError(OSError):
     """A spill data or index file does not hold what its partition wrote (damaged, truncated, replaced)."""
 
 
+class DiskFullError(RuntimeError):
+    """A spill write would take a service's spill files beyond their bound (``maxDiskBytes``)."""
+
+
+class DiskBudget:
+    """The bytes of spill files a service may hold at once; every spill file of the service draws on it.
+
+    Exchanges outlive the applications that wrote them (until dropped or ``ttl``), so without a bound
+    forgotten exchanges could fill the disk; a write that would pass the bound fails saying so.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def take(self, nbytes: int, path: Path) -> None:
+        if self.used + nbytes > self.limit:
+            raise DiskFullError(
+                f"the service's spill files would exceed maxDiskBytes={self.limit} bytes (holding {self.used}, "
+                f"{nbytes} more for {path.name}): drop exchanges you no longer need (`sparkflow-exchange list`, "
+                "`sparkflow-exchange drop NAME`), lower ttl, or raise maxDiskBytes")
+        self.used += nbytes
+
+    def give(self, nbytes: int) -> None:
+        self.used = max(0, self.used - nbytes)
+
+
 class SpillReaders:
     """At most ``capacity`` read-only fds of finished spill files, least recently used closed first."""
 
@@ -66,16 +93,19 @@ def _create_private(path: Path, flags: int) -> int:
 
 
 class SpillFile:
-    def __init__(self, path: Path, readers: SpillReaders | None = None) -> None:
+    def __init__(self, path: Path, readers: SpillReaders | None = None, disk: DiskBudget | None = None) -> None:
         self.path = Path(path)
         self.index_path = self.path.with_suffix(".index")
         self.readers = readers if readers is not None else DEFAULT_READERS
+        self.disk = disk
         self._fd = _create_private(self.path, os.O_RDWR)  # -1 once finished
         self.size = 0
 
     def append(self, payload: bytes | memoryview) -> tuple[int, int]:
         offset = self.size
         view = memoryview(payload)
+        if self.disk is not None:
+            self.disk.take(len(view), self.path)
         written = 0
         while written < len(view):
             written += os.pwrite(self._fd, view[written:], offset + written)
@@ -109,6 +139,9 @@ class SpillFile:
 
     def delete(self) -> None:
         self.close()
+        if self.disk is not None:
+            self.disk.give(self.size)
+            self.disk = None
         self.readers.forget(self.path)
         for p in (self.path, self.index_path):
             try:

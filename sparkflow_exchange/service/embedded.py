@@ -4,9 +4,12 @@ Its address and a fresh secret sit in the runtime directory (0700, state file
 0600), so every Spark application of the user on this host finds it and two
 applications can meet at an exchange name. The JVM above the Python worker
 that uses it attaches to it (a Python process with no JVM above it, a script
-using the client API or the driver itself, attaches itself); it exits,
-removing its files, once the last attached process has ended and
-``embedded.idleTimeout`` has passed.
+using the client API or the driver itself, attaches itself). Exchanges
+outlive the applications that wrote them: the service stays up while it
+holds any (until dropped, or expired after ``ttl``), and exits, removing its
+files, once the last attached process has ended, it holds nothing, and
+``embedded.idleTimeout`` has passed. Its spill files are bounded by
+``maxDiskBytes``.
 """
 from __future__ import annotations
 
@@ -19,5 +22,6 @@ from .private_files import runtime_dir
 
 def ensure_embedded(config: ExchangeConfig, timeout: float = 30.0) -> dict:
     directory = runtime_dir()
-    return ensure_service(directory / "embedded.json", config, ["--unix", str(directory / "embedded.sock")],
+    return ensure_service(directory / "embedded.json", config,
+                          ["--unix", str(directory / "embedded.sock"), "--hold-exchanges"],
                           attach_pid=jvm_pid() or os.getpid(), timeout=timeout)

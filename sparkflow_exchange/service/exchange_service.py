@@ -17,7 +17,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..config import PARTITION_TYPES, ExchangeConfig
 from ..network import auth
@@ -28,7 +28,7 @@ from ..network.protocol import FRAME_POOL, RegisterPartition
 from ..network.server import RpcError, ServerConnection
 from ..partition.buffer_pool import NetworkBufferPool
 from ..partition.result_partition import ResultPartition
-from ..partition.spill import SpillReaders
+from ..partition.spill import DiskBudget, SpillReaders
 from .coordinator import Coordinator
 from .fd_budget import fd_budget
 from .streams import StreamRegistry
@@ -39,7 +39,11 @@ log = logging.getLogger(__name__)
 
 class ExchangeService:
     def __init__(self, config: ExchangeConfig, *, coordinator: bool = True, unix_path: str | None = None,
-                 secret: str | None = None, attach_mode: bool = False) -> None:
+                 secret: str | None = None, attach_mode: bool = False, hold_exchanges: bool = False,
+                 retire: Callable[[], bool] | None = None) -> None:
+        """``attach_mode``: exit once no attached application lives (for ``embedded.idleTimeout``);
+        ``hold_exchanges``: not while it still holds an exchange or partition; ``retire``: asked before
+        such an exit, may refuse it (the launcher's lock: a client is joining at that moment)."""
         self.config = config
         self.service_id = f"svc-{uuid.uuid4().hex[:8]}"
         self.host_id = config.resolved_host_id()
@@ -54,6 +58,8 @@ class ExchangeService:
         # directories we made (0700), removed when we stop: all of the default one, an explicit one when empty
         self._made_dirs = [self.spill_dir] if config.spill_dir is None else _make_private_dirs(self.spill_dir)
         self.own_files: list[Path] = []  # other files it made there (a generated secret), removed when it stops
+        # exchanges outlive their writers: the spill files' bound (maxDiskBytes, else 90% of the free space)
+        self.disk = DiskBudget(config.max_disk_bytes or int(shutil.disk_usage(self.spill_dir).free * 0.9))
         self.partitions: dict[str, ResultPartition] = {}
         # every connection, and the strangers among them (not authenticated, not our own user's Unix clients)
         self.admission: Admission[ServerConnection] = Admission(
@@ -70,6 +76,8 @@ class ExchangeService:
             if self.coordinator is not None else None
         self.unix_path = unix_path
         self.attach_mode = attach_mode  # embedded: exit when the attached applications are gone
+        self.hold_exchanges = hold_exchanges  # ... and it holds nothing more
+        self.retire = retire
         self.apps: dict[str, int] = {}  # application id -> pid of its JVM
         self.listeners: list[Listener] = []
         self.tcp_address: tuple[str, int] | None = None
@@ -154,9 +162,16 @@ class ExchangeService:
                 await self.coordinator.expire()
                 await self.streams.expire()
             self._expire_partitions()
-            if self.attach_mode and self._apps_gone():
-                log.info("no attached application is alive; embedded service exits")
+            if self.attach_mode and self._apps_gone() and not (self.hold_exchanges and self.holds_data()) \
+                    and (self.retire is None or self.retire()):
+                log.info("no attached application is alive and no exchange is held; the service exits")
                 self.stop()
+
+    def holds_data(self) -> bool:
+        """An exchange, a stream or a partition lives here: an embedded service keeps it for later readers."""
+        if self.partitions:
+            return True
+        return self.coordinator is not None and bool(self.coordinator.exchanges or self.streams.streams)
 
     def _expire_partitions(self) -> None:
         """A service without the coordinator frees partitions nobody touched for ``ttl``."""
@@ -189,6 +204,7 @@ class ExchangeService:
             msg.partition, msg.num_subpartitions, msg.partition_type, self.budget,
             msg.buffers or self.config.buffers_per_partition, msg.buffer_size or self.config.buffer_size,
             self.spill_dir, exchange=msg.exchange, attempt=msg.attempt, spill_readers=self.spill_readers,
+            disk=self.disk,
         )
         self.partitions[msg.partition] = part
         return part
@@ -352,6 +368,7 @@ class ExchangeService:
             "memory": {"budget": self.budget.total_bytes, "reserved": self.budget.reserved_bytes,
                        "used": self.budget.used_bytes, "promised": self.budget.promised_bytes,
                        "running_pools": len(self.budget.pools), "open_spill_reads": len(self.spill_readers)},
+            "disk": {"limit": self.disk.limit, "used": self.disk.used, "spill_dir": str(self.spill_dir)},
             "partitions": partitions,
             "channels": channels,
             "strangers": self.admission.strangers,  # connections that have not authenticated (own user's aside)

@@ -14,7 +14,9 @@ import stat
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Iterator
 
 from ..config import ENV_CONF, ExchangeConfig
 from ..network.blocking_client import BlockingConnection, ServiceError
@@ -62,22 +64,22 @@ def ensure_service(state: Path, config: ExchangeConfig, extra_args: list[str], *
                    timeout: float = 30.0) -> dict:
     """The running service named by ``state``, started if needed, with ``attach_pid`` attached.
 
-    A service this process has already seen answer is trusted while its state file still names it and
-    its pid lives: every Spark write task asks, and a lock, a connection and a ping each time cost it
-    several milliseconds.
+    A service this process has already seen answer, with ``attach_pid`` attached, is trusted while its
+    state file still names it and its pid lives: every Spark write task asks, and a lock, a connection
+    and a ping each time cost it several milliseconds. Otherwise the join happens under the launcher's
+    lock, which a retiring service takes too: it never leaves a client that has just joined it.
     """
     known = _answered.get(str(state))
-    if known is not None:
+    if known is not None and (attach_pid is None or (known["pid"], attach_pid) in _attached):
         info = read_state(state)
         if info is not None and info == known:
-            return _attach_once(info, attach_pid)
-    with os.fdopen(open_private(state.with_suffix(".lock"), os.O_RDWR), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+            return info
+    with launcher_lock(state):
         info = read_state(state)
         if info is None or not _answers(info):
             info = _start(state, config, extra_args, timeout)
-    _answered[str(state)] = info
-    return _attach_once(info, attach_pid)
+        _answered[str(state)] = info
+        return _attach_once(info, attach_pid)
 
 
 def _attach_once(info: dict, attach_pid: int | None) -> dict:
@@ -85,6 +87,85 @@ def _attach_once(info: dict, attach_pid: int | None) -> dict:
         attach(info, attach_pid)
         _attached.add((info["pid"], attach_pid))
     return info
+
+
+@contextmanager
+def launcher_lock(state: Path, *, wait: bool = True) -> Iterator[bool]:
+    """Hold the lock beside ``state`` (yields False when ``wait`` is off and another process holds it).
+
+    A retiring service removes the lock file while holding it; whoever was waiting on the removed
+    file takes the lock again on a fresh one."""
+    path = state.with_suffix(".lock")
+    while True:
+        fd = open_private(path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            yield False
+            return
+        try:
+            current = os.stat(path)
+            mine = os.fstat(fd)
+            if (current.st_ino, current.st_dev) == (mine.st_ino, mine.st_dev):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        yield True
+    finally:
+        os.close(fd)
+
+
+class Retirement:
+    """How a service with a state file leaves: under the launcher's lock, taking its files with it.
+
+    ``begin`` (the service is idle and would exit) takes the lock without waiting (a client holds it
+    while it joins: try again later) and removes the state file, so no client joins from then on;
+    ``finish`` (after shutdown: the socket is gone) removes the lock file and an empty log, then lets
+    go of the lock, so a successor never shares the socket path with a service on its way out.
+    """
+
+    def __init__(self, state: Path) -> None:
+        self.state = Path(state)
+        self._lock: Any = None
+
+    def begin(self) -> bool:
+        lock = launcher_lock(self.state, wait=False)
+        if not lock.__enter__():
+            return False
+        self._lock = lock
+        self._forget_state()
+        return True
+
+    def finish(self) -> None:
+        if self._lock is None:  # stopped by a signal: wait a little for the lock, clean up anyway
+            deadline = time.monotonic() + 2.0
+            while not self.begin() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        self._forget_state()
+        if self._lock is None:
+            return
+        log_path = self.state.with_suffix(".log")
+        try:
+            if log_path.stat().st_size == 0:
+                log_path.unlink()
+        except OSError:
+            pass
+        try:
+            self.state.with_suffix(".lock").unlink()
+        except OSError:
+            pass
+        self._lock.__exit__(None, None, None)
+        self._lock = None
+
+    def _forget_state(self) -> None:
+        try:
+            if json.loads(read_private(self.state) or "{}").get("pid") == os.getpid():
+                self.state.unlink()
+        except (OSError, ValueError):
+            pass
 
 
 def sweep_orphan_spill_dirs() -> list[str]:

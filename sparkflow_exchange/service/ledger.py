@@ -5,8 +5,9 @@ service started for the user knows nothing of them: a read would wait ``declareT
 say the exchange "does not exist". So the coordinator keeps the names of its exchanges in a small
 file beside its state file (``embedded.exchanges.json``, 0600), rewritten when an exchange is
 declared or dropped. A successor that finds the file naming a dead pid marks those names *lost*
-and a read of one fails at once saying why. A lost mark ends when the name is written again or
-dropped, or after ``ttl``; a clean exit removes the file unless it still carries lost marks.
+and a read of one fails at once saying why. A service stopped on purpose while it still holds
+exchanges marks them lost the same way. A lost mark ends when the name is written again or dropped,
+or after ``ttl``; a clean exit removes the file unless it still carries lost marks.
 """
 from __future__ import annotations
 
@@ -53,8 +54,15 @@ class ExchangeLedger:
         self._last = state
         write_state(self.path, {"pid": os.getpid(), "updated": time.time(), "exchanges": names, "lost": lost})
 
-    def close(self, lost: Lost) -> None:
-        """A clean exit: the exchanges were released on purpose; only lost marks are worth keeping."""
+    def close(self, lost: Lost, held: list[str] = ()) -> None:
+        """A clean exit. ``held``: exchanges it still held (stopped on purpose, not idle): marked lost, as
+        are the lost marks it carried; with neither, the file goes."""
+        if held:
+            when = time.strftime("%Y-%m-%d %H:%M:%S")
+            lost = {**lost, **{name: {"at": time.time(), "message": (
+                f"exchange {name!r} was lost: the exchange service that held it (pid {os.getpid()}) was stopped "
+                f"at {when} while holding it (SIGTERM or a shutdown request), and the exchange's data went "
+                "with it. Write the exchange again")} for name in held}}
         if lost:
             self.record([], lost)
             return

@@ -14,8 +14,8 @@ from ..network import auth
 from .exchange_service import ExchangeService
 from .fd_budget import raise_nofile_limit
 from .log_limit import install as limit_log_rate
-from .launcher import write_state
-from .private_files import read_private, write_private
+from .launcher import Retirement, write_state
+from .private_files import write_private
 from .ledger import ExchangeLedger
 
 
@@ -30,6 +30,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host-id", help="host identity (default: the hostname)")
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this HTTP port")
     parser.add_argument("--embedded", action="store_true", help="exit once no attached application is alive")
+    parser.add_argument("--hold-exchanges", action="store_true",
+                        help="with --embedded: stay up while any exchange is held (until dropped or expired after ttl)")
     parser.add_argument("--state-file", help="write the service's addresses (and secret) here, mode 0600")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="any spark.sparkflow.exchange.<KEY> setting")
 
@@ -55,8 +57,10 @@ async def run(args: argparse.Namespace) -> None:
     generated_secret_file = None
     if not secret and not args.insecure:
         secret = auth.new_secret()
+    retiring = Retirement(Path(args.state_file)) if args.state_file else None
     service = ExchangeService(config, coordinator=not args.no_coordinator, unix_path=args.unix, secret=secret or None,
-                              attach_mode=args.embedded)
+                              attach_mode=args.embedded, hold_exchanges=args.hold_exchanges,
+                              retire=retiring.begin if retiring is not None else None)
     await service.start()
     ledger = None
     if args.state_file and service.coordinator is not None:  # before the state file: readers come after it
@@ -77,13 +81,11 @@ async def run(args: argparse.Namespace) -> None:
         await service.serve_until_stopped()
     finally:
         if ledger is not None:
-            ledger.close(service.coordinator.lost)
-        if args.state_file:
-            try:
-                if json.loads(read_private(args.state_file) or "{}").get("pid") == os.getpid():
-                    os.unlink(args.state_file)
-            except (OSError, ValueError):
-                pass
+            # an embedded service stops with exchanges only when told to: their readers hear they were lost
+            held = sorted({*service.coordinator.exchanges, *service.streams.streams}) if args.hold_exchanges else []
+            ledger.close(service.coordinator.lost, held)
+        if retiring is not None:
+            retiring.finish()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -93,6 +93,33 @@ def start_service(tmp: Path, *, host: str = "127.0.0.1", host_id: str | None = N
     return RunningService(proc, json.loads(line), secret, spill)
 
 
+def stop_embedded(runtime: Path, timeout: float = 30.0) -> int | None:
+    """Stop the embedded service of the runtime directory ``runtime`` (SIGTERM, by the pid in its state
+    file) and wait for it to exit; returns its pid, or None when none runs.
+
+    An embedded service keeps the exchanges it holds for later applications (until dropped or ``ttl``):
+    a test or benchmark run with a runtime directory of its own ends the one its applications left."""
+    from .launcher import read_state
+
+    info = read_state(Path(runtime) / "embedded.json")
+    if info is None:
+        return None
+    pid = info["pid"]
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return pid
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+        try:  # started detached by a launcher of this process: reap it if it is our child
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                break
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    return pid
+
+
 def client_config(coordinator: RunningService, **options) -> ExchangeConfig:
     """A config pointing at a test service (as options would); ``service=`` may name another one."""
     opts = {"coordinator": coordinator.tcp, "service": coordinator.tcp, "secret": coordinator.secret}
