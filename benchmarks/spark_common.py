@@ -7,6 +7,7 @@ Workers import this module: the scripts put ``benchmarks/`` on ``PYTHONPATH`` be
 """
 from __future__ import annotations
 
+import atexit
 import gc
 import json
 import os
@@ -31,6 +32,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+from sparkflow_exchange.service.process import stop_embedded
+
 SCHEMA = "id long, key long, s string, d double"
 
 
@@ -50,6 +53,8 @@ def bench_environment(name: str) -> Path:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["SPARKFLOW_EXCHANGE_RUNTIME_DIR"] = str(tmp / "runtime")
+    # the run's embedded service would keep what the run wrote for later readers: it ends with the run
+    atexit.register(stop_embedded, tmp / "runtime")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
     if here not in sys.path:
         sys.path.insert(0, here)
