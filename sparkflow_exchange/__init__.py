@@ -60,17 +60,29 @@ def _register_if_changed(spark: Any) -> None:
 
 
 def drop_exchange(name: str, spark: Any = None, **options: str) -> dict:
-    """Release an exchange and every partition it holds (``spark``: take that session's settings too)."""
+    """Release an exchange and every partition it holds (``spark``: take that session's settings, and its
+    plugin's coordinator, too). Asks the services already running; never starts one."""
     from .exchange import drop_exchange as _drop
 
-    return _drop(name, _config(spark, options))
+    return _drop(name, _config(spark, options), jvm=_driver_jvm(spark))
 
 
 def list_exchanges(spark: Any = None, **options: str) -> list[dict]:
-    """The exchanges the coordinator holds (``spark``: take that session's settings too)."""
+    """The exchanges the coordinators hold (``spark``: take that session's settings, and its plugin's
+    coordinator, too). Asks the services already running; [] when none runs (none is started)."""
     from .exchange import list_exchanges as _list
 
-    return _list(_config(spark, options))
+    return _list(_config(spark, options), jvm=_driver_jvm(spark))
+
+
+def _driver_jvm(spark: Any) -> int | None:
+    """The pid of a classic session's driver JVM (its Spark plugin left the coordinator's address for it)."""
+    if spark is None:
+        return None
+    try:
+        return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    except Exception:  # noqa: BLE001 - Spark Connect, or no JVM gateway: no plugin note to find
+        return None
 
 
 def leave_group(name: str, group: str, spark: Any = None, **options: str) -> dict:

@@ -1,12 +1,34 @@
-"""``sparkflow-exchange serve | status | drop``: the operator's command line."""
+"""``sparkflow-exchange serve | status | list | drop``: the operator's command line.
+
+``status``, ``list`` and ``drop`` ask the service at ``--address``, else every service of this user
+on this host (the embedded one, those started by ``serve``, the Spark plugin's: see
+``service.discovery``); they never start a service to answer.
+"""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
+from . import __version__
 from .config import ExchangeConfig
+
+MiB = 2**20
+ELSEWHERE = "give --address HOST:PORT (and --secret-file FILE) for a service elsewhere"
+
+
+def _size(n: int) -> str:
+    """Bytes for people: a read's progress shows from its first KiB on."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+class CliError(Exception):
+    """What the command tells the user on stderr before exiting 1."""
 
 
 def _config(args: argparse.Namespace) -> ExchangeConfig:
@@ -15,31 +37,74 @@ def _config(args: argparse.Namespace) -> ExchangeConfig:
         opts["coordinator"] = args.address
     if args.secret_file:
         opts["secretFile"] = args.secret_file
-    return ExchangeConfig.load(opts)
+    try:
+        return ExchangeConfig.load(opts)
+    except OSError as exc:
+        raise CliError(f"cannot read --secret-file: {exc}") from None
+
+
+def _hint(message: str) -> str:
+    """The CLI's own flags for what a service's error asks of a client."""
+    if "authentication" in message or "prove that it knows the shared secret" in message:
+        return (f"{message}\nhint: the service needs its shared secret: give --secret-file FILE "
+                "(the file `serve --secret-file` was started with)")
+    return message
+
+
+def _targets(args: argparse.Namespace) -> list[tuple[str, Any, ExchangeConfig]]:
+    """(label, endpoints, config) of the services to ask: --address, else every one running here."""
+    from .service.discovery import Endpoints, no_service_message, running_services
+
+    config = _config(args)
+    if args.address:
+        ep = Endpoints(args.address, args.address, config.resolved_secret(), config.resolved_host_id())
+        return [(args.address, ep, config)]
+    found = running_services()
+    if not found:
+        raise CliError(no_service_message("nothing to show", ELSEWHERE + ", or start one with `sparkflow-exchange serve`"))
+    return [(f.kind.value, f.endpoints(config.resolved_secret()), config) for f in found]
+
+
+def _ask(ep: Any, config: ExchangeConfig, method: str, **kwargs: Any) -> Any:
+    from .network.blocking_client import ServiceError
+
+    try:
+        with ep.connect(ep.service, config, timeout=15.0) as conn:
+            return conn.call(method, **kwargs)
+    except ServiceError as exc:
+        raise CliError(_hint(f"{ep.service}: {exc}")) from None
+    except OSError as exc:
+        raise CliError(f"{ep.service}: cannot connect: {exc}") from None
 
 
 def _status(args: argparse.Namespace) -> int:
-    from .network.blocking_client import ServiceError
-    from .service.discovery import resolve
-
-    config = _config(args)
-    try:
-        ep = resolve(config, start_embedded=False)
-        with ep.connect(args.address or ep.service, config) as conn:
-            status = conn.call("status")
-    except ServiceError as exc:
-        print(f"sparkflow-exchange status: {exc}", file=sys.stderr)
-        return 1
+    statuses = []
+    for label, ep, config in _targets(args):
+        status = _ask(ep, config, "status")
+        status["service"]["started_by"] = label
+        statuses.append(status)
     if args.json:
-        print(json.dumps(status, indent=2))
+        print(json.dumps(statuses, indent=2))
         return 0
+    for i, status in enumerate(statuses):
+        if i:
+            print()
+        _print_status(status)
+    return 0
+
+
+def _print_status(status: dict) -> None:
     status = _printable(status)  # a name with a newline prints as \n, not as a line of its own
-    svc = status["service"]
-    mem = status["memory"]
-    print(f"service {svc['service_id']} on {svc['host_id']}  tcp {svc['tcp']}  {svc['unix']}  pid {svc['pid']}")
-    print(f"memory  {mem['used'] / 2**20:.1f} of {mem['budget'] / 2**20:.1f} MiB held by buffers, "
-          f"{mem['promised'] / 2**20:.1f} MiB promised as credit, {mem['running_pools']} running pools, "
+    svc, mem, disk = status["service"], status["memory"], status.get("disk", {})
+    print(f"service {svc['service_id']} ({svc.get('started_by', '')}) on {svc['host_id']}  tcp {svc['tcp']}  "
+          f"{svc['unix']}  pid {svc['pid']}")
+    print(f"memory  {mem['used'] / MiB:.1f} of {mem['budget'] / MiB:.1f} MiB held by buffers, "
+          f"{mem['promised'] / MiB:.1f} MiB promised as credit, {mem['running_pools']} running pools, "
           f"{mem['open_spill_reads']} open spill files")
+    if disk:
+        print(f"disk    {disk['used'] / MiB:.1f} of {disk['limit'] / MiB:.1f} MiB of spill files (maxDiskBytes) "
+              f"in {disk['spill_dir']}")
+    traffic = status.get("exchange_traffic", {})
     print(f"\nexchanges ({len(status['exchanges'])})")
     for e in status["exchanges"]:
         head = f"  {e['name']:<24} {e['state']:<10} {e['partition_type']:<18} {e['partitioner'].get('name'):<10} " \
@@ -48,18 +113,55 @@ def _status(args: argparse.Namespace) -> int:
             waiting = "" if e["writer_waiting_s"] is None else f" writer waiting {e['writer_waiting_s']:.1f} s"
             groups = ", ".join(f"{g}@{v['position']}" for g, v in e["groups"].items()) or "none"
             print(f"{head} epochs<={e['last_committed']} retained={e['retained_epochs']} "
-                  f"({e['retained_bytes'] / 2**20:.1f} MiB) groups: {groups}{waiting}")
+                  f"({e['retained_bytes'] / MiB:.1f} MiB) groups: {groups}{waiting}")
         else:
             print(f"{head} producers={len(e['producers'])} committed={len(e['committed'])}")
+    if traffic:
+        print(f"\nheld here, by exchange ({len(traffic)})")
+        for name, t in sorted(traffic.items()):
+            print(f"  {name:<24} {t['partitions']} partitions  written {_size(t['bytes_written'])}  "
+                  f"read {_size(t['bytes_read'] + t['file_bytes_read'])} (channels {_size(t['bytes_read'])}, "
+                  f"local files {_size(t['file_bytes_read'])})")
     print(f"\npartitions ({len(status['partitions'])})")
     for p in status["partitions"]:
-        print(f"  {p['partition']:<48} {p['state']:<9} {p['bytes'] / 2**20:9.1f} MiB  pool {p['pool_used']}/{p['pool_slots']}"
-              f" ({p['pool_bytes'] / 2**20:.1f} MiB)"
-              f"  spilled {p['spill_bytes'] / 2**20:.1f} MiB  backpressure {p['backpressure_ratio']:.2f}")
+        print(f"  {p['partition']:<48} {p['state']:<9} {p['bytes'] / MiB:9.1f} MiB  pool {p['pool_used']}/{p['pool_slots']}"
+              f" ({p['pool_bytes'] / MiB:.1f} MiB)"
+              f"  spilled {_size(p['spill_bytes'])}  read {_size(p.get('bytes_read', 0))}"
+              f" + files {_size(p.get('file_bytes_read', 0))}  backpressure {p['backpressure_ratio']:.2f}")
     print(f"\nchannels ({len(status['channels'])})")
     for c in status["channels"]:
         print(f"  {c['partition']}[{c['subpartition']}] -> {c['client']:<22} {c['locality']:<6} credit={c['credit']} "
-              f"backlog={c['backlog']} sent={c['bytes_sent'] / 2**20:.1f} MiB")
+              f"backlog={c['backlog']} sent={_size(c['bytes_sent'])}")
+
+
+def _list(args: argparse.Namespace) -> int:
+    from .errors import ExchangeError
+    from .exchange import list_exchanges
+    from .network.blocking_client import ServiceError
+    from .service.discovery import coordinators, no_service_message
+
+    config = _config(args)
+    if not coordinators(config):
+        if args.json:
+            print("[]")
+        print(f"sparkflow-exchange list: {no_service_message('no exchanges', ELSEWHERE)}", file=sys.stderr)
+        return 0
+    try:
+        exchanges = list_exchanges(config)
+    except (ExchangeError, ServiceError) as exc:
+        raise CliError(_hint(str(exc))) from None
+    if args.json:
+        print(json.dumps(exchanges, indent=2))
+        return 0
+    exchanges = _printable(exchanges)
+    print(f"{'name':<24} {'kind':<6} {'state':<10} {'type':<18} {'partitioner':<11} {'subparts':>8} "
+          f"{'producers':>9} {'rows':>12} {'MiB':>9}")
+    for e in exchanges:
+        sizes = e.get("subpartition_bytes")
+        rows = e.get("rows")
+        print(f"{e['name']:<24} {e.get('kind', 'batch'):<6} {e['state']:<10} {e['partition_type']:<18} "
+              f"{e['partitioner'].get('name'):<11} {str(e['num_subpartitions']):>8} {len(e.get('producers', ())):>9} "
+              f"{'' if rows is None else rows:>12} {'' if sizes is None else f'{sum(sizes) / MiB:.1f}':>9}")
     return 0
 
 
@@ -77,14 +179,19 @@ def _printable(value: Any) -> Any:
 
 
 def _drop(args: argparse.Namespace) -> int:
-    from .exchange import ExchangeError, drop_exchange
+    from .errors import ExchangeError
+    from .exchange import drop_exchange
     from .network.blocking_client import ServiceError
 
+    from .service.discovery import coordinators, no_service_message
+
+    config = _config(args)
+    if not coordinators(config):
+        raise CliError(f"exchange {args.name!r} was not dropped: {no_service_message('nothing to drop', ELSEWHERE)}")
     try:
-        result = drop_exchange(args.name, _config(args))
+        result = drop_exchange(args.name, config)
     except (ExchangeError, ServiceError) as exc:
-        print(f"sparkflow-exchange drop: {exc}", file=sys.stderr)
-        return 1
+        raise CliError(_hint(str(exc))) from None
     if "epochs" in result:
         print(f"dropped stream {result['dropped']} ({result['epochs']} retained epochs released)")
     else:
@@ -92,29 +199,47 @@ def _drop(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparkflow-exchange", description="Flink-style data exchange for PySpark")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run an exchange service (and coordinator) in the foreground")
     from .service.main import add_serve_arguments
 
     add_serve_arguments(serve)
-    for name, help_text in (("status", "list exchanges, partitions and channels of a service"),
+    for name, help_text in (("status", "show the services on this host: memory, disk, exchanges, partitions, reads"),
+                            ("list", "list the exchanges the coordinators on this host hold"),
                             ("drop", "drop an exchange and release its partitions")):
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("--address", help="service/coordinator address, host:port or unix:/path (default: this host's)")
-        p.add_argument("--secret-file", help="file holding the shared secret")
-        if name == "status":
-            p.add_argument("--json", action="store_true", help="machine-readable output")
-        else:
+        p.add_argument("--address", help="a service/coordinator address, host:port or unix:/path "
+                                         "(default: every service of this user on this host)")
+        p.add_argument("--secret-file", help="file holding the service's shared secret "
+                                             "(default: found beside this host's services)")
+        if name == "drop":
             p.add_argument("name", help="exchange name")
-    args = parser.parse_args(argv)
+        else:
+            p.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
     if args.command == "serve":
         from .service.main import main as serve_main
 
         serve_main(argv[1:] if argv is not None else sys.argv[2:])
         return
-    sys.exit(_status(args) if args.command == "status" else _drop(args))
+    try:
+        code = {"status": _status, "list": _list, "drop": _drop}[args.command](args)
+        sys.stdout.flush()
+    except CliError as exc:
+        print(f"sparkflow-exchange {args.command}: {exc}", file=sys.stderr)
+        code = 1
+    except BrokenPipeError:  # the reader of our output went away (`status --json | head`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = 1
+    sys.exit(code)
 
 
 if __name__ == "__main__":

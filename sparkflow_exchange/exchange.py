@@ -12,12 +12,12 @@ from typing import Any, Iterable, Iterator
 import pyarrow as pa
 
 from .buffer import schema_from_b64, schema_to_b64
-from .calls import call, require_name
+from .calls import ERRORS_BY_CODE, call, require_name
 from .config import ConfigError, ExchangeConfig
-from .errors import ExchangeError
+from .errors import ExchangeError, ExchangeNotFound
 from .consumer.input_gate import InputGate
 from .network.blocking_client import WRITER_CONNECTIONS, ServiceError
-from .service.discovery import Endpoints, resolve
+from .service.discovery import Endpoints, coordinators, no_service_message, resolve
 from .writer.partition_writer import PartitionWriter
 from .writer.record_writer import SINGLE_SUBPARTITION, RecordWriter
 from .writer.selectors import SelectorError, make_selector
@@ -258,13 +258,38 @@ def read_subpartition(config: ExchangeConfig, desc: dict, index: int, end: int |
     return iter(gate)
 
 
-def drop_exchange(name: str, config: ExchangeConfig | None = None) -> dict:
+def drop_exchange(name: str, config: ExchangeConfig | None = None, *, jvm: int | None = None) -> dict:
+    """Drop ``name`` at the coordinator that holds it (:func:`discovery.coordinators`; ``jvm``: the
+    driver JVM whose plugin coordinator to ask). Starts no service: with none running there is nothing
+    to drop, and ExchangeNotFound says so."""
     config = (config or ExchangeConfig.load()).replace(exchange=name)
-    return call(config, "drop", name=name)
+    found = coordinators(config, jvm=jvm)
+    if not found:
+        raise ExchangeNotFound(f"exchange {name!r} was not dropped: " + no_service_message("nothing to drop"))
+    missing = None
+    for ep in found:
+        try:
+            with ep.connect(ep.coordinator, config) as conn:
+                return conn.call("drop", name=name)
+        except ServiceError as exc:
+            if exc.code != "no_exchange":
+                raise ERRORS_BY_CODE.get(exc.code, ExchangeError)(str(exc)) from None
+            missing = exc
+    where = ", ".join(ep.coordinator for ep in found)
+    raise ExchangeNotFound(str(missing) if len(found) == 1 else f"exchange {name!r} does not exist (asked {where})")
 
 
-def list_exchanges(config: ExchangeConfig | None = None) -> list[dict]:
-    return call(config or ExchangeConfig.load(), "list_exchanges")
+def list_exchanges(config: ExchangeConfig | None = None, *, jvm: int | None = None) -> list[dict]:
+    """The exchanges of every coordinator :func:`discovery.coordinators` finds; [] when none runs (none is started)."""
+    config = config or ExchangeConfig.load()
+    out: list[dict] = []
+    for ep in coordinators(config, jvm=jvm):
+        try:
+            with ep.connect(ep.coordinator, config) as conn:
+                out.extend(conn.call("list_exchanges"))
+        except ServiceError as exc:
+            raise ERRORS_BY_CODE.get(exc.code, ExchangeError)(f"listing the exchanges of {ep.coordinator}: {exc}") from None
+    return out
 
 
 def attempt_id(partition_id: int, attempt_number: int, task_attempt_id: int) -> str:

@@ -46,6 +46,8 @@ from ..errors import ExchangeError
 from .buffer_manager import ChannelCredit, FloatingBufferPool
 from .input_channel import FileOpenError, InputChannel, LocalFileInputChannel, make_channel
 
+FILE_REPORT_INTERVAL = 1.0  # seconds between reports of a long read's spill-file bytes to the local service
+
 _DONE = object()
 GONE_LOOKUP_TIMEOUT = 2.0  # a failing read asks the coordinator whether its exchange was dropped or overwritten
 
@@ -108,6 +110,8 @@ class InputGate:
         self._alive: dict[int, bool] = {}
         self.buffers = 0
         self.bytes = 0
+        self._file_reported: dict[str, int] = {}  # partition -> spill-file bytes told to the local service
+        self._file_report_due = time.monotonic() + FILE_REPORT_INTERVAL
         self.path = "channels"  # or "local files": the task thread read every producer's spill file itself
 
     @property
@@ -310,11 +314,11 @@ class InputGate:
             if self._coord.alive:
                 asyncio.ensure_future(self._quiet_rpc("unsubscribe", {"topic": self.topic}))
 
-    async def _report_file_reads(self, nbytes: int) -> None:
+    async def _report_file_reads(self, nbytes: int, partitions: dict[str, int]) -> None:
         try:
             conn = await self.runtime.connection(self.local_service, self.secret, host_id=self.host_id,
                                                  max_frame=self.config.max_frame_size)
-            await conn.rpc("report_file_reads", {"bytes": nbytes})
+            await conn.rpc("report_file_reads", {"bytes": nbytes, "partitions": partitions})
         except (ServiceError, asyncio.TimeoutError):
             pass
 
@@ -352,10 +356,19 @@ class InputGate:
                 channel.cancel()
 
     def _report_file_bytes(self) -> None:
-        """Tell the local service how much was read straight from its spill files (IO thread; no reply awaited)."""
-        file_bytes = sum(c.bytes_received for c in self.channels.values() if isinstance(c, LocalFileInputChannel))
-        if file_bytes and self.local_service:
-            asyncio.ensure_future(self._report_file_reads(file_bytes))
+        """Tell the local service how much was read straight from its spill files since the last report, per
+        partition, so its status shows a read's progress (IO thread only; no reply awaited)."""
+        if not self.local_service:
+            return
+        new = {}
+        for c in list(self.channels.values()):
+            if isinstance(c, LocalFileInputChannel):
+                delta = c.bytes_received - self._file_reported.get(c.partition, 0)
+                if delta > 0:
+                    new[c.partition] = delta
+                    self._file_reported[c.partition] = c.bytes_received
+        if new:
+            asyncio.ensure_future(self._report_file_reads(sum(new.values()), new))
 
     # ------------------------------------------------------------ task thread
     def __iter__(self) -> Iterator[pa.RecordBatch]:
@@ -445,6 +458,9 @@ class InputGate:
             for payload in channel.payloads():
                 self.buffers += 1
                 self.bytes += len(payload)
+                if self.local_service and time.monotonic() >= self._file_report_due:  # a long read shows progress
+                    self._file_report_due = time.monotonic() + FILE_REPORT_INTERVAL
+                    self.runtime.call_soon(self._report_file_bytes)
                 yield self._decode(channel, payload, schema)
         except OSError as exc:
             raise self._integrity_error(channel, "lost", f"its spill file cannot be read whole: {exc}") from None

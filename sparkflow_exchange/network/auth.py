@@ -44,7 +44,7 @@ def verify(secret: str | None, nonce: str, proof: str) -> str | None:
     if not secret:
         return None
     if not proof:
-        return "authentication required: the client sent no secret proof (set spark.sparkflow.exchange.secret)"
+        return "authentication required: the client sent no proof of the shared secret (it needs the secret or secretFile setting)"
     if not hmac.compare_digest(prove(secret, nonce), proof):
         return "authentication failed: wrong secret"
     return None

@@ -75,6 +75,8 @@ class ResultPartition:
         self.created = time.monotonic()
         self.bytes_in = 0
         self.buffers_in = 0
+        self.bytes_read = 0  # payload bytes its subpartitions served to readers (every view, every re-read)
+        self.file_bytes_read = 0  # bytes readers on this host read from its spill file themselves (reported)
         self.backpressure_seconds = 0.0  # time the writer waited for credit, reported by the producer
 
     # ---------------------------------------------------------------- memory (see partition_memory.py)
@@ -291,6 +293,8 @@ class ResultPartition:
             "state": "failed" if self.failure else "finished" if self.finished else "running",
             "bytes": self.bytes_in,
             "buffers": self.buffers_in,
+            "bytes_read": self.bytes_read,
+            "file_bytes_read": self.file_bytes_read,
             **self.memory.stats(),
             "spill_bytes": self.spill.size if self.spill else 0,
             "spill_path": str(self.spill.path) if self.spill and self.finished else "",

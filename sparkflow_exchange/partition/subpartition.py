@@ -146,6 +146,7 @@ class SubpartitionView:
             # whether it copies on write (3.11) or keeps the caller's buffer (allowed from 3.12)
             payload = bytes(payload)
         self.pos += 1
+        part.bytes_read += buf.size
         self.sub.on_taken(pos, buf)
         return Item(buf.kind, buf.flags, payload, shared), pos, self.sub.data_after(self.pos)
 

@@ -4,9 +4,13 @@ Order: explicit settings (``coordinator``, ``service``); the file the Spark
 plugin wrote for the JVM above this Python worker (``jvm-<pid>.json`` in the
 runtime directory: its executor's service, the coordinator, the secret, the
 host identity); the embedded default, started on first use in local mode.
+
+Helpers that only ask (listing, dropping, the CLI) use :func:`coordinators`,
+which finds what already runs and never starts a service.
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,12 +38,72 @@ def jvm_file(pid: int) -> Path:
     return runtime_dir() / f"jvm-{pid}.json"
 
 
-def plugin_state() -> dict | None:
-    """What the plugin wrote for the JVM that started this Python worker, if any."""
-    pid = jvm_pid()
+def plugin_state(jvm: int | None = None) -> dict | None:
+    """What the plugin wrote for the JVM ``jvm`` (default: the one that started this Python worker), if any."""
+    pid = jvm if jvm is not None else jvm_pid()
     if pid is None:
         return None
     return read_state(jvm_file(pid))
+
+
+class ServiceKind(enum.Enum):
+    """Who started a service found in the runtime directory (by its state file's name)."""
+
+    EMBEDDED = "embedded"  # embedded.json
+    SERVE = "serve"  # serve-<pid>.json: `sparkflow-exchange serve`
+    PLUGIN_COORDINATOR = "plugin coordinator"  # coordinator-<driver pid>.json
+    PLUGIN_SERVICE = "plugin service"  # host-service-<key>.json, executor-<pid>.json
+
+
+_STATE_FILES = (("embedded.json", ServiceKind.EMBEDDED), ("serve-*.json", ServiceKind.SERVE),
+                ("coordinator-*.json", ServiceKind.PLUGIN_COORDINATOR),
+                ("host-service-*.json", ServiceKind.PLUGIN_SERVICE), ("executor-*.json", ServiceKind.PLUGIN_SERVICE))
+
+
+@dataclass(frozen=True)
+class FoundService:
+    kind: ServiceKind
+    state_file: Path
+    info: dict  # the state file: addresses, pid, secret, host_id, coordinator role
+
+    def endpoints(self, secret: str | None = None) -> Endpoints:
+        unix = self.info["unix"]
+        return Endpoints(unix, unix, secret or self.info.get("secret"), self.info.get("host_id", ""))
+
+
+def running_services() -> list[FoundService]:
+    """This user's live services on this host, as their state files in the runtime directory name them."""
+    found = []
+    directory = runtime_dir()
+    for pattern, kind in _STATE_FILES:
+        for path in sorted(directory.glob(pattern)):
+            if ".exchanges." in path.name:  # a coordinator's ledger (ledger.py), not a state file
+                continue
+            info = read_state(path)
+            if info is not None and "unix" in info:
+                found.append(FoundService(kind, path, info))
+    return found
+
+
+def coordinators(config: ExchangeConfig, *, jvm: int | None = None) -> list[Endpoints]:
+    """The coordinators to ask, never starting one: the ``coordinator`` setting; else the plugin's for
+    this worker's JVM (or the driver JVM ``jvm``); else every coordinator running on this host for this
+    user (embedded, ``serve``, the plugin's). Empty when none runs."""
+    secret = config.resolved_secret()
+    host_id = config.resolved_host_id()
+    if config.coordinator:
+        return [Endpoints(config.coordinator, config.service or config.coordinator, secret, host_id)]
+    plugin = plugin_state(jvm)
+    if plugin is not None:
+        return [Endpoints(plugin["coordinator_address"], plugin["unix"], secret or plugin.get("secret"),
+                          plugin.get("host_id", host_id))]
+    return [found.endpoints(secret) for found in running_services() if found.info.get("coordinator")]
+
+
+def no_service_message(what: str, elsewhere: str = "set the coordinator setting to one on another host") -> str:
+    return (f"no exchange service is running for this user on this host ({what}; none was started to answer): "
+            f"{runtime_dir()} names no embedded service, none started by `sparkflow-exchange serve` and none of "
+            f"the Spark plugin's; {elsewhere}")
 
 
 def resolve(config: ExchangeConfig, *, start_embedded: bool = True) -> Endpoints:

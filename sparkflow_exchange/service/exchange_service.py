@@ -273,8 +273,12 @@ class ExchangeService:
             self.apps[str(args["app"])] = int(args["pid"])
             self.last_app_seen = time.monotonic()
             return {"ok": True}
-        if method == "report_file_reads":
+        if method == "report_file_reads":  # bytes: the total; partitions: {partition id: bytes} of it
             self.traffic["local_file"] += int(args["bytes"])
+            for pid, nbytes in (args.get("partitions") or {}).items():
+                part = self.partitions.get(pid)
+                if part is not None:
+                    part.file_bytes_read += int(nbytes)
             return {"ok": True}
         if method == "report_backpressure":
             part = self.partitions.get(args["partition"])
@@ -359,10 +363,17 @@ class ExchangeService:
                 })
         ratios = {prod.partition.pid: prod.backpressure_ratio() for c in self.connections for prod in c.producers.values()}
         partitions = []
+        by_exchange: dict[str, dict[str, int]] = {}  # what this service holds of each exchange, and its reads
         for part in self.partitions.values():
             stats = part.stats()
             stats["backpressure_ratio"] = round(ratios.get(part.pid, 0.0), 4)
             partitions.append(stats)
+            held = by_exchange.setdefault(part.exchange, {"partitions": 0, "bytes_written": 0, "bytes_read": 0,
+                                                          "file_bytes_read": 0})
+            held["partitions"] += 1
+            held["bytes_written"] += part.bytes_in
+            held["bytes_read"] += part.bytes_read
+            held["file_bytes_read"] += part.file_bytes_read
         return {
             "service": self.addresses(),
             "memory": {"budget": self.budget.total_bytes, "reserved": self.budget.reserved_bytes,
@@ -379,6 +390,7 @@ class ExchangeService:
             ],
             "exchanges": self.coordinator.list() + self.streams.list() if self.coordinator else [],
             "traffic": dict(self.traffic),
+            "exchange_traffic": by_exchange,
             "apps": dict(self.apps),
         }
 

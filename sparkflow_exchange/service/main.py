@@ -14,8 +14,8 @@ from ..network import auth
 from .exchange_service import ExchangeService
 from .fd_budget import raise_nofile_limit
 from .log_limit import install as limit_log_rate
-from .launcher import Retirement, write_state
-from .private_files import write_private
+from .launcher import Retirement, read_state, write_state
+from .private_files import UnsafePathError, runtime_dir, write_private
 from .ledger import ExchangeLedger
 
 
@@ -76,6 +76,7 @@ async def run(args: argparse.Namespace) -> None:
     info["secret_file"] = generated_secret_file or config.secret_file
     if args.state_file:
         write_state(args.state_file, {**info, "secret": secret})
+    registered = None if args.state_file else register_serve({**info, "secret": secret})
     print(json.dumps(info), flush=True)
     try:
         await service.serve_until_stopped()
@@ -86,6 +87,24 @@ async def run(args: argparse.Namespace) -> None:
             ledger.close(service.coordinator.lost, held)
         if retiring is not None:
             retiring.finish()
+        if registered is not None:
+            registered.unlink(missing_ok=True)
+
+
+def register_serve(info: dict) -> Path | None:
+    """A service run by hand leaves its addresses (and secret, 0600) in this user's runtime directory, so
+    the CLI and the helpers on this host find it (``discovery.running_services``); stale ones are swept."""
+    try:
+        directory = runtime_dir()
+        for stale in directory.glob("serve-*.json"):
+            if read_state(stale) is None:
+                stale.unlink(missing_ok=True)
+        path = directory / f"serve-{os.getpid()}.json"
+        write_state(path, info)
+        return path
+    except (OSError, UnsafePathError) as exc:  # e.g. an unsafe runtime directory: the service runs, the CLI needs --address
+        logging.getLogger(__name__).warning("not registered in the runtime directory: %s", exc)
+        return None
 
 
 def main(argv: list[str] | None = None) -> None:
