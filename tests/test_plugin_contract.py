@@ -153,26 +153,35 @@ def test_failing_driver_launcher_fails_the_context_with_its_stderr(tmp_path, jar
 
 
 REAL_APP = r'''
-import sys
+import json, sys
+import sparkflow_exchange
 from pyspark.sql import SparkSession
+from sparkflow_exchange.service.discovery import runtime_dir
 jar = sys.argv[1]
-spark = (SparkSession.builder.master("local[1]").appName("plugin-real-launcher")
+spark = (SparkSession.builder.master("local[2]").appName("plugin-real-launcher")
          .config("spark.jars", jar).config("spark.plugins", "org.sparkflow.exchange.ExchangePlugin")
          .config("spark.pyspark.python", sys.executable).config("spark.ui.enabled", "false").getOrCreate())
-print(spark.range(10).count())
+spark.range(0, 100, 1, 2).write.format("pipelined").mode("overwrite").option("exchange", "via-plugin") \
+    .option("keys", "id").option("numSubpartitions", "2").save()
+# the driver's helpers ask the plugin's coordinator (found through the session's JVM), never a new service
+listed = [e["name"] for e in sparkflow_exchange.list_exchanges(spark)]
+dropped = sparkflow_exchange.drop_exchange("via-plugin", spark=spark)
+print(json.dumps({"listed": listed, "dropped": dropped, "embedded": (runtime_dir() / "embedded.json").exists()}))
 spark.stop()
 '''
 
 
-def test_an_application_with_the_real_launcher_ends_without_a_warning(tmp_path, jar):
+def test_an_application_with_the_real_launcher_finds_its_coordinator_and_ends_without_a_warning(tmp_path, jar):
     app = tmp_path / "app.py"
     app.write_text(REAL_APP)
     conf_dir = tmp_path / "spark-conf"
     conf_dir.mkdir()
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "SPARK_CONF_DIR": str(conf_dir), "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(tmp_path / "runtime")}
-    proc = subprocess.run([sys.executable, str(app), str(jar)], capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run([sys.executable, str(app), str(jar)], capture_output=True, text=True, timeout=400, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert proc.stdout.split() == ["10"], proc.stdout
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {"listed": ["via-plugin"], "dropped": {"dropped": "via-plugin", "partitions": 2},
+                      "embedded": False}, result
     # the launcher's detach answers with nested JSON (the files it swept); the plugin reads it quietly
     assert "sparkflow-exchange" not in proc.stderr, proc.stderr[-5000:]
