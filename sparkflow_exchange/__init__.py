@@ -7,11 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 __all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "leave_group", "write", "plugin_jar", "ExchangeConfig", "ConfigError",
-           "ExchangeError", "ExchangeNotFound", "ExchangeLost", "SchemaMismatch", "ExchangeReadError",
+           "ExchangeError", "ExchangeNotFound", "ExchangeLost", "ExchangeReplaced", "SchemaMismatch",
+           "ExchangeReadError",
            "open_reader", "open_writer", "ExchangeWriter"]
 
 from .config import ExchangeConfig, session_settings
-from .errors import ConfigError, ExchangeError, ExchangeLost, ExchangeNotFound, SchemaMismatch, UserFacing  # noqa: F401
+from .errors import (ConfigError, ExchangeError, ExchangeLost, ExchangeNotFound, ExchangeReplaced,  # noqa: F401
+                     SchemaMismatch, UserFacing)
 from .session_tuning import SPARK_SETTINGS  # for the session builder: .config(map=SPARK_SETTINGS)
 
 if TYPE_CHECKING:  # imported on first use (pyarrow, the data path): importing the package stays light

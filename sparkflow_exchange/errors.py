@@ -29,9 +29,13 @@ class ExchangeLost(ExchangeError):
     """The exchange's data went with a service that ended unexpectedly (killed or crashed)."""
 
 
+class ExchangeReplaced(ExchangeError):
+    """The exchange was overwritten or dropped (or expired) while this write or read was using it."""
+
+
 class SchemaMismatch(ConfigError, ExchangeError):
     """A read's given schema, or an append's schema, differs from the exchange's."""
 
 
-for _cls in (UserFacing, ConfigError, SchemaMismatch, ExchangeError, ExchangeNotFound, ExchangeLost):
+for _cls in (UserFacing, ConfigError, SchemaMismatch, ExchangeError, ExchangeNotFound, ExchangeLost, ExchangeReplaced):
     _cls.__module__ = "sparkflow_exchange"

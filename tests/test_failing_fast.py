@@ -72,7 +72,7 @@ def test_coordinator_ignores_an_abort_after_commit():
     released: list = []
 
     async def scenario() -> dict:
-        coord = Coordinator(lambda targets, reason="": released.extend(targets))
+        coord = Coordinator(lambda targets, reason="", code="": released.extend(targets))
         d = await coord.declare("x", "schema", 1, {"name": "forward"}, "HYBRID", "overwrite")
         await coord.register_producer("x", d["epoch"], d["write_id"], 0, "a0", "p0", {"service_id": "s"})
         await coord.producer_finished("x", d["epoch"], "p0")

@@ -55,6 +55,7 @@ MESSAGES = [
     p.FinishPartition(11, {"buffers": [3, 0, 7], "rows": [300, 0, 9000]}),
     p.FailPartition(11, "task killed"),
     p.PartitionFinished(11, {"bytes": 10, "buffers": 2}),
+    p.PartitionReleased(11, "partition x of exchange 'e' was released while it was being written: dropped", "replaced"),
     p.RpcRequest(1, "register", {"a": [1, 2], "b": None}),
     p.RpcResponse(1, {"ok": True}),
     p.RpcResponse(2, None, "no such exchange", "not_found"),

@@ -387,9 +387,7 @@ class InputGate:
                 try:
                     item = self.ready.get(timeout=self.config.reader_timeout)
                 except queue.Empty:
-                    raise ExchangeReadError(
-                        f"no data from exchange {self.name!r} for readerTimeout={self.config.reader_timeout:g} s "
-                        f"({len(self.finished)} of {len(self.channels)} channels finished)") from None
+                    raise ExchangeReadError(self._timeout_message()) from None
                 if item is _DONE:
                     self._check_files_kept([self.channels[p] for p in self.sealed or ()])
                     return
@@ -412,6 +410,16 @@ class InputGate:
             if previous is not None:
                 self.runtime.call_soon(previous.consumed)
             self.runtime.call_soon(self._close)
+
+    def _timeout_message(self) -> str:
+        """Why the read waited readerTimeout: its producers stalled, or they are done and a write is still
+        open (committed or aborted by nobody: the writing job may have died)."""
+        message = (f"no data from exchange {self.name!r} for readerTimeout={self.config.reader_timeout:g} s "
+                   f"({len(self.finished)} of {len(self.channels)} channels finished)")
+        if self.sealed is None and self.channels and len(self.finished) == len(self.channels):
+            message += ("; every producer this read knows of finished, but a write of the exchange is still "
+                        "open (neither committed nor aborted): is the writing job alive?")
+        return message
 
     def _local_files(self) -> list[LocalFileInputChannel] | None:
         """The plan's channels if every one is a finished spill file on this host, in commit order; else None."""

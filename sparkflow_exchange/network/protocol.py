@@ -57,6 +57,7 @@ class MsgType(enum.IntEnum):
     SHARED_BUFFERS_READ = 29
     PUSH_REGION = 33
     PUSH_SHARED_REGION = 34
+    PARTITION_RELEASED = 35
     RPC_REQUEST = 30
     RPC_RESPONSE = 31
     NOTIFY = 32
@@ -286,6 +287,16 @@ class FailPartition:
 
 
 @dataclass(frozen=True)
+class PartitionReleased:
+    """Service to writer: the partition it is writing was released (dropped, overwritten, its attempt lost the
+    commit, its write aborted...); ``code`` is ``replaced`` for a drop, overwrite or expiry, else ``released``."""
+
+    handle: int
+    message: str
+    code: str = "released"
+
+
+@dataclass(frozen=True)
 class PartitionFinished:
     handle: int
     stats: dict = field(default_factory=dict)
@@ -326,6 +337,7 @@ _JSON_TYPES: dict[MsgType, type] = {
     MsgType.FINISH_PARTITION: FinishPartition,
     MsgType.FAIL_PARTITION: FailPartition,
     MsgType.PARTITION_FINISHED: PartitionFinished,
+    MsgType.PARTITION_RELEASED: PartitionReleased,
     MsgType.RPC_REQUEST: RpcRequest,
     MsgType.RPC_RESPONSE: RpcResponse,
     MsgType.NOTIFY: Notify,

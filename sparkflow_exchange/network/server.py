@@ -40,6 +40,7 @@ from .protocol import (
     Hello,
     PartitionFinished,
     PartitionRegistered,
+    PartitionReleased,
     PartitionRequest,
     ProducerCredit,
     ProtocolError,
@@ -116,6 +117,7 @@ class _Producer:
         self.started = time.monotonic()
         self.blocked_since: float | None = None  # the writer has no credit since then
         self.blocked_seconds = 0.0
+        self.release_code = "released"  # what its writer was told when the partition was released
 
     def set_blocked(self, blocked: bool) -> None:
         now = time.monotonic()
@@ -290,6 +292,10 @@ class ServerConnection(asyncio.BufferedProtocol):
         elif isinstance(msg, FinishPartition):
             producer = self._producer(msg.handle)
             producer.set_blocked(False)
+            if producer.partition.released:  # told already (maybe crossing this finish): told again, forgotten
+                self._tell_released(msg.handle, producer.partition.release_reason, producer.release_code)
+                self._detach(msg.handle)
+                return
             lost = producer.partition.count_mismatch(msg.counts)
             if lost is not None:  # the partition fails (its readers hear so); the writer's task fails with this
                 self.service.producer_lost(producer.partition, lost)
@@ -322,7 +328,21 @@ class ServerConnection(asyncio.BufferedProtocol):
             return
         producer.partition.on_slots_freed = lambda arena_slot: None
         producer.partition.memory.set_on_credit(lambda: None)
+        producer.partition.on_released = None
         producer.arena = None
+
+    def _on_released(self, handle: int, reason: str, code: str) -> None:
+        """The partition this connection writes was released: its writer hears it now (credit never comes)."""
+        producer = self.producers.get(handle)
+        if producer is not None:
+            producer.release_code = code
+            producer.set_blocked(False)
+            self._tell_released(handle, reason, code)
+
+    def _tell_released(self, handle: int, reason: str, code: str) -> None:
+        part = self.producers[handle].partition
+        self.send(PartitionReleased(handle, f"partition {part.pid} of exchange {part.exchange!r} was released "
+                                            f"while it was being written: {reason or 'released'}", code))
 
     def _producer(self, handle: int) -> _Producer:
         producer = self.producers.get(handle)
@@ -450,6 +470,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.producers[handle] = producer
         part.on_slots_freed = lambda arena_slot: self.slot_freed(handle, arena_slot)
         part.memory.set_on_credit(lambda: self.grant(handle))
+        part.on_released = lambda reason, code: self._on_released(handle, reason, code)
         self.send(PartitionRegistered(part.pid, handle, 0, part.memory.buffer_size, arena.slots if arena else 0))
         self.grant(handle)
 
@@ -559,6 +580,8 @@ class ServerConnection(asyncio.BufferedProtocol):
         if producer.outstanding <= 0:
             raise ProtocolError(f"{type(msg).__name__} without credit for partition {part.pid}")
         producer.outstanding -= 1
+        if part.released:  # sent before its writer heard of the release: dropped, the writer was told why
+            return
         arena = producer.arena if arena_slot >= 0 else None
         if arena is not None:
             producer.slots_in_use.add(arena_slot)

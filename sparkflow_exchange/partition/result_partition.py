@@ -72,6 +72,9 @@ class ResultPartition:
         self.failure: str | None = None
         self.released = False
         self.release_reason = ""  # why (dropped, overwritten...): what its connected readers are told
+        # told (reason, code) when the partition is released while its writer still writes it: the writer
+        # learns at once instead of waiting for credit that never comes (set by the writer's connection)
+        self.on_released: Callable[[str, str], None] | None = None
         self.created = time.monotonic()
         self.bytes_in = 0
         self.buffers_in = 0
@@ -257,13 +260,17 @@ class ResultPartition:
         return self.spill.read(*buf.spill)
 
     # ---------------------------------------------------------------- lifecycle
-    def release(self, reason: str = "") -> None:
+    def release(self, reason: str = "", code: str = "released") -> None:
         """Free memory and spill file. Connected views are not dropped silently: each is told, and its
-        next item is an error naming ``reason`` (the server sends it as an ErrorResponse at once)."""
+        next item is an error naming ``reason`` (the server sends it as an ErrorResponse at once); so is
+        a writer still writing it (``code``: ``replaced`` for a drop, overwrite or expiry)."""
         if self.released:
             return
         self.released = True
         self.release_reason = reason
+        if self.on_released is not None and not self.finished and self.failure is None:
+            self.on_released(reason, code)
+        self.on_released = None
         for sub in self.subpartitions:
             sub.entries.clear()
             sub.data_before.clear()

@@ -140,7 +140,10 @@ class Exchange:
         return self.committed_sub_rows.tolist()
 
 
-Release = Callable[[list[tuple[dict, str]], str], None]  # (location, partition id)s, why: readers are told
+# (location, partition id)s, why, and the code its writer is told ("replaced": a drop, overwrite or expiry)
+Release = Callable[[list[tuple[dict, str]], str, str], None]
+REPLACED = "replaced"  # the exchange went (dropped, overwritten, expired): its writers fail with ExchangeReplaced
+RELEASED = "released"  # one write or attempt went (lost the commit, aborted); the exchange stays
 
 
 class Coordinator:
@@ -184,10 +187,10 @@ class Coordinator:
         async with self._changed:
             self._changed.notify_all()
 
-    def _release_producers(self, producers: list[ProducerInfo], reason: str) -> None:
-        """Free the producers' partitions; their connected readers get ``reason`` as an error at once."""
+    def _release_producers(self, producers: list[ProducerInfo], reason: str, code: str = RELEASED) -> None:
+        """Free the producers' partitions; their connected readers and running writers get ``reason`` at once."""
         if producers:
-            self.release([(p.location, p.partition) for p in producers], reason)
+            self.release([(p.location, p.partition) for p in producers], reason, code)
 
     # ------------------------------------------------------------ writer side
     async def declare(self, name: str, schema: str, num_subpartitions: int | None, partitioner: dict,
@@ -224,7 +227,7 @@ class Coordinator:
                     f"partitionType {ex.partition_type}", "bad_request")
         else:
             if ex is not None:
-                self._release_producers(list(ex.producers.values()), "overwritten")
+                self._release_producers(list(ex.producers.values()), "overwritten", REPLACED)
             ex = Exchange(name, next(self._epochs), schema, num_subpartitions, partitioner, partition_type,
                           coalesce=bool(coalesce) and num_subpartitions is None)
             self.exchanges[name] = ex
@@ -423,7 +426,7 @@ class Coordinator:
                 return {"dropped": name, "partitions": 0}
             raise RpcError(f"exchange {name!r} does not exist", "no_exchange")
         self._names_changed()
-        self._release_producers(list(ex.producers.values()), reason)
+        self._release_producers(list(ex.producers.values()), reason, REPLACED)
         await self._notify(None, name)
         return {"dropped": name, "partitions": len(ex.producers)}
 

@@ -214,31 +214,34 @@ class ExchangeService:
         if self.coordinator is not None and part.exchange:
             asyncio.ensure_future(self.coordinator.producer_failed(part.exchange, None, part.pid, reason))
 
-    def release_partition(self, pid: str, reason: str = "released by the coordinator") -> bool:
-        """Free a partition; readers connected to it get an error naming ``reason`` at once."""
+    def release_partition(self, pid: str, reason: str = "released by the coordinator", code: str = "released") -> bool:
+        """Free a partition; readers connected to it, and its writer if it still writes, hear ``reason`` at once
+        (``code``: ``replaced`` when the exchange went)."""
         part = self.partitions.pop(pid, None)
         if part is None:
             return False
-        part.release(reason)
+        part.release(reason, code)
         return True
 
-    def _release(self, targets: list[tuple[dict, str]], reason: str = "released by the coordinator") -> None:
+    def _release(self, targets: list[tuple[dict, str]], reason: str = "released by the coordinator",
+                 code: str = "released") -> None:
         """Coordinator callback: free partitions here, or ask the service that holds them."""
         remote: dict[str, list[str]] = {}
         for location, pid in targets:
             if location.get("service_id") == self.service_id:
-                self.release_partition(pid, reason)
+                self.release_partition(pid, reason, code)
             else:
                 remote.setdefault(location.get("tcp", ""), []).append(pid)
         for address, pids in remote.items():
             if address:
-                asyncio.ensure_future(self._release_remote(address, pids, reason))
+                asyncio.ensure_future(self._release_remote(address, pids, reason, code))
 
-    async def _release_remote(self, address: str, pids: list[str], reason: str) -> None:
+    async def _release_remote(self, address: str, pids: list[str], reason: str, code: str) -> None:
         from ..network.aio_client import rpc_once
 
         try:
-            await rpc_once(address, self.secret, self.config, "release_partitions", {"partitions": pids, "reason": reason})
+            await rpc_once(address, self.secret, self.config, "release_partitions",
+                           {"partitions": pids, "reason": reason, "code": code})
         except Exception as exc:  # noqa: BLE001 - best effort: the other service's TTL frees them too
             log.warning("could not release %d partitions on %s: %s", len(pids), address, exc)
 
@@ -268,7 +271,8 @@ class ExchangeService:
             return self.status()
         if method == "release_partitions":
             reason = str(args.get("reason") or "released by the coordinator")
-            return {"released": sum(self.release_partition(p, reason) for p in args["partitions"])}
+            code = "replaced" if args.get("code") == "replaced" else "released"
+            return {"released": sum(self.release_partition(p, reason, code) for p in args["partitions"])}
         if method == "attach_app":
             self.apps[str(args["app"])] = int(args["pid"])
             self.last_app_seen = time.monotonic()

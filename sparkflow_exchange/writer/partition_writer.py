@@ -16,6 +16,7 @@ from collections import deque
 import pyarrow as pa
 
 from ..buffer import BatchEncoder, Region
+from ..errors import ExchangeError, ExchangeReplaced
 from ..network.blocking_client import BlockingConnection, ServiceError
 from ..network.protocol import (
     BufferKind,
@@ -24,6 +25,7 @@ from ..network.protocol import (
     FinishPartition,
     PartitionFinished,
     PartitionRegistered,
+    PartitionReleased,
     ProducerCredit,
     PushBuffer,
     PushRegion,
@@ -44,8 +46,14 @@ class PartitionAbandoned(RuntimeError):
     """The task aborted its write while a push waited for credit."""
 
 
+class PartitionReleasedError(ExchangeError):
+    """The service released the partition while it was written (its attempt lost the commit, its write was
+    aborted); a drop, overwrite or expiry of the exchange is :class:`ExchangeReplaced` instead."""
+
+
 class PartitionWriter:
     CREDIT_POLL = 0.2  # how often a credit wait looks at abandon() and the no-consumer deadline
+    LOOK_EVERY = 0.5  # a writer with credit still reads the service's news this often (a release: at once)
     def __init__(self, conn: BlockingConnection, partition: str, num_subpartitions: int, partition_type: str,
                  exchange: str = "", attempt: str = "", no_consumer_timeout: float = 300.0,
                  buffer_size: int = 0, buffers: int = 0, shared_memory: bool = False) -> None:
@@ -56,6 +64,8 @@ class PartitionWriter:
         self.lock = threading.Lock()  # the output flusher pushes from its own thread
         self.credit = 0
         self.abandoned: str | None = None  # set by abandon(): credit waits end
+        self.released: ExchangeError | None = None  # the service released the partition: every call fails so
+        self._next_look = 0.0  # when a push with credit reads the service's news next
         self.handle = 0
         self.backpressure_seconds = 0.0
         self.bytes_pushed = 0
@@ -111,6 +121,12 @@ class PartitionWriter:
             self.free_slots.extend(msg.slots)
         elif isinstance(msg, ProducerCredit):
             self.credit += msg.credit
+        elif isinstance(msg, PartitionReleased):
+            if msg.handle == self.handle:
+                cls = ExchangeReplaced if msg.code == "replaced" else PartitionReleasedError
+                self.released = cls(msg.message + ("; the write cannot be committed: write the exchange again"
+                                                   if msg.code == "replaced" else ""))
+                raise self.released
         elif isinstance(msg, ErrorResponse):
             raise ServiceError(f"exchange service refused partition {self.partition}: {msg.message}", msg.code)
 
@@ -167,12 +183,30 @@ class PartitionWriter:
             self.regions_pushed += 1
 
     def _take_credit(self) -> None:
-        if self.credit <= 0:
-            for msg in self.conn.poll():  # credit announcements that already arrived
-                self._on_message(msg)
+        if self.released is not None:
+            raise self.released
+        if self.credit <= 0 or time.monotonic() >= self._next_look:
+            self._look()  # credit announcements that already arrived, or a release
             if self.credit <= 0:
                 self._wait_for_credit()
         self.credit -= 1
+
+    def _look(self) -> None:
+        self._next_look = time.monotonic() + self.LOOK_EVERY
+        for msg in self.conn.poll():
+            self._on_message(msg)
+
+    def check(self) -> None:
+        """Between batches (task thread): fail now if the service released the partition. Reads the
+        service's news at most every LOOK_EVERY s, and not while the output flusher holds the connection."""
+        if self.released is not None:
+            raise self.released
+        if time.monotonic() < self._next_look or not self.lock.acquire(blocking=False):
+            return
+        try:
+            self._look()
+        finally:
+            self.lock.release()
 
     def _send_payload(self, subpartition: int, payload, kind: int, flags: int) -> None:
         self.conn.send(PushBuffer(self.handle, subpartition, kind, flags, payload))
@@ -209,6 +243,8 @@ class PartitionWriter:
         """End the partition; ``counts`` ({"buffers": [...], "rows": [...]} per subpartition) let the service
         check that it stored every buffer, and the readers that they got every buffer and row."""
         with self.lock:
+            if self.released is not None:
+                raise self.released
             self.conn.send(FinishPartition(self.handle, counts))
             while True:
                 msg = self.conn.recv(self.conn.timeout)

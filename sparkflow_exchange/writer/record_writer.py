@@ -114,6 +114,7 @@ class RecordWriter:
     def write(self, batch: pa.RecordBatch) -> None:
         if self._flush_error is not None:
             raise self._flush_error
+        self.writer.check()  # a released partition fails the task now, even while its rows are only held
         if batch.num_rows == 0:
             return
         batch = conform(batch, self.schema)
