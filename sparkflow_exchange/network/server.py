@@ -292,9 +292,8 @@ class ServerConnection(asyncio.BufferedProtocol):
         elif isinstance(msg, FinishPartition):
             producer = self._producer(msg.handle)
             producer.set_blocked(False)
-            if producer.partition.released:  # told already (maybe crossing this finish): told again, forgotten
+            if producer.partition.released:  # told already (maybe crossing this finish): told again
                 self._tell_released(msg.handle, producer.partition.release_reason, producer.release_code)
-                self._detach(msg.handle)
                 return
             lost = producer.partition.count_mismatch(msg.counts)
             if lost is not None:  # the partition fails (its readers hear so); the writer's task fails with this
