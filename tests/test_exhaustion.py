@@ -197,3 +197,22 @@ def test_each_kind_of_log_message_is_rate_limited():
     now[0] = 10.0
     again = record("closing %s")
     assert limit.filter(again) and "997 more like the next one left out" in again.getMessage()
+
+
+def test_a_write_the_disk_has_no_room_for_fails_clearly_and_others_go_on(tmp_service):
+    """Spill files capped at 1 MiB (RLIMIT_FSIZE: pwrite beyond fails with EFBIG, as ENOSPC would on a full
+    disk): the write that needs more fails naming the spill files; smaller writes and reads go on."""
+    svc = tmp_service(fsize=1 << 20)
+    big = client_config(svc, exchange="big", partitioner="hash", keys="id", numSubpartitions="2",
+                        partitionType="BLOCKING")
+    handle = ex.declare_write(big, SCHEMA, overwrite=True)
+    task = ex.ProducerTask(handle, 0, "a0")
+    with pytest.raises((ServiceError, ex.ExchangeError), match="no room left for spill files") as failed:
+        task.write([pa.record_batch([pa.array(range(i, i + 100_000))], schema=SCHEMA)
+                    for i in range(0, 400_000, 100_000)])  # 3.2 MB
+        task.finish()
+    assert f"partition {task.partition}" in str(failed.value)
+    task.fail("the test")
+    desc = _write(svc, "small")  # 8 x 8 KB
+    assert _read_all(svc, desc) == PRODUCERS * ROWS
+    assert svc.proc.poll() is None

@@ -62,8 +62,9 @@ class RunningService:
 
 def start_service(tmp: Path, *, host: str = "127.0.0.1", host_id: str | None = None, coordinator: bool = True,
                   secret: str = "test-secret", conf: dict | None = None, extra: list[str] | None = None,
-                  nofile: int | None = None) -> RunningService:
-    """``nofile``: the service process's open-file limit (RLIMIT_NOFILE, soft and hard), as ``ulimit -n`` sets it."""
+                  nofile: int | None = None, fsize: int | None = None) -> RunningService:
+    """``nofile``: the service process's open-file limit (RLIMIT_NOFILE, soft and hard), as ``ulimit -n`` sets
+    it; ``fsize``: the largest file it may write (RLIMIT_FSIZE: a write beyond fails as a full disk would)."""
     tmp.mkdir(parents=True, exist_ok=True)
     secret_file = tmp / "secret"
     secret_file.write_text(secret)
@@ -76,9 +77,14 @@ def start_service(tmp: Path, *, host: str = "127.0.0.1", host_id: str | None = N
     for key, value in (conf or {}).items():
         args += ["--conf", f"{key}={value}"]
     args += extra or []
-    limit = None if nofile is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
+    limits = [(kind, value) for kind, value in ((resource.RLIMIT_NOFILE, nofile), (resource.RLIMIT_FSIZE, fsize))
+              if value is not None]
+
+    def limit() -> None:
+        for kind, value in limits:
+            resource.setrlimit(kind, (value, value))
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(tmp / "service.log", "wb"), text=True,
-                            preexec_fn=limit)
+                            preexec_fn=limit if limits else None)
     deadline = time.monotonic() + 20
     line = ""
     while time.monotonic() < deadline:
