@@ -345,3 +345,47 @@ def test_admission_makes_room_only_from_idle_strangers():
     now[0] = 3.0
     verdict = adm.admit("own3", "uid 0", True)  # ...but an idle stranger makes room for our own user
     assert verdict.refusal is None and [c for c, _ in verdict.evict] == ["b3"]
+
+
+def test_clients_ask_again_while_the_service_has_no_room(tmp_service):
+    """A client refused for want of room (code too_many_connections) asks again within its timeout: it
+    gets in as soon as a place frees, on the blocking path (writers, RPCs) and on the IO thread's."""
+    from sparkflow_exchange.network.aio_client import rpc_once
+    from sparkflow_exchange.service.discovery import Endpoints
+
+    svc = tmp_service(conf={"maxUnauthenticatedConnections": "2", "helloTimeout": "600"})
+    own = svc.connect(svc.unix)  # this user's: never refused for strangers
+
+    def refused() -> int:
+        return own.call("status")["refused_connections"]
+
+    config = client_config(svc)
+    endpoints = Endpoints(svc.tcp, svc.tcp, svc.secret, "")
+    for attempt in ("blocking", "asyncio"):
+        strangers = _strangers(svc, 2)  # fresh, never idle: the cap refuses every newcomer
+        refusals = refused()
+        result: dict = {}
+
+        def client() -> None:
+            try:
+                if attempt == "blocking":
+                    with endpoints.connect(svc.tcp, config, timeout=60) as conn:
+                        result["ping"] = conn.call("ping")
+                else:
+                    result["ping"] = asyncio.run(rpc_once(svc.tcp, svc.secret, config, "ping", {}))
+            except Exception as exc:  # noqa: BLE001 - reported below
+                result["error"] = exc
+
+        thread = threading.Thread(target=client)
+        thread.start()
+        deadline = time.monotonic() + 60
+        while refused() == refusals:  # refused once at least
+            assert time.monotonic() < deadline and thread.is_alive(), result
+            time.sleep(0.05)
+        strangers[0][0].close()  # a place frees
+        thread.join(60)
+        assert "error" not in result and result["ping"]["service_id"], result
+        for sock, _decoder, _first in strangers[1:]:
+            sock.close()
+        _healthy_again(svc)
+    own.close()

@@ -57,6 +57,7 @@ class Admission(Generic[C]):
         self.hello_timeout = hello_timeout
         self.clock = clock
         self.connections: set[C] = set()
+        self.refused = 0  # newcomers refused so far
         self._strangers: OrderedDict[C, tuple[str, float]] = OrderedDict()  # -> (peer, admitted at)
         self._per_peer: dict[str, int] = {}
 
@@ -81,6 +82,7 @@ class Admission(Generic[C]):
             key, limit, scope = cap
             victim = self._oldest_idle(now, scope, gone)
             if victim is None:  # nothing is closed for a newcomer that is refused
+                self.refused += 1
                 return Verdict(self._refusal(key, limit, peer))
             evict.append((victim, f"closed without a Hello after {now - self._strangers[victim][1]:.1f} s: "
                                   f"{self._cap(key, limit)} is reached and a newer connection took this one's place"))

@@ -17,6 +17,7 @@ from typing import Any, Callable, Protocol
 from . import auth
 from .address import Address, parse_address
 from .blocking_client import ServiceError, client_id, tune_socket
+from .retry import connect_retrying_async
 from .protocol import (
     DEFAULT_MAX_FRAME,
     BufferResponse,
@@ -184,7 +185,8 @@ async def open_connection(address: str | Address, secret: str | None, *, host_id
 
 async def rpc_once(address: str, secret: str | None, config: Any, method: str, args: dict) -> Any:
     ssl_ctx = auth.ssl_for(address, config)
-    conn = await open_connection(address, secret, ssl_ctx=ssl_ctx, max_frame=config.max_frame_size)
+    conn = await connect_retrying_async(
+        lambda: open_connection(address, secret, ssl_ctx=ssl_ctx, max_frame=config.max_frame_size), 30.0)
     try:
         return await conn.rpc(method, args)
     finally:
@@ -233,7 +235,7 @@ class ClientRuntime:
                     return conn
             except ServiceError:
                 pass
-        pending = asyncio.ensure_future(
-            open_connection(address, secret, host_id=host_id, ssl_ctx=ssl_ctx, max_frame=max_frame))
+        pending = asyncio.ensure_future(connect_retrying_async(  # asked again while the service has no room
+            lambda: open_connection(address, secret, host_id=host_id, ssl_ctx=ssl_ctx, max_frame=max_frame), 30.0))
         self._connections[key] = pending
         return await asyncio.shield(pending)

@@ -78,7 +78,10 @@ class Listener:
     """Accepts on one listening socket and hands each connection to a protocol made by ``factory``."""
 
     def __init__(self, sock: socket.socket, factory: Callable[[], asyncio.BaseProtocol], *,
-                 ssl_ctx: ssl.SSLContext | None = None, handshake_timeout: float | None = None) -> None:
+                 ssl_ctx: ssl.SSLContext | None = None, handshake_timeout: float | None = None,
+                 plain: bool = False) -> None:
+        """``plain``: not our protocol (the metrics' HTTP): a client refused for want of fds is only closed."""
+        self.plain = plain
         self.sock = sock
         self.factory = factory
         self.ssl_ctx = ssl_ctx
@@ -140,7 +143,7 @@ class Listener:
             if conn is not None:
                 self.refused += 1
                 log.warning("%s (%d connections refused so far)", explain(exc, "refusing a connection"), self.refused)
-                if self.ssl_ctx is None:  # a TLS client expects a handshake first: it only sees the close
+                if self.ssl_ctx is None and not self.plain:  # a TLS client expects a handshake: it sees the close
                     try:
                         conn.setblocking(False)
                         conn.send(encode_bytes(ErrorResponse(explain(exc, "connection refused"), None, True,

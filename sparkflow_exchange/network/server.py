@@ -611,5 +611,8 @@ class ServerConnection(asyncio.BufferedProtocol):
         except (TypeError, KeyError, ValueError) as exc:
             self.send(RpcResponse(msg.call_id, None, f"bad {msg.method!r} request: {exc}", "bad_request"))
         except Exception as exc:  # noqa: BLE001 - the client must hear about it, the service goes on
+            if is_exhaustion(exc):  # out of fds, disk or memory: this call fails, saying which
+                self.send(RpcResponse(msg.call_id, None, explain(exc, f"{msg.method} failed"), "exhausted"))
+                return
             log.exception("rpc %s failed", msg.method)
             self.send(RpcResponse(msg.call_id, None, f"{msg.method} failed: {exc}", "internal"))

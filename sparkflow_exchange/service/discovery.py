@@ -17,6 +17,7 @@ from pathlib import Path
 from ..config import ExchangeConfig
 from ..network import auth
 from ..network.blocking_client import BlockingConnection, ServiceError
+from ..network.retry import connect_retrying
 from .launcher import jvm_pid, read_state
 from .private_files import runtime_dir  # noqa: F401 - clients and tests ask for it here
 
@@ -29,9 +30,11 @@ class Endpoints:
     host_id: str
 
     def connect(self, address: str, config: ExchangeConfig, timeout: float = 30.0) -> BlockingConnection:
+        """A connection to ``address``, asked again for up to ``timeout`` while the service has no room."""
         ssl_ctx = auth.ssl_for(address, config)
-        return BlockingConnection(address, self.secret, timeout=timeout, ssl_ctx=ssl_ctx, host_id=self.host_id,
-                                  max_frame=config.max_frame_size)
+        return connect_retrying(lambda: BlockingConnection(address, self.secret, timeout=timeout, ssl_ctx=ssl_ctx,
+                                                           host_id=self.host_id, max_frame=config.max_frame_size),
+                                timeout)
 
 
 def jvm_file(pid: int) -> Path:

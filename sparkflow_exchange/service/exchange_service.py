@@ -89,6 +89,12 @@ class ExchangeService:
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self.stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):  # before anyone learns our address: a stop is always clean
+            try:
+                loop.add_signal_handler(sig, self.stop)
+            except (NotImplementedError, RuntimeError):
+                pass
         ssl_ctx = auth.server_ssl_context(self.config.tls_cert_file, self.config.tls_key_file)
         for sock in await tcp_sockets(self.config.bind_host, self.config.port):
             self.listeners.append(Listener(sock, lambda: ServerConnection(self, "tcp"), ssl_ctx=ssl_ctx,
@@ -121,12 +127,6 @@ class ExchangeService:
         }
 
     async def serve_until_stopped(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                loop.add_signal_handler(sig, self.stop)
-            except (NotImplementedError, RuntimeError):
-                pass
         await self.stopping.wait()
         await self.shutdown()
 
@@ -387,6 +387,8 @@ class ExchangeService:
             "partitions": partitions,
             "channels": channels,
             "strangers": self.admission.strangers,  # connections that have not authenticated (own user's aside)
+            # connections refused for want of room: a cap full, or out of file descriptors
+            "refused_connections": self.admission.refused + sum(listener.refused for listener in self.listeners),
             "connections": [
                 {"client": c.client_id, "client_host": c.client_host, "transport": c.transport_kind,
                  "bytes_sent": c.bytes_sent, "bytes_received": c.bytes_received}

@@ -4,6 +4,8 @@ from __future__ import annotations
 import asyncio
 from typing import Callable
 
+from ..network.listener import Listener, tcp_sockets
+
 
 def escape_label(value: object) -> str:
     """A label value as the exposition format wants it: backslash, double quote and line feed escaped, so
@@ -56,17 +58,20 @@ def render(status: dict) -> str:
     metric("channel_bytes_sent_total", "counter", "bytes sent to a consumer channel",
            [(lab, c["bytes_sent"]) for lab, c in zip(labels, chans)])
     metric("connections", "gauge", "open client connections", [({}, len(status["connections"]))])
+    metric("connections_refused_total", "counter", "connections refused for want of room (a cap full, no fds)",
+           [({}, status.get("refused_connections", 0))])
     metric("exchanges", "gauge", "exchanges known to the coordinator", [({}, len(status["exchanges"]))])
     return "\n".join(out) + "\n"
 
 
 class MetricsServer:
-    def __init__(self, server: asyncio.AbstractServer) -> None:
-        self.server = server
-        self.port = server.sockets[0].getsockname()[1]
+    def __init__(self, listeners: list[Listener]) -> None:
+        self.listeners = listeners
+        self.port = listeners[0].getsockname()[1]
 
     def close(self) -> None:
-        self.server.close()
+        for listener in self.listeners:
+            listener.close()
 
 
 async def start_metrics_server(status: Callable[[], dict], host: str, port: int) -> MetricsServer:
@@ -83,10 +88,13 @@ async def start_metrics_server(status: Callable[[], dict], host: str, port: int)
             writer.write(f"HTTP/1.1 {code}\r\nContent-Type: text/plain; version=0.0.4\r\n"
                          f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
             await writer.drain()
-        except (asyncio.TimeoutError, ConnectionError, IndexError):
+        except (asyncio.TimeoutError, OSError, IndexError):
             pass
         finally:
             writer.close()
 
-    server = await asyncio.start_server(handle, host, port)
-    return MetricsServer(server)
+    def protocol() -> asyncio.StreamReaderProtocol:
+        return asyncio.StreamReaderProtocol(asyncio.StreamReader(), handle)
+
+    # accepted as the service's own port is: out of fds, a scrape is refused, the loop does not spin
+    return MetricsServer([Listener(sock, protocol, plain=True) for sock in await tcp_sockets(host, port)])
