@@ -37,6 +37,7 @@ sys.path.insert(0, str(HERE))
 
 from checker_verdict import KINDS, analyse  # noqa: E402
 
+import sparkflow_exchange  # noqa: E402
 from sparkflow_exchange.errors import ExchangeNotFound  # noqa: E402
 from sparkflow_exchange.exchange import drop_exchange  # noqa: E402
 from sparkflow_exchange.config import ExchangeConfig  # noqa: E402
@@ -77,7 +78,7 @@ class Run:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.rng = random.Random(args.seed)
-        self.workdir = Path(args.workdir or tempfile.mkdtemp(prefix="sparkflow-checker-"))
+        self.workdir = Path(args.workdir or tempfile.mkdtemp(prefix="sparkflow-checker-")).resolve()
         (self.workdir / "history").mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(exist_ok=True)
         self.log_fd = os.open(self.workdir / "history" / "checker.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -263,6 +264,11 @@ class Run:
         args = self.args
         self.end_numbers: dict = {}
         secret = os.urandom(16).hex()
+        # the service and the clients run the code this script imported, whatever the working directory
+        # (`python -m` puts the working directory first on the path)
+        package_root = str(Path(sparkflow_exchange.__file__).resolve().parent.parent)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+        os.chdir(self.workdir)
         self.service = start_service(self.workdir / "service", secret=secret, conf=SERVICE_CONF)
         svc = self.service
         settings = {"workdir": str(self.workdir), "seed": args.seed, "names": self.names, "unix": svc.unix,
@@ -271,7 +277,7 @@ class Run:
         (self.workdir / "settings.json").write_text(json.dumps(settings, indent=1))
         base = self.baseline()
         self.log("run", argv=sys.argv[1:], service_pid=svc.proc.pid, settings=settings)
-        print(f"checker: workdir {self.workdir}, service pid {svc.proc.pid}, {args.writers} writers, "
+        print(f"checker: workdir {self.workdir}, code {package_root}, service pid {svc.proc.pid}, {args.writers} writers, "
               f"{args.readers} readers, {args.duration:g} s, kill -9 every ~{args.kill_every:g} s, seed {args.seed}",
               flush=True)
         started = time.monotonic()
@@ -361,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=5, help="examples printed per violation kind")
     parser.add_argument("--analyze", metavar="WORKDIR", help="only print the verdict of an earlier run's history")
     args = parser.parse_args(argv)
+    if args.json:
+        args.json = str(Path(args.json).resolve())  # the run works in its own directory
     if args.analyze:
         return report(Path(args.analyze), args)
     run = Run(args)
