@@ -153,7 +153,7 @@ def test_failing_driver_launcher_fails_the_context_with_its_stderr(tmp_path, jar
 
 
 REAL_APP = r'''
-import json, sys
+import json, subprocess, sys
 import sparkflow_exchange
 from pyspark.sql import SparkSession
 from sparkflow_exchange.service.discovery import runtime_dir
@@ -165,8 +165,12 @@ spark.range(0, 100, 1, 2).write.format("pipelined").mode("overwrite").option("ex
     .option("keys", "id").option("numSubpartitions", "2").save()
 # the driver's helpers ask the plugin's coordinator (found through the session's JVM), never a new service
 listed = [e["name"] for e in sparkflow_exchange.list_exchanges(spark)]
+status = subprocess.run([sys.executable, "-m", "sparkflow_exchange.cli", "status", "--json"], capture_output=True,
+                        text=True, timeout=120)  # the CLI on this host sees the plugin's services
+seen = sorted(s["service"]["started_by"] for s in json.loads(status.stdout or "[]")) or status.stderr
 dropped = sparkflow_exchange.drop_exchange("via-plugin", spark=spark)
-print(json.dumps({"listed": listed, "dropped": dropped, "embedded": (runtime_dir() / "embedded.json").exists()}))
+print(json.dumps({"listed": listed, "dropped": dropped, "seen": seen,
+                  "embedded": (runtime_dir() / "embedded.json").exists()}))
 spark.stop()
 '''
 
@@ -182,6 +186,6 @@ def test_an_application_with_the_real_launcher_finds_its_coordinator_and_ends_wi
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == {"listed": ["via-plugin"], "dropped": {"dropped": "via-plugin", "partitions": 2},
-                      "embedded": False}, result
+                      "seen": ["plugin coordinator", "plugin service"], "embedded": False}, result
     # the launcher's detach answers with nested JSON (the files it swept); the plugin reads it quietly
     assert "sparkflow-exchange" not in proc.stderr, proc.stderr[-5000:]
