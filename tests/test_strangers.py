@@ -3,6 +3,7 @@ the number of such clients is capped, the client checks the service too, and TLS
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 import threading
@@ -389,3 +390,26 @@ def test_clients_ask_again_while_the_service_has_no_room(tmp_service):
             sock.close()
         _healthy_again(svc)
     own.close()
+
+
+def test_strangers_that_never_start_tls_are_capped_and_make_room(tmp_service, tmp_path):
+    """On a TLS port a stranger is a handshake before it is a connection: 200 that never start TLS hold
+    at most maxUnauthenticatedConnections fds, and the oldest idle ones make room for a client."""
+    if subprocess.run(["which", "openssl"], capture_output=True).returncode != 0:
+        pytest.skip("openssl CLI not available")
+    cert, key = _certificate(tmp_path, "loopback", "IP:127.0.0.1")
+    svc = tmp_service(conf={"tls.certFile": str(cert), "tls.keyFile": str(key),
+                            "maxUnauthenticatedConnections": "8"})
+    fds_before = len(os.listdir(f"/proc/{svc.proc.pid}/fd"))
+    host, port = svc.tcp.rsplit(":", 1)
+    silent = [socket.create_connection((host, int(port)), timeout=10) for _ in range(200)]
+    for _ in range(5):  # each a few turns of the service's loop, each turn accepts 64: all were taken in
+        with svc.connect(svc.unix) as conn:
+            assert conn.call("ping")["service_id"]
+    assert len(os.listdir(f"/proc/{svc.proc.pid}/fd")) <= fds_before + 8 + 1  # (+1: the last ping's, closing)
+    time.sleep(min(1.0, ExchangeConfig().hello_timeout / 10))  # every one held is idle now
+    tls = client_config(svc, **{"tls.caFile": str(cert)})
+    with BlockingConnection(svc.tcp, svc.secret, timeout=10, ssl_ctx=auth.ssl_for(svc.tcp, tls)) as conn:
+        assert conn.call("ping")["tls"] is True  # at its first try
+    for sock in silent:
+        sock.close()

@@ -79,9 +79,14 @@ class Listener:
 
     def __init__(self, sock: socket.socket, factory: Callable[[], asyncio.BaseProtocol], *,
                  ssl_ctx: ssl.SSLContext | None = None, handshake_timeout: float | None = None,
-                 plain: bool = False) -> None:
-        """``plain``: not our protocol (the metrics' HTTP): a client refused for want of fds is only closed."""
+                 plain: bool = False, max_handshakes: int = 64, idle_after: float = 1.0) -> None:
+        """``plain``: not our protocol (the metrics' HTTP): a client refused for want of fds is only closed.
+        With TLS, at most ``max_handshakes`` handshakes run at once; when full, the oldest one running for
+        ``idle_after`` seconds is dropped for a newcomer, else the newcomer is closed (as strangers are)."""
         self.plain = plain
+        self.max_handshakes = max_handshakes
+        self.idle_after = idle_after
+        self._handshakes: dict[asyncio.Task, float] = {}  # TLS handshakes running, oldest first -> started
         self.sock = sock
         self.factory = factory
         self.ssl_ctx = ssl_ctx
@@ -121,14 +126,32 @@ class Listener:
                     log.warning("accepting a connection failed: %s", exc)
                 return
             conn.setblocking(False)
-            self.loop.create_task(self._serve(conn))
+            if self.ssl_ctx is not None and not self._room_for_handshake():
+                self.refused += 1
+                conn.close()  # it has not started TLS with us: it sees the close, and its client asks again
+                continue
+            task = self.loop.create_task(self._serve(conn))
+            if self.ssl_ctx is not None:
+                self._handshakes[task] = self.loop.time()
+                task.add_done_callback(lambda done: self._handshakes.pop(done, None))
+
+    def _room_for_handshake(self) -> bool:
+        """Room for one more TLS handshake, made by dropping the oldest one that has run for idle_after."""
+        if len(self._handshakes) < self.max_handshakes:
+            return True
+        oldest, started = next(iter(self._handshakes.items()))
+        if self.loop.time() - started < self.idle_after:
+            return False
+        oldest.cancel()  # asyncio closes its transport
+        del self._handshakes[oldest]
+        return True
 
     async def _serve(self, conn: socket.socket) -> None:
         try:
             await self.loop.connect_accepted_socket(self.factory, conn, ssl=self.ssl_ctx,
                                                     ssl_handshake_timeout=self.handshake_timeout)
-        except (OSError, ssl.SSLError, asyncio.TimeoutError) as exc:
-            log.info("a connection failed before it was served: %s", exc)
+        except (OSError, ssl.SSLError, asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            log.info("a connection failed before it was served: %r", exc)
             conn.close()
 
     def _shed(self, exc: OSError) -> None:

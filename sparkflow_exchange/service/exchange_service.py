@@ -97,8 +97,10 @@ class ExchangeService:
                 pass
         ssl_ctx = auth.server_ssl_context(self.config.tls_cert_file, self.config.tls_key_file)
         for sock in await tcp_sockets(self.config.bind_host, self.config.port):
+            # TLS handshakes run before a stranger is counted: they are capped and made room among alike
             self.listeners.append(Listener(sock, lambda: ServerConnection(self, "tcp"), ssl_ctx=ssl_ctx,
-                                           handshake_timeout=self.config.hello_timeout if ssl_ctx else None))
+                                           handshake_timeout=self.config.hello_timeout if ssl_ctx else None,
+                                           max_handshakes=self.fds.strangers, idle_after=self.admission.idle_after))
         self.tcp_address = self.listeners[0].getsockname()[:2]
         if self.unix_path is None:
             self.unix_path = str(self.spill_dir / "service.sock")
