@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from .config import ConfigError, ExchangeConfig
-from .errors import ExchangeError, ExchangeLost, ExchangeNotFound, SchemaMismatch
+from .errors import ExchangeError, ExchangeLost, ExchangeNotFound, ExchangeReplaced, SchemaMismatch
 from .network.blocking_client import ServiceError
 from .service.discovery import resolve
 
 # the coordinator's error codes that have a class of their own (the name the user reads first)
-ERRORS_BY_CODE = {"no_exchange": ExchangeNotFound, "exchange_lost": ExchangeLost, "schema_mismatch": SchemaMismatch}
+ERRORS_BY_CODE = {"no_exchange": ExchangeNotFound, "exchange_lost": ExchangeLost, "schema_mismatch": SchemaMismatch,
+                  "replaced": ExchangeReplaced}
 
 
 def call(config: ExchangeConfig, method: str, timeout: float | None = None, **args: Any) -> Any:

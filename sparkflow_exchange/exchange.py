@@ -156,7 +156,7 @@ class ProducerTask:
             try:
                 return self.conn.call(method, **args)
             except ServiceError as exc:
-                raise ExchangeError(str(exc)) from None
+                raise ERRORS_BY_CODE.get(exc.code, ExchangeError)(str(exc)) from None
         return call(self.config, method, **args)
 
     def write(self, batches: Iterable[pa.RecordBatch]) -> None:

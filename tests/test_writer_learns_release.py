@@ -151,3 +151,15 @@ def test_a_losing_attempt_is_told_it_lost_not_that_the_exchange_was_replaced(tmp
         loser.finish()
     assert not isinstance(err.value, ExchangeReplaced)
     loser.fail("lost")
+
+
+@pytest.mark.parametrize("how", ["dropped", "overwritten"])
+def test_a_task_that_starts_after_the_drop_or_overwrite_is_told_which(tmp_service, how):
+    svc = tmp_service()
+    config = config_for(svc, f"late-task-{how[:4]}", "tcp", "HYBRID")
+    handle = ex.declare_write(config, SCHEMA, overwrite=True)
+    _replace(config, how)
+    with pytest.raises(ExchangeReplaced, match=how if how == "dropped" else "replaced"):
+        ex.ProducerTask(handle, 0, "a")
+    with pytest.raises(ExchangeReplaced):
+        ex.commit_write(handle, [])
