@@ -100,6 +100,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "service": ("service", str, "host:port or unix:/path of this host's exchange service (default: the coordinator's)"),
     "secret": ("secret", str, "shared secret for the HMAC handshake (embedded: generated)"),
     "secretFile": ("secret_file", str, "file holding the shared secret"),
+    "credentialsFile": ("credentials_file", str, "service: application credentials it accepts besides its secret (the operator's), one 'name secret' per line; an exchange belongs to the credential that declared it, and only that one or the operator may write, drop or release it"),
     "tls.certFile": ("tls_cert_file", str, "service certificate (PEM); enables TLS"),
     "tls.keyFile": ("tls_key_file", str, "service private key (PEM)"),
     "tls.caFile": ("tls_ca_file", str, "CA bundle the clients verify the service with"),
@@ -148,7 +149,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "service": ("coordinator", "service", "memory.budget", "maxOpenSpillFiles", "maxConnections", "bindHost", "port",
                 "hostId", "serviceScope", "spillDir", "maxDiskBytes", "embedded.idleTimeout", "maxFrameSize",
                 "metricsPort", "metricsHost"),
-    "security": ("secret", "secretFile", "tls.certFile", "tls.keyFile", "tls.caFile", "tls.checkHostname",
+    "security": ("secret", "secretFile", "credentialsFile", "tls.certFile", "tls.keyFile", "tls.caFile", "tls.checkHostname",
                  "maxUnauthenticatedConnections", "maxUnauthenticatedPerPeer", "helloTimeout"),
     "streaming": ("consumerGroup", "startingEpochs", "maxEpochsPerTrigger", "maxRowsPerTrigger", "maxBytesPerTrigger",
                   "stream.consumerGroups", "stream.maxRetainedBytes", "stream.pollWait"),
@@ -190,6 +191,7 @@ class ExchangeConfig:
     service: str | None = None
     secret: str | None = None
     secret_file: str | None = None
+    credentials_file: str | None = None
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_ca_file: str | None = None

@@ -15,6 +15,16 @@ import hashlib
 import hmac
 import secrets
 import ssl
+from typing import Mapping, NamedTuple
+
+OPERATOR = "operator"  # the identity of the service's own secret: every operation is allowed to it
+
+
+class Credential(NamedTuple):
+    """Who a connection authenticated as: a credential's name and its secret (the service proves the same)."""
+
+    name: str
+    secret: str | None
 
 
 def new_secret() -> str:
@@ -48,6 +58,23 @@ def verify(secret: str | None, nonce: str, proof: str) -> str | None:
     if not hmac.compare_digest(prove(secret, nonce), proof):
         return "authentication failed: wrong secret"
     return None
+
+
+def identify(credentials: Mapping[str, str], nonce: str, proof: str) -> Credential | str:
+    """The credential whose secret made the client's proof, or the reason for refusing the client.
+
+    ``credentials``: name -> secret, the operator's (the service's secret) among them; none at all means a
+    service without authentication, whose every client is the operator."""
+    if not credentials:
+        return Credential(OPERATOR, None)
+    if not proof:
+        return ("authentication required: the client sent no proof of a secret (it needs the secret or "
+                "secretFile setting)")
+    found = None
+    for name, secret in credentials.items():  # every one compared, in constant time: no early exit
+        if hmac.compare_digest(prove(secret, nonce), proof):
+            found = Credential(name, secret)
+    return found if found is not None else "authentication failed: wrong secret"
 
 
 def verify_service(secret: str | None, client_nonce: str, server_nonce: str, proof: str) -> str | None:

@@ -75,6 +75,7 @@ class ConnectionHost(Protocol):
     service_id: str
     host_id: str
     secret: str | None
+    credentials: dict[str, str]  # name -> secret of every credential it accepts (empty: no authentication)
     traffic: dict[str, int]  # bytes served, by path
     partitions: dict[str, "ResultPartition"]
 
@@ -144,6 +145,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.nonce = auth.new_nonce()
         self.authenticated = False
+        self.identity = ""  # the credential the client proved (auth.OPERATOR: the service's own secret)
         self.client_id = "?"
         self.client_host = ""
         self.paused = False
@@ -249,10 +251,11 @@ class ServerConnection(asyncio.BufferedProtocol):
         if not self.authenticated:
             if not isinstance(msg, Hello):
                 raise ProtocolError(f"expected Hello as the first message, got {type(msg).__name__}")
-            reason = auth.verify(self.service.secret, self.nonce, msg.proof)
-            if reason:
-                self.fatal(reason, code="auth")
+            who = auth.identify(self.service.credentials, self.nonce, msg.proof)
+            if isinstance(who, str):
+                self.fatal(who, code="auth")
                 return
+            self.identity = who.name
             self.authenticated = True
             self.service.authenticated(self)
             self._hello_timer.cancel()
@@ -261,7 +264,7 @@ class ServerConnection(asyncio.BufferedProtocol):
             self.client_host = msg.host_id
             self.locality = "local" if msg.host_id == self.service.host_id else "remote"
             self.send(Welcome(self.service.service_id, self.service.host_id,
-                              auth.prove_service(self.service.secret, msg.nonce, self.nonce)))
+                              auth.prove_service(who.secret, msg.nonce, self.nonce)))
             return
         if isinstance(msg, PushBuffer):
             self.on_push(msg)

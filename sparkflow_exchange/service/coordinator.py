@@ -68,6 +68,7 @@ class Exchange:
     sizes_complete: bool = True  # every committed producer reported its sizes
     committed_rows: int | None = 0  # rows of the committed producers (None once one did not report its rows)
     stream: str = ""  # the stream this exchange is an epoch of (service/streams.py), "" for a batch exchange
+    owner: str = ""  # the credential that declared it (service/owners.py); "" for a stream's epoch
     # len(committed) at each seal (no write open any more, after a commit or an abort): the states a read
     # planned while writes were open may see; such a read reads the first seal after its planning
     seal_ends: list[int] = field(default_factory=list)
@@ -119,6 +120,7 @@ class Exchange:
             "subpartition_bytes": self.subpartition_bytes(),
             "rows": self.committed_rows,
             "subpartition_rows": self.subpartition_rows(),
+            "owner": self.owner,
         }
 
     def header(self) -> dict[str, Any]:
@@ -167,6 +169,9 @@ class Coordinator:
     # ------------------------------------------------------------ helpers
     def _get(self, name: str, epoch: int | None = None) -> Exchange:
         ex = self.exchanges.get(name)
+        if ex is None and epoch is not None:  # a write or read of it is running: it was there
+            raise RpcError(f"exchange {name!r} was dropped (or expired) while this write or read was running",
+                           "replaced")
         if ex is None:
             raise RpcError(f"exchange {name!r} does not exist", "no_exchange")
         if epoch is not None and ex.epoch != epoch:
@@ -194,7 +199,7 @@ class Coordinator:
 
     # ------------------------------------------------------------ writer side
     async def declare(self, name: str, schema: str, num_subpartitions: int | None, partitioner: dict,
-                      partition_type: str, mode: str, coalesce: bool = False) -> dict:
+                      partition_type: str, mode: str, coalesce: bool = False, owner: str = "") -> dict:
         """Start a write: create (overwrite) or extend (append) an exchange; returns its description + write id.
 
         ``coalesce``: the width was not given (hash, rebalance, rescale, custom): the first producer fixes it
@@ -229,7 +234,7 @@ class Coordinator:
             if ex is not None:
                 self._release_producers(list(ex.producers.values()), "overwritten", REPLACED)
             ex = Exchange(name, next(self._epochs), schema, num_subpartitions, partitioner, partition_type,
-                          coalesce=bool(coalesce) and num_subpartitions is None)
+                          coalesce=bool(coalesce) and num_subpartitions is None, owner=owner)
             self.exchanges[name] = ex
             self.lost.pop(name, None)
             self._names_changed()

@@ -29,6 +29,7 @@ from ..network.server import RpcError, ServerConnection
 from ..partition.buffer_pool import NetworkBufferPool
 from ..partition.result_partition import ResultPartition
 from ..partition.spill import DiskBudget, SpillReaders
+from . import owners
 from .coordinator import Coordinator
 from .fd_budget import fd_budget
 from .streams import StreamRegistry
@@ -48,6 +49,8 @@ class ExchangeService:
         self.service_id = f"svc-{uuid.uuid4().hex[:8]}"
         self.host_id = config.resolved_host_id()
         self.secret = secret if secret is not None else config.resolved_secret()
+        # the operator's (its secret) and the application credentials it accepts (service/owners.py)
+        self.credentials = owners.load_credentials(config.credentials_file, self.secret)
         self.budget = NetworkBufferPool(config.memory_budget)  # every partition's pool draws on it
         self.fds = fd_budget(config, nofile_limit())  # the caps below, lowered to fit the open-file limit
         self.spill_readers = SpillReaders(self.fds.spill_reads)  # fds of finished spill files
@@ -266,7 +269,20 @@ class ExchangeService:
         conn.subscriptions.clear()
 
     # ------------------------------------------------------------ rpc
+    def _owner_of(self, name: str) -> str:
+        """The credential an exchange or stream (or a stream's epoch) of that name belongs to ("" if none)."""
+        if self.coordinator is None:
+            return ""
+        ex = self.coordinator.exchanges.get(name)
+        if ex is not None and not ex.stream:
+            return ex.owner
+        st = self.streams.streams.get(ex.stream if ex is not None else name)
+        return st.owner if st is not None else ""
+
     async def rpc(self, conn: ServerConnection, method: str, args: dict) -> Any:
+        owners.check(conn.identity, method, args, self._owner_of)
+        if method in ("declare", "stream_declare"):
+            args["owner"] = conn.identity  # never the client's say
         if method == "ping":
             return self.addresses()
         if method == "status":
@@ -393,7 +409,7 @@ class ExchangeService:
             "refused_connections": self.admission.refused + sum(listener.refused for listener in self.listeners),
             "connections": [
                 {"client": c.client_id, "client_host": c.client_host, "transport": c.transport_kind,
-                 "bytes_sent": c.bytes_sent, "bytes_received": c.bytes_received}
+                 "credential": c.identity, "bytes_sent": c.bytes_sent, "bytes_received": c.bytes_received}
                 for c in self.connections
             ],
             "exchanges": self.coordinator.list() + self.streams.list() if self.coordinator else [],

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ..config import ExchangeConfig
+from ..errors import UserFacing
 from ..network import auth
 from .exchange_service import ExchangeService
 from .fd_budget import raise_nofile_limit
@@ -117,7 +118,10 @@ def main(argv: list[str] | None = None) -> None:
         limit_log_rate(handler)
     raise_nofile_limit()
     tune_gc()
-    asyncio.run(run(args))
+    try:
+        asyncio.run(run(args))
+    except UserFacing as exc:  # a bad setting or file, found at start: one line, no traceback
+        raise SystemExit(f"sparkflow-exchange serve: {exc}") from None
 
 
 # Allocations between young collections. A service holding a few 200 x 200 exchanges keeps some 10^5

@@ -79,6 +79,7 @@ class Stream:
     waiting_since: float | None = None  # the writer waits on maxRetainedBytes since then
     runs: dict[str, int] = field(default_factory=dict)  # a run's token -> the order the service first saw it in
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    owner: str = ""  # the credential that declared it (service/owners.py); its epochs are its too
 
     def retained_bytes(self) -> int:
         return sum(e.bytes for e in self.epochs.values())
@@ -88,7 +89,7 @@ class Stream:
         return {
             "name": self.name, "kind": "stream", "schema": self.schema, "partitioner": self.partitioner,
             "partition_type": self.partition_type, "num_subpartitions": self.num_subpartitions,
-            "state": "streaming", "writer_query": self.writer_query,
+            "state": "streaming", "writer_query": self.writer_query, "owner": self.owner,
             "last_committed": self.last_committed, "released_upto": self.released_upto,
             "retained_epochs": len(self.epochs), "retained_bytes": self.retained_bytes(),
             "retained_rows": sum(e.rows for e in self.epochs.values() if e.rows >= 0),
@@ -131,7 +132,7 @@ class StreamRegistry:
     # ------------------------------------------------------------ writer query
     async def declare(self, name: str, schema: str, num_subpartitions: int | None, partitioner: dict,
                       partition_type: str, coalesce: bool = False, max_retained_bytes: int = 0,
-                      groups: list[str] | None = None) -> dict:
+                      groups: list[str] | None = None, owner: str = "") -> dict:
         """A writer query starts (or restarts): create the stream, or check it still matches.
 
         ``groups``: consumer groups known in advance; each is registered (if new) before anything is
@@ -151,7 +152,7 @@ class StreamRegistry:
         st = self.streams.get(name)
         if st is None:
             st = self.streams[name] = Stream(name, schema, partitioner, partition_type, num_subpartitions,
-                                             bool(coalesce) and num_subpartitions is None)
+                                             bool(coalesce) and num_subpartitions is None, owner=owner)
             self.coordinator.lost.pop(name, None)
         else:
             if st.schema != schema:
