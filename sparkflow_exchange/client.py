@@ -130,15 +130,17 @@ def _open(config: ExchangeConfig, desc: dict, subpartitions: int | Iterable[int]
                  for s, e in _runs(chosen)]
     else:
         parts = [(lambda s=s: ex.read_subpartition(config, desc, s)) for s in chosen]
-    sealed = bool(desc.get("sealed"))
-    batches = _sequential(parts) if sealed or len(parts) == 1 else _merged(parts)
+    # a bounded writer blocks on any subpartition nobody reads: read them all at once; a HYBRID writer never
+    # blocks (what waits spills) and BLOCKING is read once finished, so one after another costs nothing
+    at_once = not desc.get("sealed") and len(parts) > 1 and desc.get("partition_type") == "PIPELINED_BOUNDED"
+    batches = _merged(parts) if at_once else _sequential(parts)
     if projected is not None:
         batches = (b.select(projected) for b in batches)
     return pa.RecordBatchReader.from_batches(out_schema, batches)
 
 
 def _sequential(parts: list[Callable[[], Iterator[pa.RecordBatch]]]) -> Iterator[pa.RecordBatch]:
-    """A committed exchange: each range read in turn (nothing waits for a reader any more)."""
+    """Each range read in turn."""
     for part in parts:
         yield from part()
 
@@ -147,7 +149,7 @@ _END = object()
 
 
 def _merged(parts: list[Callable[[], Iterator[pa.RecordBatch]]]) -> Iterator[pa.RecordBatch]:
-    """An exchange still written: every subpartition read at once, batches in arrival order.
+    """A PIPELINED_BOUNDED exchange still written: every subpartition read at once, in arrival order.
 
     One gate per subpartition on a thread of its own, all into one bounded queue: a full queue stops a
     gate taking buffers, so its credit stops and its producers wait (PIPELINED_BOUNDED) or spill (HYBRID).

@@ -295,3 +295,26 @@ def list_exchanges(config: ExchangeConfig | None = None, *, jvm: int | None = No
 def attempt_id(partition_id: int, attempt_number: int, task_attempt_id: int) -> str:
     """A task attempt's name: Spark's partition, attempt number and unique task attempt id."""
     return f"{partition_id}-{attempt_number}-{task_attempt_id}"
+
+
+def read_in_commit_order(config: ExchangeConfig, desc: dict, index: int,
+                         end: int | None = None) -> Iterator[pa.RecordBatch]:
+    """Subpartitions [index, end) of a sealed exchange in a fixed order: producer after producer in commit
+    order, each producer's buffers in sequence. Two reads see the same rows at the same offsets (a split
+    of one subpartition between readers, a resume that skips what was delivered).
+
+    One gate when every producer is a spill file on this host (that path reads in commit order); else one
+    gate per producer, since channels deliver in arrival order."""
+    plan = sealed_producers(desc)
+    if plan is None:
+        raise ExchangeError(f"exchange {desc.get('name')!r} is not committed: its order is not fixed yet")
+    if "arrow_schema" not in desc:
+        desc = {**desc, "arrow_schema": schema_from_b64(desc["schema"])}
+    ep = _endpoints(config)
+    probe = InputGate(config, desc, index, ep.coordinator, ep.secret, ep.host_id, local_service=ep.service,
+                      subpartition_end=end, producers=plan)
+    if probe._local_files() is not None:
+        yield from probe
+        return
+    for p in range(len(plan)):
+        yield from read_subpartition(config, desc, index, end, producers=(p, p + 1))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import warnings
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -34,11 +35,13 @@ Transform = Callable[[pa.RecordBatch], Any]
 
 
 def to_tensors(batch: pa.RecordBatch) -> dict[str, torch.Tensor]:
-    """A batch as ``{column: tensor}``: numeric and boolean columns, fixed-size lists as 2-D tensors."""
-    out = {}
-    for name, column in zip(batch.schema.names, batch.columns):
-        out[name] = _tensor(name, column)
-    return out
+    """A batch as ``{column: tensor}``: numeric and boolean columns, fixed-size lists as 2-D tensors.
+
+    The tensors share the batch's memory, which Arrow never writes again: a model reads its inputs, and
+    a DataLoader worker copies them into shared memory anyway. Write into them only after ``.clone()``."""
+    with warnings.catch_warnings():  # torch warns that the memory is read-only: it is, and stays so
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
+        return {name: _tensor(name, column) for name, column in zip(batch.schema.names, batch.columns)}
 
 
 def _tensor(name: str, column: pa.Array) -> torch.Tensor:
@@ -51,7 +54,7 @@ def _tensor(name: str, column: pa.Array) -> torch.Tensor:
     if column.null_count and not pa.types.is_floating(column.type):
         raise ConfigError(f"column {name!r} has nulls, which a {column.type} tensor cannot hold: fill them in "
                           "the writing job or pass a transform")
-    return torch.from_numpy(np.require(column.to_numpy(zero_copy_only=False), requirements="W"))  # Arrow memory is read-only
+    return torch.from_numpy(column.to_numpy(zero_copy_only=False))
 
 
 def _distributed() -> tuple[int, int]:
@@ -295,9 +298,8 @@ def _counts(desc: dict) -> np.ndarray:
 
 def _rows(config, desc: dict, segments: list[Segment], skip: int,
           columns: Sequence[str] | None) -> Iterator[pa.RecordBatch]:
-    """The segments' rows in a fixed order (producers in commit order, each producer's buffers in sequence):
-    two readers sharing a subpartition, and a resume, see the same rows at the same offsets."""
-    producers = len(ex.sealed_producers(desc) or ())
+    """The segments' rows in a fixed order (``exchange.read_in_commit_order``): two readers sharing a
+    subpartition, and a resume, see the same rows at the same offsets."""
     for seg in segments:
         if skip >= seg.rows:
             skip -= seg.rows
@@ -305,24 +307,19 @@ def _rows(config, desc: dict, segments: list[Segment], skip: int,
         start, stop = seg.start + skip, seg.stop
         skip = 0
         at = 0
-        for p in range(producers):
-            if at >= stop:
-                break
-            batches = ex.read_subpartition(config, desc, seg.subpartition, producers=(p, p + 1))
-            try:
-                for batch in batches:
-                    n = batch.num_rows
-                    lo, hi = max(start - at, 0), min(stop - at, n)
-                    at += n
-                    if hi > lo:
-                        batch = batch.slice(lo, hi - lo) if (lo, hi) != (0, n) else batch
-                        yield batch.select(columns) if columns is not None else batch
-                    if at >= stop:
-                        break
-            finally:
-                close = getattr(batches, "close", None)
-                if close is not None:
-                    close()
+        batches = ex.read_in_commit_order(config, desc, seg.subpartition)
+        try:
+            for batch in batches:
+                n = batch.num_rows
+                lo, hi = max(start - at, 0), min(stop - at, n)
+                at += n
+                if hi > lo:
+                    batch = batch.slice(lo, hi - lo) if (lo, hi) != (0, n) else batch
+                    yield batch.select(columns) if columns is not None else batch
+                if at >= stop:
+                    break
+        finally:
+            batches.close()
 
 
 def _cut(batches: Iterator[pa.RecordBatch], sizes: list[int] | None, size: int | None = None,

@@ -1,0 +1,229 @@
+"""Feeding a PyTorch training loop from Spark: the exchange (ExchangeDataset) against the parquet route.
+
+The same Spark job makes the same rows (an id, 8 float features, a float label) for both routes:
+
+* exchange: the job writes a HYBRID exchange (hash on id, 16 subpartitions) while the training process,
+  started and waiting beforehand, reads it (``balance="pad"``: the first epoch starts before the commit).
+* parquet: the job writes parquet files; the training process, started and waiting beforehand, sees the
+  job's ``_SUCCESS`` file and reads the files with ``pyarrow.dataset`` in a DataLoader (each worker its
+  share of the files, ``to_batches(batch_size)``).
+
+Both loops use a DataLoader with the same workers and batch size and the same batch conversion (dict of
+tensors). Measured per route, in one run:
+
+* time to first batch: from the Spark job's start to the first batch in the loop;
+* rows per second into the loop, no-op step (a re-read of the finished data: epoch 2);
+* rows per second into the loop with a small model's training step (epoch 3);
+* the same two with the reads in the training process itself (DataLoader num_workers=0: epochs 4, 5),
+  where no worker process hands each batch's tensors over through shared memory; "best" is each
+  route's faster configuration;
+* peak memory: the training process's and its largest DataLoader worker's maximum RSS.
+
+Run: .venv/bin/python benchmarks/torch_feed.py [--rows 4000000] [--batch 1024] [--workers 2]
+Writes benchmarks/torch_feed-latest.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+FEATURES = 8
+EXCHANGE = "bench-torch-feed"
+
+
+# ------------------------------------------------------------------ the training process (a subprocess)
+def _to_tensors(batch):
+    from sparkflow_exchange.torch import to_tensors
+
+    return to_tensors(batch)
+
+
+class ParquetFeed:
+    """The parquet route's IterableDataset: each DataLoader worker reads its share of the files."""
+
+    def __init__(self, path: str, batch: int, columns: list[str]) -> None:
+        self.path, self.batch, self.columns = path, batch, columns
+
+    def __iter__(self):
+        import pyarrow.dataset as pads
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        fragments = sorted(pads.dataset(self.path, format="parquet").get_fragments(), key=lambda f: f.path)
+        for fragment in fragments[worker::workers]:
+            for batch in fragment.to_batches(batch_size=self.batch, columns=self.columns):
+                yield _to_tensors(batch)
+
+
+def _loop(route: str, work: Path, batch: int, workers: int) -> None:
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset
+
+    columns = [f"f{i}" for i in range(FEATURES)] + ["y"]
+    if route == "exchange":
+        from sparkflow_exchange.torch import ExchangeDataset
+
+        ds = ExchangeDataset(EXCHANGE, batch, columns=columns, balance="pad", seed=1, declareTimeout=600)
+        loader = ds.loader(num_workers=workers)
+    else:
+        feed = type("Feed", (ParquetFeed, IterableDataset), {})(str(work / "parquet"), batch, columns)
+        loader = DataLoader(feed, batch_size=None, num_workers=workers, multiprocessing_context="fork")
+    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    (work / f"ready-{route}").write_text("ready")
+    if route == "parquet":  # the files are readable when the job has committed them
+        while not (work / "parquet" / "_SUCCESS").exists():
+            time.sleep(0.005)
+    out: dict = {}
+    for epoch, step in enumerate(("first", "noop", "model", "noop_inproc", "model_inproc")):
+        if step == "noop_inproc":  # the same reads in the training process itself: no worker hands batches over
+            if route == "exchange":
+                ds = ExchangeDataset(EXCHANGE, batch, columns=columns, balance="pad", seed=1)
+                loader = ds.loader(num_workers=0)
+            else:
+                loader = DataLoader(feed, batch_size=None, num_workers=0)
+        rows, first, start = 0, None, time.time()
+        for b in loader:
+            if first is None:
+                first = time.time()
+            if step.startswith("model"):
+                x = torch.stack([b[f"f{i}"] for i in range(FEATURES)], dim=1)
+                loss = torch.nn.functional.mse_loss(model(x), b["y"].reshape(-1, 1))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            rows += len(b["y"])
+        out[step] = {"rows": rows, "first_batch_at": first, "start": start, "end": time.time()}
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["peak_worker_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    (work / f"result-{route}.json").write_text(json.dumps(out))
+
+
+# ------------------------------------------------------------------ the driver
+def _features(spark, rows: int):
+    return spark.range(0, rows, 1, 4).selectExpr(
+        "id", *[f"CAST(sin(id * {i + 1}) AS FLOAT) AS f{i}" for i in range(FEATURES)],
+        "CAST(cos(id) AS FLOAT) AS y")
+
+
+def _start_loop(route: str, work: Path, args) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, __file__, "--loop", route, "--work", str(work),
+                             "--batch", str(args.batch), "--workers", str(args.workers)])
+    deadline = time.time() + 300
+    while not (work / f"ready-{route}").exists():
+        if proc.poll() is not None or time.time() > deadline:
+            raise SystemExit(f"the {route} training process did not start")
+        time.sleep(0.05)
+    return proc
+
+
+def _route(route: str, spark, work: Path, args) -> dict:
+    import sparkflow_exchange
+
+    df = _features(spark, args.rows)
+    proc = _start_loop(route, work, args)
+    try:
+        start = time.time()
+        if route == "exchange":
+            sparkflow_exchange.write(df, EXCHANGE, partitioner="hash", keys="id", numSubpartitions=16)
+        else:
+            df.write.mode("overwrite").parquet(str(work / "parquet"))
+        written = time.time()
+        if proc.wait(timeout=1800) != 0:
+            raise SystemExit(f"the {route} training process failed")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    got = json.loads((work / f"result-{route}.json").read_text())
+    first = got["first"]
+
+    def rate(step: str) -> float:
+        return got[step]["rows"] / (got[step]["end"] - got[step]["start"])
+
+    for step in ("first", "noop", "model", "noop_inproc", "model_inproc"):
+        if got[step]["rows"] != args.rows:
+            raise SystemExit(f"{route}: epoch {step} read {got[step]['rows']} rows of {args.rows}")
+    return {"write_s": written - start, "first_batch_s": first["first_batch_at"] - start,
+            "first_epoch_end_s": first["end"] - start, "noop_rows_per_s": rate("noop"),
+            "model_rows_per_s": rate("model"), "noop_inproc_rows_per_s": rate("noop_inproc"),
+            "model_inproc_rows_per_s": rate("model_inproc"), "peak_rss_mb": got["peak_rss_mb"],
+            "peak_worker_rss_mb": got["peak_worker_rss_mb"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=4_000_000)
+    parser.add_argument("--batch", type=int, default=1024)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--loop", choices=("exchange", "parquet"), help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.loop:
+        _loop(args.loop, Path(args.work), args.batch, args.workers)
+        return
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import sparkflow_exchange
+
+    load_before = os.getloadavg()[0]
+    work = Path(tempfile.mkdtemp(prefix="torch-feed-"))
+    spark = (SparkSession.builder.master("local[2]").appName("torch-feed")
+             .config(map=sparkflow_exchange.SPARK_SETTINGS).config("spark.ui.enabled", "false").getOrCreate())
+    try:
+        _features(spark, 100_000).write.format("noop").mode("overwrite").save()  # JVM and workers warm
+        results = {"parquet": _route("parquet", spark, work, args), "exchange": _route("exchange", spark, work, args)}
+    finally:
+        try:
+            sparkflow_exchange.drop_exchange(EXCHANGE)
+        except Exception:  # noqa: BLE001 - nothing to drop when the write never started
+            pass
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    ex, pq = results["exchange"], results["parquet"]
+    best = {k: {"noop": max(r["noop_rows_per_s"], r["noop_inproc_rows_per_s"]),
+                "model": max(r["model_rows_per_s"], r["model_inproc_rows_per_s"])} for k, r in results.items()}
+    for k, r in results.items():
+        r["best_noop_rows_per_s"], r["best_model_rows_per_s"] = best[k]["noop"], best[k]["model"]
+    ratios = {"noop_throughput": ex["noop_rows_per_s"] / pq["noop_rows_per_s"],
+              "model_throughput": ex["model_rows_per_s"] / pq["model_rows_per_s"],
+              "noop_inproc_throughput": ex["noop_inproc_rows_per_s"] / pq["noop_inproc_rows_per_s"],
+              "model_inproc_throughput": ex["model_inproc_rows_per_s"] / pq["model_inproc_rows_per_s"],
+              "best_noop_throughput": best["exchange"]["noop"] / best["parquet"]["noop"],
+              "best_model_throughput": best["exchange"]["model"] / best["parquet"]["model"],
+              "time_to_first_batch": ex["first_batch_s"] / pq["first_batch_s"],
+              "peak_rss": ex["peak_rss_mb"] / pq["peak_rss_mb"]}
+    report = {"rows": args.rows, "batch": args.batch, "workers": args.workers, "results": results,
+              "ratios": ratios, "load": [load_before, os.getloadavg()[0]],
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    (HERE / "torch_feed-latest.json").write_text(json.dumps(report, indent=2))
+    print(f"{'':30}{'exchange':>12}{'parquet':>12}{'ratio':>8}")
+    for key, label, ratio in (("first_batch_s", "time to first batch (s)", "time_to_first_batch"),
+                              ("first_epoch_end_s", "first epoch done (s)", None),
+                              ("noop_rows_per_s", "rows/s, no-op step", "noop_throughput"),
+                              ("model_rows_per_s", "rows/s, small model", "model_throughput"),
+                              ("noop_inproc_rows_per_s", "rows/s, no-op, no workers", "noop_inproc_throughput"),
+                              ("model_inproc_rows_per_s", "rows/s, model, no workers", "model_inproc_throughput"),
+                              ("best_noop_rows_per_s", "rows/s, no-op, best", "best_noop_throughput"),
+                              ("best_model_rows_per_s", "rows/s, model, best", "best_model_throughput"),
+                              ("peak_rss_mb", "peak RSS, loop (MB)", "peak_rss"),
+                              ("peak_worker_rss_mb", "peak RSS, a worker (MB)", None)):
+        r = f"{ratios[ratio]:8.2f}" if ratio else ""
+        print(f"{label:30}{ex[key]:12.2f}{pq[key]:12.2f}{r}")
+    print(f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
