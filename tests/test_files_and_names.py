@@ -156,3 +156,25 @@ def test_metrics_listen_on_loopback_unless_told_otherwise(tmp_service):
         with pytest.raises(OSError):
             socket.create_connection((other, port), timeout=10).close()
         svc.stop()
+
+
+def test_a_writer_lost_before_it_joined_its_exchange_leaves_nothing(tmp_service):
+    """Killed between registering its partition and register_producer: the coordinator never heard of the
+    partition, so no drop would release it; the service does, with its spill file."""
+    from sparkflow_exchange.network.protocol import PartitionRegistered, RegisterPartition
+
+    svc = tmp_service()
+    config = client_config(svc, exchange="joined-never", partitioner="hash", keys="id", numSubpartitions="2")
+    ex.declare_write(config, SCHEMA, overwrite=True)
+    writer = svc.connect()
+    writer.send(RegisterPartition("joined-never.1.0.a0.x", 2, "HYBRID", exchange="joined-never"))
+    while not isinstance(writer.recv(30), PartitionRegistered):
+        pass
+    assert [p["partition"] for p in svc.status()["partitions"]] == ["joined-never.1.0.a0.x"]
+    assert list(svc.spill_dir.glob("*.data"))
+    writer.sock.close()  # as a kill -9 would
+    deadline = time.monotonic() + 30
+    while svc.status()["partitions"]:
+        assert time.monotonic() < deadline, svc.status()["partitions"]
+        time.sleep(0.1)
+    assert _modes(svc.spill_dir) == {}

@@ -37,6 +37,8 @@ from .launcher import SPILL_PREFIX, pid_alive
 
 log = logging.getLogger(__name__)
 
+JOIN_GRACE = 1.0  # s after a writer is lost before its partition is released if it never joined its exchange
+
 
 class ExchangeService:
     def __init__(self, config: ExchangeConfig, *, coordinator: bool = True, unix_path: str | None = None,
@@ -218,6 +220,16 @@ class ExchangeService:
         part.fail(reason)
         if self.coordinator is not None and part.exchange:
             asyncio.ensure_future(self.coordinator.producer_failed(part.exchange, None, part.pid, reason))
+            # a writer lost before it joined its exchange (killed between registering its partition and
+            # register_producer): no reader can learn of the partition and no drop will release it. Asked a
+            # moment later, so a register_producer already on its way is counted.
+            asyncio.get_running_loop().call_later(JOIN_GRACE, self._release_if_unjoined, part, reason)
+
+    def _release_if_unjoined(self, part: ResultPartition, reason: str) -> None:
+        exchange = self.coordinator.exchanges.get(part.exchange)
+        if self.partitions.get(part.pid) is part and (exchange is None or part.pid not in exchange.producers):
+            self.release_partition(part.pid, f"its writer was lost before it joined exchange {part.exchange!r}: "
+                                             f"{reason}")
 
     def release_partition(self, pid: str, reason: str = "released by the coordinator", code: str = "released") -> bool:
         """Free a partition; readers connected to it, and its writer if it still writes, hear ``reason`` at once
