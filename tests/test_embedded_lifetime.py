@@ -133,3 +133,33 @@ def test_an_exchange_expires_after_ttl_and_the_service_exits_leaving_nothing(tmp
         _exits_leaving_nothing(pid, runtime)
     finally:
         stop_embedded(runtime)
+
+
+ABANDONING_WRITER = r"""
+import json, os, sys
+import pyarrow as pa
+from sparkflow_exchange import exchange as ex
+from sparkflow_exchange.config import ExchangeConfig
+from sparkflow_exchange.service.discovery import runtime_dir
+
+config = ExchangeConfig.load().replace(exchange="abandoned", partitioner="hash", keys=("id",), num_subpartitions=2)
+schema = pa.schema([("id", pa.int64())])
+handle = ex.declare_write(config, schema, overwrite=True)
+task = ex.ProducerTask(handle, 0, "0-0-0")
+task.write([pa.record_batch([pa.array(range(5000), pa.int64())], schema=schema)])
+print(json.loads((runtime_dir() / "embedded.json").read_text())["pid"], flush=True)
+os._exit(0)  # gone without finishing, committing or aborting: as a killed application
+"""
+
+
+def test_a_write_left_open_by_an_application_that_is_gone_expires_after_ttl(tmp_path):
+    runtime = tmp_path / "runtime"
+    env = {**os.environ, "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(runtime),
+           "SPARKFLOW_EXCHANGE_CONF": json.dumps({"embedded.idleTimeout": "1s", "ttl": "2s"})}
+    from harness import stop_embedded
+
+    try:
+        pid = int(_client(ABANDONING_WRITER, env))
+        _exits_leaving_nothing(pid, runtime)
+    finally:
+        stop_embedded(runtime)

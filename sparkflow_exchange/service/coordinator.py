@@ -502,8 +502,9 @@ class Coordinator:
         """Batch exchanges (a stream's epochs are listed with their stream)."""
         return [ex.describe() for ex in self.exchanges.values() if not ex.stream]
 
-    async def expire(self) -> None:
-        """Drop exchanges unused for ``ttl`` seconds (nobody reading, no write open)."""
+    async def expire(self, abandoned_writes: bool = False) -> None:
+        """Drop exchanges unused for ``ttl`` seconds (nobody reading, no write open). ``abandoned_writes``:
+        an open write counts as unused too (no application that could finish it is alive)."""
         if self.ttl <= 0:
             return
         wall = time.time()
@@ -516,7 +517,8 @@ class Coordinator:
         for name, ex in list(self.exchanges.items()):
             if ex.stream:
                 continue  # an epoch lives as long as its stream retains it (streams.py)
-            if not ex.open_writes and not self._subscribers.get(name) and now - ex.last_used > self.ttl:
+            if (not ex.open_writes or abandoned_writes) and not self._subscribers.get(name) \
+                    and now - ex.last_used > self.ttl:
                 await self._drop(name, f"expired (unused for ttl={self.ttl:g} s)")
 
 

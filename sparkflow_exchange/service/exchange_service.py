@@ -166,7 +166,8 @@ class ExchangeService:
         while not self.stopping.is_set():
             await asyncio.sleep(0.5)
             if self.coordinator is not None:
-                await self.coordinator.expire()
+                # a write left open by an application that is gone would keep an embedded service up for good
+                await self.coordinator.expire(abandoned_writes=self.hold_exchanges and not self.apps)
                 await self.streams.expire()
             self._expire_partitions()
             if self.attach_mode and self._apps_gone() and not (self.hold_exchanges and self.holds_data()) \
@@ -175,8 +176,9 @@ class ExchangeService:
                 self.stop()
 
     def holds_data(self) -> bool:
-        """An exchange, a stream or a partition lives here: an embedded service keeps it for later readers."""
-        if self.partitions:
+        """An exchange, a stream or a partition lives here: an embedded service keeps it for later readers.
+        (A failed partition outside any exchange, left by a writer killed as it joined, is no reason.)"""
+        if any(part.failure is None for part in self.partitions.values()):
             return True
         return self.coordinator is not None and bool(self.coordinator.exchanges or self.streams.streams)
 
