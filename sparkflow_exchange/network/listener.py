@@ -128,7 +128,7 @@ class Listener:
             conn.setblocking(False)
             if self.ssl_ctx is not None and not self._room_for_handshake():
                 self.refused += 1
-                conn.close()  # it has not started TLS with us: it sees the close, and its client asks again
+                conn.close()  # before TLS nothing can be said to it: it sees the close (a flood of fresh handshakes)
                 continue
             task = self.loop.create_task(self._serve(conn))
             if self.ssl_ctx is not None:
