@@ -67,6 +67,10 @@ def test_status_drop_and_metrics(tmp_service, tmp_path):
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     assert "# TYPE sparkflow_partition_bytes_total counter" in body
     assert 'sparkflow_channel_credit{service="' in body
+    sid = data["service"]["service_id"]
+    read = [line for line in body.splitlines()
+            if line.startswith(f'sparkflow_exchange_read_bytes{{service="{sid}",exchange="cli-orders",path="channel"}}')]
+    assert len(read) == 1 and int(read[0].split()[-1]) > 0, body[-3000:]
 
     rest = sum(b.num_rows for b in it)
     assert first.num_rows + rest > 0

@@ -61,6 +61,21 @@ def render(status: dict) -> str:
     metric("connections_refused_total", "counter", "connections refused for want of room (a cap full, no fds)",
            [({}, status.get("refused_connections", 0))])
     metric("exchanges", "gauge", "exchanges known to the coordinator", [({}, len(status["exchanges"]))])
+    if "disk" in status:
+        metric("disk_used_bytes", "gauge", "bytes of spill files the service holds", [({}, status["disk"]["used"])])
+        metric("disk_limit_bytes", "gauge", "maxDiskBytes: most bytes of spill files the service holds",
+               [({}, status["disk"]["limit"])])
+    traffic = status.get("traffic", {})
+    metric("read_bytes_total", "counter", "payload bytes readers read from the service, by path (local, "
+           "local_shared, remote: over a connection; local_file: from its spill files, reported by readers)",
+           [({"path": path}, value) for path, value in sorted(traffic.items())])
+    held = status.get("exchange_traffic", {})
+    metric("exchange_written_bytes", "gauge", "bytes written into the partitions of an exchange this service holds",
+           [({"exchange": name}, t["bytes_written"]) for name, t in sorted(held.items())])
+    metric("exchange_read_bytes", "gauge", "bytes read from the partitions of an exchange this service holds, "
+           "over channels or from its spill files (restarts from 0 when the exchange is overwritten)",
+           [({"exchange": name, "path": path}, t[key]) for name, t in sorted(held.items())
+            for path, key in (("channel", "bytes_read"), ("local_file", "file_bytes_read"))])
     return "\n".join(out) + "\n"
 
 
