@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,19 @@ def test_no_development_history_in_project_files():
             if match:
                 found.append(f"{name}:{number}: {match.group(0)!r}")
     assert not found, "development history belongs in git and CHANGELOG.md, not in:\n" + "\n".join(found)
+
+
+def test_operations_guide_lists_every_metric_and_command():
+    """Every metric the service exports and every command of the CLI has its entry in docs/operations.md."""
+    ops = (ROOT / "docs" / "operations.md").read_text()
+    source = (ROOT / "sparkflow_exchange" / "service" / "metrics.py").read_text()
+    metrics = re.findall(r'metric\(\s*"(\w+)"', source)
+    assert len(metrics) >= 10, "metric names are no longer found in service/metrics.py; update this test"
+    missing = [f"sparkflow_{m}" for m in metrics if f"`sparkflow_{m}`" not in ops]
+    assert not missing, f"metrics missing from the table in docs/operations.md: {missing}"
+    usage = subprocess.run([sys.executable, "-m", "sparkflow_exchange.cli", "--help"], capture_output=True,
+                           text=True, timeout=60, check=True).stdout
+    commands = re.search(r"\{([\w,-]+)\}", usage).group(1).split(",")
+    assert "serve" in commands
+    undocumented = [c for c in commands if f"sparkflow-exchange {c}" not in ops]
+    assert not undocumented, f"commands missing from docs/operations.md: {undocumented}"
