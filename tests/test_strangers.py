@@ -133,12 +133,13 @@ def _strangers(svc, count: int, source: str | None = None) -> list[tuple[socket.
 def test_idle_strangers_cannot_lock_clients_out(tmp_service):
     """200 connections that never say Hello (64 kept every client out as long as they reconnected):
     the oldest idle ones make room, so clients on TCP connect at their first try."""
-    svc = tmp_service()
+    # no Hello timeout during the test (a loaded machine): the strangers stay until made room for
+    svc = tmp_service(conf={"helloTimeout": "600"})
     config = ExchangeConfig()
     strangers = []
     for _round in range(2):  # and again, as strangers that reconnect would
         strangers += _strangers(svc, 200)
-        time.sleep(min(1.0, config.hello_timeout / 10))  # every one admitted is idle by now
+        time.sleep(1.0)  # every one admitted is idle by now (a tenth of helloTimeout, at most 1 s)
         for _ in range(5):
             _healthy(svc)  # no retry: admitted at once, an idle stranger closed for it
         with svc.connect(svc.unix) as conn:
@@ -162,8 +163,8 @@ def test_idle_strangers_cannot_lock_clients_out(tmp_service):
             assert error.code == "too_many_connections" and "maxUnauthenticatedPerPeer=" in error.message
             evicted += 1
         else:
-            assert "no Hello within helloTimeout" in error.message
-    assert evicted >= 10  # at least one for each client above
+            raise AssertionError(error.message)
+    assert evicted >= 10  # at least one for each client above: the peer's cap was full of idle strangers
 
 
 def test_own_unix_clients_never_wait_behind_strangers(tmp_service):
@@ -399,7 +400,7 @@ def test_strangers_that_never_start_tls_are_capped_and_make_room(tmp_service, tm
         pytest.skip("openssl CLI not available")
     cert, key = _certificate(tmp_path, "loopback", "IP:127.0.0.1")
     svc = tmp_service(conf={"tls.certFile": str(cert), "tls.keyFile": str(key),
-                            "maxUnauthenticatedConnections": "8"})
+                            "maxUnauthenticatedConnections": "8", "helloTimeout": "60"})  # slow machines
     fds_before = len(os.listdir(f"/proc/{svc.proc.pid}/fd"))
     host, port = svc.tcp.rsplit(":", 1)
     silent = [socket.create_connection((host, int(port)), timeout=10) for _ in range(200)]
@@ -407,7 +408,7 @@ def test_strangers_that_never_start_tls_are_capped_and_make_room(tmp_service, tm
         with svc.connect(svc.unix) as conn:
             assert conn.call("ping")["service_id"]
     assert len(os.listdir(f"/proc/{svc.proc.pid}/fd")) <= fds_before + 8 + 1  # (+1: the last ping's, closing)
-    time.sleep(min(1.0, ExchangeConfig().hello_timeout / 10))  # every one held is idle now
+    time.sleep(1.0)  # every one held is idle now (a tenth of helloTimeout, at most 1 s)
     tls = client_config(svc, **{"tls.caFile": str(cert)})
     with BlockingConnection(svc.tcp, svc.secret, timeout=10, ssl_ctx=auth.ssl_for(svc.tcp, tls)) as conn:
         assert conn.call("ping")["tls"] is True  # at its first try
