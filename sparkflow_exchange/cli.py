@@ -192,6 +192,7 @@ def _drop(args: argparse.Namespace) -> int:
         result = drop_exchange(args.name, config)
     except (ExchangeError, ServiceError) as exc:
         raise CliError(_hint(str(exc))) from None
+    result = _printable(result)
     if "epochs" in result:
         print(f"dropped stream {result['dropped']} ({result['epochs']} retained epochs released)")
     else:
