@@ -116,7 +116,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "spillDir": ("spill_dir", str, "directory for spill files (default: a fresh temp dir); the service makes it 0700 when it does not exist and then removes it when it stops; its files are 0600 and go with their partitions"),
     "embedded.idleTimeout": ("idle_timeout", parse_duration, "the embedded service exits this long after its last application ended, once it holds no exchange (dropped, or expired after ttl)"),
     "maxDiskBytes": ("max_disk_bytes", parse_size, "bytes of spill files a service holds at most; a write beyond fails saying so (0 = 90% of the spill directory's free space when the service starts)"),
-    "ttl": ("ttl", parse_duration, "an exchange is dropped this long after its last use (0 = never)"),
+    "ttl": ("ttl", parse_duration, "an exchange is dropped this long after its last use, and a write left open this long with no task writing (its job ended without commit or abort) is aborted (0 = never)"),
     "maxFrameSize": ("max_frame_size", parse_size, "hard maximum frame size on the wire"),
     "metricsPort": ("metrics_port", int, "HTTP port of Prometheus metrics (0 = off)"),
     "metricsHost": ("metrics_host", str, "address the metrics port listens on (they carry no authentication: loopback unless set)"),

@@ -163,3 +163,37 @@ def test_a_task_that_starts_after_the_drop_or_overwrite_is_told_which(tmp_servic
         ex.ProducerTask(handle, 0, "a")
     with pytest.raises(ExchangeReplaced):
         ex.commit_write(handle, [])
+
+
+def test_a_write_abandoned_for_ttl_is_aborted_and_its_waiting_reader_told_why(tmp_service):
+    """A job that died between its tasks' finish and its commit leaves its write open: after ttl with no task
+    writing, the service aborts it (a reader waiting for its commit hears why) and the exchange can expire.
+    A write whose task still runs is kept."""
+    from sparkflow_exchange.consumer.input_gate import ExchangeReadError
+
+    svc = tmp_service(conf={"ttl": "1s"})
+    config = config_for(svc, "abandoned", "tcp", "HYBRID", readerTimeout="60s")
+    handle = ex.declare_write(config, SCHEMA, overwrite=True)
+    task = ex.ProducerTask(handle, 0, "a")
+    task.write([pa.record_batch([pa.array(np.arange(100, dtype=np.int64))], schema=SCHEMA)])
+    task.finish()  # and no commit: the "driver" is gone
+    reader = ex.read_subpartition(config, ex.describe_exchange(config), 0)
+    start = time.monotonic()
+    with pytest.raises(ExchangeReadError, match="abandoned: neither committed nor aborted for ttl=1 s"):
+        list(reader)
+    assert time.monotonic() - start < BOUND
+    deadline = time.monotonic() + BOUND
+    while ex.list_exchanges(config) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ex.list_exchanges(config) == []
+
+    running = Writing(config_for(svc, "still-writing", "tcp", "HYBRID"), limit=10**9)
+    writing_config = config_for(svc, "still-writing", "tcp", "HYBRID")
+    try:
+        running.wait_pushed()
+        time.sleep(3)  # three ttls: a write with a running task is not abandoned
+        assert [e["name"] for e in ex.list_exchanges(writing_config)] == ["still-writing"]
+        assert running.error is None
+    finally:
+        running.stop.set()
+        running.thread.join(BOUND)

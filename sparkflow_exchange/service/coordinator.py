@@ -503,8 +503,10 @@ class Coordinator:
         return [ex.describe() for ex in self.exchanges.values() if not ex.stream]
 
     async def expire(self, abandoned_writes: bool = False) -> None:
-        """Drop exchanges unused for ``ttl`` seconds (nobody reading, no write open). ``abandoned_writes``:
-        an open write counts as unused too (no application that could finish it is alive)."""
+        """Drop exchanges unused for ``ttl`` seconds (nobody reading, no write open); abort writes left open
+        that long with no producer running (their job died before its commit or abort: readers waiting for
+        them learn so, and the exchange can expire). ``abandoned_writes``: an open write counts as unused
+        too (no application that could finish it is alive)."""
         if self.ttl <= 0:
             return
         wall = time.time()
@@ -517,6 +519,13 @@ class Coordinator:
         for name, ex in list(self.exchanges.items()):
             if ex.stream:
                 continue  # an epoch lives as long as its stream retains it (streams.py)
+            if ex.open_writes and now - ex.last_used > self.ttl and \
+                    not any(p.state == "running" for p in ex.producers.values() if p.write_id in ex.open_writes):
+                for write_id in sorted(ex.open_writes):
+                    await self.abort(name, ex.epoch, write_id,
+                                     f"abandoned: neither committed nor aborted for ttl={self.ttl:g} s with no task "
+                                     "writing (did the writing job end without committing?)")
+                continue
             if (not ex.open_writes or abandoned_writes) and not self._subscribers.get(name) \
                     and now - ex.last_used > self.ttl:
                 await self._drop(name, f"expired (unused for ttl={self.ttl:g} s)")
