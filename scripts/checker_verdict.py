@@ -391,9 +391,11 @@ class Verdict:
                 first = min(learned, key=lambda f: f["t"])
                 late = first["t"] - t_r
                 if late > self.replace_bound + self.slack:
+                    longest = max((p.get("longest_wait", 0.0) for p in producers), default=None)
+                    waited = "" if longest is None else f" (its producers' longest single wait: {longest:.1f} s)"
                     self.violation("late_failure_after_replace",
                                    f"{self.describe_write(w)}: its epoch ended {self.h.rel(t_r)} ({epoch.end_cause}); "
-                                   f"the writer failed only {late:.1f} s later: {first.get('error_class')}: "
+                                   f"the writer failed only {late:.1f} s later{waited}: {first.get('error_class')}: "
                                    f"{first.get('error', '')[:240]}")
                 elif not any(word in first.get("error", "").lower() for word in REPLACE_WORDS):
                     self.violation("replace_error_unclear",
