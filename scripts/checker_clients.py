@@ -33,6 +33,7 @@ from typing import Any, Iterator
 import numpy as np
 import pyarrow as pa
 
+import sparkflow_exchange
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.calls import call
 from sparkflow_exchange.config import ExchangeConfig
@@ -60,8 +61,11 @@ def wid_text(wid: int) -> str:
 
 
 def error_record(exc: BaseException) -> dict:
+    """The error as history; ``documented``: a class the package exports (``sparkflow_exchange.__all__``)."""
     cls = type(exc)
-    return {"error_class": f"{cls.__module__}.{cls.__qualname__}", "error": str(exc)[:600]}
+    documented = cls.__name__ in getattr(sparkflow_exchange, "__all__", ()) \
+        and getattr(sparkflow_exchange, cls.__name__, None) is cls
+    return {"error_class": f"{cls.__module__}.{cls.__qualname__}", "error": str(exc)[:600], "documented": documented}
 
 
 class HistoryFile:
@@ -346,6 +350,7 @@ class Reader(Client):
             first = failed[0] if failed else {"error_class": "checker", "error": "a subpartition's read did not end"}
             self.history.log("read_end", op=op, name=name, ok=False, stage="read", **plan,
                              error_class=first["error_class"], error=first["error"],
+                             documented=first.get("documented", True),
                              failed_subs=[s for s, o in outcomes.items() if not o["ok"]])
             return
         self.history.log("read_end", op=op, name=name, ok=True, **plan,

@@ -44,6 +44,7 @@ KINDS = (
     "wait_past_bound",            # a client waited longer than its documented bound (watchdog)
     "late_failure_after_replace",  # a writer learned its exchange was dropped/overwritten late
     "replace_error_unclear",      # ... or by an error that does not name the drop or overwrite
+    "undocumented_error",         # a read or write failed with an error class the package does not export
     "hung_at_end",                # a client still running its operation when the run ended
     "client_crashed",             # a client process ended by itself (not killed, not stopped)
     "service_died",
@@ -235,6 +236,7 @@ class Verdict:
             if read.get("ok"):
                 self.check_read(read)
         self.check_waits()
+        self.check_error_classes()
         self.check_writers_learn_replacement()
         for f in self.h.findings:
             self.violation(f["kind"], f["message"] + self.partition_story(f["message"]))
@@ -358,6 +360,18 @@ class Verdict:
                            f"{self.describe_read(r)} read writes {sorted(wid_text(w.wid) for w in included)}: no "
                            f"instant fits, it must be after {self.h.rel(lo)} ({lo_why}) and before "
                            f"{self.h.rel(hi)} ({hi_why})")
+
+    def check_error_classes(self) -> None:
+        """Every error a client met is a documented class of the package (one per meaning)."""
+        seen: Counter = Counter()
+        first: dict[str, str] = {}
+        for r in self.h.records:
+            if r.get("documented") is False:
+                key = f"{r['error_class']}: {r['error'][:120]}"
+                seen[key] += 1
+                first.setdefault(key, f"{r['proc']} {r['ev']} op {r.get('op')} {self.h.rel(r['t'])}")
+        for key, n in seen.most_common():
+            self.violation("undocumented_error", f"{n} x {key} (first: {first[key]})")
 
     # ------------------------------------------------------------ waits
     def check_waits(self) -> None:
