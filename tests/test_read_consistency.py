@@ -186,3 +186,14 @@ def test_overwrite_or_drop_during_a_pipelined_read_fails_it_naming_which(tmp_ser
         for _ in reader:
             pass
     assert time.monotonic() - start < QUICK
+
+
+@pytest.mark.parametrize("how", ["dropped", "overwritten"])
+def test_a_pipelined_read_task_starting_after_a_drop_or_overwrite_is_told_which(tmp_service, how):
+    svc = tmp_service()
+    config = config_for(svc, f"late-task-{how[:4]}", "remote")
+    ex.declare_write(config, SCHEMA, overwrite=True)
+    desc = ex.describe_exchange(config)  # planned while the write is open: its tasks subscribe
+    _replace(config, how)
+    with pytest.raises(ExchangeReadError, match=how):
+        list(ex.read_subpartition(config, desc, 0))

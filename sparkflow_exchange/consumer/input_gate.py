@@ -377,7 +377,10 @@ class InputGate:
         if files is not None:
             yield from self._read_local_files(files, schema)
             return
-        self.runtime.run(self._start(), timeout=self.config.declare_timeout + 30)
+        try:
+            self.runtime.run(self._start(), timeout=self.config.declare_timeout + 30)
+        except ServiceError as exc:  # e.g. the exchange was dropped between planning and this task's start
+            raise self._named(ExchangeReadError(f"reading exchange {self.name!r} failed: {exc}")) from None
         previous: InputChannel | None = None
         try:
             while True:
