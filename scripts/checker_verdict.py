@@ -58,6 +58,7 @@ KINDS = (
     "rss_growth",
 )
 REPLACE_WORDS = ("drop", "overwr", "replaced")
+QUOTED = re.compile(r"'[^']*'")
 
 
 @dataclass
@@ -367,7 +368,7 @@ class Verdict:
         first: dict[str, str] = {}
         for r in self.h.records:
             if r.get("documented") is False:
-                key = f"{r['error_class']}: {r['error'][:120]}"
+                key = f"{r['error_class']}: {re.sub(QUOTED, chr(39) * 2, r['error'][:120])}"  # per message, any name
                 seen[key] += 1
                 first.setdefault(key, f"{r['proc']} {r['ev']} op {r.get('op')} {self.h.rel(r['t'])}")
         for key, n in seen.most_common():
