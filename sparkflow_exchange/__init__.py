@@ -6,14 +6,34 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "leave_group", "write", "plugin_jar", "ExchangeConfig", "ConfigError",
-           "ExchangeError", "ExchangeNotFound", "ExchangeLost", "ExchangeReplaced", "SchemaMismatch",
-           "ExchangeReadError",
-           "open_reader", "open_writer", "ExchangeWriter"]
+__all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "leave_group", "write", "plugin_jar", "ExchangeConfig",
+           "PartitionType", "open_reader", "open_writer", "ExchangeWriter",
+           # the errors users see (docs/errors.md)
+           "ConfigError", "ExchangeError", "ServiceError", "ServiceUnavailable", "AuthenticationFailed", "NotPermitted",
+           "InvalidRequest", "StorageError", "DataLost", "ExchangeNotFound", "ExchangeLost", "ExchangeReplaced",
+           "PartitionReleasedError", "SchemaMismatch", "ExchangeReadError", "ErrorCode"]
 
 from .config import ExchangeConfig, session_settings
-from .errors import (ConfigError, ExchangeError, ExchangeLost, ExchangeNotFound, ExchangeReplaced,  # noqa: F401
-                     SchemaMismatch, UserFacing)
+from .errors import (  # noqa: F401
+    AuthenticationFailed,
+    ConfigError,
+    DataLost,
+    ErrorCode,
+    ExchangeError,
+    ExchangeLost,
+    ExchangeNotFound,
+    ExchangeReadError,
+    ExchangeReplaced,
+    InvalidRequest,
+    NotPermitted,
+    PartitionReleasedError,
+    SchemaMismatch,
+    ServiceError,
+    ServiceUnavailable,
+    StorageError,
+    UserFacing,
+)
+from .kinds import PartitionType
 from .session_tuning import SPARK_SETTINGS  # for the session builder: .config(map=SPARK_SETTINGS)
 
 if TYPE_CHECKING:  # imported on first use (pyarrow, the data path): importing the package stays light
@@ -23,10 +43,6 @@ _registered: "weakref.WeakKeyDictionary[Any, dict[str, str]]" = weakref.WeakKeyD
 
 
 def __getattr__(name: str) -> Any:
-    if name == "ExchangeReadError":  # exported under the name Spark prints; imported lazily (pyarrow)
-        from .consumer.input_gate import ExchangeReadError
-
-        return ExchangeReadError
     if name in ("open_reader", "open_writer", "ExchangeWriter"):  # reading and writing without Spark (client.py)
         from . import client
 

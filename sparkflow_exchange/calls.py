@@ -1,4 +1,4 @@
-"""One call to the coordinator, its error codes turned into the errors users read.
+"""One call to the coordinator (its refusals arrive as the errors users read: ``errors.error_for``).
 
 Light on purpose (no pyarrow, no data path): a streaming writer's commit runs in a fresh Python
 process for every micro-batch, and what it imports is paid by every micro-batch.
@@ -8,22 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from .config import ConfigError, ExchangeConfig
-from .errors import ExchangeError, ExchangeLost, ExchangeNotFound, ExchangeReplaced, SchemaMismatch
-from .network.blocking_client import ServiceError
 from .service.discovery import resolve
-
-# the coordinator's error codes that have a class of their own (the name the user reads first)
-ERRORS_BY_CODE = {"no_exchange": ExchangeNotFound, "exchange_lost": ExchangeLost, "schema_mismatch": SchemaMismatch,
-                  "replaced": ExchangeReplaced}
 
 
 def call(config: ExchangeConfig, method: str, timeout: float | None = None, **args: Any) -> Any:
     ep = resolve(config)
     with ep.connect(ep.coordinator, config) as conn:
-        try:
-            return conn.call(method, timeout=timeout, **args)
-        except ServiceError as exc:
-            raise ERRORS_BY_CODE.get(exc.code, ExchangeError)(str(exc)) from None
+        return conn.call(method, timeout=timeout, **args)
 
 
 def require_name(config: ExchangeConfig) -> str:

@@ -66,7 +66,7 @@ def _targets(args: argparse.Namespace) -> list[tuple[str, Any, ExchangeConfig]]:
 
 
 def _ask(ep: Any, config: ExchangeConfig, method: str, **kwargs: Any) -> Any:
-    from .network.blocking_client import ServiceError
+    from .errors import ServiceError
 
     try:
         with ep.connect(ep.service, config, timeout=15.0) as conn:
@@ -137,7 +137,6 @@ def _print_status(status: dict) -> None:
 def _list(args: argparse.Namespace) -> int:
     from .errors import ExchangeError
     from .exchange import list_exchanges
-    from .network.blocking_client import ServiceError
     from .service.discovery import coordinators, no_service_message
 
     config = _config(args)
@@ -148,7 +147,7 @@ def _list(args: argparse.Namespace) -> int:
         return 0
     try:
         exchanges = list_exchanges(config)
-    except (ExchangeError, ServiceError) as exc:
+    except ExchangeError as exc:
         raise CliError(_hint(str(exc))) from None
     if args.json:
         print(json.dumps(exchanges, indent=2))
@@ -181,7 +180,6 @@ def _printable(value: Any) -> Any:
 def _drop(args: argparse.Namespace) -> int:
     from .errors import ExchangeError
     from .exchange import drop_exchange
-    from .network.blocking_client import ServiceError
 
     from .service.discovery import coordinators, no_service_message
 
@@ -190,7 +188,7 @@ def _drop(args: argparse.Namespace) -> int:
         raise CliError(f"exchange {args.name!r} was not dropped: {no_service_message('nothing to drop', ELSEWHERE)}")
     try:
         result = drop_exchange(args.name, config)
-    except (ExchangeError, ServiceError) as exc:
+    except ExchangeError as exc:
         raise CliError(_hint(str(exc))) from None
     result = _printable(result)
     if "epochs" in result:

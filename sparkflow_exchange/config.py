@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ConfigError  # re-exported: defined with the other errors users see
+from .kinds import PARTITION_TYPES, PartitionType
 
 PREFIX = "spark.sparkflow.exchange."
 ENV_CONF = "SPARKFLOW_EXCHANGE_CONF"
 
-PARTITION_TYPES = ("HYBRID", "BLOCKING", "PIPELINED_BOUNDED")
 COMPRESSIONS = ("none", "zstd", "lz4")
 SINGLE_SUBPARTITION = ("forward", "broadcast")  # partitioners that give each producer one subpartition of its own
 
@@ -173,7 +173,7 @@ class ExchangeConfig:
     custom: str | None = None
     num_subpartitions: int | None = None
     num_producers: int | None = None
-    partition_type: str = "HYBRID"
+    partition_type: PartitionType = PartitionType.HYBRID
     buffer_size: int = 1 << 20
     buffer_timeout: float = 0.1
     sort_buffer_size: int = 32 << 20
@@ -229,6 +229,7 @@ class ExchangeConfig:
     def __post_init__(self) -> None:
         if self.partition_type not in PARTITION_TYPES:
             raise ConfigError(f"unknown partitionType {self.partition_type!r}; use one of {', '.join(PARTITION_TYPES)}")
+        object.__setattr__(self, "partition_type", PartitionType(self.partition_type))
         if self.compression not in COMPRESSIONS:
             raise ConfigError(f"unknown compression {self.compression!r}; use one of {', '.join(COMPRESSIONS)}")
         if self.service_scope not in ("host", "executor"):

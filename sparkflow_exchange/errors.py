@@ -1,12 +1,61 @@
-"""The errors a user sees, named for what went wrong.
+"""The errors a user sees, named for what went wrong, and the error codes the service sends.
 
 Spark prints a Python data source's failure as ``<module>.<class>: <message>`` (below its own
 ``PYTHON_DATA_SOURCE_ERROR`` line), so the classes carry the short module name
 ``sparkflow_exchange`` (where they are exported) and a name that says the problem. Errors that are
 the user's to fix are :class:`UserFacing`: the Spark glue prints them without a Python traceback.
-Standard library only.
+
+The service and its clients share one vocabulary: an :class:`ErrorCode` travels on the wire with
+every refusal, and :func:`error_for` turns it back into the class below that carries its meaning.
+That table (``_CLASS_OF``) is the only place where codes meet classes. Standard library only.
 """
 from __future__ import annotations
+
+import enum
+import errno
+
+
+class ErrorCode(enum.StrEnum):
+    """Why the service (or the connection to it) failed a request; sent as its string value."""
+
+    ERROR = "error"  # no more specific code
+    INTERNAL = "internal"  # a bug in the service: the message carries the exception
+    # the request
+    BAD_REQUEST = "bad_request"  # an argument is missing, of the wrong type or out of range
+    NOT_COORDINATOR = "not_coordinator"
+    WRITE_CLOSED = "closed"  # a write already committed or aborted
+    WIDTH_MISMATCH = "width_mismatch"
+    FORWARD_PARALLELISM = "forward_parallelism"
+    NOT_A_BATCH = "not_a_batch"  # a batch read of a stream
+    NOT_A_STREAM = "not_a_stream"  # a streaming read of a batch exchange
+    SCHEMA_MISMATCH = "schema_mismatch"
+    SUPERSEDED = "superseded"  # a task of a writer query's run that a later start replaced
+    NO_SUBPARTITIONS = "no_subpartitions"  # a read planned before the exchange's width is known
+    # the exchange
+    NO_EXCHANGE = "no_exchange"
+    REPLACED = "replaced"  # overwritten or dropped while a write or read used it
+    EXCHANGE_LOST = "exchange_lost"
+    ROWS_LOST = "rows_lost"  # what a writer pushed differs from what the service stored or the task committed
+    # the service and the connection to it
+    UNREACHABLE = "unreachable"
+    NO_SERVICE = "no_service"
+    CONNECTION_LOST = "lost"
+    TIMEOUT = "timeout"
+    TOO_MANY_CONNECTIONS = "too_many_connections"
+    AUTH = "auth"
+    FORBIDDEN = "forbidden"  # this credential may not: another's exchange, or an operator's operation
+    TLS = "tls"
+    PROTOCOL = "protocol"
+    STORAGE = "storage"  # the service's disk or file table: ENOSPC, EMFILE, ENAMETOOLONG...
+    OUT_OF_MEMORY = "out_of_memory"  # the service could not allocate memory for the request
+    # one partition or channel (a reading gate decides what they mean for its read)
+    UNKNOWN_PARTITION = "unknown_partition"
+    PRODUCER_FAILED = "producer_failed"
+    RELEASED = "released"
+    READ_FAILED = "read_failed"
+    REGISTER_FAILED = "register_failed"
+    PUSH_FAILED = "push_failed"
+    FAILED = "failed"  # a message the service could not act on
 
 
 class UserFacing(Exception):
@@ -18,24 +67,156 @@ class ConfigError(UserFacing, ValueError):
 
 
 class ExchangeError(UserFacing, RuntimeError):
-    """A user-facing failure of an exchange operation; the message names the problem."""
+    """A user-facing failure of an exchange operation; the message names the problem.
+
+    ``code`` is the :class:`ErrorCode` it was sent with (each subclass has its own default)."""
+
+    default_code = ErrorCode.ERROR
+
+    def __init__(self, message: str = "", code: ErrorCode | str | None = None) -> None:
+        super().__init__(message)
+        self.code = _code(code) if code is not None else self.default_code
 
 
-class ExchangeNotFound(ExchangeError):
+class ServiceError(ExchangeError):
+    """The exchange service refused a request, or could not be talked to; the message says which.
+
+    The base of every failure the service reports; a subclass names the meaning when there is one."""
+
+
+class ServiceUnavailable(ServiceError):
+    """The service cannot be reached, went away (killed, crashed, stopped) or did not answer in time."""
+
+    default_code = ErrorCode.CONNECTION_LOST
+
+
+class AuthenticationFailed(ServiceError):
+    """Client and service could not prove the shared secret to each other, or TLS verification failed."""
+
+    default_code = ErrorCode.AUTH
+
+
+class NotPermitted(ServiceError):
+    """The credential this connection authenticated with may not do this: the exchange belongs to another
+    credential, or the operation (shutting the service down...) needs the operator's."""
+
+    default_code = ErrorCode.FORBIDDEN
+
+
+class InvalidRequest(ServiceError, ValueError):
+    """A request the service cannot carry out as asked: a bad argument, a write already closed, widths that
+    differ between the tasks of one write, a batch operation on a stream..."""
+
+    default_code = ErrorCode.BAD_REQUEST
+
+
+class StorageError(ServiceError):
+    """The service's storage failed the request: the disk is full, too many files are open, a name is too
+    long for the file system. The message carries the system's reason."""
+
+    default_code = ErrorCode.STORAGE
+
+
+class DataLost(ServiceError):
+    """Rows or buffers were lost between a writer and the service; the write is refused, never half kept."""
+
+    default_code = ErrorCode.ROWS_LOST
+
+
+class ExchangeNotFound(ServiceError):
     """No exchange of that name was declared within declareTimeout."""
 
+    default_code = ErrorCode.NO_EXCHANGE
 
-class ExchangeLost(ExchangeError):
+
+class ExchangeLost(ServiceError):
     """The exchange's data went with a service that ended unexpectedly (killed or crashed)."""
 
+    default_code = ErrorCode.EXCHANGE_LOST
 
-class ExchangeReplaced(ExchangeError):
+
+class ExchangeReplaced(ServiceError):
     """The exchange was overwritten or dropped (or expired) while this write or read was using it."""
 
+    default_code = ErrorCode.REPLACED
 
-class SchemaMismatch(ConfigError, ExchangeError):
+
+class PartitionReleasedError(ServiceError):
+    """The service released the partition while it was written (its attempt lost the commit, its write was
+    aborted); a drop, overwrite or expiry of the exchange is :class:`ExchangeReplaced` instead."""
+
+    default_code = ErrorCode.RELEASED
+
+
+class SchemaMismatch(ConfigError, ServiceError):
     """A read's given schema, or an append's schema, differs from the exchange's."""
 
+    default_code = ErrorCode.SCHEMA_MISMATCH
 
-for _cls in (UserFacing, ConfigError, SchemaMismatch, ExchangeError, ExchangeNotFound, ExchangeLost, ExchangeReplaced):
+
+class ExchangeReadError(ExchangeError):
+    """The read cannot complete; the message says why (lost service, failed or aborted write...)."""
+
+
+PUBLIC = (UserFacing, ConfigError, ExchangeError, ServiceError, ServiceUnavailable, AuthenticationFailed, NotPermitted,
+          InvalidRequest, StorageError, DataLost, ExchangeNotFound, ExchangeLost, ExchangeReplaced, PartitionReleasedError, SchemaMismatch,
+          ExchangeReadError)
+for _cls in PUBLIC:
     _cls.__module__ = "sparkflow_exchange"
+
+# the one table from codes to classes; codes not listed are a plain ServiceError
+_CLASS_OF: dict[ErrorCode, type[ServiceError]] = {
+    ErrorCode.BAD_REQUEST: InvalidRequest,
+    ErrorCode.NOT_COORDINATOR: InvalidRequest,
+    ErrorCode.WRITE_CLOSED: InvalidRequest,
+    ErrorCode.WIDTH_MISMATCH: InvalidRequest,
+    ErrorCode.FORWARD_PARALLELISM: InvalidRequest,
+    ErrorCode.NOT_A_BATCH: InvalidRequest,
+    ErrorCode.NOT_A_STREAM: InvalidRequest,
+    ErrorCode.SCHEMA_MISMATCH: SchemaMismatch,
+    ErrorCode.NO_EXCHANGE: ExchangeNotFound,
+    ErrorCode.EXCHANGE_LOST: ExchangeLost,
+    ErrorCode.REPLACED: ExchangeReplaced,
+    ErrorCode.RELEASED: PartitionReleasedError,
+    ErrorCode.ROWS_LOST: DataLost,
+    ErrorCode.UNREACHABLE: ServiceUnavailable,
+    ErrorCode.NO_SERVICE: ServiceUnavailable,
+    ErrorCode.CONNECTION_LOST: ServiceUnavailable,
+    ErrorCode.TIMEOUT: ServiceUnavailable,
+    ErrorCode.TOO_MANY_CONNECTIONS: ServiceUnavailable,
+    ErrorCode.AUTH: AuthenticationFailed,
+    ErrorCode.TLS: AuthenticationFailed,
+    ErrorCode.FORBIDDEN: NotPermitted,
+    ErrorCode.STORAGE: StorageError,
+    ErrorCode.OUT_OF_MEMORY: ServiceUnavailable,
+}
+
+
+def _code(code: ErrorCode | str) -> ErrorCode:
+    try:
+        return ErrorCode(code)
+    except ValueError:  # a code this version does not know (a newer peer): still an error, just unnamed
+        return ErrorCode.ERROR
+
+
+def error_for(code: ErrorCode | str, message: str) -> ServiceError:
+    """The public error for a code the service sent (or a client chose)."""
+    known = _code(code)
+    return _CLASS_OF.get(known, ServiceError)(message, known)
+
+
+# errno values that mean the service's storage, not the request, failed
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EMFILE, errno.ENFILE, errno.ENAMETOOLONG,
+                            errno.EROFS, errno.EIO})
+MEMORY_ERRNOS = frozenset({errno.ENOMEM, errno.ENOBUFS})
+
+
+def code_of(exc: BaseException, default: ErrorCode) -> ErrorCode:
+    """The code to send for an exception raised while serving a request: its own, the storage's, or ``default``."""
+    if isinstance(exc, ExchangeError):
+        return exc.code
+    if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno in MEMORY_ERRNOS):
+        return ErrorCode.OUT_OF_MEMORY
+    if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
+        return ErrorCode.STORAGE
+    return default

@@ -12,11 +12,12 @@ from typing import Any, Iterable, Iterator
 import pyarrow as pa
 
 from .buffer import schema_from_b64, schema_to_b64
-from .calls import ERRORS_BY_CODE, call, require_name
+from .calls import call, require_name
 from .config import ConfigError, ExchangeConfig
-from .errors import ExchangeError, ExchangeNotFound
+from .errors import ExchangeError, ExchangeNotFound, ServiceError, error_for
 from .consumer.input_gate import InputGate
-from .network.blocking_client import WRITER_CONNECTIONS, ServiceError
+from .kinds import PartitionType
+from .network.blocking_client import WRITER_CONNECTIONS
 from .service.discovery import Endpoints, coordinators, no_service_message, resolve
 from .writer.partition_writer import PartitionWriter
 from .writer.record_writer import SINGLE_SUBPARTITION, RecordWriter
@@ -34,7 +35,7 @@ def validate_write(config: ExchangeConfig, schema: pa.Schema) -> None:
     """Fail at planning time on what every task would fail on."""
     if config.partitioner not in PARTITIONERS:
         raise ConfigError(f"unknown partitioner {config.partitioner!r}; use one of {', '.join(PARTITIONERS)}")
-    if config.partitioner == "broadcast" and config.partition_type == "PIPELINED_BOUNDED" and config.num_subpartitions is None:
+    if config.partitioner == "broadcast" and config.partition_type == PartitionType.PIPELINED_BOUNDED and config.num_subpartitions is None:
         raise ConfigError(
             "broadcast with partitionType PIPELINED_BOUNDED needs numSubpartitions: each reader consumes its own copy "
             "of every buffer once, so the number of readers must be known when writing")
@@ -126,14 +127,11 @@ class ProducerTask:
         if self.conn.location is None:
             self.conn.location = self.conn.call("ping")
         self.location = self.conn.location
-        try:
-            self.writer = PartitionWriter(self.conn, self.partition, num_subs, config.partition_type,
-                                          exchange=handle.name, attempt=attempt,
-                                          no_consumer_timeout=config.no_consumer_timeout,
-                                          buffer_size=config.buffer_size, buffers=config.buffers_per_partition,
-                                          shared_memory=config.shared_memory)
-        except ServiceError as exc:
-            raise ExchangeError(str(exc)) from None
+        self.writer = PartitionWriter(self.conn, self.partition, num_subs, config.partition_type,
+                                      exchange=handle.name, attempt=attempt,
+                                      no_consumer_timeout=config.no_consumer_timeout,
+                                      buffer_size=config.buffer_size, buffers=config.buffers_per_partition,
+                                      shared_memory=config.shared_memory)
         extra = {} if width is None else {"num_subpartitions": width}
         try:
             self._coordinator_call("register_producer", name=handle.name, epoch=handle.epoch, write_id=handle.write_id,
@@ -153,10 +151,7 @@ class ProducerTask:
 
     def _coordinator_call(self, method: str, **args: Any) -> Any:
         if self.endpoints.coordinator == self.endpoints.service:
-            try:
-                return self.conn.call(method, **args)
-            except ServiceError as exc:
-                raise ERRORS_BY_CODE.get(exc.code, ExchangeError)(str(exc)) from None
+            return self.conn.call(method, **args)
         return call(self.config, method, **args)
 
     def write(self, batches: Iterable[pa.RecordBatch]) -> None:
@@ -164,12 +159,7 @@ class ProducerTask:
 
     def finish(self, marker: bytes | None = None) -> dict:
         """``marker``: a MARKER event to every subpartition after the data (a stream's epoch marker)."""
-        try:
-            stats = self.records.close(marker)
-        except ServiceError as exc:
-            if exc.code != "lost":
-                raise
-            raise ExchangeError(str(exc)) from None  # buffers lost on the way: the message names what
+        stats = self.records.close(marker)  # DataLost when buffers were lost on the way (the message names what)
         self.finished = True  # the service has let go of the partition's handle on this connection
         if self.writer.backpressure_seconds:
             self.conn.call("report_backpressure", partition=self.partition, seconds=self.writer.backpressure_seconds)
@@ -188,7 +178,7 @@ class ProducerTask:
                 self.records.abort(reason)
             self._coordinator_call("producer_failed", name=self.handle.name, epoch=self.handle.epoch,
                                    partition=self.partition, reason=reason)
-        except (ExchangeError, ServiceError):
+        except ExchangeError:
             pass
         finally:
             self.conn.close()
@@ -204,7 +194,7 @@ def commit_write(handle: WriteHandle, partitions: list[str], rows: dict[str, int
 def abort_write(handle: WriteHandle, reason: str = "") -> None:
     try:
         call(handle.config, "abort", name=handle.name, epoch=handle.epoch, write_id=handle.write_id, reason=reason)
-    except (ExchangeError, ServiceError):
+    except ExchangeError:
         pass
 
 
@@ -271,9 +261,7 @@ def drop_exchange(name: str, config: ExchangeConfig | None = None, *, jvm: int |
         try:
             with ep.connect(ep.coordinator, config) as conn:
                 return conn.call("drop", name=name)
-        except ServiceError as exc:
-            if exc.code != "no_exchange":
-                raise ERRORS_BY_CODE.get(exc.code, ExchangeError)(str(exc)) from None
+        except ExchangeNotFound as exc:
             missing = exc
     where = ", ".join(ep.coordinator for ep in found)
     raise ExchangeNotFound(str(missing) if len(found) == 1 else f"exchange {name!r} does not exist (asked {where})")
@@ -288,7 +276,7 @@ def list_exchanges(config: ExchangeConfig | None = None, *, jvm: int | None = No
             with ep.connect(ep.coordinator, config) as conn:
                 out.extend(conn.call("list_exchanges"))
         except ServiceError as exc:
-            raise ERRORS_BY_CODE.get(exc.code, ExchangeError)(f"listing the exchanges of {ep.coordinator}: {exc}") from None
+            raise error_for(exc.code, f"listing the exchanges of {ep.coordinator}: {exc}") from None
     return out
 
 

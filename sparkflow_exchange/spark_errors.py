@@ -11,9 +11,8 @@ import os
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from .errors import UserFacing
-from .network.blocking_client import ServiceError
 
-USER_ERRORS = (UserFacing, ServiceError)  # every ExchangeError (ExchangeReadError too) is UserFacing
+USER_ERRORS = (UserFacing,)  # every error of sparkflow_exchange.errors (ServiceError, ExchangeReadError...)
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 

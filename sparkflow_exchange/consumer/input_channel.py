@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import pyarrow as pa
 
+from ..errors import ErrorCode, ServiceError
+from ..kinds import RE_READABLE
 from ..network.aio_client import ClientConnection, next_receiver_id
-from ..network.blocking_client import ServiceError
 from ..network.protocol import (
     END_COUNTS,
     FLAG_SHARED,
@@ -76,7 +77,7 @@ class Channel:
         return {"partition": self.partition, "producer": self.producer["index"], "locality": self.locality,
                 "state": self.state, "buffers": self.data_received, "bytes": self.bytes_received}
 
-    def fail(self, message: str, code: str = "error") -> None:
+    def fail(self, message: str, code: ErrorCode | str = ErrorCode.ERROR) -> None:
         if self.state in ("finished", "failed", "cancelled"):
             return
         self.state = "failed"
@@ -105,7 +106,7 @@ class InputChannel(Channel):
         self.credit = ChannelCredit(gate.config.buffers_per_channel, gate.floating, self.receiver_id)
         self.conn: ClientConnection | None = None
         self.next_seq = 0
-        self.resumable = gate.exchange.get("partition_type") in ("HYBRID", "BLOCKING")
+        self.resumable = gate.exchange.get("partition_type") in RE_READABLE
         self.reconnects = 0
 
     async def request(self) -> None:
@@ -181,7 +182,8 @@ class InputChannel(Channel):
             asyncio.get_running_loop().call_later(delay, lambda: asyncio.ensure_future(self.request()))
             return
         if self.state in ("requested", "pending"):
-            self.fail(f"lost the exchange service holding partition {self.partition} at {self.address}: {reason}", code="lost")
+            self.fail(f"lost the exchange service holding partition {self.partition} at {self.address}: {reason}",
+                      code=ErrorCode.CONNECTION_LOST)
 
     # ------------------------------------------------------------ from the gate
     def consumed(self) -> None:
@@ -192,7 +194,7 @@ class InputChannel(Channel):
         if self.state == "requested" and self.conn is not None:
             self.conn.send(AddCredit(self.receiver_id, n))
 
-    def fail(self, message: str, code: str = "error") -> None:
+    def fail(self, message: str, code: ErrorCode | str = ErrorCode.ERROR) -> None:
         """A failed channel cancels its request: the service drops its view (and the slots it pins)."""
         if self.state == "requested" and self.conn is not None:
             self.conn.send(CancelPartitionRequest(self.receiver_id))

@@ -38,11 +38,10 @@ from ..buffer_kinds import marker_epoch
 from ..config import ExchangeConfig
 from ..network import auth
 from ..network.aio_client import ClientConnection, ClientRuntime
-from ..network.blocking_client import ServiceError
 from ..network.protocol import BufferResponse
 from ..partition.shared_arena import ArenaReader
 from ..pids import pid_alive
-from ..errors import ExchangeError
+from ..errors import ErrorCode, ExchangeReadError, ServiceError  # noqa: F401 - ExchangeReadError: tests import it here
 from .buffer_manager import ChannelCredit, FloatingBufferPool
 from .input_channel import FileOpenError, InputChannel, LocalFileInputChannel, make_channel
 
@@ -60,12 +59,6 @@ class _End:
     def __init__(self, channel: InputChannel, counts: tuple[int, int] | None) -> None:
         self.channel = channel
         self.counts = counts
-
-
-class ExchangeReadError(ExchangeError):
-    """The read cannot complete; the message says why (lost service, failed or aborted write...)."""
-
-    __module__ = "sparkflow_exchange"  # the name Spark prints: sparkflow_exchange.ExchangeReadError
 
 
 class InputGate:
@@ -235,12 +228,12 @@ class InputGate:
         self.finished.add(channel.partition)
         self._check_done()
 
-    def channel_failed(self, channel: InputChannel, message: str, code: str) -> None:
-        if code in ("producer_failed", "released") and self.sealed is None and not channel.data_received:
+    def channel_failed(self, channel: InputChannel, message: str, code: ErrorCode | str) -> None:
+        if code in (ErrorCode.PRODUCER_FAILED, ErrorCode.RELEASED) and self.sealed is None and not channel.data_received:
             return  # a failed attempt that gave us nothing: Spark retries the write, the commit tells the winner
         if self.sealed is not None and channel.partition not in self.sealed:
             return
-        if self.plan is not None and code == "unknown_partition":
+        if self.plan is not None and code == ErrorCode.UNKNOWN_PARTITION:
             message += (f" (exchange {self.name!r} was dropped or overwritten after this read was planned; "
                         "read it again)")
         self._fail(message)
@@ -276,7 +269,7 @@ class InputGate:
         try:
             desc = self.runtime.run(self._ask_coordinator(), timeout=GONE_LOOKUP_TIMEOUT + 1)
         except ServiceError as exc:
-            return "dropped" if exc.code == "no_exchange" else None
+            return "dropped" if exc.code == ErrorCode.NO_EXCHANGE else None
         except Exception:  # noqa: BLE001 - the coordinator cannot say (lost, timed out): the original error stands
             return None
         return "overwritten" if desc.get("epoch") != self.epoch else None

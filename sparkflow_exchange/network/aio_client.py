@@ -14,9 +14,10 @@ import ssl
 import threading
 from typing import Any, Callable, Protocol
 
+from ..errors import ErrorCode, ServiceError, error_for
 from . import auth
 from .address import Address, parse_address
-from .blocking_client import ServiceError, client_id, tune_socket
+from .blocking_client import client_id, tune_socket
 from .retry import connect_retrying_async
 from .protocol import (
     DEFAULT_MAX_FRAME,
@@ -72,7 +73,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         try:
             messages = self.decoder.buffer_updated(nbytes)
         except ProtocolError as exc:
-            self._lose(f"garbage from the exchange service at {self.address}: {exc}")
+            self._lose(f"garbage from the exchange service at {self.address}: {exc}", code=ErrorCode.PROTOCOL)
             return
         for msg in messages:
             self.dispatch(msg)
@@ -85,25 +86,25 @@ class ClientConnection(asyncio.BufferedProtocol):
         elif isinstance(msg, ServerHello):
             if self.server_hello is not None:
                 self._lose(f"protocol error: the exchange service at {self.address} sent a second ServerHello",
-                           code="protocol")
+                           code=ErrorCode.PROTOCOL)
                 return
             self.server_hello = msg
             self.send(Hello(client_id(), auth.prove(self.secret, msg.nonce), self.host_id, self.nonce))
         elif isinstance(msg, Welcome):
             if self.server_hello is None or self.ready.done():
                 self._lose(f"protocol error: unexpected Welcome from the exchange service at {self.address}",
-                           code="protocol")
+                           code=ErrorCode.PROTOCOL)
                 return
             distrust = auth.verify_service(self.secret, self.nonce, self.server_hello.nonce, msg.proof)
             if distrust:
-                self._lose(f"the exchange service at {self.address} is not trusted: {distrust}", code="auth")
+                self._lose(f"the exchange service at {self.address} is not trusted: {distrust}", code=ErrorCode.AUTH)
                 return
             self.ready.set_result(msg)
         elif isinstance(msg, RpcResponse):
             fut = self._pending.pop(msg.call_id, None)
             if fut is not None and not fut.done():
                 if msg.error:
-                    fut.set_exception(ServiceError(msg.error, msg.code))
+                    fut.set_exception(error_for(msg.code, msg.error))
                 else:
                     fut.set_result(msg.result)
         elif isinstance(msg, Notify):
@@ -129,11 +130,11 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.send(RpcRequest(call_id, method, args))
         return await asyncio.wait_for(fut, timeout)
 
-    def _lose(self, reason: str, code: str = "lost") -> None:
+    def _lose(self, reason: str, code: ErrorCode | str = ErrorCode.CONNECTION_LOST) -> None:
         if self.lost_reason is None:
             self.lost_reason = reason
         if not self.ready.done():
-            self.ready.set_exception(ServiceError(reason, code))
+            self.ready.set_exception(error_for(code, reason))
         if self.transport is not None:
             self.transport.close()
 
@@ -141,10 +142,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         reason = self.lost_reason or f"connection to the exchange service at {self.address} was lost" + (f": {exc}" if exc else "")
         self.lost_reason = reason
         if not self.ready.done():
-            self.ready.set_exception(ServiceError(reason, "lost"))
+            self.ready.set_exception(error_for(ErrorCode.CONNECTION_LOST, reason))
         for fut in self._pending.values():
             if not fut.done():
-                fut.set_exception(ServiceError(reason, "lost"))
+                fut.set_exception(error_for(ErrorCode.CONNECTION_LOST, reason))
         for handler in list(self.channels.values()):
             handler.on_connection_lost(reason)
         for callback in list(self.topics.values()):
@@ -169,17 +170,17 @@ async def open_connection(address: str | Address, secret: str | None, *, host_id
                 loop.create_connection(lambda: ClientConnection(addr, secret, host_id, max_frame), addr.host, addr.port,
                                        ssl=ssl_ctx), timeout)
     except ssl.SSLCertVerificationError as exc:
-        raise ServiceError(f"the exchange service at {addr} failed TLS verification: {exc.verify_message} "
+        raise error_for(ErrorCode.TLS, f"the exchange service at {addr} failed TLS verification: {exc.verify_message} "
                            "(a certificate must name the address clients dial in its subjectAltName, or set "
-                           "tls.checkHostname=false to trust the CA alone)", "tls") from None
+                           "tls.checkHostname=false to trust the CA alone)") from None
     except (OSError, asyncio.TimeoutError) as exc:
-        raise ServiceError(f"cannot reach the exchange service at {addr}: {exc or 'timed out'}", "unreachable") from None
+        raise error_for(ErrorCode.UNREACHABLE, f"cannot reach the exchange service at {addr}: {exc or 'timed out'}") from None
     try:
         await asyncio.wait_for(conn.ready, timeout)
     except asyncio.TimeoutError:
         conn.transport.close()
-        raise ServiceError(f"the exchange service at {addr} sent no ServerHello within {timeout:g} s "
-                           "(is it a TLS port? then set tls.caFile)", "timeout") from None
+        raise error_for(ErrorCode.TIMEOUT, f"the exchange service at {addr} sent no ServerHello within {timeout:g} s "
+                        "(is it a TLS port? then set tls.caFile)") from None
     return conn
 
 

@@ -13,6 +13,7 @@ import ssl
 import threading
 from typing import Any, Callable
 
+from ..errors import ErrorCode, ServiceError, error_for
 from . import auth
 from .address import Address, parse_address
 from .protocol import (
@@ -28,12 +29,7 @@ from .protocol import (
 )
 
 
-class ServiceError(RuntimeError):
-    """The service refused a request or the connection to it failed; the message says which."""
-
-    def __init__(self, message: str, code: str = "error") -> None:
-        super().__init__(message)
-        self.code = code
+__all__ = ["BlockingConnection", "ConnectionPool", "ServiceError", "WRITER_CONNECTIONS", "open_socket"]
 
 
 def client_id() -> str:
@@ -66,11 +62,11 @@ def open_socket(address: Address, timeout: float, ssl_ctx: ssl.SSLContext | None
             if ssl_ctx is not None:
                 sock = ssl_ctx.wrap_socket(sock, server_hostname=address.host)
     except ssl.SSLCertVerificationError as exc:
-        raise ServiceError(f"the exchange service at {address} failed TLS verification: {exc.verify_message} "
+        raise error_for(ErrorCode.TLS, f"the exchange service at {address} failed TLS verification: {exc.verify_message} "
                            "(a certificate must name the address clients dial in its subjectAltName, or set "
-                           "tls.checkHostname=false to trust the CA alone)", "tls") from None
+                           "tls.checkHostname=false to trust the CA alone)") from None
     except OSError as exc:
-        raise ServiceError(f"cannot reach the exchange service at {address}: {exc}", "unreachable") from None
+        raise error_for(ErrorCode.UNREACHABLE, f"cannot reach the exchange service at {address}: {exc}") from None
     tune_socket(sock)
     return sock
 
@@ -91,26 +87,26 @@ class BlockingConnection:
         hello = self.recv(timeout)
         if hello is None:  # e.g. a plaintext client on a TLS port: both sides wait for the other to speak
             self.close()
-            raise ServiceError(f"service at {self.address} sent no ServerHello within {timeout:g} s "
-                               "(is it a TLS port? then set tls.caFile)", "timeout")
+            raise error_for(ErrorCode.TIMEOUT, f"service at {self.address} sent no ServerHello within {timeout:g} s "
+                            "(is it a TLS port? then set tls.caFile)")
         if isinstance(hello, ErrorResponse):
-            raise ServiceError(f"service at {self.address} refused the connection: {hello.message}", hello.code)
+            raise error_for(hello.code, f"service at {self.address} refused the connection: {hello.message}")
         if not isinstance(hello, ServerHello):
-            raise ServiceError(f"service at {self.address} did not greet with ServerHello but {type(hello).__name__}")
+            raise error_for(ErrorCode.PROTOCOL, f"service at {self.address} did not greet with ServerHello but {type(hello).__name__}")
         self.server_hello = hello
         nonce = auth.new_nonce()
         self.send(Hello(client_id(), auth.prove(secret, hello.nonce), host_id, nonce))
         welcome = self.recv(timeout)
         if isinstance(welcome, ErrorResponse):
             self.close()
-            raise ServiceError(f"service at {self.address} refused the connection: {welcome.message}", welcome.code)
+            raise error_for(welcome.code, f"service at {self.address} refused the connection: {welcome.message}")
         if not isinstance(welcome, Welcome):
             self.close()
-            raise ServiceError(f"service at {self.address} answered Hello with {type(welcome).__name__}")
+            raise error_for(ErrorCode.PROTOCOL, f"service at {self.address} answered Hello with {type(welcome).__name__}")
         distrust = auth.verify_service(secret, nonce, hello.nonce, welcome.proof)
         if distrust:
             self.close()
-            raise ServiceError(f"service at {self.address} is not trusted: {distrust}", "auth")
+            raise error_for(ErrorCode.AUTH, f"service at {self.address} is not trusted: {distrust}")
         self.welcome = welcome
 
     def send(self, msg: Any) -> None:
@@ -130,7 +126,7 @@ class BlockingConnection:
                 self.sock.sendall(view[sent:])
                 sent = 0
         except OSError as exc:
-            raise ServiceError(f"connection to the exchange service at {self.address} failed while sending: {exc}", "lost") from None
+            raise error_for(ErrorCode.CONNECTION_LOST, f"connection to the exchange service at {self.address} failed while sending: {exc}") from None
 
     def recv(self, timeout: float | None) -> Any:
         """The next message, waiting up to ``timeout`` s (None = forever); None on timeout."""
@@ -158,14 +154,14 @@ class BlockingConnection:
             # not leave a 1 s timeout behind for the next blocking send)
             data = self.sock.recv(1 << 20)
         except OSError as exc:
-            raise ServiceError(f"connection to the exchange service at {self.address} failed: {exc}", "lost") from None
+            raise error_for(ErrorCode.CONNECTION_LOST, f"connection to the exchange service at {self.address} failed: {exc}") from None
         if not data:
-            raise ServiceError(f"the exchange service at {self.address} closed the connection", "lost")
+            raise error_for(ErrorCode.CONNECTION_LOST, f"the exchange service at {self.address} closed the connection")
         messages = self.decoder.feed(data)
         if getattr(self, "server_hello", None) is not None and any(isinstance(m, ServerHello) for m in messages):
             self.close()
-            raise ServiceError(f"protocol error: the exchange service at {self.address} sent a second ServerHello",
-                               "protocol")
+            raise error_for(ErrorCode.PROTOCOL,
+                            f"protocol error: the exchange service at {self.address} sent a second ServerHello")
         self.inbox.extend(messages)
         return True
 
@@ -177,17 +173,17 @@ class BlockingConnection:
         while True:
             msg = self.recv(wait)
             if msg is None:
-                raise ServiceError(f"{method} on the exchange service at {self.address} timed out after {wait:g} s", "timeout")
+                raise error_for(ErrorCode.TIMEOUT, f"{method} on the exchange service at {self.address} timed out after {wait:g} s")
             if isinstance(msg, RpcResponse) and msg.call_id == call_id:
                 if msg.error:
-                    raise ServiceError(msg.error, msg.code)
+                    raise error_for(msg.code, msg.error)
                 return msg.result
             if isinstance(msg, ErrorResponse) and msg.fatal:
-                raise ServiceError(f"exchange service at {self.address}: {msg.message}", msg.code)
+                raise error_for(msg.code, f"exchange service at {self.address}: {msg.message}")
             # anything else (credit, notifications) is for a caller that polls; keep it
             self.stash.append(msg)
             if len(self.stash) > 10000:
-                raise ServiceError(f"unexpected traffic while waiting for {method}")
+                raise error_for(ErrorCode.PROTOCOL, f"unexpected traffic while waiting for {method}")
 
     def close(self) -> None:
         try:

@@ -64,6 +64,7 @@ class MsgType(enum.IntEnum):
 
 
 # buffer kinds and flags belong with the buffer (partition/ must not import network/); named here too
+from ..errors import ErrorCode  # noqa: E402
 from ..buffer_kinds import BROADCAST, END_COUNTS, FLAG_COMPRESSED, FLAG_SHARED, BufferKind  # noqa: E402,F401
 
 _BUFFER_RESPONSE = struct.Struct(">qqiBB")  # receiver, seq, backlog, kind, flags
@@ -293,7 +294,7 @@ class PartitionReleased:
 
     handle: int
     message: str
-    code: str = "released"
+    code: str = ErrorCode.RELEASED
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ import random
 import time
 from typing import Awaitable, Callable, TypeVar
 
-from .blocking_client import ServiceError
+from ..errors import ErrorCode, ServiceError, error_for
 
 T = TypeVar("T")
-NO_ROOM = "too_many_connections"
+NO_ROOM = ErrorCode.TOO_MANY_CONNECTIONS
 FIRST_PAUSE = 0.05
 LONGEST_PAUSE = 1.0
 
@@ -32,7 +32,7 @@ def _pauses(budget: float):
 
 
 def _gave_up(exc: ServiceError, tries: int, budget: float) -> ServiceError:
-    return ServiceError(f"{exc} (refused {tries} times in {budget:g} s)", exc.code)
+    return error_for(exc.code, f"{exc} (refused {tries} times in {budget:g} s)")
 
 
 def connect_retrying(connect: Callable[[], T], budget: float) -> T:

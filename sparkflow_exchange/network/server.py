@@ -17,6 +17,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from ..errors import ErrorCode, ExchangeError, code_of
 from ..exhaustion import explain, is_exhaustion
 from ..partition.range_view import RangeView
 from ..partition.shared_arena import ArenaError, SharedArena
@@ -25,6 +26,7 @@ from . import auth
 from .admission import peer_of
 from .blocking_client import tune_socket
 from .credit import PartitionRequestQueue, ViewFailed
+from .rpc import check_args
 from .protocol import (
     FLAG_SHARED,
     AddCredit,
@@ -99,14 +101,6 @@ LOW_WATER = 1 * 1024 * 1024
 MAX_GRANT = 64  # credit granted to a BLOCKING writer at a time
 
 
-class RpcError(Exception):
-    """An RPC failed for a reason the caller should see (unknown exchange, bad schema...)."""
-
-    def __init__(self, message: str, code: str = "error") -> None:
-        super().__init__(message)
-        self.code = code
-
-
 class _Producer:
     def __init__(self, partition: "ResultPartition", arena: SharedArena | None = None) -> None:
         self.partition = partition
@@ -118,7 +112,7 @@ class _Producer:
         self.started = time.monotonic()
         self.blocked_since: float | None = None  # the writer has no credit since then
         self.blocked_seconds = 0.0
-        self.release_code = "released"  # what its writer was told when the partition was released
+        self.release_code = ErrorCode.RELEASED  # what its writer was told when the partition was released
 
     def set_blocked(self, blocked: bool) -> None:
         now = time.monotonic()
@@ -174,7 +168,7 @@ class ServerConnection(asyncio.BufferedProtocol):
                                               transport.get_extra_info("peername"))
         refusal = self.service.admit(self)
         if refusal:
-            self.fatal(refusal, code="too_many_connections")
+            self.fatal(refusal, code=ErrorCode.TOO_MANY_CONNECTIONS)
             return
         self.send(ServerHello(self.nonce, self.service.service_id, self.service.host_id))
         self._hello_timer = asyncio.get_running_loop().call_later(self.service.config.hello_timeout, self._no_hello)
@@ -182,7 +176,7 @@ class ServerConnection(asyncio.BufferedProtocol):
     def _no_hello(self) -> None:
         if not self.authenticated and not self.closed:
             self.fatal(f"no Hello within helloTimeout={self.service.config.hello_timeout:g} s of connecting",
-                       code="auth")
+                       code=ErrorCode.AUTH)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -218,7 +212,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         try:
             messages = self.decoder.buffer_updated(nbytes)
         except ProtocolError as exc:
-            self.fatal(f"protocol error: {exc}", code="protocol")
+            self.fatal(f"protocol error: {exc}", code=ErrorCode.PROTOCOL)
             return
         for msg in messages:
             if self.closed:
@@ -226,10 +220,11 @@ class ServerConnection(asyncio.BufferedProtocol):
             try:
                 self.handle(msg)
             except ProtocolError as exc:
-                self.fatal(f"protocol error: {exc}", code="protocol")
+                self.fatal(f"protocol error: {exc}", code=ErrorCode.PROTOCOL)
                 return
             except (RuntimeError, ValueError, OSError, TypeError, KeyError) as exc:
-                self.send(ErrorResponse(f"{type(msg).__name__} failed: {exc}", None, False, "failed"))
+                self.send(ErrorResponse(f"{type(msg).__name__} failed: {exc}", None, False,
+                                        code_of(exc, ErrorCode.FAILED)))
 
     def send(self, msg: Any) -> None:
         if self.closed or self.transport is None:
@@ -239,7 +234,7 @@ class ServerConnection(asyncio.BufferedProtocol):
             self.transport.write(piece)
         self.bytes_sent += sum(len(p) for p in pieces)
 
-    def fatal(self, message: str, code: str = "error") -> None:
+    def fatal(self, message: str, code: ErrorCode = ErrorCode.ERROR) -> None:
         log.warning("closing connection from %s: %s", self.peer, message)
         self.send(ErrorResponse(message, None, True, code))
         self.closed = True
@@ -253,7 +248,7 @@ class ServerConnection(asyncio.BufferedProtocol):
                 raise ProtocolError(f"expected Hello as the first message, got {type(msg).__name__}")
             who = auth.identify(self.service.credentials, self.nonce, msg.proof)
             if isinstance(who, str):
-                self.fatal(who, code="auth")
+                self.fatal(who, code=ErrorCode.AUTH)
                 return
             self.identity = who.name
             self.authenticated = True
@@ -301,7 +296,7 @@ class ServerConnection(asyncio.BufferedProtocol):
             lost = producer.partition.count_mismatch(msg.counts)
             if lost is not None:  # the partition fails (its readers hear so); the writer's task fails with this
                 self.service.producer_lost(producer.partition, lost)
-                self.send(ErrorResponse(lost, None, False, "lost"))
+                self.send(ErrorResponse(lost, None, False, ErrorCode.ROWS_LOST))
                 return
             producer.partition.finish(msg.counts)
             stats = producer.partition.stats()
@@ -357,7 +352,8 @@ class ServerConnection(asyncio.BufferedProtocol):
         rid = msg.receiver_id
         part = self.service.partitions.get(msg.partition)
         if part is None:
-            self.send(ErrorResponse(f"unknown partition {msg.partition!r} on service {self.service.service_id}", rid, False, "unknown_partition"))
+            self.send(ErrorResponse(f"unknown partition {msg.partition!r} on service {self.service.service_id}", rid, False,
+                                    ErrorCode.UNKNOWN_PARTITION))
             return
         if rid in self.queue:
             raise ProtocolError(f"receiver id {rid} is already in use on this connection")
@@ -368,7 +364,7 @@ class ServerConnection(asyncio.BufferedProtocol):
             else:  # a coalesced read: subpartitions [subpartition, subpartition_end) in order, one channel
                 view = RangeView(part, msg.subpartition, msg.subpartition_end, msg.resume_from, listener)
         except (IndexError, ValueError, RuntimeError) as exc:
-            self.send(ErrorResponse(str(exc), rid, False, type(exc).__name__))
+            self.send(ErrorResponse(str(exc), rid, False, ErrorCode.BAD_REQUEST))
             return
         view.shared = msg.shared and self.transport_kind == "unix" and self.service.config.shared_memory
         self.queue.add_view(rid, view, msg.initial_credit)
@@ -429,7 +425,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         # comes after it handled every earlier buffer) or goes: a slot is never refilled under a copy
         message = explain(exc, f"reading {where} failed on service {self.service.service_id}")
         log.warning("%s", message)
-        self.send(ErrorResponse(message, receiver_id, False, "read_failed"))
+        self.send(ErrorResponse(message, receiver_id, False, code_of(exc, ErrorCode.READ_FAILED)))
 
     def _write_item(self, rid: int, item, seq: int, backlog: int) -> None:
         if item.kind == ERROR_KIND:
@@ -438,7 +434,7 @@ class ServerConnection(asyncio.BufferedProtocol):
             if view is not None:
                 view.release()
             self.send(ErrorResponse(bytes(item.payload).decode(), rid, False,
-                                    "released" if released else "producer_failed"))
+                                    ErrorCode.RELEASED if released else ErrorCode.PRODUCER_FAILED))
             return
         if item.shared is not None:  # a reader on this host copies it out of the writer's slot itself
             _part, buf = item.shared
@@ -460,11 +456,11 @@ class ServerConnection(asyncio.BufferedProtocol):
         try:
             part = self.service.register_partition(msg)
         except (ValueError, RuntimeError) as exc:
-            self.send(ErrorResponse(str(exc), None, False, "register_failed"))
+            self.send(ErrorResponse(str(exc), None, False, ErrorCode.REGISTER_FAILED))
             return
         except (OSError, MemoryError) as exc:  # out of fds or disk: this registration fails, the rest go on
             self.send(ErrorResponse(explain(exc, f"registering partition {msg.partition!r}"), None, False,
-                                    "register_failed"))
+                                    code_of(exc, ErrorCode.REGISTER_FAILED)))
             return
         handle = next(self._handles)
         arena = self._attach_arena(msg, part)
@@ -597,25 +593,30 @@ class ServerConnection(asyncio.BufferedProtocol):
             if arena is not None and arena_slot in producer.slots_in_use:
                 self.slot_freed(msg.handle, arena_slot)
             if isinstance(exc, RuntimeError):
-                self.send(ErrorResponse(f"{type(msg).__name__} refused: {exc}", None, False, "push_failed"))
+                self.send(ErrorResponse(f"{type(msg).__name__} refused: {exc}", None, False, code_of(exc, ErrorCode.PUSH_FAILED)))
             else:  # a full disk, say: the partition cannot be whole any more, its writer and readers hear why
                 reason = explain(exc, f"storing a buffer of partition {part.pid}")
                 self.service.producer_lost(part, reason)
-                self.send(ErrorResponse(reason, None, False, "push_failed"))
+                self.send(ErrorResponse(reason, None, False, code_of(exc, ErrorCode.PUSH_FAILED)))
         self.grant(msg.handle)
 
     # ------------------------------------------------------------ rpc
     async def on_rpc(self, msg: RpcRequest) -> None:
         try:
+            check_args(msg.method, msg.args)
             result = await self.service.rpc(self, msg.method, msg.args)
             self.send(RpcResponse(msg.call_id, result))
-        except RpcError as exc:
+        except ExchangeError as exc:
             self.send(RpcResponse(msg.call_id, None, str(exc), exc.code))
         except (TypeError, KeyError, ValueError) as exc:
-            self.send(RpcResponse(msg.call_id, None, f"bad {msg.method!r} request: {exc}", "bad_request"))
+            self.send(RpcResponse(msg.call_id, None, f"bad {msg.method!r} request: {exc}", ErrorCode.BAD_REQUEST))
+        except (OSError, MemoryError) as exc:  # out of fds, disk or memory: this request fails, the rest go on
+            message = explain(exc, f"{msg.method} on service {self.service.service_id}")
+            log.warning("%s", message)
+            self.send(RpcResponse(msg.call_id, None, message, code_of(exc, ErrorCode.INTERNAL)))
         except Exception as exc:  # noqa: BLE001 - the client must hear about it, the service goes on
             if is_exhaustion(exc):  # out of fds, disk or memory: this call fails, saying which
                 self.send(RpcResponse(msg.call_id, None, explain(exc, f"{msg.method} failed"), "exhausted"))
                 return
             log.exception("rpc %s failed", msg.method)
-            self.send(RpcResponse(msg.call_id, None, f"{msg.method} failed: {exc}", "internal"))
+            self.send(RpcResponse(msg.call_id, None, f"{msg.method} failed: {exc}", ErrorCode.INTERNAL))

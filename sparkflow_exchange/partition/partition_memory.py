@@ -22,16 +22,17 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..kinds import PartitionType
 from .buffer_pool import BufferTooLarge, MemorySlot, NetworkBufferPool, StoredBuffer
 
 
 class PartitionMemory:
-    def __init__(self, network: NetworkBufferPool, partition_type: str, buffer_size: int, max_slots: int,
+    def __init__(self, network: NetworkBufferPool, partition_type: PartitionType, buffer_size: int, max_slots: int,
                  pid: str = "") -> None:
         self.pid = pid
         self.network = network
-        self.bounded = partition_type == "PIPELINED_BOUNDED"
-        self.blocking = partition_type == "BLOCKING"
+        self.bounded = partition_type == PartitionType.PIPELINED_BOUNDED
+        self.blocking = partition_type == PartitionType.BLOCKING
         self.buffer_size = buffer_size
         self.max_slots = max_slots
         self.pool = None if self.blocking else network.create_pool(buffer_size, max_slots)

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..buffer_kinds import BROADCAST, END_COUNTS, BufferKind
+from ..errors import ErrorCode
+from ..kinds import PartitionType
 from .buffer_pool import NetworkBufferPool, StoredBuffer
 from .partition_memory import PartitionMemory
 from .spill import DiskBudget, SpillFile, SpillReaders
@@ -43,7 +45,7 @@ class ResultPartition:
         self,
         pid: str,
         num_subpartitions: int,
-        partition_type: str,
+        partition_type: PartitionType | str,
         network: NetworkBufferPool,
         slots: int,
         buffer_size: int,
@@ -60,9 +62,9 @@ class ResultPartition:
         self.pid = pid
         self.exchange = exchange
         self.attempt = attempt
-        self.partition_type = partition_type
-        self.consume_once = partition_type == "PIPELINED_BOUNDED"
-        self.blocking = partition_type == "BLOCKING"
+        self.partition_type = partition_type = PartitionType(partition_type)
+        self.consume_once = partition_type.consume_once
+        self.blocking = partition_type is PartitionType.BLOCKING
         self.num_subpartitions = num_subpartitions
         self.memory = PartitionMemory(network, partition_type, buffer_size, slots, pid)
         self.subpartitions = [Subpartition(self, i) for i in range(num_subpartitions)]
@@ -260,7 +262,7 @@ class ResultPartition:
         return self.spill.read(*buf.spill)
 
     # ---------------------------------------------------------------- lifecycle
-    def release(self, reason: str = "", code: str = "released") -> None:
+    def release(self, reason: str = "", code: ErrorCode = ErrorCode.RELEASED) -> None:
         """Free memory and spill file. Connected views are not dropped silently: each is told, and its
         next item is an error naming ``reason`` (the server sends it as an ErrorResponse at once); so is
         a writer still writing it (``code``: ``replaced`` for a drop, overwrite or expiry)."""

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..network.server import RpcError
+from ..errors import ErrorCode, ServiceError
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +144,8 @@ class Exchange:
 
 # (location, partition id)s, why, and the code its writer is told ("replaced": a drop, overwrite or expiry)
 Release = Callable[[list[tuple[dict, str]], str, str], None]
-REPLACED = "replaced"  # the exchange went (dropped, overwritten, expired): its writers fail with ExchangeReplaced
-RELEASED = "released"  # one write or attempt went (lost the commit, aborted); the exchange stays
+REPLACED = ErrorCode.REPLACED  # the exchange went (dropped, overwritten, expired): its writers fail with ExchangeReplaced
+RELEASED = ErrorCode.RELEASED  # one write or attempt went (lost the commit, aborted); the exchange stays
 
 
 class Coordinator:
@@ -170,13 +170,13 @@ class Coordinator:
     def _get(self, name: str, epoch: int | None = None) -> Exchange:
         ex = self.exchanges.get(name)
         if ex is None and epoch is not None:  # a write or read of it is running: it was there
-            raise RpcError(f"exchange {name!r} was dropped (or expired) while this write or read was running",
-                           "replaced")
+            raise ServiceError(f"exchange {name!r} was dropped (or expired) while this write or read was running",
+                           ErrorCode.REPLACED)
         if ex is None:
-            raise RpcError(f"exchange {name!r} does not exist", "no_exchange")
+            raise ServiceError(f"exchange {name!r} does not exist", ErrorCode.NO_EXCHANGE)
         if epoch is not None and ex.epoch != epoch:
-            raise RpcError(
-                f"exchange {name!r} was replaced (overwrite or drop) while this write or read was running", "replaced"
+            raise ServiceError(
+                f"exchange {name!r} was replaced (overwrite or drop) while this write or read was running", ErrorCode.REPLACED
             )
         ex.last_used = time.monotonic()
         return ex
@@ -192,7 +192,7 @@ class Coordinator:
         async with self._changed:
             self._changed.notify_all()
 
-    def _release_producers(self, producers: list[ProducerInfo], reason: str, code: str = RELEASED) -> None:
+    def _release_producers(self, producers: list[ProducerInfo], reason: str, code: ErrorCode = RELEASED) -> None:
         """Free the producers' partitions; their connected readers and running writers get ``reason`` at once."""
         if producers:
             self.release([(p.location, p.partition) for p in producers], reason, code)
@@ -205,31 +205,31 @@ class Coordinator:
         ``coalesce``: the width was not given (hash, rebalance, rescale, custom): the first producer fixes it
         when it registers, and reads of the sealed exchange may group adjacent subpartitions."""
         if not name:
-            raise RpcError("the 'exchange' option is required (the name of the exchange)", "bad_request")
+            raise ServiceError("the 'exchange' option is required (the name of the exchange)", ErrorCode.BAD_REQUEST)
         if mode not in ("overwrite", "append"):
-            raise RpcError(f"unknown save mode {mode!r}", "bad_request")
+            raise ServiceError(f"unknown save mode {mode!r}", ErrorCode.BAD_REQUEST)
         if self.is_stream(name):
-            raise RpcError(f"exchange {name!r} is a stream written by a streaming query; a batch write cannot "
-                           "write it: use another name, or drop the stream first", "bad_request")
+            raise ServiceError(f"exchange {name!r} is a stream written by a streaming query; a batch write cannot "
+                           "write it: use another name, or drop the stream first", ErrorCode.BAD_REQUEST)
         ex = self.exchanges.get(name)
         if ex is not None and mode == "append" and ex.state != "aborted":
             if ex.schema != schema:
-                raise RpcError(
+                raise ServiceError(
                     f"append to exchange {name!r} with another schema: the exchange holds {_schema_text(ex.schema)}, "
                     f"this write has {_schema_text(schema)}; use mode('overwrite') to replace it",
-                    "schema_mismatch",
+                    ErrorCode.SCHEMA_MISMATCH,
                 )
             if num_subpartitions is not None and ex.num_subpartitions not in (None, num_subpartitions):
-                raise RpcError(
+                raise ServiceError(
                     f"append to exchange {name!r} with numSubpartitions={num_subpartitions}, but it has {ex.num_subpartitions}",
-                    "bad_request",
+                    ErrorCode.BAD_REQUEST,
                 )
             if num_subpartitions is not None and ex.coalesce and ex.num_subpartitions is None:
                 ex.num_subpartitions = num_subpartitions  # an append that names the width fixes it
             if partitioner.get("name") != ex.partitioner.get("name") or ex.partition_type != partition_type:
-                raise RpcError(
+                raise ServiceError(
                     f"append to exchange {name!r} must use its partitioner {ex.partitioner.get('name')!r} and "
-                    f"partitionType {ex.partition_type}", "bad_request")
+                    f"partitionType {ex.partition_type}", ErrorCode.BAD_REQUEST)
         else:
             if ex is not None:
                 self._release_producers(list(ex.producers.values()), "overwritten", REPLACED)
@@ -250,11 +250,11 @@ class Coordinator:
         writes when the exchange's width was not given; the first one fixes it, another one is refused."""
         ex = self._get(name, epoch)
         if write_id not in ex.open_writes:
-            raise RpcError(f"write {write_id} of exchange {name!r} is not open (committed or aborted already)", "closed")
+            raise ServiceError(f"write {write_id} of exchange {name!r} is not open (committed or aborted already)", ErrorCode.WRITE_CLOSED)
         if ex.partitioner.get("name") == "forward" and ex.num_subpartitions is not None and index >= ex.num_subpartitions:
-            raise RpcError(
+            raise ServiceError(
                 f"forward needs equal parallelism: producer {index} has no subpartition among {ex.num_subpartitions}; "
-                "repartition the DataFrame or set numSubpartitions to its partition count", "forward_parallelism")
+                "repartition the DataFrame or set numSubpartitions to its partition count", ErrorCode.FORWARD_PARALLELISM)
         if num_subpartitions is not None:
             self._fix_width(ex, num_subpartitions)
         info = ProducerInfo(index, attempt, partition, location, write_id)
@@ -264,18 +264,18 @@ class Coordinator:
     @staticmethod
     def _fix_width(ex: Exchange, width: int) -> None:
         if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-            raise RpcError(f"numSubpartitions must be a positive integer, got {width!r}", "bad_request")
+            raise ServiceError(f"numSubpartitions must be a positive integer, got {width!r}", ErrorCode.BAD_REQUEST)
         if ex.num_subpartitions is None:
             if not ex.coalesce:
-                raise RpcError(f"exchange {ex.name!r} has no width to fix: it was declared with numSubpartitions "
-                               "or as forward/broadcast", "bad_request")
+                raise ServiceError(f"exchange {ex.name!r} has no width to fix: it was declared with numSubpartitions "
+                               "or as forward/broadcast", ErrorCode.BAD_REQUEST)
             ex.num_subpartitions = width
         elif ex.num_subpartitions != width:
-            raise RpcError(
+            raise ServiceError(
                 f"exchange {ex.name!r} has {ex.num_subpartitions} subpartitions (fixed by its first producer, from "
                 f"spark.sql.shuffle.partitions of the writing session), but this producer writes {width}: every "
                 "write of one exchange needs the same spark.sql.shuffle.partitions, or set numSubpartitions",
-                "width_mismatch")
+                ErrorCode.WIDTH_MISMATCH)
 
     async def producer_finished(self, name: str, epoch: int, partition: str, spill: str = "",
                                 subpartition_bytes: list[int] | None = None, rows: int | None = None,
@@ -293,7 +293,7 @@ class Coordinator:
             if subpartition_bytes is not None:
                 sizes = np.asarray(subpartition_bytes, dtype=np.int64)
                 if sizes.ndim != 1 or (sizes.size and sizes.min() < 0):
-                    raise RpcError(f"producer {partition} reported malformed subpartition sizes", "bad_request")
+                    raise ServiceError(f"producer {partition} reported malformed subpartition sizes", ErrorCode.BAD_REQUEST)
                 # a forward/broadcast producer has one subpartition of its own: its sizes do not add up per
                 # subpartition, so it reports none (the commit then knows the sizes are incomplete)
                 if ex.num_subpartitions is not None and len(sizes) == ex.num_subpartitions:
@@ -303,7 +303,7 @@ class Coordinator:
                     and len(subpartition_rows) == ex.num_subpartitions:
                 counts = np.asarray(subpartition_rows, dtype=np.int64)
                 if counts.ndim != 1 or (counts.size and counts.min() < 0):
-                    raise RpcError(f"producer {partition} reported malformed subpartition rows", "bad_request")
+                    raise ServiceError(f"producer {partition} reported malformed subpartition rows", ErrorCode.BAD_REQUEST)
                 ex.row_counts[partition] = counts.astype(np.uint32) if not counts.size or counts.max() < 1 << 32 else counts
             p.state = "finished"
             p.spill = spill
@@ -327,22 +327,22 @@ class Coordinator:
         producer reported pushing other than that."""
         ex = self._get(name, epoch)
         if write_id not in ex.open_writes:
-            raise RpcError(f"write {write_id} of exchange {name!r} is not open", "closed")
+            raise ServiceError(f"write {write_id} of exchange {name!r} is not open", ErrorCode.WRITE_CLOSED)
         missing = [p for p in partitions if p not in ex.producers]
         if missing:
-            raise RpcError(f"commit names partitions that never registered: {missing}", "bad_request")
+            raise ServiceError(f"commit names partitions that never registered: {missing}", ErrorCode.BAD_REQUEST)
         self._check_rows(ex, partitions, rows)
         winners = set(partitions)
         of_write = [p for p in ex.producers.values() if p.write_id == write_id]
         indexes = sorted(ex.producers[p].index for p in partitions)
         if len(set(indexes)) != len(indexes):
-            raise RpcError(f"commit of {name!r} names two attempts of one task: {indexes}", "bad_request")
+            raise ServiceError(f"commit of {name!r} names two attempts of one task: {indexes}", ErrorCode.BAD_REQUEST)
         if ex.partitioner.get("name") == "forward":
             total = len(ex.committed) + len(partitions)
             if ex.num_subpartitions is not None and total != ex.num_subpartitions:
-                raise RpcError(
+                raise ServiceError(
                     f"forward needs equal parallelism: {total} producers but numSubpartitions={ex.num_subpartitions}; "
-                    "repartition the DataFrame or drop the numSubpartitions option", "forward_parallelism")
+                    "repartition the DataFrame or drop the numSubpartitions option", ErrorCode.FORWARD_PARALLELISM)
         if ex.num_subpartitions is None:
             ex.num_subpartitions = len(ex.committed) + len(partitions)
         losers = [p for p in of_write if p.partition not in winners]
@@ -367,7 +367,7 @@ class Coordinator:
         if wrong:
             listed = ", ".join(f"producer {ex.producers[p].index} (partition {p}): task wrote {w} rows, pushed {g}"
                                for p, w, g in wrong[:5])
-            raise RpcError(f"commit of exchange {ex.name!r} refused: rows lost ({listed})", "lost")
+            raise ServiceError(f"commit of exchange {ex.name!r} refused: rows lost ({listed})", ErrorCode.ROWS_LOST)
         reported = [ex.producers[p].rows for p in partitions]
         if ex.committed_rows is not None:
             ex.committed_rows = None if any(r < 0 for r in reported) else ex.committed_rows + sum(reported)
@@ -429,7 +429,7 @@ class Coordinator:
             if self.lost.pop(name, None) is not None:
                 self._names_changed()
                 return {"dropped": name, "partitions": 0}
-            raise RpcError(f"exchange {name!r} does not exist", "no_exchange")
+            raise ServiceError(f"exchange {name!r} does not exist", ErrorCode.NO_EXCHANGE)
         self._names_changed()
         self._release_producers(list(ex.producers.values()), reason, REPLACED)
         await self._notify(None, name)
@@ -440,10 +440,10 @@ class Coordinator:
         """The exchange's description, waiting up to ``wait`` s for it to be declared."""
         timeout = wait
         if name in self.lost and name not in self.exchanges:
-            raise RpcError(self.lost[name]["message"], "exchange_lost")
+            raise ServiceError(self.lost[name]["message"], ErrorCode.EXCHANGE_LOST)
         if self.is_stream(name):
-            raise RpcError(f"exchange {name!r} is a stream written by a streaming query: read it with "
-                           "spark.readStream.format('pipelined')", "not_a_batch")
+            raise ServiceError(f"exchange {name!r} is a stream written by a streaming query: read it with "
+                           "spark.readStream.format('pipelined')", ErrorCode.NOT_A_BATCH)
 
         def ready() -> bool:
             ex = self.exchanges.get(name)
@@ -458,23 +458,23 @@ class Coordinator:
             except asyncio.TimeoutError:
                 pass
         if self.exchanges.get(name) is None and self.is_stream(name):
-            raise RpcError(f"exchange {name!r} is a stream written by a streaming query: read it with "
-                           "spark.readStream.format('pipelined')", "not_a_batch")
+            raise ServiceError(f"exchange {name!r} is a stream written by a streaming query: read it with "
+                           "spark.readStream.format('pipelined')", ErrorCode.NOT_A_BATCH)
         if self.exchanges.get(name) is None:
-            raise RpcError(
+            raise ServiceError(
                 f"exchange {name!r} does not exist (waited {timeout:g} s for a writer to declare it; "
-                "check the name, or raise declareTimeout)", "no_exchange")
+                "check the name, or raise declareTimeout)", ErrorCode.NO_EXCHANGE)
         if not ready():
             if self.exchanges[name].coalesce:
-                raise RpcError(
+                raise ServiceError(
                     f"exchange {name!r} does not know its number of subpartitions yet: without numSubpartitions the "
                     "first write task fixes it (spark.sql.shuffle.partitions of the writing session), and none "
                     f"registered within {timeout:g} s (declareTimeout); start the write, or set numSubpartitions",
-                    "no_subpartitions")
-            raise RpcError(
+                    ErrorCode.NO_SUBPARTITIONS)
+            raise ServiceError(
                 f"exchange {name!r} does not know its number of subpartitions yet (a forward/broadcast write "
                 "without numSubpartitions fixes it at commit); set numSubpartitions on the writer to read while it writes",
-                "no_subpartitions")
+                ErrorCode.NO_SUBPARTITIONS)
         return self._get(name).describe()
 
     def subscribe(self, name: str, callback: Callable[[dict], None], seal: int | None = None) -> Callable[[], None]:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from ..config import ExchangeConfig
 from ..network import auth
-from ..network.blocking_client import BlockingConnection, ServiceError
+from ..errors import ErrorCode, ServiceError, ServiceUnavailable
+from ..network.blocking_client import BlockingConnection
 from ..network.retry import connect_retrying
 from .launcher import jvm_pid, read_state
 from .private_files import runtime_dir  # noqa: F401 - clients and tests ask for it here
@@ -128,6 +129,6 @@ def resolve(config: ExchangeConfig, *, start_embedded: bool = True) -> Endpoints
     else:
         info = read_state(runtime_dir() / "embedded.json")
         if info is None:
-            raise ServiceError("no exchange service is running for this user on this host "
-                               "(give --address, or start one with `sparkflow-exchange serve`)", "no_service")
+            raise ServiceUnavailable("no exchange service is running for this user on this host "
+                                     "(give --address, or start one with `sparkflow-exchange serve`)", ErrorCode.NO_SERVICE)
     return Endpoints(info["unix"], info["unix"], secret or info.get("secret"), info.get("host_id", host_id))

@@ -19,13 +19,15 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from ..config import PARTITION_TYPES, ExchangeConfig
+from ..config import ExchangeConfig
+from ..kinds import PARTITION_TYPES
 from ..network import auth
 from ..exhaustion import nofile_limit
 from ..network.admission import Admission
 from ..network.listener import Listener, tcp_sockets, unix_socket
 from ..network.protocol import FRAME_POOL, RegisterPartition
-from ..network.server import RpcError, ServerConnection
+from ..errors import ErrorCode, ServiceError
+from ..network.server import ServerConnection
 from ..partition.buffer_pool import NetworkBufferPool
 from ..partition.result_partition import ResultPartition
 from ..partition.spill import DiskBudget, SpillReaders
@@ -233,7 +235,8 @@ class ExchangeService:
             self.release_partition(part.pid, f"its writer was lost before it joined exchange {part.exchange!r}: "
                                              f"{reason}")
 
-    def release_partition(self, pid: str, reason: str = "released by the coordinator", code: str = "released") -> bool:
+    def release_partition(self, pid: str, reason: str = "released by the coordinator",
+                          code: ErrorCode = ErrorCode.RELEASED) -> bool:
         """Free a partition; readers connected to it, and its writer if it still writes, hear ``reason`` at once
         (``code``: ``replaced`` when the exchange went)."""
         part = self.partitions.pop(pid, None)
@@ -243,7 +246,7 @@ class ExchangeService:
         return True
 
     def _release(self, targets: list[tuple[dict, str]], reason: str = "released by the coordinator",
-                 code: str = "released") -> None:
+                 code: ErrorCode = ErrorCode.RELEASED) -> None:
         """Coordinator callback: free partitions here, or ask the service that holds them."""
         remote: dict[str, list[str]] = {}
         for location, pid in targets:
@@ -255,7 +258,7 @@ class ExchangeService:
             if address:
                 asyncio.ensure_future(self._release_remote(address, pids, reason, code))
 
-    async def _release_remote(self, address: str, pids: list[str], reason: str, code: str) -> None:
+    async def _release_remote(self, address: str, pids: list[str], reason: str, code: ErrorCode) -> None:
         from ..network.aio_client import rpc_once
 
         try:
@@ -268,7 +271,7 @@ class ExchangeService:
         """Take a new connection, or say why not; idle strangers make room (``network/admission.py``)."""
         verdict = self.admission.admit(conn, conn.peer_key, conn.trusted)
         for victim, message in verdict.evict:
-            victim.fatal(message, code="too_many_connections")
+            victim.fatal(message, code=ErrorCode.TOO_MANY_CONNECTIONS)
         return verdict.refusal
 
     def authenticated(self, conn: ServerConnection) -> None:
@@ -303,7 +306,7 @@ class ExchangeService:
             return self.status()
         if method == "release_partitions":
             reason = str(args.get("reason") or "released by the coordinator")
-            code = "replaced" if args.get("code") == "replaced" else "released"
+            code = ErrorCode.REPLACED if args.get("code") == ErrorCode.REPLACED else ErrorCode.RELEASED
             return {"released": sum(self.release_partition(p, reason, code) for p in args["partitions"])}
         if method == "attach_app":
             self.apps[str(args["app"])] = int(args["pid"])
@@ -326,7 +329,7 @@ class ExchangeService:
             return {"ok": True}
         coord = self.coordinator
         if coord is None:
-            raise RpcError(f"service {self.service_id} does not have the coordinator role (method {method!r})", "not_coordinator")
+            raise ServiceError(f"service {self.service_id} does not have the coordinator role (method {method!r})", ErrorCode.NOT_COORDINATOR)
         if method == "subscribe":
             name = args["name"]
             topic = args["topic"]
@@ -348,8 +351,8 @@ class ExchangeService:
         if method == "get_exchange" and args.pop("allow_stream", False):
             try:
                 return await coord.get_exchange(**args)
-            except RpcError as exc:  # the schema of a stream (readStream plans with the data source's schema())
-                if exc.code != "not_a_batch":
+            except ServiceError as exc:  # the schema of a stream (readStream plans with the data source's schema())
+                if exc.code != ErrorCode.NOT_A_BATCH:
                     raise
                 return await self.streams.describe(args["name"])
         if method == "drop" and args.get("name") in self.streams.streams:
@@ -377,7 +380,7 @@ class ExchangeService:
         }
         handler = handlers.get(method)
         if handler is None:
-            raise RpcError(f"unknown method {method!r}", "bad_request")
+            raise ServiceError(f"unknown method {method!r}", ErrorCode.BAD_REQUEST)
         return await handler(**args)
 
     def status(self) -> dict[str, Any]:

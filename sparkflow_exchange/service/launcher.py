@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..config import ENV_CONF, ExchangeConfig
-from ..network.blocking_client import BlockingConnection, ServiceError
+from ..errors import ErrorCode, ServiceError, ServiceUnavailable
+from ..network.blocking_client import BlockingConnection
 from ..pids import pid_alive  # noqa: F401 - services and the CLI ask it here
 from .private_files import open_private, read_private, write_private
 
@@ -214,7 +215,7 @@ def _start(state: Path, config: ExchangeConfig, extra_args: list[str], timeout: 
             break
         time.sleep(0.05)
     tail = log_path.read_text(errors="replace")[-2000:]
-    raise ServiceError(f"the exchange service did not start (log {log_path}):\n{tail}", "no_service")
+    raise ServiceUnavailable(f"the exchange service did not start (log {log_path}):\n{tail}", ErrorCode.NO_SERVICE)
 
 
 def attach(info: dict, pid: int) -> None:

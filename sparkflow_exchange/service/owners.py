@@ -16,9 +16,9 @@ from typing import Any, Callable
 
 from ..config import ConfigError
 from ..network.auth import OPERATOR
-from ..network.server import RpcError
+from ..errors import ErrorCode, ServiceError
 
-FORBIDDEN = "forbidden"
+FORBIDDEN = ErrorCode.FORBIDDEN
 
 # operations on the whole service: what each one is, for the refusal
 SERVICE_WIDE = {"shutdown": "stopping the service", "release_partitions": "releasing partitions by id",
@@ -35,13 +35,13 @@ def check(identity: str, method: str, args: dict[str, Any], owner_of: Callable[[
     if identity == OPERATOR:
         return
     if method in SERVICE_WIDE:
-        raise RpcError(f"{SERVICE_WIDE[method]} needs the operator credential (the service's own secret); this "
+        raise ServiceError(f"{SERVICE_WIDE[method]} needs the operator credential (the service's own secret); this "
                        f"connection authenticated as {identity!r}", FORBIDDEN)
     if method in CHANGES:
         name = args.get("name")
         owner = owner_of(name) if isinstance(name, str) else ""
         if owner and owner != identity:
-            raise RpcError(f"{CHANGES[method]} exchange {name!r} is refused: it belongs to credential {owner!r} "
+            raise ServiceError(f"{CHANGES[method]} exchange {name!r} is refused: it belongs to credential {owner!r} "
                            f"and this connection authenticated as {identity!r}; only its owner or the operator "
                            "may write, drop or release it", FORBIDDEN)
 

@@ -20,7 +20,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..network.server import RpcError
+from ..errors import ErrorCode, ServiceError
+from ..kinds import RE_READABLE
 from .coordinator import FORWARD_LIKE, Coordinator
 
 log = logging.getLogger(__name__)
@@ -119,10 +120,10 @@ class StreamRegistry:
         st = self.streams.get(name)
         if st is None:
             if name in self.coordinator.exchanges:
-                raise RpcError(f"exchange {name!r} was written by a batch job, not a streaming query: read it with "
-                               "spark.read, or write the stream to another name", "not_a_stream")
-            raise RpcError(f"stream {name!r} does not exist (no streaming query has written to it; check the name, "
-                           "or raise declareTimeout)", "no_exchange")
+                raise ServiceError(f"exchange {name!r} was written by a batch job, not a streaming query: read it with "
+                               "spark.read, or write the stream to another name", ErrorCode.NOT_A_STREAM)
+            raise ServiceError(f"stream {name!r} does not exist (no streaming query has written to it; check the name, "
+                           "or raise declareTimeout)", ErrorCode.NO_EXCHANGE)
         return st
 
     async def _notify(self) -> None:
@@ -138,17 +139,17 @@ class StreamRegistry:
         ``groups``: consumer groups known in advance; each is registered (if new) before anything is
         released, so it reads every epoch from the stream's start however late its reader starts."""
         if not name:
-            raise RpcError("the 'exchange' option is required (the name of the stream)", "bad_request")
+            raise ServiceError("the 'exchange' option is required (the name of the stream)", ErrorCode.BAD_REQUEST)
         if name in self.coordinator.exchanges:
-            raise RpcError(f"exchange {name!r} holds a batch write; a streaming query cannot write it: use another "
-                           "name, or drop the exchange first", "bad_request")
-        if partition_type not in ("HYBRID", "BLOCKING"):
-            raise RpcError(f"a streaming write needs a re-readable partitionType (HYBRID or BLOCKING), not "
+            raise ServiceError(f"exchange {name!r} holds a batch write; a streaming query cannot write it: use another "
+                           "name, or drop the exchange first", ErrorCode.BAD_REQUEST)
+        if partition_type not in RE_READABLE:
+            raise ServiceError(f"a streaming write needs a re-readable partitionType (HYBRID or BLOCKING), not "
                            f"{partition_type}: a restarted reader reads its last epoch again; bound what a stream "
-                           "keeps with stream.maxRetainedBytes", "bad_request")
+                           "keeps with stream.maxRetainedBytes", ErrorCode.BAD_REQUEST)
         if partitioner.get("name") in FORWARD_LIKE and num_subpartitions is None:
-            raise RpcError(f"a streaming {partitioner.get('name')} write needs numSubpartitions: every epoch of a "
-                           "stream is read with the same number of partitions", "bad_request")
+            raise ServiceError(f"a streaming {partitioner.get('name')} write needs numSubpartitions: every epoch of a "
+                           "stream is read with the same number of partitions", ErrorCode.BAD_REQUEST)
         st = self.streams.get(name)
         if st is None:
             st = self.streams[name] = Stream(name, schema, partitioner, partition_type, num_subpartitions,
@@ -156,16 +157,16 @@ class StreamRegistry:
             self.coordinator.lost.pop(name, None)
         else:
             if st.schema != schema:
-                raise RpcError(f"stream {name!r} has another schema than this writer query's; write to another "
-                               "name, or drop the stream first", "schema_mismatch")
+                raise ServiceError(f"stream {name!r} has another schema than this writer query's; write to another "
+                               "name, or drop the stream first", ErrorCode.SCHEMA_MISMATCH)
             if partitioner.get("name") != st.partitioner.get("name") or list(partitioner.get("keys", ())) != \
                     list(st.partitioner.get("keys", ())) or partition_type != st.partition_type:
-                raise RpcError(f"stream {name!r} is written with partitioner {st.partitioner.get('name')!r} keys "
+                raise ServiceError(f"stream {name!r} is written with partitioner {st.partitioner.get('name')!r} keys "
                                f"{list(st.partitioner.get('keys', ()))} partitionType {st.partition_type}; a writer "
-                               "query must keep them", "bad_request")
+                               "query must keep them", ErrorCode.BAD_REQUEST)
             if num_subpartitions is not None and st.num_subpartitions not in (None, num_subpartitions):
-                raise RpcError(f"stream {name!r} has {st.num_subpartitions} subpartitions; this writer query asks "
-                               f"for {num_subpartitions}", "bad_request")
+                raise ServiceError(f"stream {name!r} has {st.num_subpartitions} subpartitions; this writer query asks "
+                               f"for {num_subpartitions}", ErrorCode.BAD_REQUEST)
         st.max_retained_bytes = max(0, int(max_retained_bytes or 0))
         for group in groups or ():
             if group not in st.groups:
@@ -187,22 +188,22 @@ class StreamRegistry:
         if st.writer_query is None:
             st.writer_query = query
         elif query != st.writer_query:
-            raise RpcError(
+            raise ServiceError(
                 f"stream {name!r} is written by streaming query {st.writer_query}; query {query} cannot write it too "
                 "(a query started from a new checkpoint numbers its batches from 0 again, which the stream would "
-                "take for replays): write to another exchange name, or drop the stream first", "bad_request")
+                "take for replays): write to another exchange name, or drop the stream first", ErrorCode.BAD_REQUEST)
         if epoch <= st.last_committed:
             return {"skip": True, "last_committed": st.last_committed}
         if not await self._room(st, wait):
             return {"waiting": st.describe()}
         if self.streams.get(name) is not st:
-            raise RpcError(f"stream {name!r} was dropped while micro-batch {epoch} waited to write", "no_exchange")
+            raise ServiceError(f"stream {name!r} was dropped while micro-batch {epoch} waited to write", ErrorCode.NO_EXCHANGE)
         async with st.lock:
             order = st.runs.setdefault(run, len(st.runs))
             op = st.open.get(epoch)
             if op is not None and order < op.run:
-                raise RpcError(f"micro-batch {epoch} of stream {name!r} belongs to a later start of the writer "
-                               "query; this task's run was stopped", "superseded")
+                raise ServiceError(f"micro-batch {epoch} of stream {name!r} belongs to a later start of the writer "
+                               "query; this task's run was stopped", ErrorCode.SUPERSEDED)
             if op is not None and op.run != order:  # a restarted query replays a batch that never committed
                 log.warning("stream %s: epoch %d left open by run %d is replaced by run %d (%s)", name, epoch,
                             op.run, order, run)
@@ -248,8 +249,8 @@ class StreamRegistry:
         op = st.open.get(epoch)
         if op is None:
             if partitions:
-                raise RpcError(f"commit of epoch {epoch} of stream {name!r} names producers, but the epoch is not "
-                               "being written (replaced by a newer run of the writer query?)", "closed")
+                raise ServiceError(f"commit of epoch {epoch} of stream {name!r} names producers, but the epoch is not "
+                               "being written (replaced by a newer run of the writer query?)", ErrorCode.WRITE_CLOSED)
             record = Epoch(epoch, "", 0, 0)
         else:
             desc = await self.coordinator.commit(op.exchange, op.generation, op.write_id, partitions, rows)
@@ -294,7 +295,7 @@ class StreamRegistry:
         """A reader query starts without a checkpoint: its group's position (a new group starts at ``start``)."""
         st = self._get(name)
         if start not in STARTS:
-            raise RpcError(f"unknown startingEpochs {start!r}; use earliest or latest", "bad_request")
+            raise ServiceError(f"unknown startingEpochs {start!r}; use earliest or latest", ErrorCode.BAD_REQUEST)
         if group and group in st.groups:
             g = st.groups[group]
             g.seen = time.monotonic()
@@ -316,11 +317,11 @@ class StreamRegistry:
     @staticmethod
     def _check_retained(st: Stream, after: int) -> None:
         if after < st.released_upto:
-            raise RpcError(
+            raise ServiceError(
                 f"stream {st.name!r}: epochs {after + 1}..{st.released_upto} were released before this reader read "
                 "them (every consumer group had committed past them, or ttl expired): those rows are lost for it; "
                 "start the query from a new checkpoint, or give it its own consumerGroup from the start",
-                "exchange_lost")
+                ErrorCode.EXCHANGE_LOST)
 
     async def latest(self, name: str, group: str, after: int, max_epochs: int | None = None,
                      max_rows: int | None = None, max_bytes: int | None = None, upto: int | None = None,
@@ -370,7 +371,7 @@ class StreamRegistry:
             if after < n <= upto and e.exchange:
                 ex = self.coordinator.exchanges.get(e.exchange)
                 if ex is None:
-                    raise RpcError(f"stream {name!r}: epoch {n} is gone (its exchange was dropped)", "exchange_lost")
+                    raise ServiceError(f"stream {name!r}: epoch {n} is gone (its exchange was dropped)", ErrorCode.EXCHANGE_LOST)
                 desc = ex.describe()
                 desc.pop("schema", None)
                 plans.append({"epoch": n, "rows": e.rows, "desc": desc})

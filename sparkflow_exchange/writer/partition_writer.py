@@ -16,8 +16,9 @@ from collections import deque
 import pyarrow as pa
 
 from ..buffer import BatchEncoder, Region
-from ..errors import ExchangeError, ExchangeReplaced
-from ..network.blocking_client import BlockingConnection, ServiceError
+from ..errors import ErrorCode, PartitionReleasedError, ServiceError, error_for  # noqa: F401 - named here too
+from ..kinds import PartitionType
+from ..network.blocking_client import BlockingConnection
 from ..network.protocol import (
     BufferKind,
     ErrorResponse,
@@ -46,11 +47,6 @@ class PartitionAbandoned(RuntimeError):
     """The task aborted its write while a push waited for credit."""
 
 
-class PartitionReleasedError(ExchangeError):
-    """The service released the partition while it was written (its attempt lost the commit, its write was
-    aborted); a drop, overwrite or expiry of the exchange is :class:`ExchangeReplaced` instead."""
-
-
 class PartitionWriter:
     CREDIT_POLL = 0.2  # how often a credit wait looks at abandon() and the no-consumer deadline
     LOOK_EVERY = 0.5  # a writer with credit still reads the service's news this often (a release: at once)
@@ -73,7 +69,7 @@ class PartitionWriter:
         self.buffers_shared = 0  # of those, written into a shared-memory slot
         self.regions_pushed = 0  # pushes that carried several subpartitions' buffers (counted once in buffers_pushed)
         self.started = time.monotonic()
-        self.arena = self._create_arena(buffers, buffer_size) if shared_memory and partition_type != "BLOCKING" \
+        self.arena = self._create_arena(buffers, buffer_size) if shared_memory and partition_type != PartitionType.BLOCKING \
             and conn.address.is_unix else None
         self.free_slots: deque[int] = deque()
         arena = self.arena
@@ -102,7 +98,7 @@ class PartitionWriter:
         while not self.handle:
             msg = conn.recv(max(0.0, deadline - time.monotonic()))
             if msg is None:
-                raise ServiceError(f"the exchange service did not register partition {partition}", "timeout")
+                raise error_for(ErrorCode.TIMEOUT, f"the exchange service did not register partition {partition}")
             self._on_message(msg)
 
     def _on_message(self, msg) -> None:
@@ -123,12 +119,12 @@ class PartitionWriter:
             self.credit += msg.credit
         elif isinstance(msg, PartitionReleased):
             if msg.handle == self.handle:
-                cls = ExchangeReplaced if msg.code == "replaced" else PartitionReleasedError
-                self.released = cls(msg.message + ("; the write cannot be committed: write the exchange again"
-                                                   if msg.code == "replaced" else ""))
+                replaced = msg.code == ErrorCode.REPLACED  # else released: ExchangeReplaced, PartitionReleasedError
+                self.released = error_for(ErrorCode.REPLACED if replaced else ErrorCode.RELEASED, msg.message + (
+                    "; the write cannot be committed: write the exchange again" if replaced else ""))
                 raise self.released
         elif isinstance(msg, ErrorResponse):
-            raise ServiceError(f"exchange service refused partition {self.partition}: {msg.message}", msg.code)
+            raise error_for(msg.code, f"exchange service refused partition {self.partition}: {msg.message}")
 
     def push(self, subpartition: int, payload, kind: int = BufferKind.DATA, flags: int = 0) -> None:
         """Send one buffer; blocks while the partition's pool is full (no credit)."""
@@ -249,7 +245,8 @@ class PartitionWriter:
             while True:
                 msg = self.conn.recv(self.conn.timeout)
                 if msg is None:
-                    raise ServiceError(f"the exchange service did not confirm finishing partition {self.partition}", "timeout")
+                    raise error_for(ErrorCode.TIMEOUT,
+                                    f"the exchange service did not confirm finishing partition {self.partition}")
                 if isinstance(msg, PartitionFinished):
                     return msg.stats
                 self._on_message(msg)
@@ -258,7 +255,7 @@ class PartitionWriter:
         try:
             with self.lock:
                 self.conn.send(FailPartition(self.handle, reason))
-        except ServiceError:
+        except ServiceError:  # the connection is gone: the service fails the partition for it
             pass
 
     def backpressure_ratio(self) -> float:

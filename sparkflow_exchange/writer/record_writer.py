@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..buffer import BatchEncoder, Region
+from ..kinds import PartitionType
 from ..config import SINGLE_SUBPARTITION  # noqa: F401 - named here too, where the writer's layouts are
 from ..network.protocol import BROADCAST, BufferKind
 from .partition_writer import PartitionWriter
@@ -95,7 +96,7 @@ class RecordWriter:
         self._oldest = 0.0  # when the sort buffer's first batch arrived
         self._flush_cost = self.n * PIECE_SECONDS  # seconds the last sort flush took
         # a BLOCKING partition is read only once finished: nothing to gain from sending its rows early
-        self._timed_sort_flush = getattr(writer, "partition_type", "") != "BLOCKING"
+        self._timed_sort_flush = getattr(writer, "partition_type", "") != PartitionType.BLOCKING
         self.region = Region(self.encoder.schema_message, buffer_size)
         self.rows = 0
         # data buffers and rows pushed per accumulator (a broadcast's one counts for every subpartition): sent at

@@ -1,0 +1,161 @@
+"""The RPC table: every method a service answers, with its arguments' types and ranges.
+
+A request is checked here, before anything acts on it, so a wrong type or an absurd value (a pid of
+2**70, a negative byte count, a wait of NaN) is refused with an error naming the method and the
+argument, instead of failing later and elsewhere (in a housekeeping task, with an OverflowError).
+Sans-IO; the server checks every :class:`RpcRequest` with :func:`check_args`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ErrorCode, InvalidRequest
+from ..kinds import PartitionType
+
+INT64 = (-(1 << 63), (1 << 63) - 1)
+PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: no process id is larger
+MAX_WAIT = 10 * 365 * 86400.0  # seconds: longer than any deadline a client means
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument: its JSON type, whether it may be left out or be null, its range, its items' type."""
+
+    kind: type
+    required: bool = True
+    nullable: bool = False
+    low: float | None = None
+    high: float | None = None
+    items: type | None = None  # a list's items, a dict's values (dict keys are strings in JSON)
+    choices: tuple[str, ...] = ()
+
+    def check(self, method: str, name: str, value: Any) -> None:
+        if value is None:
+            if not self.nullable:
+                raise InvalidRequest(f"bad {method!r} request: argument {name!r} must not be null")
+            return
+        if not _is_a(value, self.kind):
+            raise InvalidRequest(f"bad {method!r} request: argument {name!r} is {type(value).__name__}, "
+                                 f"not {self.kind.__name__}")
+        if self.kind in (int, float):
+            self._check_range(method, name, value)
+        elif self.items is not None:
+            values = value.values() if isinstance(value, dict) else value
+            for item in values:
+                if not _is_a(item, self.items):
+                    raise InvalidRequest(f"bad {method!r} request: argument {name!r} holds a "
+                                         f"{type(item).__name__}, not {self.items.__name__}")
+                if self.items is int:
+                    self._check_range(method, name, item)
+        if self.choices and value not in self.choices:
+            raise InvalidRequest(f"bad {method!r} request: argument {name!r} is {value!r}; use one of "
+                                 f"{', '.join(self.choices)}")
+
+    def _check_range(self, method: str, name: str, value: int | float) -> None:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidRequest(f"bad {method!r} request: argument {name!r} is {value}, not a finite number")
+        low, high = (self.low, self.high) if self.low is not None or self.high is not None or self.kind is float \
+            else INT64
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise InvalidRequest(f"bad {method!r} request: argument {name!r} = {value} is outside "
+                                 f"{_bound(low)}..{_bound(high)}")
+
+
+def _bound(value: float | None) -> str:
+    return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _is_a(value: Any, kind: type) -> bool:
+    if isinstance(value, bool):
+        return kind is bool  # JSON true is not the number 1
+    if kind is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, kind)
+
+
+def _opt(arg: Arg, nullable: bool = False) -> Arg:
+    """``arg`` may be left out (and, with ``nullable``, be null)."""
+    return Arg(arg.kind, False, nullable or arg.nullable, arg.low, arg.high, arg.items, arg.choices)
+
+
+def _null(arg: Arg) -> Arg:
+    """``arg`` must be given, and may be null."""
+    return Arg(arg.kind, True, True, arg.low, arg.high, arg.items, arg.choices)
+
+
+TEXT = Arg(str)
+INT = Arg(int, low=INT64[0], high=INT64[1])
+COUNT = Arg(int, low=0, high=INT64[1])
+WIDTH = Arg(int, low=1, high=1 << 16)  # numSubpartitions (a service keeps at most 65536 per partition)
+WAIT = Arg(float, low=0.0, high=MAX_WAIT)
+SECONDS = Arg(float, low=0.0, high=MAX_WAIT * 10)
+FLAG = Arg(bool)
+NAMES = Arg(list, items=str)
+COUNTS = Arg(list, items=int)
+ROWS = Arg(dict, items=int)
+OBJECT = Arg(dict)
+TYPE = Arg(str, choices=tuple(t.value for t in PartitionType))
+
+_DECLARE = {"name": TEXT, "schema": TEXT, "num_subpartitions": _null(WIDTH), "partitioner": OBJECT,
+            "partition_type": TYPE, "coalesce": _opt(FLAG)}
+
+RPCS: dict[str, dict[str, Arg]] = {
+    # every service
+    "ping": {},
+    "status": {},
+    "shutdown": {},
+    "release_partitions": {"partitions": NAMES, "reason": _opt(TEXT, True),
+                           "code": _opt(Arg(str, choices=(ErrorCode.RELEASED, ErrorCode.REPLACED)))},
+    "attach_app": {"app": TEXT, "pid": Arg(int, low=1, high=PID_MAX)},
+    "report_file_reads": {"bytes": COUNT},
+    "report_backpressure": {"partition": TEXT, "seconds": SECONDS},
+    # the coordinator: batch exchanges
+    "subscribe": {"name": TEXT, "topic": TEXT},
+    "unsubscribe": {"topic": TEXT},
+    "list_exchanges": {},
+    "declare": {**_DECLARE, "mode": TEXT},
+    "register_producer": {"name": TEXT, "epoch": INT, "write_id": TEXT, "index": COUNT, "attempt": TEXT,
+                          "partition": TEXT, "location": OBJECT, "num_subpartitions": _opt(INT, True)},
+    "producer_finished": {"name": TEXT, "epoch": INT, "partition": TEXT, "spill": _opt(TEXT),
+                          "subpartition_bytes": _opt(COUNTS, True), "rows": _opt(COUNT, True),
+                          "bytes": _opt(COUNT, True)},
+    "producer_failed": {"name": TEXT, "epoch": _null(INT), "partition": TEXT, "reason": TEXT},
+    "commit": {"name": TEXT, "epoch": INT, "write_id": TEXT, "partitions": NAMES, "rows": _opt(ROWS, True)},
+    "abort": {"name": TEXT, "epoch": INT, "write_id": TEXT, "reason": _opt(TEXT)},
+    "drop": {"name": TEXT},
+    "get_exchange": {"name": TEXT, "wait": _opt(WAIT), "need_subpartitions": _opt(FLAG),
+                     "allow_stream": _opt(FLAG)},
+    # the coordinator: streams
+    "stream_declare": {**_DECLARE, "max_retained_bytes": _opt(COUNT), "groups": _opt(NAMES, True)},
+    "stream_begin_epoch": {"name": TEXT, "epoch": INT, "query": TEXT, "run": TEXT, "wait": _opt(WAIT)},
+    "stream_commit_epoch": {"name": TEXT, "epoch": INT, "partitions": NAMES, "rows": _opt(ROWS, True)},
+    "stream_abort_epoch": {"name": TEXT, "epoch": INT, "reason": _opt(TEXT)},
+    "stream_describe": {"name": TEXT, "wait": _opt(WAIT)},
+    "stream_join": {"name": TEXT, "group": _opt(TEXT, True), "start": _opt(TEXT)},
+    "stream_latest": {"name": TEXT, "group": TEXT, "after": INT, "max_epochs": _opt(COUNT, True),
+                      "max_rows": _opt(COUNT, True), "max_bytes": _opt(COUNT, True), "upto": _opt(INT, True),
+                      "wait": _opt(WAIT)},
+    "stream_plan": {"name": TEXT, "after": INT, "upto": INT},
+    "stream_commit_group": {"name": TEXT, "group": TEXT, "epoch": INT},
+    "stream_leave": {"name": TEXT, "group": TEXT},
+}
+
+
+def check_args(method: str, args: Any) -> None:
+    """Refuse a request whose method is unknown or whose arguments do not match the table."""
+    spec = RPCS.get(method) if isinstance(method, str) else None
+    if spec is None:
+        raise InvalidRequest(f"unknown method {method!r}")
+    if not isinstance(args, dict):
+        raise InvalidRequest(f"bad {method!r} request: arguments are {type(args).__name__}, not an object")
+    unknown = sorted(set(args) - set(spec))
+    if unknown:
+        raise InvalidRequest(f"bad {method!r} request: unknown argument(s) {', '.join(map(repr, unknown))}")
+    for name, arg in spec.items():
+        if name not in args:
+            if arg.required:
+                raise InvalidRequest(f"bad {method!r} request: argument {name!r} is missing")
+            continue
+        arg.check(method, name, args[name])
