@@ -86,6 +86,11 @@ def test_get_exchange_table_matches_the_coordinator():
     assert set(RPCS["get_exchange"]) - {"allow_stream"} == _params(Coordinator.get_exchange)
 
 
+def test_subscribe_table_matches_the_coordinator():
+    """A subscription names its topic (the connection's); the rest goes to the coordinator."""
+    assert set(RPCS["subscribe"]) == _params(Coordinator.subscribe) - {"callback"} | {"topic"}
+
+
 @pytest.mark.parametrize("code, cls", [
     (ErrorCode.CONNECTION_LOST, sparkflow_exchange.ServiceUnavailable),
     (ErrorCode.UNREACHABLE, sparkflow_exchange.ServiceUnavailable),

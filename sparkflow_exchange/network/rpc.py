@@ -112,7 +112,7 @@ RPCS: dict[str, dict[str, Arg]] = {
     "report_file_reads": {"bytes": COUNT},
     "report_backpressure": {"partition": TEXT, "seconds": SECONDS},
     # the coordinator: batch exchanges
-    "subscribe": {"name": TEXT, "topic": TEXT},
+    "subscribe": {"name": TEXT, "topic": TEXT, "seal": _opt(COUNT, True)},
     "unsubscribe": {"topic": TEXT},
     "list_exchanges": {},
     "declare": {**_DECLARE, "mode": TEXT},
