@@ -86,6 +86,37 @@ def test_get_exchange_table_matches_the_coordinator():
     assert set(RPCS["get_exchange"]) - {"allow_stream"} == _params(Coordinator.get_exchange)
 
 
+def test_the_table_names_every_argument_the_service_reads_itself():
+    """The methods the service answers inline (not through a handler's signature): every ``args[...]`` and
+    ``args.get(...)`` of their branch is in the table, so a new argument cannot be refused as unknown."""
+    import ast
+    from pathlib import Path
+
+    from sparkflow_exchange.service import exchange_service
+
+    tree = ast.parse(Path(exchange_service.__file__).read_text())
+    rpc = next(n for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef) and n.name == "rpc")
+    seen = {}
+    for branch in ast.walk(rpc):
+        if not (isinstance(branch, ast.If) and isinstance(branch.test, (ast.Compare, ast.BoolOp))):
+            continue
+        test = branch.test.values[0] if isinstance(branch.test, ast.BoolOp) else branch.test
+        if not (isinstance(test, ast.Compare) and getattr(test.left, "id", None) == "method"
+                and isinstance(test.comparators[0], ast.Constant)):
+            continue
+        names = set()
+        for node in ast.walk(branch):
+            if isinstance(node, ast.Subscript) and getattr(node.value, "id", None) == "args":
+                names.add(node.slice.value)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and getattr(node.func.value, "id", None) == "args" and node.args:
+                names.add(node.args[0].value)
+        seen[test.comparators[0].value] = names
+    assert {"attach_app", "report_file_reads", "release_partitions", "subscribe"} <= set(seen)
+    for method, names in seen.items():
+        assert names <= set(RPCS[method]), (method, names - set(RPCS[method]))
+
+
 def test_subscribe_table_matches_the_coordinator():
     """A subscription names its topic (the connection's); the rest goes to the coordinator."""
     assert set(RPCS["subscribe"]) == _params(Coordinator.subscribe) - {"callback"} | {"topic"}

@@ -109,7 +109,7 @@ RPCS: dict[str, dict[str, Arg]] = {
     "release_partitions": {"partitions": NAMES, "reason": _opt(TEXT, True),
                            "code": _opt(Arg(str, choices=(ErrorCode.RELEASED, ErrorCode.REPLACED)))},
     "attach_app": {"app": TEXT, "pid": Arg(int, low=1, high=PID_MAX)},
-    "report_file_reads": {"bytes": COUNT},
+    "report_file_reads": {"bytes": COUNT, "partitions": _opt(Arg(dict, items=int), True)},
     "report_backpressure": {"partition": TEXT, "seconds": SECONDS},
     # the coordinator: batch exchanges
     "subscribe": {"name": TEXT, "topic": TEXT, "seal": _opt(COUNT, True)},
