@@ -37,6 +37,7 @@ from .consumer.read_plan import SkewRule, compact_producers, read_ranges
 from .errors import SchemaMismatch
 from .spark_errors import guarded, user_errors
 from .stream_sink import PipelinedStreamWriter
+from .spark_types import schema_text
 from .tasks import PartitionCommit, task_session, write_task
 from .worker_heap import freezing_after
 
@@ -44,10 +45,6 @@ def _arrow_schema(schema: StructType) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(schema, timezone="UTC")
-
-
-def _describe(schema: pa.Schema) -> str:
-    return "(" + ", ".join(f"{f.name} {f.type}" + ("" if f.nullable else " not null") for f in schema) + ")"
 
 
 class PipelinedDataSource(DataSource):
@@ -102,8 +99,8 @@ class PipelinedDataSource(DataSource):
 
 def _check_schema(name: str | None, given: pa.Schema, expected: pa.Schema) -> None:
     if not given.equals(expected):
-        raise SchemaMismatch(f"the given schema does not match exchange {name!r}: given {_describe(given)}, "
-                             f"exchange has {_describe(expected)}")
+        raise SchemaMismatch(f"the given schema does not match exchange {name!r}: given {schema_text(given)}, "
+                             f"exchange has {schema_text(expected)}")
 
 
 def _read_plan(desc: dict) -> dict:

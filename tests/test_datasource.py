@@ -144,9 +144,11 @@ def test_append_adds_producers_and_refuses_another_schema(spark):
     write(spark.range(10, 20, 1, 2), name, mode="append", partitioner="hash", keys="id", numSubpartitions=2)
     assert sorted(r.id for r in read(spark, name).collect()) == list(range(20))
     assert committed_rows(name) == 20  # each commit checked its producers' rows and added them up
-    with pytest.raises(Exception, match="append to exchange .* with another schema"):
+    with pytest.raises(Exception, match="append to exchange .* with another schema") as refused:
         write(spark.range(3).selectExpr("CAST(id AS STRING) AS id"), name, mode="append", partitioner="hash",
               keys="id", numSubpartitions=2)
+    # Spark's type names, as the user wrote them, not Arrow's (int64, large_string)
+    assert "the exchange holds (id bigint NOT NULL), this write has (id string" in str(refused.value)
     write(spark.range(0, 4, 1, 1), name, partitioner="hash", keys="id", numSubpartitions=2)  # overwrite replaces
     assert sorted(r.id for r in read(spark, name).collect()) == list(range(4))
     assert committed_rows(name) == 4
@@ -179,10 +181,22 @@ def test_read_of_missing_exchange_fails_after_declare_timeout(spark):
 def test_user_schema_must_match(spark):
     name = unique("schema")
     write(spark.range(5), name, partitioner="forward")
-    with pytest.raises(Exception, match="does not match exchange"):
+    with pytest.raises(Exception, match="does not match exchange") as refused:
         spark.read.format("pipelined").option("exchange", name).schema("id string").load().collect()
+    assert "given (id string), exchange has (id bigint NOT NULL)" in str(refused.value)
     ok = spark.read.format("pipelined").option("exchange", name).schema("id long not null").load()
     assert sorted(r.id for r in ok.collect()) == list(range(5))
+
+
+def test_schema_messages_name_spark_types(spark):
+    name = unique("decimal")
+    write(spark.range(3).selectExpr("CAST(id AS DECIMAL(2,1)) AS `d d`", "array(id) AS a"), name,
+          partitioner="forward")
+    with pytest.raises(Exception, match="does not match exchange") as refused:
+        spark.read.format("pipelined").option("exchange", name).schema("`d d` double, a array<bigint>").load().collect()
+    text = str(refused.value)
+    assert "exchange has (`d d` decimal(2,1), a array<bigint>)" in text, text
+    assert "decimal128" not in text and "int64" not in text, text
 
 
 def test_pipelined_read_while_writing_in_another_thread(spark):

@@ -81,6 +81,7 @@ class ResultPartition:
         self.bytes_in = 0
         self.buffers_in = 0
         self.bytes_read = 0  # payload bytes its subpartitions served to readers (every view, every re-read)
+        self.buffers_read = 0  # buffers its subpartitions served to readers, counted as bytes_read is
         self.file_bytes_read = 0  # bytes readers on this host read from its spill file themselves (reported)
         self.backpressure_seconds = 0.0  # time the writer waited for credit, reported by the producer
 
@@ -303,6 +304,7 @@ class ResultPartition:
             "bytes": self.bytes_in,
             "buffers": self.buffers_in,
             "bytes_read": self.bytes_read,
+            "buffers_read": self.buffers_read,
             "file_bytes_read": self.file_bytes_read,
             **self.memory.stats(),
             "spill_bytes": self.spill.size if self.spill else 0,

@@ -147,6 +147,7 @@ class SubpartitionView:
             payload = bytes(payload)
         self.pos += 1
         part.bytes_read += buf.size
+        part.buffers_read += 1
         self.sub.on_taken(pos, buf)
         return Item(buf.kind, buf.flags, payload, shared), pos, self.sub.data_after(self.pos)
 

@@ -533,8 +533,9 @@ class Coordinator:
 
 def _schema_text(schema_b64: str) -> str:
     from ..buffer import schema_from_b64
+    from ..spark_types import schema_text
 
     try:
-        return "(" + ", ".join(f"{f.name}: {f.type}" for f in schema_from_b64(schema_b64)) + ")"
+        return schema_text(schema_from_b64(schema_b64))
     except Exception:  # noqa: BLE001 - only for the message
         return "<unreadable schema>"

@@ -45,10 +45,13 @@ JOIN_GRACE = 1.0  # s after a writer is lost before its partition is released if
 class ExchangeService:
     def __init__(self, config: ExchangeConfig, *, coordinator: bool = True, unix_path: str | None = None,
                  secret: str | None = None, attach_mode: bool = False, hold_exchanges: bool = False,
-                 retire: Callable[[], bool] | None = None) -> None:
+                 retire: Callable[[], bool] | None = None, serve_metrics: bool = False) -> None:
         """``attach_mode``: exit once no attached application lives (for ``embedded.idleTimeout``);
         ``hold_exchanges``: not while it still holds an exchange or partition; ``retire``: asked before
-        such an exit, may refuse it (the launcher's lock: a client is joining at that moment)."""
+        such an exit, may refuse it (the launcher's lock: a client is joining at that moment);
+        ``serve_metrics``: serve Prometheus metrics even with ``metricsPort`` 0, on an ephemeral port (the
+        Spark plugin's gauges read them)."""
+        self.serve_metrics = serve_metrics
         self.config = config
         self.service_id = f"svc-{uuid.uuid4().hex[:8]}"
         self.host_id = config.resolved_host_id()
@@ -112,7 +115,7 @@ class ExchangeService:
         if self.unix_path is None:
             self.unix_path = str(self.spill_dir / "service.sock")
         self.listeners.append(Listener(unix_socket(self.unix_path), lambda: ServerConnection(self, "unix")))
-        if self.config.metrics_port:
+        if self.config.metrics_port or self.serve_metrics:
             from .metrics import start_metrics_server
 
             self.metrics_server = await start_metrics_server(self.status, self.config.metrics_host,
@@ -408,10 +411,11 @@ class ExchangeService:
             stats["backpressure_ratio"] = round(ratios.get(part.pid, 0.0), 4)
             partitions.append(stats)
             held = by_exchange.setdefault(part.exchange, {"partitions": 0, "bytes_written": 0, "bytes_read": 0,
-                                                          "file_bytes_read": 0})
+                                                          "buffers_read": 0, "file_bytes_read": 0})
             held["partitions"] += 1
             held["bytes_written"] += part.bytes_in
             held["bytes_read"] += part.bytes_read
+            held["buffers_read"] += part.buffers_read
             held["file_bytes_read"] += part.file_bytes_read
         return {
             "service": self.addresses(),

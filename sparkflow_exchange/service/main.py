@@ -30,6 +30,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spill-dir", help="directory for spill files")
     parser.add_argument("--host-id", help="host identity (default: the hostname)")
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this HTTP port")
+    parser.add_argument("--metrics", action="store_true",
+                        help="serve Prometheus metrics on an ephemeral port when no --metrics-port/metricsPort is set")
     parser.add_argument("--embedded", action="store_true", help="exit once no attached application is alive")
     parser.add_argument("--hold-exchanges", action="store_true",
                         help="with --embedded: stay up while any exchange is held (until dropped or expired after ttl)")
@@ -61,7 +63,7 @@ async def run(args: argparse.Namespace) -> None:
     retiring = Retirement(Path(args.state_file)) if args.state_file else None
     service = ExchangeService(config, coordinator=not args.no_coordinator, unix_path=args.unix, secret=secret or None,
                               attach_mode=args.embedded, hold_exchanges=args.hold_exchanges,
-                              retire=retiring.begin if retiring is not None else None)
+                              retire=retiring.begin if retiring is not None else None, serve_metrics=args.metrics)
     await service.start()
     ledger = None
     if args.state_file and service.coordinator is not None:  # before the state file: readers come after it

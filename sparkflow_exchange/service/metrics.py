@@ -76,6 +76,9 @@ def render(status: dict) -> str:
            "over channels or from its spill files (restarts from 0 when the exchange is overwritten)",
            [({"exchange": name, "path": path}, t[key]) for name, t in sorted(held.items())
             for path, key in (("channel", "bytes_read"), ("local_file", "file_bytes_read"))])
+    metric("exchange_read_buffers", "gauge", "buffers read over channels from the partitions of an exchange this "
+           "service holds (restarts from 0 when the exchange is overwritten)",
+           [({"exchange": name}, t.get("buffers_read", 0)) for name, t in sorted(held.items())])
     return "\n".join(out) + "\n"
 
 

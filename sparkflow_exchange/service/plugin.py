@@ -3,11 +3,15 @@
 The Java plugin only runs this launcher; everything else is here:
 
 * ``driver --jvm-pid P --app-id A``: start the application's coordinator
-  (attached to the driver JVM), print ``{"coordinator", "secret", "host_id"}``.
+  (attached to the driver JVM), print ``{"coordinator", "secret", "host_id", "metrics"}``.
 * ``executor --jvm-pid P --executor-id E``: start or join this host's service
   (``serviceScope=host``) or start one for this executor (``executor``),
   attached to the executor JVM; write ``jvm-P.json`` so the executor's Python
   workers find it with no configuration.
+
+Both answers carry ``metrics``: the URL of the service's Prometheus text (an ephemeral loopback port when
+``metricsPort`` is not set; empty when a service started without one is joined), which the plugin's gauges
+in Spark's metrics system read.
 * ``detach --jvm-pid P``: forget the JVM's file (the service also notices the
   JVM is gone and exits once nothing attached to it lives).
 
@@ -33,8 +37,9 @@ def _driver(args: argparse.Namespace) -> dict:
     config = config.replace(secret=secret, idle_timeout=min(config.idle_timeout, 5.0))
     state = runtime_dir() / f"coordinator-{args.jvm_pid}.json"
     host = config.bind_host
-    info = ensure_service(state, config, ["--host", host], attach_pid=args.jvm_pid)
-    result = {"coordinator": info["tcp"], "secret": secret, "host_id": info["host_id"], "pid": info["pid"]}
+    info = ensure_service(state, config, ["--host", host, "--metrics"], attach_pid=args.jvm_pid)
+    result = {"coordinator": info["tcp"], "secret": secret, "host_id": info["host_id"], "pid": info["pid"],
+              "metrics": _metrics_url(config, info)}
     write_state(jvm_file(args.jvm_pid), {**info, "pid": args.jvm_pid, "service_pid": info["pid"],
                                           "coordinator_address": info["tcp"], "secret": secret})
     return result
@@ -45,7 +50,7 @@ def _executor(args: argparse.Namespace) -> dict:
     if not config.coordinator:
         raise SystemExit("executor launcher: no 'coordinator' setting was handed over by the driver plugin")
     config = config.replace(idle_timeout=min(config.idle_timeout, 5.0))
-    extra = ["--no-coordinator"]
+    extra = ["--no-coordinator", "--metrics"]
     if config.service_scope == "executor":
         state = runtime_dir() / f"executor-{args.jvm_pid}.json"
         if not config.host_id:
@@ -57,7 +62,17 @@ def _executor(args: argparse.Namespace) -> dict:
     write_state(jvm_file(args.jvm_pid), {**info, "pid": args.jvm_pid, "service_pid": info["pid"],
                                           "coordinator_address": config.coordinator,
                                           "secret": config.resolved_secret()})
-    return {"service": info["tcp"], "unix": info["unix"], "host_id": info["host_id"], "pid": info["pid"]}
+    return {"service": info["tcp"], "unix": info["unix"], "host_id": info["host_id"], "pid": info["pid"],
+            "metrics": _metrics_url(config, info)}
+
+
+def _metrics_url(config: ExchangeConfig, info: dict) -> str:
+    """Where the service's Prometheus text is served on this host ('' when it serves none)."""
+    port = info.get("metrics_port") or 0
+    if not port:
+        return ""
+    host = config.metrics_host if config.metrics_host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}/metrics"
 
 
 def _detach(args: argparse.Namespace) -> dict:

@@ -13,7 +13,8 @@ import scala.Tuple2;
 /**
  * Starts sparkflow-exchange services with the application: the coordinator with the driver, and
  * this host's (or this executor's) exchange service with each executor. Both are attached to
- * their JVM and exit by themselves when it ends, even if it is killed.
+ * their JVM and exit by themselves when it ends, even if it is killed. Their metrics appear in
+ * Spark's metrics system as this plugin's gauges (see {@link ServiceGauges}).
  *
  * <pre>
  * spark.jars     .../sparkflow-exchange-plugin.jar
@@ -95,6 +96,7 @@ public class ExchangePlugin implements SparkPlugin {
             forExecutors.put("coordinator", coordinator);
             forExecutors.put("secret", secret);
             settings = forExecutors;
+            ServiceGauges.registerDriver(ctx.metricRegistry(), reply.get("metrics"));
             return forExecutors;
         }
 
@@ -114,8 +116,9 @@ public class ExchangePlugin implements SparkPlugin {
         public void init(PluginContext ctx, Map<String, String> extraConf) {
             python = Launcher.python(ctx.conf().get("spark.pyspark.python", ""));
             settings = extraConf == null ? new HashMap<>() : new HashMap<>(extraConf);
-            Launcher.run(python, settings, TIMEOUT_SECONDS, "executor", "--jvm-pid", Long.toString(pid()),
-                    "--executor-id", ctx.executorID());
+            Map<String, String> reply = Launcher.run(python, settings, TIMEOUT_SECONDS, "executor", "--jvm-pid",
+                    Long.toString(pid()), "--executor-id", ctx.executorID());
+            ServiceGauges.registerExecutor(ctx.metricRegistry(), reply.get("metrics"));
         }
 
         @Override

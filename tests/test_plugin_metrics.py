@@ -1,0 +1,77 @@
+"""Exchange metrics where Spark's operators look: the plugin's gauges in Spark's metrics system, read
+through the driver's Prometheus servlet during a real application (local mode: the executor's plugin
+registers in the driver's metrics system). Builds the plugin jar; ~30-60 s."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.cluster]
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "jvm-stub" / "build.py"
+JAR = ROOT / "sparkflow_exchange" / "jars" / "sparkflow-exchange-plugin.jar"
+
+APP = r'''
+import json, re, sys, urllib.request
+import sparkflow_exchange
+from pyspark.sql import SparkSession
+jar = sys.argv[1]
+spark = (SparkSession.builder.master("local[2]").appName("plugin-metrics")
+         .config("spark.jars", jar).config("spark.plugins", "org.sparkflow.exchange.ExchangePlugin")
+         .config("spark.pyspark.python", sys.executable)
+         .config("spark.ui.enabled", "true").config("spark.ui.port", "0")
+         .config("spark.ui.prometheus.enabled", "true")
+         .config("spark.metrics.conf.*.sink.prometheusServlet.class", "org.apache.spark.metrics.sink.PrometheusServlet")
+         .config("spark.metrics.conf.*.sink.prometheusServlet.path", "/metrics/prometheus")
+         .getOrCreate())
+spark.range(0, 20000, 1, 2).write.format("pipelined").mode("overwrite").option("exchange", "metered") \
+    .option("keys", "id").option("numSubpartitions", "2").save()
+scrape = urllib.request.urlopen(spark.sparkContext.uiWebUrl + "/metrics/prometheus", timeout=60).read().decode()
+ours = {}
+for line in scrape.splitlines():
+    m = re.match(r"metrics_(?:\S*_)?plugin_org_sparkflow_exchange_ExchangePlugin_(\w+?)_Value\S* (\S+)$", line)
+    if m:
+        ours[m.group(1)] = float(m.group(2))
+rows = spark.read.format("pipelined").option("exchange", "metered").load().count()
+sparkflow_exchange.drop_exchange("metered", spark=spark)
+print(json.dumps({"ours": ours, "rows": rows}))
+spark.stop()
+'''
+
+
+@pytest.fixture(scope="module")
+def jar() -> Path:
+    if shutil.which("javac") is None:
+        pytest.skip("javac is not on PATH; the plugin jar cannot be built")
+    proc = subprocess.run([sys.executable, str(BUILD)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return JAR
+
+
+def test_the_drivers_prometheus_servlet_lists_the_exchange_metrics(tmp_path, jar):
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "SPARK_CONF_DIR": str(conf_dir), "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(tmp_path / "runtime")}
+    proc = subprocess.run([sys.executable, str(app), str(jar)], capture_output=True, text=True, timeout=400, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    ours = result["ours"]
+    expected = {"numBytesOut", "numBuffersOut", "numBytesIn", "numBuffersIn", "backPressuredTimeMsPerSecond",
+                "spilledBytes", "outPoolUsage", "memoryUsedBytes", "memoryBudgetBytes", "exchangesHeld",
+                "exchanges"}
+    assert expected <= set(ours), ours
+    # the exchange is held when scraped: its partitions' bytes and the coordinator's count show it
+    assert ours["numBytesOut"] > 0 and ours["numBuffersOut"] >= 2, ours
+    assert ours["exchangesHeld"] == 1 and ours["exchanges"] == 1, ours
+    assert ours["memoryBudgetBytes"] > 0, ours
+    assert result["rows"] == 20000
