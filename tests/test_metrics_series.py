@@ -1,0 +1,86 @@
+"""The service's Prometheus text against what depends on it: series stay bounded when one exchange is
+written again and again, and every metric the Grafana dashboard queries exists in a real scrape."""
+from __future__ import annotations
+
+import json
+import re
+import socket
+import urllib.request
+from pathlib import Path
+
+import pyarrow as pa
+
+from harness import client_config
+from sparkflow_exchange import exchange as ex
+
+DASHBOARD = Path(__file__).resolve().parent.parent / "deploy" / "grafana" / "sparkflow-exchange.json"
+PROMQL_WORDS = {"sum", "by", "rate", "max", "on", "group_left", "label_values", "service", "exchange", "path",
+                "partition", "locality", "m"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _write(config, rows: int) -> None:
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+    handle = ex.declare_write(config, schema, overwrite=True)
+    producers = [ex.ProducerTask(handle, i, f"a{i}") for i in range(2)]
+    for p in producers:
+        p.write([pa.record_batch([pa.array(range(rows), pa.int64())], schema=schema)])
+    ex.commit_write(handle, [p.finish()["partition"] for p in producers])
+
+
+def _read_all(config) -> int:
+    desc = ex.describe_exchange(config)
+    return sum(b.num_rows for i in range(desc["num_subpartitions"]) for b in ex.read_subpartition(config, desc, i))
+
+
+def _series(body: str) -> set[str]:
+    """Every sample's name and labels (one series each)."""
+    return {line.rsplit(" ", 1)[0] for line in body.splitlines() if line and not line.startswith("#")}
+
+
+def _scrape(port: int) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+
+
+def test_series_stay_flat_across_20_writes_of_one_exchange(tmp_service):
+    port = _free_port()
+    svc = tmp_service(conf={"metricsPort": port})
+    config = client_config(svc, exchange="again", partitioner="hash", keys="id", numSubpartitions=2)
+    counts = []
+    for _ in range(20):
+        _write(config, 1000)
+        assert _read_all(config) == 2000
+        counts.append(len(_series(_scrape(port))))
+    # the first write brings the exchange's series; every later one replaces them (its partitions released)
+    assert counts == [counts[0]] * 20, counts
+    body = _scrape(port)
+    assert len(re.findall(r'^sparkflow_partition_bytes_total\{.*exchange="again"', body, re.M)) == 2, body
+
+
+def test_every_metric_the_dashboard_queries_exists_in_a_real_scrape(tmp_service):
+    port = _free_port()
+    svc = tmp_service(conf={"metricsPort": port})
+    config = client_config(svc, exchange="dashboard", partitioner="hash", keys="id", numSubpartitions=2,
+                           hostId="another-host")  # a remote channel: channel series exist
+    _write(config, 5000)
+    desc = ex.describe_exchange(config)
+    it = ex.read_subpartition(config, desc, 0)
+    next(it)  # a channel open while scraped
+    body = _scrape(port)
+    exported = set(re.findall(r"^# TYPE (\w+) ", body, re.M))  # a metric with no sample now is still there
+    assert any(line.startswith("sparkflow_exchange_written_bytes{") for line in body.splitlines()), body
+    sum(b.num_rows for b in it)
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs += [v["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    queried = {w for e in exprs for w in re.findall(r"\b[a-z_][a-z0-9_]*\b", re.sub(r'"[^"]*"|\[[^]]*\]', "", e))
+               if w not in PROMQL_WORDS}
+    assert queried, exprs
+    assert all(name.startswith("sparkflow_") for name in queried), queried
+    assert queried <= exported, f"the dashboard queries metrics no service exports: {sorted(queried - exported)}"
+    assert len(dashboard["panels"]) >= 6
