@@ -195,7 +195,7 @@ def test_schema_messages_name_spark_types(spark):
     with pytest.raises(Exception, match="does not match exchange") as refused:
         spark.read.format("pipelined").option("exchange", name).schema("`d d` double, a array<bigint>").load().collect()
     text = str(refused.value)
-    assert "exchange has (`d d` decimal(2,1), a array<bigint>)" in text, text
+    assert "exchange has (`d d` decimal(2,1), a array<bigint> NOT NULL)" in text, text
     assert "decimal128" not in text and "int64" not in text, text
 
 
