@@ -19,6 +19,7 @@ import pyarrow as pa
 from . import exchange as ex
 from .config import SINGLE_SUBPARTITION, ConfigError, ExchangeConfig
 from .errors import ExchangeError, SchemaMismatch
+from .kinds import ExchangeState
 
 __all__ = ["open_reader", "open_writer", "ExchangeWriter", "exchange_config", "read_plan"]
 
@@ -218,7 +219,7 @@ class ExchangeWriter:
         self.handle = ex.declare_write(config, schema, overwrite)
         self.name = self.handle.name
         self.rows = 0
-        self.state = "open"  # open | committed | aborted
+        self.state = ExchangeState.OPEN
         try:
             self._producer = ex.ProducerTask(self.handle, 0, ex.attempt_id(0, 0, uuid.uuid4().int >> 80))
         except BaseException as exc:
@@ -227,7 +228,7 @@ class ExchangeWriter:
 
     def write(self, data: pa.RecordBatch | pa.Table) -> None:
         """Route ``data``'s rows to their subpartitions (a Table is written batch by batch)."""
-        if self.state != "open":
+        if self.state != ExchangeState.OPEN:
             raise ExchangeError(f"the writer of exchange {self.name!r} is {self.state}: nothing more can be written")
         if not isinstance(data, (pa.RecordBatch, pa.Table)):
             raise ConfigError(f"write takes a pyarrow.RecordBatch or Table, got {type(data).__name__}")
@@ -244,7 +245,7 @@ class ExchangeWriter:
 
     def commit(self) -> dict:
         """Finish the producer and commit the write: readers see every row from now on, Spark reads included."""
-        if self.state != "open":
+        if self.state != ExchangeState.OPEN:
             raise ExchangeError(f"the writer of exchange {self.name!r} is {self.state}: it cannot commit")
         try:
             result = self._producer.finish()
@@ -252,14 +253,14 @@ class ExchangeWriter:
         except BaseException as exc:
             self.abort(f"the commit failed: {type(exc).__name__}: {exc}")
             raise
-        self.state = "committed"
+        self.state = ExchangeState.COMMITTED
         return desc
 
     def abort(self, reason: str = "aborted by the writer") -> None:
         """Release everything written; readers of this write fail with ``reason``."""
-        if self.state != "open":
+        if self.state != ExchangeState.OPEN:
             return
-        self.state = "aborted"
+        self.state = ExchangeState.ABORTED
         self._producer.fail(reason)
         ex.abort_write(self.handle, reason)
 
@@ -269,7 +270,7 @@ class ExchangeWriter:
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if exc is not None:
             self.abort(f"{exc_type.__name__}: {exc}")
-        elif self.state == "open":
+        elif self.state == ExchangeState.OPEN:
             self.commit()
 
 

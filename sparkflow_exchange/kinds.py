@@ -29,5 +29,42 @@ class PartitionType(enum.StrEnum):
         return ", ".join(t.value for t in cls)
 
 
+class PartitionState(enum.StrEnum):
+    """A producer's partition, as the service and the coordinator report it."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+
+class ExchangeState(enum.StrEnum):
+    """An exchange, as the coordinator reports it to readers and in its list."""
+
+    OPEN = "open"  # a write is running
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+    DROPPED = "dropped"  # its name was dropped (a notification; the exchange is gone)
+    LOST = "lost"  # the coordinator's connection went (a notification a reader's client makes itself)
+    STREAMING = "streaming"  # a stream's description
+
+
+class ChannelState(enum.StrEnum):
+    """One input channel of a reading task."""
+
+    PENDING = "pending"  # waiting for its connection (or a reconnect)
+    REQUESTED = "requested"  # its partition request is out: buffers flow
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def done(self) -> bool:
+        return self in (ChannelState.FINISHED, ChannelState.FAILED, ChannelState.CANCELLED)
+
+    @property
+    def live(self) -> bool:
+        return self in (ChannelState.PENDING, ChannelState.REQUESTED)
+
+
 PARTITION_TYPES = tuple(t.value for t in PartitionType)
 RE_READABLE = frozenset(t for t in PartitionType if t.re_readable)  # holds the plain strings too (a StrEnum's hash)

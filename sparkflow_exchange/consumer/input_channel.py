@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import pyarrow as pa
 
 from ..errors import ErrorCode, ServiceError
-from ..kinds import RE_READABLE
+from ..kinds import RE_READABLE, ChannelState, PartitionState
 from ..network.aio_client import ClientConnection, next_receiver_id
 from ..network.protocol import (
     END_COUNTS,
@@ -59,7 +59,7 @@ class Channel:
         self.subpartition = subpartition
         self.end = end  # a coalesced read: subpartitions [subpartition, end) as one sequence; None = just one
         self.receiver_id = next_receiver_id()
-        self.state = "pending"  # pending | requested | finished | failed | cancelled
+        self.state = ChannelState.PENDING
         self.data_received = 0
         self.bytes_received = 0
         # task thread: data buffers and rows the reader decoded, checked against the end-of-partition's counts
@@ -78,9 +78,9 @@ class Channel:
                 "state": self.state, "buffers": self.data_received, "bytes": self.bytes_received}
 
     def fail(self, message: str, code: ErrorCode | str = ErrorCode.ERROR) -> None:
-        if self.state in ("finished", "failed", "cancelled"):
+        if self.state.done:
             return
-        self.state = "failed"
+        self.state = ChannelState.FAILED
         self._release()
         self.gate.channel_failed(self, message, code)
 
@@ -117,17 +117,17 @@ class InputChannel(Channel):
         except ServiceError as exc:
             self.fail(f"cannot reach the service holding partition {self.partition} ({self.address}): {exc}")
             return
-        if self.state != "pending":
+        if self.state != ChannelState.PENDING:
             return
         self.conn.channels[self.receiver_id] = self
-        self.state = "requested"
+        self.state = ChannelState.REQUESTED
         # every empty buffer is credit: the exclusive ones at first, whatever is free after a reconnect
         self.conn.send(PartitionRequest(self.partition, self.subpartition, self.receiver_id,
                                         self.credit.announced, self.next_seq, self.shared, self.end))
 
     # ------------------------------------------------------------ from the connection
     def on_message(self, msg: BufferResponse | ErrorResponse) -> None:
-        if self.state != "requested":
+        if self.state != ChannelState.REQUESTED:
             return
         if isinstance(msg, ErrorResponse):
             self.fail(msg.message, code=msg.code)
@@ -161,7 +161,7 @@ class InputChannel(Channel):
             # its counts queue behind the channel's buffers: the task thread checks them once it decoded those
             counts = END_COUNTS.unpack(msg.payload) if len(msg.payload) == END_COUNTS.size else None
             self.gate.deliver_end(self, counts)
-            self.state = "finished"
+            self.state = ChannelState.FINISHED
             self._detach()
             self.gate.announce(self.credit.close())
             self.gate.channel_finished(self)
@@ -174,14 +174,14 @@ class InputChannel(Channel):
         return dataclasses.replace(msg, flags=msg.flags & ~FLAG_SHARED, payload=payload)
 
     def on_connection_lost(self, reason: str) -> None:
-        if self.state == "requested" and self.resumable and self.reconnects < self.MAX_RECONNECTS:
+        if self.state == ChannelState.REQUESTED and self.resumable and self.reconnects < self.MAX_RECONNECTS:
             self.reconnects += 1
             self._detach()
-            self.state = "pending"
+            self.state = ChannelState.PENDING
             delay = 0.2 * self.reconnects
             asyncio.get_running_loop().call_later(delay, lambda: asyncio.ensure_future(self.request()))
             return
-        if self.state in ("requested", "pending"):
+        if self.state.live:
             self.fail(f"lost the exchange service holding partition {self.partition} at {self.address}: {reason}",
                       code=ErrorCode.CONNECTION_LOST)
 
@@ -191,19 +191,19 @@ class InputChannel(Channel):
         self.gate.announce(self.credit.on_consumed())
 
     def send_credit(self, n: int) -> None:
-        if self.state == "requested" and self.conn is not None:
+        if self.state == ChannelState.REQUESTED and self.conn is not None:
             self.conn.send(AddCredit(self.receiver_id, n))
 
     def fail(self, message: str, code: ErrorCode | str = ErrorCode.ERROR) -> None:
         """A failed channel cancels its request: the service drops its view (and the slots it pins)."""
-        if self.state == "requested" and self.conn is not None:
+        if self.state == ChannelState.REQUESTED and self.conn is not None:
             self.conn.send(CancelPartitionRequest(self.receiver_id))
         super().fail(message, code)
 
     def cancel(self) -> None:
-        if self.state == "requested" and self.conn is not None:
+        if self.state == ChannelState.REQUESTED and self.conn is not None:
             self.conn.send(CancelPartitionRequest(self.receiver_id))
-        self.state = "cancelled"
+        self.state = ChannelState.CANCELLED
         self._detach()
         self.gate.announce(self.credit.close())
 
@@ -272,10 +272,10 @@ class LocalFileInputChannel(Channel):
             raise FileOpenError(f"cannot read the spill file of partition {self.partition} of exchange "
                                 f"{self.gate.name!r} ({self.data_path}): {exc}") from None
         self._data = data
-        self.state = "requested"
+        self.state = ChannelState.REQUESTED
 
     async def request(self) -> None:
-        if self.state != "pending":
+        if self.state != ChannelState.PENDING:
             return
         try:
             self.open()
@@ -283,7 +283,7 @@ class LocalFileInputChannel(Channel):
             self.fail(str(exc))
             return
         with self._lock:
-            if self.state != "requested":  # cancelled meanwhile
+            if self.state != ChannelState.REQUESTED:  # cancelled meanwhile
                 self._release()
                 return
         self.gate.deliver_file(self)
@@ -296,13 +296,13 @@ class LocalFileInputChannel(Channel):
         ends: list[tuple[int, int]] = []
         legacy = False
         with self._lock:
-            if self.state != "requested":
+            if self.state != ChannelState.REQUESTED:
                 return
             self._reading = True
         data = self._data
         try:
             for seq, offset, length, kind, _flags in self._entries:
-                if self.state != "requested":
+                if self.state != ChannelState.REQUESTED:
                     return
                 if kind == BufferKind.END_OF_PARTITION:
                     if length != END_COUNTS.size:
@@ -327,7 +327,7 @@ class LocalFileInputChannel(Channel):
                                   f"{wanted} subpartitions")
                 rows = [r for _, r in ends]
                 self.end_counts = (sum(b for b, _ in ends), -1 if min(rows) < 0 else sum(rows))
-            self.state = "finished"
+            self.state = ChannelState.FINISHED
         finally:
             self._release()
 
@@ -339,15 +339,15 @@ class LocalFileInputChannel(Channel):
 
     def cancel(self) -> None:
         with self._lock:
-            if self.state in ("pending", "requested"):
-                self.state = "cancelled"
+            if self.state.live:
+                self.state = ChannelState.CANCELLED
             if not self._reading:  # the task thread never started on it: nobody else will close the file
                 self._release()
 
     def close(self) -> None:
         """Task thread, fast path (no other thread knows this channel): done with it, whatever its state."""
-        if self.state in ("pending", "requested"):
-            self.state = "cancelled"
+        if self.state.live:
+            self.state = ChannelState.CANCELLED
         self._release()
 
     def _release(self) -> None:
@@ -375,7 +375,7 @@ def make_channel(gate: "InputGate", producer: dict, subpartition: int,
     spill = producer.get("spill")
     if end is not None and end == subpartition + 1:
         end = None
-    if local and spill and producer.get("state") == "finished":
+    if local and spill and producer.get("state") == PartitionState.FINISHED:
         index = index_path_of(spill)
         if OPEN_FILES.cached(spill) or os.path.exists(index):  # no index (yet): served by its service
             return LocalFileInputChannel(gate, producer, subpartition, end, index)

@@ -41,6 +41,7 @@ from ..network.aio_client import ClientConnection, ClientRuntime
 from ..network.protocol import BufferResponse
 from ..partition.shared_arena import ArenaReader
 from ..pids import pid_alive
+from ..kinds import ChannelState, ExchangeState, PartitionState
 from ..errors import ErrorCode, ExchangeReadError, ServiceError  # noqa: F401 - ExchangeReadError: tests import it here
 from .buffer_manager import ChannelCredit, FloatingBufferPool
 from .input_channel import FileOpenError, InputChannel, LocalFileInputChannel, make_channel
@@ -133,7 +134,7 @@ class InputGate:
     async def _start(self) -> None:
         if self.plan is not None:  # sealed when planned: the plan has every producer, nothing will change
             committed = [p["partition"] for p in self.plan]
-            self._on_producers({"epoch": self.epoch, "state": "committed", "sealed": True, "full": True,
+            self._on_producers({"epoch": self.epoch, "state": ExchangeState.COMMITTED, "sealed": True, "full": True,
                                 "producers": self.plan, "committed": committed})
             return
         self._coord = await self.runtime.connection(self.coordinator, self.secret, host_id=self.host_id,
@@ -166,11 +167,11 @@ class InputGate:
         if self._closed or self.error:
             return
         state = body.get("state")
-        if state == "lost":
+        if state == ExchangeState.LOST:
             if self.sealed is None:  # once the producer set is final, the coordinator has nothing more to say
                 self._fail(f"lost the coordinator of exchange {self.name!r}: {body.get('reason')}")
             return
-        if state == "dropped":
+        if state == ExchangeState.DROPPED:
             self._fail(self._gone_message("dropped"))
             return
         if body.get("epoch") != self.epoch:
@@ -178,7 +179,7 @@ class InputGate:
             return
         if self.sealed is not None:
             return  # this read's state is fixed: a write declared since is not part of it
-        if state == "aborted":
+        if state == ExchangeState.ABORTED:
             self._fail(f"the write of exchange {self.name!r} was aborted: {body.get('abort_reason') or 'a task failed'}")
             return
         fixed = body.get("read_state")  # subscribed after this read's seal: exactly these producers
@@ -193,11 +194,11 @@ class InputGate:
         for producer in body.get("producers", []):  # all of them (full state) or the ones that changed
             pid = producer["partition"]
             if pid in self.channels:
-                if producer["state"] == "failed" and pid not in committed:
+                if producer["state"] == PartitionState.FAILED and pid not in committed:
                     self._drop_attempt(self.channels[pid], producer.get("reason", ""))
                 continue
             sub = self._wanted(producer)
-            if sub is None or producer["state"] == "failed" or (fixed is not None and pid not in committed):
+            if sub is None or producer["state"] == PartitionState.FAILED or (fixed is not None and pid not in committed):
                 continue
             channel = make_channel(self, producer, sub, end)
             self.channels[pid] = channel
@@ -215,7 +216,7 @@ class InputGate:
             self._check_done()
 
     def _drop_attempt(self, channel: InputChannel, why: str) -> None:
-        if channel.state in ("cancelled", "failed"):
+        if channel.state in (ChannelState.CANCELLED, ChannelState.FAILED):
             return
         if channel.data_received:
             self._fail(
@@ -286,7 +287,7 @@ class InputGate:
         committed file of one service in one step, so one file per service tells (one ``stat``)."""
         services: set = set()
         for channel in channels:
-            if not isinstance(channel, LocalFileInputChannel) or channel.state != "finished":
+            if not isinstance(channel, LocalFileInputChannel) or channel.state != ChannelState.FINISHED:
                 continue
             service = (channel.producer.get("location") or {}).get("service_id")
             if service in services:
@@ -345,7 +346,7 @@ class InputGate:
             self._arena_reader = None
         self._report_file_bytes()
         for channel in self.channels.values():
-            if channel.state in ("pending", "requested"):
+            if channel.state.live:
                 channel.cancel()
 
     def _report_file_bytes(self) -> None:
@@ -394,7 +395,7 @@ class InputGate:
                     continue
                 if isinstance(item, LocalFileInputChannel):
                     yield from self._read_file(item, schema)
-                    if item.state == "finished":
+                    if item.state == ChannelState.FINISHED:
                         self.runtime.call_soon(self.channel_finished, item)
                     continue
                 channel, payload = item
@@ -425,7 +426,7 @@ class InputGate:
         files = []
         for producer in self.plan:
             sub = self._wanted(producer)
-            if sub is None or producer["state"] == "failed":
+            if sub is None or producer["state"] == PartitionState.FAILED:
                 continue
             channel = make_channel(self, producer, sub, end)
             if not isinstance(channel, LocalFileInputChannel):
@@ -472,7 +473,7 @@ class InputGate:
             raise ExchangeReadError(
                 f"reading partition {channel.partition} of exchange {self.name!r} from its spill file "
                 f"{channel.data_path} failed: {exc}") from None
-        if channel.state == "finished":
+        if channel.state == ChannelState.FINISHED:
             self._check_counts(channel, channel.end_counts)
 
     def _decode(self, channel, payload, schema: pa.Schema) -> pa.RecordBatch:

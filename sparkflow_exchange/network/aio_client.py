@@ -15,6 +15,7 @@ import threading
 from typing import Any, Callable, Protocol
 
 from ..errors import ErrorCode, ServiceError, error_for
+from ..kinds import ExchangeState
 from . import auth
 from .address import Address, parse_address
 from .blocking_client import client_id, tune_socket
@@ -149,7 +150,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         for handler in list(self.channels.values()):
             handler.on_connection_lost(reason)
         for callback in list(self.topics.values()):
-            callback({"state": "lost", "reason": reason})
+            callback({"state": ExchangeState.LOST, "reason": reason})
 
     @property
     def alive(self) -> bool:

@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..buffer_kinds import BROADCAST, END_COUNTS, BufferKind
 from ..errors import ErrorCode
-from ..kinds import PartitionType
+from ..kinds import PartitionState, PartitionType
 from .buffer_pool import NetworkBufferPool, StoredBuffer
 from .partition_memory import PartitionMemory
 from .spill import DiskBudget, SpillFile, SpillReaders
@@ -300,7 +300,8 @@ class ResultPartition:
             "attempt": self.attempt,
             "type": self.partition_type,
             "subpartitions": self.num_subpartitions,
-            "state": "failed" if self.failure else "finished" if self.finished else "running",
+            "state": PartitionState.FAILED if self.failure else PartitionState.FINISHED if self.finished
+            else PartitionState.RUNNING,
             "bytes": self.bytes_in,
             "buffers": self.buffers_in,
             "bytes_read": self.bytes_read,

@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import ErrorCode, ServiceError
+from ..kinds import ExchangeState, PartitionState
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ class ProducerInfo:
     partition: str
     location: dict
     write_id: str
-    state: str = "running"  # running | finished | failed
+    state: PartitionState = PartitionState.RUNNING
     reason: str = ""
     spill: str = ""  # data file of a finished re-readable partition (local readers may read it directly)
     rows: int = -1  # rows it pushed, reported at finish (-1: not reported); checked against its commit message
@@ -50,7 +51,7 @@ class Exchange:
     num_subpartitions: int | None
     partitioner: dict
     partition_type: str
-    state: str = "open"  # open | committed | aborted
+    state: ExchangeState = ExchangeState.OPEN
     producers: dict[str, ProducerInfo] = field(default_factory=dict)
     committed: list[str] = field(default_factory=list)
     open_writes: set[str] = field(default_factory=set)
@@ -186,7 +187,7 @@ class Coordinator:
         subscribers = self._subscribers.get(name)
         if subscribers:
             body = {**ex.header(), "producers": list(changed), **extra} if ex is not None \
-                else {"name": name, "state": "dropped"}
+                else {"name": name, "state": ExchangeState.DROPPED}
             for callback in list(subscribers):
                 callback(body)
         async with self._changed:
@@ -212,7 +213,7 @@ class Coordinator:
             raise ServiceError(f"exchange {name!r} is a stream written by a streaming query; a batch write cannot "
                            "write it: use another name, or drop the stream first", ErrorCode.BAD_REQUEST)
         ex = self.exchanges.get(name)
-        if ex is not None and mode == "append" and ex.state != "aborted":
+        if ex is not None and mode == "append" and ex.state != ExchangeState.ABORTED:
             if ex.schema != schema:
                 raise ServiceError(
                     f"append to exchange {name!r} with another schema: the exchange holds {_schema_text(ex.schema)}, "
@@ -240,7 +241,7 @@ class Coordinator:
             self._names_changed()
         write_id = f"w{next(self._writes)}"
         ex.open_writes.add(write_id)
-        ex.state = "open"
+        ex.state = ExchangeState.OPEN
         await self._notify(ex, name)
         return {**ex.describe(), "write_id": write_id}
 
@@ -305,7 +306,7 @@ class Coordinator:
                 if counts.ndim != 1 or (counts.size and counts.min() < 0):
                     raise ServiceError(f"producer {partition} reported malformed subpartition rows", ErrorCode.BAD_REQUEST)
                 ex.row_counts[partition] = counts.astype(np.uint32) if not counts.size or counts.max() < 1 << 32 else counts
-            p.state = "finished"
+            p.state = PartitionState.FINISHED
             p.spill = spill
             await self._notify(ex, name, [ex.set_producer(p)])
         return {"ok": True}
@@ -314,8 +315,8 @@ class Coordinator:
         ex = self.exchanges.get(name)
         if ex is not None and partition in ex.producers and (epoch is None or ex.epoch == epoch):
             p = ex.producers[partition]
-            if p.state != "failed":
-                p.state, p.reason = "failed", reason
+            if p.state != PartitionState.FAILED:
+                p.state, p.reason = PartitionState.FAILED, reason
                 await self._notify(ex, name, [ex.set_producer(p)])
         return {"ok": True}
 
@@ -353,7 +354,7 @@ class Coordinator:
         ex.committed.extend(partitions)
         ex.open_writes.discard(write_id)
         ex.commits += 1
-        ex.state = "committed" if not ex.open_writes else "open"
+        ex.state = ExchangeState.COMMITTED if not ex.open_writes else ExchangeState.OPEN
         ex.note_seal()
         await self._notify(ex, name, committed=list(ex.committed), removed=[p.partition for p in losers])
         return ex.describe()
@@ -412,10 +413,10 @@ class Coordinator:
             ex.remove_producer(p.partition)
         self._release_producers(of_write, f"its write was aborted ({reason or 'the write failed'})")
         if ex.commits == 0:
-            ex.state = "aborted"
+            ex.state = ExchangeState.ABORTED
             ex.abort_reason = reason or "the write failed"
         elif not ex.open_writes:
-            ex.state = "committed"  # an aborted append leaves what was committed before
+            ex.state = ExchangeState.COMMITTED  # an aborted append leaves what was committed before
             ex.note_seal()
         await self._notify(ex, name, removed=[p.partition for p in of_write])
         return {"ok": True}
@@ -449,7 +450,7 @@ class Coordinator:
             ex = self.exchanges.get(name)
             if ex is None and self.is_stream(name):
                 return True
-            return ex is not None and (not need_subpartitions or ex.num_subpartitions is not None or ex.state == "aborted")
+            return ex is not None and (not need_subpartitions or ex.num_subpartitions is not None or ex.state == ExchangeState.ABORTED)
 
         if not ready() and timeout > 0:
             try:

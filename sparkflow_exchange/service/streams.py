@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ErrorCode, ServiceError
-from ..kinds import RE_READABLE
+from ..kinds import RE_READABLE, ExchangeState
 from .coordinator import FORWARD_LIKE, Coordinator
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class Stream:
         return {
             "name": self.name, "kind": "stream", "schema": self.schema, "partitioner": self.partitioner,
             "partition_type": self.partition_type, "num_subpartitions": self.num_subpartitions,
-            "state": "streaming", "writer_query": self.writer_query, "owner": self.owner,
+            "state": ExchangeState.STREAMING, "writer_query": self.writer_query, "owner": self.owner,
             "last_committed": self.last_committed, "released_upto": self.released_upto,
             "retained_epochs": len(self.epochs), "retained_bytes": self.retained_bytes(),
             "retained_rows": sum(e.rows for e in self.epochs.values() if e.rows >= 0),
