@@ -18,20 +18,18 @@ from ..errors import ErrorCode, ServiceError, error_for
 from ..kinds import ExchangeState
 from . import auth
 from .address import Address, parse_address
-from .blocking_client import client_id, tune_socket
+from .blocking_client import tune_socket
+from .connection import ClientHandshake
 from .retry import connect_retrying_async
 from .protocol import (
     DEFAULT_MAX_FRAME,
     BufferResponse,
     ErrorResponse,
     FrameDecoder,
-    Hello,
     Notify,
     ProtocolError,
     RpcRequest,
     RpcResponse,
-    ServerHello,
-    Welcome,
     encode,
 )
 
@@ -50,8 +48,7 @@ class ChannelHandler(Protocol):
 class ClientConnection(asyncio.BufferedProtocol):
     def __init__(self, address: Address, secret: str | None, host_id: str, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.address = address
-        self.secret = secret
-        self.host_id = host_id
+        self.protocol = ClientHandshake(secret, host_id, address)
         self.decoder = FrameDecoder(max_frame)
         self.transport: asyncio.Transport | None = None
         self.ready: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -60,8 +57,6 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._calls = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}
         self.lost_reason: str | None = None
-        self.server_hello: ServerHello | None = None
-        self.nonce = auth.new_nonce()  # the service proves the secret against this
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -80,27 +75,18 @@ class ClientConnection(asyncio.BufferedProtocol):
             self.dispatch(msg)
 
     def dispatch(self, msg: Any) -> None:
+        try:
+            if not self.protocol.open:
+                self._handshake(msg)
+                return
+            self.protocol.check(msg)
+        except ServiceError as exc:
+            self._lose(str(exc), code=exc.code)
+            return
         if isinstance(msg, BufferResponse):
             handler = self.channels.get(msg.receiver_id)
             if handler is not None:
                 handler.on_message(msg)
-        elif isinstance(msg, ServerHello):
-            if self.server_hello is not None:
-                self._lose(f"protocol error: the exchange service at {self.address} sent a second ServerHello",
-                           code=ErrorCode.PROTOCOL)
-                return
-            self.server_hello = msg
-            self.send(Hello(client_id(), auth.prove(self.secret, msg.nonce), self.host_id, self.nonce))
-        elif isinstance(msg, Welcome):
-            if self.server_hello is None or self.ready.done():
-                self._lose(f"protocol error: unexpected Welcome from the exchange service at {self.address}",
-                           code=ErrorCode.PROTOCOL)
-                return
-            distrust = auth.verify_service(self.secret, self.nonce, self.server_hello.nonce, msg.proof)
-            if distrust:
-                self._lose(f"the exchange service at {self.address} is not trusted: {distrust}", code=ErrorCode.AUTH)
-                return
-            self.ready.set_result(msg)
         elif isinstance(msg, RpcResponse):
             fut = self._pending.pop(msg.call_id, None)
             if fut is not None and not fut.done():
@@ -115,8 +101,15 @@ class ClientConnection(asyncio.BufferedProtocol):
         elif isinstance(msg, ErrorResponse):
             if msg.receiver_id is not None and msg.receiver_id in self.channels:
                 self.channels[msg.receiver_id].on_message(msg)
-            elif msg.fatal or not self.ready.done():
+            elif msg.fatal:
                 self._lose(f"exchange service at {self.address}: {msg.message}", code=msg.code)
+
+    def _handshake(self, msg: Any) -> None:
+        hello = self.protocol.step(msg)
+        if hello is not None:
+            self.send(hello)
+        elif self.protocol.open:
+            self.ready.set_result(self.protocol.welcome)
 
     def send(self, msg: Any) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -129,7 +122,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         fut = asyncio.get_running_loop().create_future()
         self._pending[call_id] = fut
         self.send(RpcRequest(call_id, method, args))
-        return await asyncio.wait_for(fut, timeout)
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            self._pending.pop(call_id, None)
+            raise error_for(ErrorCode.TIMEOUT, f"{method} on the exchange service at {self.address} timed out "
+                            f"after {timeout:g} s") from None
 
     def _lose(self, reason: str, code: ErrorCode | str = ErrorCode.CONNECTION_LOST) -> None:
         if self.lost_reason is None:

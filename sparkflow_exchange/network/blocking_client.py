@@ -2,6 +2,7 @@
 
 Spark's write tasks are plain synchronous Python; a blocking socket with the
 sans-IO decoder is the cheapest way to push buffers from there (no thread hop).
+It only moves bytes: the handshake and what is legal when are ``connection.py``'s.
 """
 from __future__ import annotations
 
@@ -14,26 +15,12 @@ import threading
 from typing import Any, Callable
 
 from ..errors import ErrorCode, ServiceError, error_for
-from . import auth
 from .address import Address, parse_address
-from .protocol import (
-    DEFAULT_MAX_FRAME,
-    ErrorResponse,
-    FrameDecoder,
-    Hello,
-    RpcRequest,
-    RpcResponse,
-    ServerHello,
-    Welcome,
-    encode,
-)
+from .connection import ClientHandshake, ConnState, client_id
+from .protocol import DEFAULT_MAX_FRAME, ErrorResponse, FrameDecoder, ProtocolError, RpcRequest, RpcResponse, encode
 
 
-__all__ = ["BlockingConnection", "ConnectionPool", "ServiceError", "WRITER_CONNECTIONS", "open_socket"]
-
-
-def client_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+__all__ = ["BlockingConnection", "ConnectionPool", "ServiceError", "WRITER_CONNECTIONS", "client_id", "open_socket"]
 
 
 SOCKET_BUFFER = 4 << 20  # a few buffers in flight per connection, on TCP and Unix sockets alike
@@ -84,30 +71,23 @@ class BlockingConnection:
         self.timeout = timeout
         self.pool_key: tuple | None = None  # set by the ConnectionPool that made it
         self.location: dict | None = None  # the service's answer to ping, kept by a writer for the next task
-        hello = self.recv(timeout)
-        if hello is None:  # e.g. a plaintext client on a TLS port: both sides wait for the other to speak
+        self.protocol = ClientHandshake(secret, host_id, self.address)
+        try:
+            self._handshake(timeout)
+        except BaseException:
             self.close()
-            raise error_for(ErrorCode.TIMEOUT, f"service at {self.address} sent no ServerHello within {timeout:g} s "
-                            "(is it a TLS port? then set tls.caFile)")
-        if isinstance(hello, ErrorResponse):
-            raise error_for(hello.code, f"service at {self.address} refused the connection: {hello.message}")
-        if not isinstance(hello, ServerHello):
-            raise error_for(ErrorCode.PROTOCOL, f"service at {self.address} did not greet with ServerHello but {type(hello).__name__}")
-        self.server_hello = hello
-        nonce = auth.new_nonce()
-        self.send(Hello(client_id(), auth.prove(secret, hello.nonce), host_id, nonce))
-        welcome = self.recv(timeout)
-        if isinstance(welcome, ErrorResponse):
-            self.close()
-            raise error_for(welcome.code, f"service at {self.address} refused the connection: {welcome.message}")
-        if not isinstance(welcome, Welcome):
-            self.close()
-            raise error_for(ErrorCode.PROTOCOL, f"service at {self.address} answered Hello with {type(welcome).__name__}")
-        distrust = auth.verify_service(secret, nonce, hello.nonce, welcome.proof)
-        if distrust:
-            self.close()
-            raise error_for(ErrorCode.AUTH, f"service at {self.address} is not trusted: {distrust}")
-        self.welcome = welcome
+            raise
+
+    def _handshake(self, timeout: float) -> None:
+        while not self.protocol.open:
+            msg = self.recv(timeout)
+            if msg is None:  # e.g. a plaintext client on a TLS port: both sides wait for the other to speak
+                what = "ServerHello" if self.protocol.state is ConnState.GREETING else "Welcome"
+                hint = " (is it a TLS port? then set tls.caFile)" if what == "ServerHello" else ""
+                raise error_for(ErrorCode.TIMEOUT, f"service at {self.address} sent no {what} within {timeout:g} s{hint}")
+            hello = self.protocol.step(msg)
+            if hello is not None:
+                self.send(hello)
 
     def send(self, msg: Any) -> None:
         try:
@@ -133,14 +113,30 @@ class BlockingConnection:
         while not self.inbox:
             if not self._fill(timeout):
                 return None
-        return self.inbox.pop(0)
+        msg = self.inbox.pop(0)
+        if self.protocol.open:
+            self._check(msg)
+        return msg
 
     def poll(self) -> list[Any]:
         """Messages that have already arrived, without waiting."""
         while self._fill(0):
             pass
+        for msg in self.inbox:
+            self._check(msg)
         out, self.inbox, self.stash = self.stash + self.inbox, [], []
         return out
+
+    def _check(self, msg: Any) -> None:
+        """A message the open connection may not receive closes it with a ServiceError saying which."""
+        if self.protocol.state is ConnState.CLOSED:
+            raise error_for(ErrorCode.CONNECTION_LOST, f"the connection to the exchange service at {self.address} "
+                            "was closed after a protocol error")
+        try:
+            self.protocol.check(msg)
+        except ServiceError:
+            self.close()
+            raise
 
     def _fill(self, timeout: float | None) -> bool:
         if timeout is not None:
@@ -157,12 +153,12 @@ class BlockingConnection:
             raise error_for(ErrorCode.CONNECTION_LOST, f"connection to the exchange service at {self.address} failed: {exc}") from None
         if not data:
             raise error_for(ErrorCode.CONNECTION_LOST, f"the exchange service at {self.address} closed the connection")
-        messages = self.decoder.feed(data)
-        if getattr(self, "server_hello", None) is not None and any(isinstance(m, ServerHello) for m in messages):
+        try:
+            self.inbox.extend(self.decoder.feed(data))
+        except ProtocolError as exc:
             self.close()
-            raise error_for(ErrorCode.PROTOCOL,
-                            f"protocol error: the exchange service at {self.address} sent a second ServerHello")
-        self.inbox.extend(messages)
+            raise error_for(ErrorCode.PROTOCOL, f"protocol error: the exchange service at {self.address} sent "
+                            f"garbage: {exc}") from None
         return True
 
     def call(self, method: str, timeout: float | None = None, **args: Any) -> Any:

@@ -1,50 +1,39 @@
 """The server side of a connection: asyncio moves bytes, the sans-IO pieces decide.
 
-One ``ServerConnection`` per client connection (Flink's
-PartitionRequestServerHandler + PartitionRequestQueue). It authenticates the
-client, serves partition requests from a :class:`PartitionRequestQueue`
-(writing while the transport is below its high-water mark and resuming at the
-low one), takes producers' pushes under credit, and answers RPCs. Anything
-malformed gets an :class:`ErrorResponse` naming the problem and, when the
-stream can no longer be trusted, the connection is closed.
+One ``ServerConnection`` per client connection (Flink's PartitionRequestServerHandler). It feeds
+received bytes to a :class:`FrameDecoder`, checks each message against the connection's state
+(``connection.py``: the handshake and the table of what is legal when), and hands it to the
+sans-IO side it belongs to: readers' channels (``consumers.py``, with ``credit.py``'s queue),
+writers' partitions (``producers.py``), or the service's RPCs (checked against ``rpc.py``'s table).
+It writes while the transport is below its high-water mark and resumes at the low one. Anything
+malformed gets an :class:`ErrorResponse` naming the problem and, when the stream can no longer be
+trusted, the connection is closed.
 """
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import time
-from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..errors import ErrorCode, ExchangeError, code_of
-from ..exhaustion import explain, is_exhaustion
-from ..partition.range_view import RangeView
-from ..partition.shared_arena import ArenaError, SharedArena
-from ..partition.subpartition import ERROR_KIND
-from . import auth
+from ..exhaustion import explain
 from .admission import peer_of
 from .blocking_client import tune_socket
-from .credit import PartitionRequestQueue, ViewFailed
-from .rpc import check_args
+from .connection import AuthRefused, ConnState, ServerHandshake
+from .consumers import Consumers
+from .producers import MAX_GRANT, Producers  # noqa: F401 - MAX_GRANT: named here too
 from .protocol import (
-    FLAG_SHARED,
+    PREAUTH_MAX_FRAME,
     AddCredit,
-    BufferKind,
-    BufferResponse,
     CancelPartitionRequest,
     CloseRequest,
     ErrorResponse,
     FailPartition,
     FinishPartition,
-    PREAUTH_MAX_FRAME,
     FrameDecoder,
     Hello,
-    PartitionFinished,
-    PartitionRegistered,
-    PartitionReleased,
+    Message,
     PartitionRequest,
-    ProducerCredit,
     ProtocolError,
     PushBuffer,
     PushRegion,
@@ -54,13 +43,10 @@ from .protocol import (
     ResumeConsumption,
     RpcRequest,
     RpcResponse,
-    ServerHello,
     SharedBuffersRead,
-    SharedRef,
-    SlotsFreed,
-    Welcome,
     encode,
 )
+from .rpc import check_args
 
 if TYPE_CHECKING:
     from ..config import ExchangeConfig
@@ -76,7 +62,6 @@ class ConnectionHost(Protocol):
     config: "ExchangeConfig"
     service_id: str
     host_id: str
-    secret: str | None
     credentials: dict[str, str]  # name -> secret of every credential it accepts (empty: no authentication)
     traffic: dict[str, int]  # bytes served, by path
     partitions: dict[str, "ResultPartition"]
@@ -96,67 +81,43 @@ class ConnectionHost(Protocol):
 
     async def rpc(self, conn: "ServerConnection", method: str, args: dict) -> Any: ...
 
+
 HIGH_WATER = 4 * 1024 * 1024
 LOW_WATER = 1 * 1024 * 1024
-MAX_GRANT = 64  # credit granted to a BLOCKING writer at a time
-
-
-class _Producer:
-    def __init__(self, partition: "ResultPartition", arena: SharedArena | None = None) -> None:
-        self.partition = partition
-        self.arena = arena  # the writer's shared-memory slots, on the same host
-        self.slots_in_use: set[int] = set()
-        self.slots_freed: list[int] = []  # announced to the writer once the current callback is done
-        self.grant_scheduled = False
-        self.outstanding = 0  # credit granted and not used yet
-        self.started = time.monotonic()
-        self.blocked_since: float | None = None  # the writer has no credit since then
-        self.blocked_seconds = 0.0
-        self.release_code = ErrorCode.RELEASED  # what its writer was told when the partition was released
-
-    def set_blocked(self, blocked: bool) -> None:
-        now = time.monotonic()
-        if blocked and self.blocked_since is None:
-            self.blocked_since = now
-        elif not blocked and self.blocked_since is not None:
-            self.blocked_seconds += now - self.blocked_since
-            self.blocked_since = None
-
-    def backpressure_ratio(self) -> float:
-        """Share of the writer's time spent without credit (Flink's backPressuredTimeMsPerSecond / 1000)."""
-        now = time.monotonic()
-        blocked = self.blocked_seconds + (now - self.blocked_since if self.blocked_since is not None else 0.0)
-        return blocked / max(now - self.started, 1e-9)
 
 
 class ServerConnection(asyncio.BufferedProtocol):
     def __init__(self, service: ConnectionHost, transport_kind: str) -> None:
         self.service = service
         self.transport_kind = transport_kind  # "tcp" or "unix"
+        self.protocol = ServerHandshake(service.credentials, service.service_id, service.host_id)
         # a stranger may send only small frames until it proved the secret: it costs us a few KiB
         self.decoder = FrameDecoder(PREAUTH_MAX_FRAME, staging=PREAUTH_MAX_FRAME)
-        self.queue = PartitionRequestQueue()
+        self.consumers = Consumers(self.send, service.traffic, service.service_id)
+        self.producers = Producers(self.send, self._defer, service.producer_lost)
         self.transport: asyncio.Transport | None = None
-        self.nonce = auth.new_nonce()
         self.authenticated = False
         self.identity = ""  # the credential the client proved (auth.OPERATOR: the service's own secret)
         self.client_id = "?"
         self.client_host = ""
-        self.paused = False
-        self.pump_scheduled = False
-        self.closed = False
-        self.producers: dict[int, _Producer] = {}  # partitions this connection is writing, by handle
-        self._handles = itertools.count(1)
-        self.subscriptions: dict[str, Callable[[], None]] = {}  # topic -> unsubscribe from the coordinator
-        self.bytes_sent = 0
-        self.bytes_received = 0
-        self.channel_bytes: dict[int, int] = {}
-        self.held: dict[int, deque] = {}  # receiver -> (partition, buffer) sent by reference, not yet copied
-        self.locality = "remote"
         self.peer = ""
         self.peer_key = ""  # what it counts against until it authenticates: an address (TCP) or a uid (Unix)
         self.trusted = False  # this service's own user on the Unix socket (SO_PEERCRED)
+        self.paused = False
+        self.pump_scheduled = False
+        self.subscriptions: dict[str, Callable[[], None]] = {}  # topic -> unsubscribe from the coordinator
+        self.bytes_sent = 0
+        self.bytes_received = 0
         self._hello_timer: asyncio.TimerHandle | None = None
+
+    # what the service's status shows
+    queue = property(lambda self: self.consumers.queue)
+    channel_bytes = property(lambda self: self.consumers.channel_bytes)
+    locality = property(lambda self: self.consumers.locality)
+
+    @property
+    def closed(self) -> bool:
+        return self.protocol.state is ConnState.CLOSED
 
     # ------------------------------------------------------------ transport
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -170,7 +131,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         if refusal:
             self.fatal(refusal, code=ErrorCode.TOO_MANY_CONNECTIONS)
             return
-        self.send(ServerHello(self.nonce, self.service.service_id, self.service.host_id))
+        self.send(self.protocol.greeting())
         self._hello_timer = asyncio.get_running_loop().call_later(self.service.config.hello_timeout, self._no_hello)
 
     def _no_hello(self) -> None:
@@ -179,21 +140,14 @@ class ServerConnection(asyncio.BufferedProtocol):
                        code=ErrorCode.AUTH)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
+        self.protocol.close()
         if self._hello_timer is not None:
             self._hello_timer.cancel()
         self.service.discharge(self)
         if self.decoder.pending:
             log.info("client %s vanished mid-frame (%d bytes of an incomplete frame dropped)", self.peer, self.decoder.pending)
-        for rid, view in self.queue.views().items():
-            view.release()
-        for rid in list(self.held):
-            self._unpin(rid, None)
-        for handle, producer in list(self.producers.items()):
-            part = producer.partition
-            if not part.finished and not part.failure:
-                self.service.producer_lost(part, f"connection of its writer ({self.client_id}) was lost before finish")
-            self._detach(handle)
+        self.consumers.release_all()
+        self.producers.connection_lost(self.client_id)
         self.service.on_connection_closed(self)
 
     def pause_writing(self) -> None:
@@ -226,7 +180,7 @@ class ServerConnection(asyncio.BufferedProtocol):
                 self.send(ErrorResponse(f"{type(msg).__name__} failed: {exc}", None, False,
                                         code_of(exc, ErrorCode.FAILED)))
 
-    def send(self, msg: Any) -> None:
+    def send(self, msg: Message) -> None:
         if self.closed or self.transport is None:
             return
         pieces = encode(msg)
@@ -237,221 +191,50 @@ class ServerConnection(asyncio.BufferedProtocol):
     def fatal(self, message: str, code: ErrorCode = ErrorCode.ERROR) -> None:
         log.warning("closing connection from %s: %s", self.peer, message)
         self.send(ErrorResponse(message, None, True, code))
-        self.closed = True
+        self.close()
+
+    def close(self) -> None:
+        self.protocol.close()
         if self.transport is not None:
             self.transport.close()
 
+    def _defer(self, fn: Callable[[], None]) -> None:
+        asyncio.get_running_loop().call_soon(fn)
+
     # ------------------------------------------------------------ dispatch
-    def handle(self, msg: Any) -> None:
+    def handle(self, msg: Message) -> None:
+        """Check ``msg`` against the connection's state, then hand it to the side it belongs to."""
         if not self.authenticated:
-            if not isinstance(msg, Hello):
-                raise ProtocolError(f"expected Hello as the first message, got {type(msg).__name__}")
-            who = auth.identify(self.service.credentials, self.nonce, msg.proof)
-            if isinstance(who, str):
-                self.fatal(who, code=ErrorCode.AUTH)
-                return
-            self.identity = who.name
-            self.authenticated = True
-            self.service.authenticated(self)
-            self._hello_timer.cancel()
-            self.decoder.raise_limits(self.service.config.max_frame_size)
-            self.client_id = msg.client_id
-            self.client_host = msg.host_id
-            self.locality = "local" if msg.host_id == self.service.host_id else "remote"
-            self.send(Welcome(self.service.service_id, self.service.host_id,
-                              auth.prove_service(who.secret, msg.nonce, self.nonce)))
+            self._hello(msg)
             return
-        if isinstance(msg, PushBuffer):
-            self.on_push(msg)
-        elif isinstance(msg, PushSharedBuffer):
-            self.on_push_shared(msg)
-        elif isinstance(msg, PushRegion):
-            self.on_push_region(msg)
-        elif isinstance(msg, PushSharedRegion):
-            self.on_push_shared_region(msg)
-        elif isinstance(msg, AddCredit):
-            self.queue.add_credit(msg.receiver_id, msg.credit)
-            self.schedule_pump()
-        elif isinstance(msg, SharedBuffersRead):
-            self._unpin(msg.receiver_id, msg.count)
-        elif isinstance(msg, PartitionRequest):
-            self.on_partition_request(msg)
-        elif isinstance(msg, (CancelPartitionRequest, ResumeConsumption)):
-            if isinstance(msg, CancelPartitionRequest):
-                view = self.queue.remove(msg.receiver_id)
-                if view is not None:
-                    view.release()
-                self._unpin(msg.receiver_id, None)
-            else:
-                self.queue.notify_available(msg.receiver_id)
-                self.schedule_pump()
-        elif isinstance(msg, RegisterPartition):
-            self.on_register(msg)
-        elif isinstance(msg, FinishPartition):
-            producer = self._producer(msg.handle)
-            producer.set_blocked(False)
-            if producer.partition.released:  # told already (maybe crossing this finish): told again
-                self._tell_released(msg.handle, producer.partition.release_reason, producer.release_code)
-                return
-            lost = producer.partition.count_mismatch(msg.counts)
-            if lost is not None:  # the partition fails (its readers hear so); the writer's task fails with this
-                self.service.producer_lost(producer.partition, lost)
-                self.send(ErrorResponse(lost, None, False, ErrorCode.ROWS_LOST))
-                return
-            producer.partition.finish(msg.counts)
-            stats = producer.partition.stats()
-            # bytes per subpartition: the coordinator sums them at commit to size coalesced reads
-            stats["subpartition_bytes"] = [sub.bytes_added for sub in producer.partition.subpartitions]
-            self.send(PartitionFinished(msg.handle, stats))
-            self._detach(msg.handle)  # done with it: the connection may carry the writer's next partition
-        elif isinstance(msg, FailPartition):
-            producer = self._producer(msg.handle)
-            self.service.producer_lost(producer.partition, msg.reason)
-        elif isinstance(msg, RpcRequest):
-            asyncio.ensure_future(self.on_rpc(msg))
-        elif isinstance(msg, CloseRequest):
-            self.closed = True
-            if self.transport is not None:
-                self.transport.close()
-        else:
-            raise ProtocolError(f"unexpected {type(msg).__name__} from a client")
+        self.protocol.receive(msg)
+        _HANDLERS[type(msg)](self, msg)
 
-    def _detach(self, handle: int) -> None:
-        """Forget a partition this connection wrote. It outlives the connection's interest: it must not keep the
-        connection (and through it the writer's arena mapping, bufferSize x buffersPerPartition of shared
-        memory) alive until it is dropped."""
-        producer = self.producers.pop(handle, None)
-        if producer is None:
-            return
-        producer.partition.on_slots_freed = lambda arena_slot: None
-        producer.partition.memory.set_on_credit(lambda: None)
-        producer.partition.on_released = None
-        producer.arena = None
-
-    def _on_released(self, handle: int, reason: str, code: str) -> None:
-        """The partition this connection writes was released: its writer hears it now (credit never comes)."""
-        producer = self.producers.get(handle)
-        if producer is not None:
-            producer.release_code = code
-            producer.set_blocked(False)
-            self._tell_released(handle, reason, code)
-
-    def _tell_released(self, handle: int, reason: str, code: str) -> None:
-        part = self.producers[handle].partition
-        self.send(PartitionReleased(handle, f"partition {part.pid} of exchange {part.exchange!r} was released "
-                                            f"while it was being written: {reason or 'released'}", code))
-
-    def _producer(self, handle: int) -> _Producer:
-        producer = self.producers.get(handle)
-        if producer is None:
-            raise ProtocolError(f"unknown partition handle {handle} on this connection")
-        return producer
-
-    # ------------------------------------------------------------ consumer side
-    def on_partition_request(self, msg: PartitionRequest) -> None:
-        rid = msg.receiver_id
-        part = self.service.partitions.get(msg.partition)
-        if part is None:
-            self.send(ErrorResponse(f"unknown partition {msg.partition!r} on service {self.service.service_id}", rid, False,
-                                    ErrorCode.UNKNOWN_PARTITION))
-            return
-        if rid in self.queue:
-            raise ProtocolError(f"receiver id {rid} is already in use on this connection")
+    def _hello(self, msg: Hello) -> None:
         try:
-            listener = lambda: self.on_view_available(rid)  # noqa: E731
-            if msg.subpartition_end is None:
-                view = part.create_view(msg.subpartition, msg.resume_from, listener)
-            else:  # a coalesced read: subpartitions [subpartition, subpartition_end) in order, one channel
-                view = RangeView(part, msg.subpartition, msg.subpartition_end, msg.resume_from, listener)
-        except (IndexError, ValueError, RuntimeError) as exc:
-            self.send(ErrorResponse(str(exc), rid, False, ErrorCode.BAD_REQUEST))
+            welcome = self.protocol.on_hello(msg)
+        except AuthRefused as exc:
+            self.fatal(str(exc), code=ErrorCode.AUTH)
             return
-        view.shared = msg.shared and self.transport_kind == "unix" and self.service.config.shared_memory
-        self.queue.add_view(rid, view, msg.initial_credit)
-        self.schedule_pump()
+        self.authenticated = True
+        self.identity = self.protocol.identity
+        self.service.authenticated(self)
+        self._hello_timer.cancel()
+        self.decoder.raise_limits(self.service.config.max_frame_size)
+        self.client_id = msg.client_id
+        self.client_host = msg.host_id
+        self.consumers.locality = "local" if msg.host_id == self.service.host_id else "remote"
+        self.send(welcome)
 
-    def _unpin(self, receiver_id: int, count: int | None) -> None:
-        """The reader copied ``count`` more shared buffers (None: it will copy no more of them)."""
-        held = self.held.get(receiver_id)
-        if count is not None and (held is None or count > len(held) or count < 1):
-            raise ProtocolError(f"SharedBuffersRead({count}) for receiver {receiver_id}, which holds "
-                                f"{len(held) if held else 0} shared buffers")
-        if held is None:
-            return
-        for _ in range(len(held) if count is None else count):
-            part, buf = held.popleft()
-            part.memory.unpin(buf)
-        if not held:
-            del self.held[receiver_id]
+    def on_partition_request(self, msg: PartitionRequest) -> None:
+        shared = self.transport_kind == "unix" and self.service.config.shared_memory
+        self.consumers.request(msg, self.service.partitions.get(msg.partition), shared, self.on_view_available)
+        self.schedule_pump()
 
     def on_view_available(self, receiver_id: int) -> None:
-        self.queue.notify_available(receiver_id)
+        self.consumers.available(receiver_id)
         self.schedule_pump()
 
-    def schedule_pump(self) -> None:
-        if not self.pump_scheduled and not self.closed:
-            self.pump_scheduled = True
-            asyncio.get_running_loop().call_soon(self.pump)
-
-    def pump(self) -> None:
-        """Write available buffers until the transport reaches its high-water mark. A view that fails
-        (its spill file gone or truncated...) fails its channel only, with an ErrorResponse saying why."""
-        self.pump_scheduled = False
-        while not self.paused and not self.closed:
-            try:
-                polled = self.queue.poll()
-            except ViewFailed as exc:
-                self.fail_channel(exc.receiver_id, exc.cause)
-                continue
-            if polled is None:
-                return
-            try:
-                self._write_item(*polled)
-            except Exception as exc:  # noqa: BLE001 - this channel fails, the connection and the others go on
-                if not is_exhaustion(exc):
-                    log.exception("sending to receiver %s failed", polled[0])
-                self.fail_channel(polled[0], exc)
-
-    def fail_channel(self, receiver_id: int, exc: BaseException) -> None:
-        """Drop one channel's view and tell its reader which partition failed and why (non-fatal)."""
-        view = self.queue.remove(receiver_id)
-        where = "a partition"
-        if view is not None:
-            sub = view.sub
-            where = (f"subpartition {sub.index} of partition {sub.partition.pid} "
-                     f"(exchange {sub.partition.exchange!r})")
-            view.release()
-        # shared buffers it holds stay pinned until the reader says it is done (its CancelPartitionRequest
-        # comes after it handled every earlier buffer) or goes: a slot is never refilled under a copy
-        message = explain(exc, f"reading {where} failed on service {self.service.service_id}")
-        log.warning("%s", message)
-        self.send(ErrorResponse(message, receiver_id, False, code_of(exc, ErrorCode.READ_FAILED)))
-
-    def _write_item(self, rid: int, item, seq: int, backlog: int) -> None:
-        if item.kind == ERROR_KIND:
-            view = self.queue.remove(rid)
-            released = view is not None and view.sub.partition.released and view.sub.partition.failure is None
-            if view is not None:
-                view.release()
-            self.send(ErrorResponse(bytes(item.payload).decode(), rid, False,
-                                    ErrorCode.RELEASED if released else ErrorCode.PRODUCER_FAILED))
-            return
-        if item.shared is not None:  # a reader on this host copies it out of the writer's slot itself
-            _part, buf = item.shared
-            ref = SharedRef(str(buf.arena.path), buf.arena_offset, buf.size).pack()
-            self.send(BufferResponse(rid, seq, backlog, item.kind, item.flags | FLAG_SHARED, ref))
-            self.held.setdefault(rid, deque()).append(item.shared)
-            self.service.traffic["local_shared"] += buf.size
-        else:
-            self.send(BufferResponse(rid, seq, backlog, item.kind, item.flags, item.payload))
-        self.channel_bytes[rid] = self.channel_bytes.get(rid, 0) + len(item.payload)
-        self.service.traffic[self.locality] += len(item.payload)
-        if item.kind == BufferKind.END_OF_PARTITION:
-            view = self.queue.remove(rid)
-            if view is not None:
-                view.release()
-
-    # ------------------------------------------------------------ producer side
     def on_register(self, msg: RegisterPartition) -> None:
         try:
             part = self.service.register_partition(msg)
@@ -462,143 +245,21 @@ class ServerConnection(asyncio.BufferedProtocol):
             self.send(ErrorResponse(explain(exc, f"registering partition {msg.partition!r}"), None, False,
                                     code_of(exc, ErrorCode.REGISTER_FAILED)))
             return
-        handle = next(self._handles)
-        arena = self._attach_arena(msg, part)
-        producer = _Producer(part, arena)
-        self.producers[handle] = producer
-        part.on_slots_freed = lambda arena_slot: self.slot_freed(handle, arena_slot)
-        part.memory.set_on_credit(lambda: self.grant(handle))
-        part.on_released = lambda reason, code: self._on_released(handle, reason, code)
-        self.send(PartitionRegistered(part.pid, handle, 0, part.memory.buffer_size, arena.slots if arena else 0))
-        self.grant(handle)
+        # a writer on this host (Unix socket) may push through its shared-memory arena
+        self.producers.register(msg, part, self.transport_kind == "unix" and self.service.config.shared_memory)
 
-    def _attach_arena(self, msg: RegisterPartition, part: "ResultPartition") -> SharedArena | None:
-        """Map the writer's arena when it is on this host (Unix socket) and the partition has a pool."""
-        if not msg.shm_path or self.transport_kind != "unix" or part.pool is None \
-                or not self.service.config.shared_memory:
-            return None
-        try:
-            arena = SharedArena.attach(msg.shm_path, min(msg.shm_slots, part.memory.max_slots), msg.shm_slot_size)
-        except ArenaError as exc:
-            log.info("partition %s pushes over the socket: %s", part.pid, exc)
-            return None
-        part.arenas.add(arena)  # the partition gives it back once it needs it no more
-        return arena
+    def on_fail_partition(self, msg: FailPartition) -> None:
+        self.service.producer_lost(self.producers.get(msg.handle).partition, msg.reason)
 
-    def slot_freed(self, handle: int, arena_slot: int) -> None:
-        """A pool slot is free. An arena slot is announced only after this callback: the payload
-        may be on its way into a transport's write right now, and the writer must not refill it before."""
-        producer = self.producers.get(handle)
-        if producer is None or producer.arena is None:
-            self.grant(handle)
-            return
-        if arena_slot >= 0:
-            producer.slots_in_use.discard(arena_slot)
-            producer.slots_freed.append(arena_slot)
-        if not producer.grant_scheduled:
-            producer.grant_scheduled = True
-            asyncio.get_running_loop().call_soon(self._announce_slots, handle)
+    def schedule_pump(self) -> None:
+        if not self.pump_scheduled and not self.closed:
+            self.pump_scheduled = True
+            asyncio.get_running_loop().call_soon(self.pump)
 
-    def _announce_slots(self, handle: int) -> None:
-        producer = self.producers.get(handle)
-        if producer is None:
-            return
-        producer.grant_scheduled = False
-        part = producer.partition
-        # a finished writer fills no slot any more (a spilling partition frees them all at finish)
-        if producer.slots_freed and not self.closed and not (part.finished or part.failure or part.released):
-            self.send(SlotsFreed(handle, tuple(producer.slots_freed)))
-        producer.slots_freed.clear()
-        self.grant(handle)
-
-    def grant(self, handle: int) -> None:
-        """Credit as the partition's memory allows (``partition_memory.py``), and, with an arena, no more
-        than the writer has free slots for: a slot whose SlotsFreed has not gone out yet is not free."""
-        producer = self.producers.get(handle)
-        if producer is None or self.closed:
-            return
-        part = producer.partition
-        if part.finished or part.failure or part.released:
-            return
-        pending = len(producer.slots_freed)
-        cap = MAX_GRANT
-        if producer.arena is not None:
-            cap = min(cap, producer.arena.slots - len(producer.slots_in_use) - pending)
-        new = part.memory.grant(producer.outstanding, cap, pending)
-        if new > 0:
-            producer.outstanding += new
-            self.send(ProducerCredit(handle, new))
-        producer.set_blocked(producer.outstanding <= 0)
-
-    def on_push(self, msg: PushBuffer) -> None:
-        self._store(msg, self._producer(msg.handle), msg.payload)
-
-    def _arena_slot(self, msg: PushSharedBuffer | PushSharedRegion, producer: _Producer) -> SharedArena:
-        """The writer's arena, after checking that ``msg.slot`` is one of its slots and not in use."""
-        arena = producer.arena
-        name = type(msg).__name__
-        pid = producer.partition.pid
-        if arena is None:
-            raise ProtocolError(f"{name} for partition {pid}, which has no shared-memory arena")
-        if not 0 <= msg.slot < arena.slots or msg.slot in producer.slots_in_use:
-            state = "in use" if msg.slot in producer.slots_in_use else f"outside 0..{arena.slots - 1}"
-            raise ProtocolError(f"{name} for partition {pid}: arena slot {msg.slot} is {state}")
-        if msg.kind != BufferKind.DATA:
-            raise ProtocolError(f"{name} for partition {pid}: kind {msg.kind} is not data")
-        return arena
-
-    def on_push_shared(self, msg: PushSharedBuffer) -> None:
-        producer = self._producer(msg.handle)
-        arena = self._arena_slot(msg, producer)
-        if msg.offset + msg.length > arena.slot_size:
-            raise ProtocolError(f"PushSharedBuffer for partition {producer.partition.pid}: {msg.length} bytes at "
-                                f"offset {msg.offset} do not fit a slot of {arena.slot_size} bytes")
-        self._store(msg, producer, arena.slot(msg.slot)[msg.offset:msg.offset + msg.length], msg.slot,
-                    msg.slot * arena.slot_size + msg.offset)
-
-    def on_push_region(self, msg: PushRegion) -> None:
-        producer = self._producer(msg.handle)
-        if msg.kind != BufferKind.DATA:
-            raise ProtocolError(f"PushRegion for partition {producer.partition.pid}: kind {msg.kind} is not data")
-        self._store(msg, producer, msg.payload)
-
-    def on_push_shared_region(self, msg: PushSharedRegion) -> None:
-        producer = self._producer(msg.handle)
-        arena = self._arena_slot(msg, producer)
-        end = max(offset + length for _sub, offset, length in msg.pieces)
-        if end > arena.slot_size:
-            raise ProtocolError(f"PushSharedRegion for partition {producer.partition.pid}: a piece ends at byte "
-                                f"{end}, outside the slot of {arena.slot_size} bytes")
-        self._store(msg, producer, arena.slot(msg.slot)[:end], msg.slot, msg.slot * arena.slot_size)
-
-    def _store(self, msg, producer: _Producer, payload, arena_slot: int = -1, arena_offset: int = 0) -> None:
-        """Spend one credit on a pushed buffer or region and add it to the partition; a refusal is told
-        to the writer (the connection goes on)."""
-        part = producer.partition
-        if producer.outstanding <= 0:
-            raise ProtocolError(f"{type(msg).__name__} without credit for partition {part.pid}")
-        producer.outstanding -= 1
-        if part.released:  # sent before its writer heard of the release: dropped, the writer was told why
-            return
-        arena = producer.arena if arena_slot >= 0 else None
-        if arena is not None:
-            producer.slots_in_use.add(arena_slot)
-        try:
-            if isinstance(msg, (PushRegion, PushSharedRegion)):
-                part.add_region(msg.kind, msg.flags, msg.pieces, payload, arena_slot, arena, arena_offset)
-            else:
-                part.add(msg.subpartition, msg.kind, msg.flags, payload, arena_slot, arena, arena_offset)
-        except (RuntimeError, OSError, MemoryError) as exc:
-            part.memory.forfeit()
-            if arena is not None and arena_slot in producer.slots_in_use:
-                self.slot_freed(msg.handle, arena_slot)
-            if isinstance(exc, RuntimeError):
-                self.send(ErrorResponse(f"{type(msg).__name__} refused: {exc}", None, False, code_of(exc, ErrorCode.PUSH_FAILED)))
-            else:  # a full disk, say: the partition cannot be whole any more, its writer and readers hear why
-                reason = explain(exc, f"storing a buffer of partition {part.pid}")
-                self.service.producer_lost(part, reason)
-                self.send(ErrorResponse(reason, None, False, code_of(exc, ErrorCode.PUSH_FAILED)))
-        self.grant(msg.handle)
+    def pump(self) -> None:
+        """Write available buffers until the transport reaches its high-water mark."""
+        self.pump_scheduled = False
+        self.consumers.pump(lambda: not self.paused and not self.closed)
 
     # ------------------------------------------------------------ rpc
     async def on_rpc(self, msg: RpcRequest) -> None:
@@ -615,8 +276,31 @@ class ServerConnection(asyncio.BufferedProtocol):
             log.warning("%s", message)
             self.send(RpcResponse(msg.call_id, None, message, code_of(exc, ErrorCode.INTERNAL)))
         except Exception as exc:  # noqa: BLE001 - the client must hear about it, the service goes on
-            if is_exhaustion(exc):  # out of fds, disk or memory: this call fails, saying which
-                self.send(RpcResponse(msg.call_id, None, explain(exc, f"{msg.method} failed"), "exhausted"))
-                return
             log.exception("rpc %s failed", msg.method)
             self.send(RpcResponse(msg.call_id, None, f"{msg.method} failed: {exc}", ErrorCode.INTERNAL))
+
+
+def _pumped(act: Callable[[ServerConnection, Any], None]) -> Callable[[ServerConnection, Any], None]:
+    def handler(conn: ServerConnection, msg: Any) -> None:
+        act(conn, msg)
+        conn.schedule_pump()
+    return handler
+
+
+# what an open connection does with each message the table allows (connection.LEGAL); the same keys
+_HANDLERS: dict[type, Callable[[ServerConnection, Any], None]] = {
+    PartitionRequest: ServerConnection.on_partition_request,
+    AddCredit: _pumped(lambda c, m: c.consumers.add_credit(m.receiver_id, m.credit)),
+    ResumeConsumption: _pumped(lambda c, m: c.consumers.available(m.receiver_id)),
+    CancelPartitionRequest: lambda c, m: c.consumers.cancel(m.receiver_id),
+    SharedBuffersRead: lambda c, m: c.consumers.unpin(m.receiver_id, m.count),
+    RegisterPartition: ServerConnection.on_register,
+    PushBuffer: lambda c, m: c.producers.push(m),
+    PushSharedBuffer: lambda c, m: c.producers.push(m),
+    PushRegion: lambda c, m: c.producers.push(m),
+    PushSharedRegion: lambda c, m: c.producers.push(m),
+    FinishPartition: lambda c, m: c.producers.finish(m),
+    FailPartition: ServerConnection.on_fail_partition,
+    RpcRequest: lambda c, m: asyncio.ensure_future(c.on_rpc(m)),
+    CloseRequest: lambda c, m: c.close(),
+}
