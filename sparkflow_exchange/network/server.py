@@ -21,7 +21,7 @@ from .admission import peer_of
 from .blocking_client import tune_socket
 from .connection import AuthRefused, ConnState, ServerHandshake
 from .consumers import Consumers
-from .producers import MAX_GRANT, Producers  # noqa: F401 - MAX_GRANT: named here too
+from .producers import Producers
 from .protocol import (
     PREAUTH_MAX_FRAME,
     AddCredit,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..config import ExchangeConfig
 from ..network import auth
-from ..errors import ErrorCode, ServiceError, ServiceUnavailable
+from ..errors import ErrorCode, ServiceUnavailable
 from ..network.blocking_client import BlockingConnection
 from ..network.retry import connect_retrying
 from .launcher import jvm_pid, read_state
