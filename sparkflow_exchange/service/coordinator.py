@@ -521,7 +521,7 @@ class Coordinator:
             if ex.stream:
                 continue  # an epoch lives as long as its stream retains it (streams.py)
             if ex.open_writes and now - ex.last_used > self.ttl and \
-                    not any(p.state == "running" for p in ex.producers.values() if p.write_id in ex.open_writes):
+                    not any(p.state == PartitionState.RUNNING for p in ex.producers.values() if p.write_id in ex.open_writes):
                 for write_id in sorted(ex.open_writes):
                     await self.abort(name, ex.epoch, write_id,
                                      f"abandoned: neither committed nor aborted for ttl={self.ttl:g} s with no task "
