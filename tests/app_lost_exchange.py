@@ -32,7 +32,7 @@ while os.path.exists(f"/proc/{victim}"):
 start = time.monotonic()
 error = ""
 try:
-    spark.read.format("pipelined").option("exchange", "doomed").load().collect()
+    spark.read.format("pipelined").option("exchange", "doomed").option("declareTimeout", "900").load().collect()
 except Exception as exc:  # noqa: BLE001 - the point is its text
     error = str(exc)
 print(json.dumps({"victim": victim, "error": error, "failed_after": time.monotonic() - start}), flush=True)

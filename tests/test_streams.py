@@ -247,10 +247,14 @@ def test_operator_sees_a_stream_its_groups_and_a_waiting_writer_and_can_drop_it(
     blocked = threading.Thread(target=write_blocked, daemon=True)
     blocked.start()
     base = ["--address", svc.tcp, "--secret-file", str(svc.spill_dir.parent / "secret")]
-    time.sleep(1.0)
-    human = _cli("status", *base)
-    assert human.returncode == 0, human.stderr
-    line = [ln for ln in human.stdout.splitlines() if ln.strip().startswith("ops ")][0]
+    deadline = time.monotonic() + 120  # the writer thread is waiting once status says so (a loaded machine is slow)
+    while True:
+        human = _cli("status", *base)
+        assert human.returncode == 0, human.stderr
+        line = [ln for ln in human.stdout.splitlines() if ln.strip().startswith("ops ")][0]
+        if "writer waiting" in line or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert "epochs<=0 retained=1" in line and "groups: dashboard@-1" in line and "writer waiting" in line
     dropped = _cli("drop", "ops", *base)
     assert dropped.returncode == 0 and "dropped stream ops (1 retained epochs released)" in dropped.stdout
