@@ -1,9 +1,10 @@
 """sparkflow-exchange: Flink's data exchange as a PySpark data source and sink, ``format("pipelined")``."""
 from __future__ import annotations
 
+import contextlib
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 __version__ = "0.1.0"
 __all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "leave_group", "write", "plugin_jar", "ExchangeConfig",
@@ -62,12 +63,46 @@ def register(spark: Any) -> None:
 
     settings = session_settings(spark.conf.getAll)
     ExchangeConfig.load(spark_conf={}, session=settings)  # a bad session setting fails here, in the user's process
+    if not settings and spark not in _registered and _statically_registered(spark):
+        _registered[spark] = settings  # the installed package's registration carries as much: nothing to replace
+        return
     source = type("PipelinedDataSource", (PipelinedDataSource,), {
         "session_conf": settings, "__module__": PipelinedDataSource.__module__,
         # not an importable name, so cloudpickle ships the class with its settings by value
         "__qualname__": "PipelinedDataSource_with_session", "__doc__": PipelinedDataSource.__doc__})
-    spark.dataSource.register(source)
+    with _quiet_replacement(spark):
+        spark.dataSource.register(source)
     _registered[spark] = settings
+
+
+_DATA_SOURCE_LOG = "org.apache.spark.sql.execution.datasources.DataSourceManager"
+
+
+def _statically_registered(spark: Any) -> bool:
+    """Whether ``format("pipelined")`` is already known to the session (the installed package's own
+    registration); False when it cannot be told (Spark Connect: the server registers it the same way)."""
+    try:
+        return bool(spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists("pipelined"))
+    except Exception:  # noqa: BLE001 - Spark Connect, or another Spark's internals
+        return False
+
+
+@contextlib.contextmanager
+def _quiet_replacement(spark: Any) -> Iterator[None]:
+    """Spark warns that registering replaces the package's static registration, which is the point of
+    ``register``: its logger is held at ERROR for the call (classic sessions; Connect logs on the server)."""
+    try:
+        jvm = spark.sparkContext._jvm
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        before = jvm.org.apache.logging.log4j.LogManager.getLogger(_DATA_SOURCE_LOG).getLevel()
+        configurator.setLevel(_DATA_SOURCE_LOG, jvm.org.apache.logging.log4j.Level.ERROR)
+    except Exception:  # noqa: BLE001 - no JVM here (Spark Connect)
+        yield
+        return
+    try:
+        yield
+    finally:
+        configurator.setLevel(_DATA_SOURCE_LOG, before)
 
 
 def _register_if_changed(spark: Any) -> None:

@@ -5,6 +5,7 @@ it directly). Each function takes the one :class:`ExchangeConfig`.
 """
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
@@ -14,7 +15,7 @@ import pyarrow as pa
 from .buffer import schema_from_b64, schema_to_b64
 from .calls import call, require_name
 from .config import ConfigError, ExchangeConfig
-from .errors import ExchangeError, ExchangeNotFound, ServiceError, error_for
+from .errors import ErrorCode, ExchangeError, ExchangeNotFound, ServiceError, error_for
 from .consumer.input_gate import InputGate
 from .kinds import PartitionType
 from .network.blocking_client import WRITER_CONNECTIONS
@@ -22,6 +23,8 @@ from .service.discovery import Endpoints, coordinators, no_service_message, reso
 from .writer.partition_writer import PartitionWriter
 from .writer.record_writer import SINGLE_SUBPARTITION, RecordWriter
 from .writer.selectors import SelectorError, make_selector
+
+log = logging.getLogger(__name__)
 
 PARTITIONERS = ("hash", "broadcast", "forward", "rebalance", "rescale", "custom")
 DEFAULT_SHUFFLE_PARTITIONS = 200  # Spark's spark.sql.shuffle.partitions default: the width when none is given
@@ -205,8 +208,16 @@ def describe_exchange(config: ExchangeConfig, *, wait: bool = True, allow_stream
     name = require_name(config)
     timeout = config.declare_timeout if wait else 0.0
     extra = {"allow_stream": True} if allow_stream else {}
-    desc = call(config, "get_exchange", timeout=timeout + 30, name=name, wait=timeout, need_subpartitions=True,
-                 **extra)
+    ask = {"name": name, "need_subpartitions": True, **extra}
+    try:  # first without waiting: a read of a misspelt name says at once what it waits for
+        desc = call(config, "get_exchange", timeout=30, wait=0.0, **ask)
+    except ServiceError as exc:
+        if timeout <= 0 or exc.code not in (ErrorCode.NO_EXCHANGE, ErrorCode.NO_SUBPARTITIONS):
+            raise
+        if isinstance(exc, ExchangeNotFound):
+            log.warning("exchange %r is not declared yet: waiting up to %g s (declareTimeout) for a writer to "
+                        "declare it", name, timeout)
+        desc = call(config, "get_exchange", timeout=timeout + 30, wait=timeout, **ask)
     desc["arrow_schema"] = schema_from_b64(desc["schema"])
     return desc
 
