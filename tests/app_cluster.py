@@ -85,7 +85,8 @@ def main(mode: str) -> None:
         started = time.monotonic()
         error = ""
         try:
-            got = spark.read.format("pipelined").option("exchange", "cluster-kill").load()
+            got = (spark.read.format("pipelined").option("exchange", "cluster-kill")
+                   .option("readerTimeout", "900s").option("producerTimeout", "900s").load())
             got.mapInArrow(slow, got.schema).write.format("noop").mode("overwrite").save()
         except Exception as exc:  # noqa: BLE001 - the test inspects the message
             error = str(exc)
