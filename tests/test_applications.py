@@ -51,7 +51,7 @@ def test_spark_defaults_conf_reaches_the_source_and_embedded_service_cleans_up(t
     runtime = tmp_path / "runtime"
     env = {**os.environ, "SPARK_CONF_DIR": str(conf_dir), "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(runtime)}
     proc = subprocess.run([sys.executable, str(Path(__file__).parent / "app_config_check.py")],
-                          capture_output=True, text=True, timeout=300, env=env)
+                          capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["rows"] == 100

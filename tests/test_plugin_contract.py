@@ -79,7 +79,7 @@ print(json.dumps(out))
 def jar() -> Path:
     if shutil.which("javac") is None:
         pytest.skip("javac is not on PATH; the plugin jar cannot be built")
-    proc = subprocess.run([sys.executable, str(BUILD)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, str(BUILD)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert JAR.is_file()
     return JAR
@@ -100,7 +100,7 @@ def _run_app(tmp_path: Path, jar: Path, master: str, fail: str = "") -> tuple[di
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "SPARK_CONF_DIR": str(conf_dir), "WEIRD_VALUE": WEIRD, "FAKE_LAUNCHER_FAIL": fail}
     proc = subprocess.run([sys.executable, str(app), str(calls), str(jar), str(script), master],
-                          capture_output=True, text=True, timeout=120, env=env)  # a bound for a hang (local-cluster under load)
+                          capture_output=True, text=True, timeout=600, env=env)  # a bound for a hang (local-cluster under load)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     recorded = [json.loads(line) for line in calls.read_text().splitlines()]
@@ -166,7 +166,7 @@ spark.range(0, 100, 1, 2).write.format("pipelined").mode("overwrite").option("ex
 # the driver's helpers ask the plugin's coordinator (found through the session's JVM), never a new service
 listed = [e["name"] for e in sparkflow_exchange.list_exchanges(spark)]
 status = subprocess.run([sys.executable, "-m", "sparkflow_exchange.cli", "status", "--json"], capture_output=True,
-                        text=True, timeout=120)  # the CLI on this host sees the plugin's services
+                        text=True, timeout=600)  # the CLI on this host sees the plugin's services
 seen = sorted(s["service"]["started_by"] for s in json.loads(status.stdout or "[]")) or status.stderr
 dropped = sparkflow_exchange.drop_exchange("via-plugin", spark=spark)
 print(json.dumps({"listed": listed, "dropped": dropped, "seen": seen,

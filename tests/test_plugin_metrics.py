@@ -50,7 +50,7 @@ spark.stop()
 def jar() -> Path:
     if shutil.which("javac") is None:
         pytest.skip("javac is not on PATH; the plugin jar cannot be built")
-    proc = subprocess.run([sys.executable, str(BUILD)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, str(BUILD)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return JAR
 
