@@ -12,6 +12,7 @@ import pytest
 from harness import client_config
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.config import ExchangeConfig
+from sparkflow_exchange.errors import ErrorCode
 from sparkflow_exchange.consumer.input_gate import ExchangeReadError
 from sparkflow_exchange.consumer.read_plan import ReadRange, SkewRule, coalesce, plan_ranges, skewed_subpartitions
 from sparkflow_exchange.consumer.read_plan import read_ranges as plan_of
@@ -232,7 +233,7 @@ def test_service_refuses_bad_ranges_with_a_named_error(tmp_service):
             conn.send(PartitionRequest(partition, start, rid, 2, 0, False, end))
             msg = conn.recv(5)
             assert isinstance(msg, ErrorResponse) and msg.receiver_id == rid, msg
-            assert msg.code == "SubpartitionRangeError" and f"[{start}, {end})" in msg.message
+            assert msg.code == ErrorCode.BAD_REQUEST and f"[{start}, {end})" in msg.message
 
 
 # ------------------------------------------------------------------ plans and notifications
