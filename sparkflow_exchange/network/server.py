@@ -149,6 +149,11 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.consumers.release_all()
         self.producers.connection_lost(self.client_id)
         self.service.on_connection_closed(self)
+        # both sides hold this connection's bound methods: cut those cycles, so a closed connection (and its
+        # decoder's staging area) is freed by reference counting at once, not by the service's rare cyclic
+        # collections (service/main.py raises their threshold)
+        self.consumers.send = self.producers.send = _closed_send
+        self.producers.defer = _closed_defer
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -278,6 +283,14 @@ class ServerConnection(asyncio.BufferedProtocol):
         except Exception as exc:  # noqa: BLE001 - the client must hear about it, the service goes on
             log.exception("rpc %s failed", msg.method)
             self.send(RpcResponse(msg.call_id, None, f"{msg.method} failed: {exc}", ErrorCode.INTERNAL))
+
+
+def _closed_send(msg: Message) -> None:
+    """What a closed connection's sides send to: nothing."""
+
+
+def _closed_defer(fn: Callable[[], None]) -> None:
+    """What a closed connection's sides defer: nothing."""
 
 
 def _pumped(act: Callable[[ServerConnection, Any], None]) -> Callable[[ServerConnection, Any], None]:
