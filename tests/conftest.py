@@ -1,7 +1,10 @@
 """Shared fixtures: one SparkSession per test session, real services on loopback."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -73,3 +76,32 @@ def tmp_service(tmp_path):
     yield start
     for svc in services:
         svc.stop()
+
+
+PLUGIN_BUILD = TESTS.parent / "jvm-stub" / "build.py"
+PLUGIN_JAR = TESTS.parent / "sparkflow_exchange" / "jars" / "sparkflow-exchange-plugin.jar"
+
+
+@pytest.fixture(scope="session")
+def jar() -> Path:
+    """The Spark plugin jar, built once per test session (skipped without javac)."""
+    if shutil.which("javac") is None:
+        pytest.skip("javac is not on PATH; the plugin jar cannot be built")
+    proc = subprocess.run([sys.executable, str(PLUGIN_BUILD)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert PLUGIN_JAR.is_file()
+    return PLUGIN_JAR
+
+
+def run_app_with_jar(tmp_path: Path, source: str, jar: Path) -> tuple[dict, subprocess.CompletedProcess]:
+    """Run ``source`` as a Spark application given the plugin jar (no spark-defaults.conf from the
+    environment, its own runtime directory); its last stdout line, parsed as JSON, and the process."""
+    app = tmp_path / "app.py"
+    app.write_text(source)
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "SPARK_CONF_DIR": str(conf_dir), "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(tmp_path / "runtime")}
+    proc = subprocess.run([sys.executable, str(app), str(jar)], capture_output=True, text=True, timeout=400, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc

@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_app_with_jar
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
-ROOT = Path(__file__).resolve().parent.parent
-BUILD = ROOT / "jvm-stub" / "build.py"
-JAR = ROOT / "sparkflow_exchange" / "jars" / "sparkflow-exchange-plugin.jar"
 WEIRD = 'a"b\\c\td\x01é'  # needs every kind of escaping on its way through the JSON env var
 
 RECORDER = r'''
@@ -73,16 +70,6 @@ while time.monotonic() < deadline:
     time.sleep(0.2)
 print(json.dumps(out))
 '''
-
-
-@pytest.fixture(scope="module")
-def jar() -> Path:
-    if shutil.which("javac") is None:
-        pytest.skip("javac is not on PATH; the plugin jar cannot be built")
-    proc = subprocess.run([sys.executable, str(BUILD)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert JAR.is_file()
-    return JAR
 
 
 def _run_app(tmp_path: Path, jar: Path, master: str, fail: str = "") -> tuple[dict, list[dict], str]:
@@ -176,15 +163,7 @@ spark.stop()
 
 
 def test_an_application_with_the_real_launcher_finds_its_coordinator_and_ends_without_a_warning(tmp_path, jar):
-    app = tmp_path / "app.py"
-    app.write_text(REAL_APP)
-    conf_dir = tmp_path / "spark-conf"
-    conf_dir.mkdir()
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-           "SPARK_CONF_DIR": str(conf_dir), "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(tmp_path / "runtime")}
-    proc = subprocess.run([sys.executable, str(app), str(jar)], capture_output=True, text=True, timeout=400, env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result, proc = run_app_with_jar(tmp_path, REAL_APP, jar)
     assert result == {"listed": ["via-plugin"], "dropped": {"dropped": "via-plugin", "partitions": 2},
                       "seen": ["plugin coordinator", "plugin service"], "embedded": False}, result
     # the launcher's detach answers with nested JSON (the files it swept); the plugin reads it quietly

@@ -3,20 +3,11 @@ through the driver's Prometheus servlet during a real application (local mode: t
 registers in the driver's metrics system). Builds the plugin jar; ~30-60 s."""
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from conftest import run_app_with_jar
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
-ROOT = Path(__file__).resolve().parent.parent
-BUILD = ROOT / "jvm-stub" / "build.py"
-JAR = ROOT / "sparkflow_exchange" / "jars" / "sparkflow-exchange-plugin.jar"
 
 APP = r'''
 import json, re, sys, urllib.request
@@ -46,25 +37,8 @@ spark.stop()
 '''
 
 
-@pytest.fixture(scope="module")
-def jar() -> Path:
-    if shutil.which("javac") is None:
-        pytest.skip("javac is not on PATH; the plugin jar cannot be built")
-    proc = subprocess.run([sys.executable, str(BUILD)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return JAR
-
-
 def test_the_drivers_prometheus_servlet_lists_the_exchange_metrics(tmp_path, jar):
-    app = tmp_path / "app.py"
-    app.write_text(APP)
-    conf_dir = tmp_path / "spark-conf"
-    conf_dir.mkdir()
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-           "SPARK_CONF_DIR": str(conf_dir), "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(tmp_path / "runtime")}
-    proc = subprocess.run([sys.executable, str(app), str(jar)], capture_output=True, text=True, timeout=400, env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result, proc = run_app_with_jar(tmp_path, APP, jar)
     ours = result["ours"]
     expected = {"numBytesOut", "numBuffersOut", "numBytesIn", "numBuffersIn", "backPressuredTimeMsPerSecond",
                 "spilledBytes", "outPoolUsage", "memoryUsedBytes", "memoryBudgetBytes", "exchangesHeld",
