@@ -148,6 +148,16 @@ def _replace(config, how: str) -> None:
         write(config, 9, 100, overwrite=True)
 
 
+def _replace_and_expect_the_read_to_fail(config, how: str, reader) -> None:
+    """Drop or overwrite the exchange under a running read: the read's next step fails at once, naming which."""
+    _replace(config, how)
+    start = time.monotonic()
+    with pytest.raises(ExchangeReadError, match=how):
+        for _ in reader:
+            pass
+    assert time.monotonic() - start < QUICK
+
+
 @pytest.mark.parametrize("how", ["dropped", "overwritten"])
 @pytest.mark.parametrize("where,producers", [("remote", 3), ("local", 3), ("local", 1)])
 def test_overwrite_or_drop_during_a_planned_read_fails_it_naming_which(tmp_service, where, producers, how):
@@ -159,12 +169,7 @@ def test_overwrite_or_drop_during_a_planned_read_fails_it_naming_which(tmp_servi
     desc = ex.describe_exchange(config)
     reader = ex.read_subpartition(config, desc, 0)
     next(reader)
-    _replace(config, how)
-    start = time.monotonic()
-    with pytest.raises(ExchangeReadError, match=how):
-        for _ in reader:
-            pass
-    assert time.monotonic() - start < QUICK
+    _replace_and_expect_the_read_to_fail(config, how, reader)
     # a task of the same plan that starts afterwards is told too
     with pytest.raises(ExchangeReadError, match=how):
         list(ex.read_subpartition(config, desc, 1))
@@ -180,12 +185,7 @@ def test_overwrite_or_drop_during_a_pipelined_read_fails_it_naming_which(tmp_ser
     task = ex.ProducerTask(handle, 0, "a")
     task.write([rows_of(0, 20_000)])
     next(reader)
-    _replace(config, how)
-    start = time.monotonic()
-    with pytest.raises(ExchangeReadError, match=how):
-        for _ in reader:
-            pass
-    assert time.monotonic() - start < QUICK
+    _replace_and_expect_the_read_to_fail(config, how, reader)
 
 
 @pytest.mark.parametrize("how", ["dropped", "overwritten"])
