@@ -110,6 +110,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "maxUnauthenticatedPerPeer": ("max_unauthenticated_per_peer", int, "connections that have not proved the secret yet from one address (TCP) or uid (Unix socket), at once; full, it makes room among that peer's own as maxUnauthenticatedConnections does"),
     "helloTimeout": ("hello_timeout", parse_duration, "a connection that has not proved the secret this long after connecting is closed"),
     "bindHost": ("bind_host", str, "address a service listens on"),
+    "advertisedHost": ("advertised_host", str, "address or name other hosts reach a service at (default: its bindHost; bound to every interface: SPARK_LOCAL_IP, spark.driver.host on the driver, else the address of the interface that routes to the coordinator, else a non-loopback interface's)"),
     "port": ("port", int, "TCP port of a service (0 = ephemeral)"),
     "hostId": ("host_id", str, "identity of this host; local vs remote channels follow it"),
     "serviceScope": ("service_scope", lambda v: str(v).lower(), "host | executor"),
@@ -146,8 +147,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
                "buffersPerPartition", "sharedMemory", "producerTimeout", "pipelined.noConsumerTimeout",
                "readerTimeout", "advisoryPartitionSize", "splitSkewedSubpartitions", "skewedPartitionFactor",
                "skewedPartitionThreshold", "freezeWorkerHeap"),
-    "service": ("coordinator", "service", "memory.budget", "maxOpenSpillFiles", "maxConnections", "bindHost", "port",
-                "hostId", "serviceScope", "spillDir", "maxDiskBytes", "embedded.idleTimeout", "maxFrameSize",
+    "service": ("coordinator", "service", "memory.budget", "maxOpenSpillFiles", "maxConnections", "bindHost",
+                "advertisedHost", "port", "hostId", "serviceScope", "spillDir", "maxDiskBytes", "embedded.idleTimeout", "maxFrameSize",
                 "metricsPort", "metricsHost"),
     "security": ("secret", "secretFile", "credentialsFile", "tls.certFile", "tls.keyFile", "tls.caFile", "tls.checkHostname",
                  "maxUnauthenticatedConnections", "maxUnauthenticatedPerPeer", "helloTimeout"),
@@ -201,6 +202,7 @@ class ExchangeConfig:
     max_unauthenticated_per_peer: int = 64
     hello_timeout: float = 5.0
     bind_host: str = "127.0.0.1"
+    advertised_host: str | None = None
     port: int = 0
     host_id: str | None = None
     service_scope: str = "host"

@@ -12,7 +12,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import tempfile
 import time
 import uuid
@@ -24,6 +23,7 @@ from ..kinds import PARTITION_TYPES
 from ..network import auth
 from ..exhaustion import nofile_limit
 from ..network.admission import Admission
+from ..network.advertised import WILDCARDS, Advertised, advertised_host
 from ..network.listener import Listener, tcp_sockets, unix_socket
 from ..network.protocol import FRAME_POOL, RegisterPartition
 from ..errors import ErrorCode, ServiceError
@@ -45,10 +45,12 @@ JOIN_GRACE = 1.0  # s after a writer is lost before its partition is released if
 class ExchangeService:
     def __init__(self, config: ExchangeConfig, *, coordinator: bool = True, unix_path: str | None = None,
                  secret: str | None = None, attach_mode: bool = False, hold_exchanges: bool = False,
-                 retire: Callable[[], bool] | None = None, serve_metrics: bool = False) -> None:
+                 retire: Callable[[], bool] | None = None, serve_metrics: bool = False,
+                 driver_host: str | None = None) -> None:
         """``attach_mode``: exit once no attached application lives (for ``embedded.idleTimeout``);
         ``hold_exchanges``: not while it still holds an exchange or partition; ``retire``: asked before
         such an exit, may refuse it (the launcher's lock: a client is joining at that moment);
+        ``driver_host``: Spark's ``spark.driver.host`` when it runs with the driver (an address to advertise);
         ``serve_metrics``: serve Prometheus metrics even with ``metricsPort`` 0, on an ephemeral port (the
         Spark plugin's gauges read them)."""
         self.serve_metrics = serve_metrics
@@ -91,6 +93,8 @@ class ExchangeService:
         self.apps: dict[str, int] = {}  # application id -> pid of its JVM
         self.listeners: list[Listener] = []
         self.tcp_address: tuple[str, int] | None = None
+        self.driver_host = driver_host
+        self.advertised: Advertised | None = None  # the address others reach the TCP listener at
         self.started = time.monotonic()
         self.last_app_seen = time.monotonic()
         self.stopping: asyncio.Event | None = None
@@ -112,6 +116,10 @@ class ExchangeService:
                                            handshake_timeout=self.config.hello_timeout if ssl_ctx else None,
                                            max_handshakes=self.fds.strangers, idle_after=self.admission.idle_after))
         self.tcp_address = self.listeners[0].getsockname()[:2]
+        bound = self.config.bind_host if self.config.bind_host in WILDCARDS else self.tcp_address[0]
+        self.advertised = advertised_host(bound, family=self.listeners[0].sock.family, setting=self.config.advertised_host,
+                                          coordinator=self.config.coordinator, driver_host=self.driver_host)
+        log.info("advertising %s (%s)", self.advertised.with_port(self.tcp_address[1]), self.advertised.source.value)
         if self.unix_path is None:
             self.unix_path = str(self.spill_dir / "service.sock")
         self.listeners.append(Listener(unix_socket(self.unix_path), lambda: ServerConnection(self, "unix")))
@@ -123,11 +131,9 @@ class ExchangeService:
         asyncio.ensure_future(self._housekeeping())
 
     def addresses(self) -> dict[str, Any]:
-        host, port = self.tcp_address or ("", 0)
-        if host in ("0.0.0.0", "::", ""):
-            host = _advertised_host()
+        port = self.tcp_address[1] if self.tcp_address else 0
         return {
-            "tcp": f"{host}:{port}",
+            "tcp": self.advertised.with_port(port) if self.advertised else f":{port}",
             "unix": f"unix:{self.unix_path}",
             "host_id": self.host_id,
             "service_id": self.service_id,
@@ -456,10 +462,3 @@ def _make_private_dirs(path: Path) -> list[Path]:
         made.append(p)
     return made
 
-
-def _advertised_host() -> str:
-    """The address other hosts reach a service bound to every interface at."""
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return socket.gethostname()

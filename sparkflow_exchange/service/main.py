@@ -23,6 +23,10 @@ from .ledger import ExchangeLedger
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1, or bindHost)")
     parser.add_argument("--port", type=int, help="TCP port (default: ephemeral)")
+    parser.add_argument("--advertised-host", help="address or name other hosts reach this service at (default: "
+                        "--host, or when it listens on every interface: SPARK_LOCAL_IP, else the address of "
+                        "the interface that routes to the coordinator, else a non-loopback interface's)")
+    parser.add_argument("--driver-host", help=argparse.SUPPRESS)  # spark.driver.host, from the plugin's driver launcher
     parser.add_argument("--unix", help="Unix socket path (default: inside the spill directory)")
     parser.add_argument("--no-coordinator", action="store_true", help="serve partitions only; the coordinator runs elsewhere")
     parser.add_argument("--secret-file", help="file with the shared secret (default: a fresh one, written beside the spill files)")
@@ -46,7 +50,7 @@ def config_from_args(args: argparse.Namespace) -> ExchangeConfig:
         if not sep:
             raise SystemExit(f"--conf needs KEY=VALUE, got {item!r}")
         overrides[key.removeprefix("spark.sparkflow.exchange.")] = value
-    for flag, key in (("host", "bindHost"), ("port", "port"), ("spill_dir", "spillDir"), ("host_id", "hostId"),
+    for flag, key in (("host", "bindHost"), ("advertised_host", "advertisedHost"), ("port", "port"), ("spill_dir", "spillDir"), ("host_id", "hostId"),
                       ("secret_file", "secretFile"), ("metrics_port", "metricsPort")):
         value = getattr(args, flag)
         if value is not None:
@@ -63,7 +67,8 @@ async def run(args: argparse.Namespace) -> None:
     retiring = Retirement(Path(args.state_file)) if args.state_file else None
     service = ExchangeService(config, coordinator=not args.no_coordinator, unix_path=args.unix, secret=secret or None,
                               attach_mode=args.embedded, hold_exchanges=args.hold_exchanges,
-                              retire=retiring.begin if retiring is not None else None, serve_metrics=args.metrics)
+                              retire=retiring.begin if retiring is not None else None, serve_metrics=args.metrics,
+                              driver_host=args.driver_host)
     await service.start()
     ledger = None
     if args.state_file and service.coordinator is not None:  # before the state file: readers come after it

@@ -24,8 +24,9 @@ import argparse
 import hashlib
 import json
 import socket
+from pathlib import Path
 
-from ..config import ExchangeConfig
+from ..config import ExchangeConfig, read_spark_defaults
 from ..network import auth
 from .discovery import jvm_file, runtime_dir
 from .launcher import ensure_service, sweep_orphan_spill_dirs, write_state
@@ -36,13 +37,30 @@ def _driver(args: argparse.Namespace) -> dict:
     secret = config.resolved_secret() or auth.new_secret()
     config = config.replace(secret=secret, idle_timeout=min(config.idle_timeout, 5.0))
     state = runtime_dir() / f"coordinator-{args.jvm_pid}.json"
-    host = config.bind_host
-    info = ensure_service(state, config, ["--host", host, "--metrics"], attach_pid=args.jvm_pid)
+    extra = ["--host", config.bind_host, "--metrics"]
+    driver_host = spark_driver_host(args.jvm_pid)
+    if driver_host:
+        extra += ["--driver-host", driver_host]
+    info = ensure_service(state, config, extra, attach_pid=args.jvm_pid)
     result = {"coordinator": info["tcp"], "secret": secret, "host_id": info["host_id"], "pid": info["pid"],
               "metrics": _metrics_url(config, info)}
     write_state(jvm_file(args.jvm_pid), {**info, "pid": args.jvm_pid, "service_pid": info["pid"],
                                           "coordinator_address": info["tcp"], "secret": secret})
     return result
+
+
+def spark_driver_host(jvm_pid: int) -> str | None:
+    """``spark.driver.host`` as the driver JVM was given it (``--conf`` on its command line, else
+    spark-defaults.conf): Spark's own notion of the driver host's address; None when not set."""
+    try:
+        argv = Path(f"/proc/{jvm_pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        argv = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key.removeprefix("-D") == "spark.driver.host" and value.strip():
+            return value.strip()
+    return read_spark_defaults().get("spark.driver.host") or None
 
 
 def _executor(args: argparse.Namespace) -> dict:
