@@ -41,6 +41,7 @@ KINDS = (
     "mixed_epochs",               # rows of a write of another epoch (or exchange) than the read's plan
     "not_a_committed_state",      # whole writes, but no instant had exactly that set committed
     "read_outlived_its_epoch",    # a read returned normally although its exchange was dropped/overwritten meanwhile
+    "read_failed_without_cause",  # a read failed although nothing had dropped or overwritten its exchange
     "wait_past_bound",            # a client waited longer than its documented bound (watchdog)
     "late_failure_after_replace",  # a writer learned its exchange was dropped/overwritten late
     "replace_error_unclear",      # ... or by an error that does not name the drop or overwrite
@@ -133,6 +134,7 @@ class History:
         self.t0 = next((r["t"] for r in self.records if r["ev"] == "run"), self.records[0]["t"] if self.records else 0.0)
         self.writes: dict[int, Write] = {}
         self.drops: list[dict] = []
+        self.drop_begins: list[dict] = []  # every drop sent, answered or not (its sender may have been killed)
         self.reads: list[dict] = []
         self.read_begins: dict[tuple[str, int], dict] = {}
         self.stalls: list[dict] = []
@@ -168,6 +170,7 @@ class History:
                     w.failures.append(r)
             elif ev == "drop_begin":
                 drop_begins[(r["proc"], r["op"])] = r
+                self.drop_begins.append(r)
             elif ev == "drop_end":
                 begin = drop_begins.get((r["proc"], r["op"]), r)
                 self.drops.append({**r, "t_begin": begin["t"]})
@@ -236,6 +239,8 @@ class Verdict:
         for read in self.h.reads:
             if read.get("ok"):
                 self.check_read(read)
+            elif read.get("stage") == "read":
+                self.check_failed_read(read)
         self.check_waits()
         self.check_error_classes()
         self.check_writers_learn_replacement()
@@ -289,6 +294,27 @@ class Verdict:
         if not broken:
             self.check_state(r, included)
         self.check_outlived(r)
+
+    def check_failed_read(self, r: dict) -> None:
+        """A read fails only for a cause: a drop or overwrite of its name sent before it failed, or a full service.
+
+        Without this, a service failing every read would pass: every other check looks at reads that returned.
+        """
+        if r.get("error_class", "").endswith("ServiceUnavailable"):
+            return  # refused for room: a documented way to degrade, counted in the stats
+        name, epoch, failed_at = r["name"], r.get("epoch"), r["t"]
+        replacing = [w for w in self.h.writes.values()
+                     if w.name == name and w.t_begin < failed_at and w.mode == "overwrite"
+                     and (w.epoch is None or epoch is None or w.epoch > epoch)]
+        later_epoch = [w for w in self.h.writes.values()
+                       if w.name == name and w.epoch is not None and epoch is not None and w.epoch > epoch
+                       and w.t_begin < failed_at]
+        drops = [d for d in self.h.drop_begins if d["name"] == name and d["t"] < failed_at]
+        if replacing or later_epoch or drops:
+            return
+        self.violation("read_failed_without_cause",
+                       f"{self.describe_read(r)}: failed {self.h.rel(failed_at)} with {r.get('error_class')}: "
+                       f"{r.get('error', '')[:200]}; no drop or overwrite of {name!r} had been sent by then")
 
     def check_outlived(self, r: dict) -> None:
         """A drop or overwrite during a read fails the read (the read's subpartitions still running then)."""

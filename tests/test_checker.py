@@ -185,8 +185,27 @@ def test_a_read_that_returns_long_after_its_exchange_was_dropped_is_named(tmp_pa
     assert "dropped by writer009.0000 op 99" in v.examples["read_outlived_its_epoch"][0]
 
 
+def test_a_read_that_fails_with_nothing_dropped_or_overwritten_is_named(tmp_path):
+    s = Story(tmp_path)
+    s.write(0, "n0", 1, [3000], (1, 1.1, 2, 2.1))
+    s.write(1, "n0", 2, [10], (6, 6.5, 6.6, 6.7))  # an overwrite sent at 6
+    plan = {"ok": False, "stage": "read", "epoch": 1, "mode": "sealed", "t_begin": 3.0, "t_desc": 3.1,
+            "ptype": "HYBRID", "desc_committed": None, "documented": True,
+            "error_class": "sparkflow_exchange.ExchangeReadError", "error": "exchange 'n0' was overwritten"}
+    s.add("reader000.0000", "read_end", 5.0, op=1, name="n0", **plan)  # failed before the overwrite was sent
+    s.add("reader001.0000", "read_end", 7.0, op=1, name="n0", **plan)  # after: explained
+    s.add("reader002.0000", "read_end", 4.0, op=1, name="n0",
+          **{**plan, "error_class": "sparkflow_exchange.ServiceUnavailable", "error": "no room"})  # refused: allowed
+    v = s.verdict()
+    assert v.counts == {"read_failed_without_cause": 1}
+    assert "reader000.0000" in v.examples["read_failed_without_cause"][0]
+    s.add("dropper", "drop_begin", 4.5, op=3, name="n0")  # a drop sent before it (its answer never logged)
+    assert s.verdict().counts == {}
+
+
 def test_errors_of_classes_the_package_does_not_export_are_counted_by_class(tmp_path):
     s = Story(tmp_path)
+    s.add("dropper", "drop_begin", 0.5, op=1, name="n0")  # the reads failed for a cause, with the wrong class
     for op in range(3):
         s.add("reader000.0000", "read_end", 1.0 + op, op=op, name="n0", ok=False, stage="read",
               error_class="sparkflow_exchange.network.blocking_client.ServiceError", error="exchange 'n0' does not exist",
