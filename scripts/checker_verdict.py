@@ -302,6 +302,8 @@ class Verdict:
         """
         if r.get("error_class", "").endswith("ServiceUnavailable"):
             return  # refused for room: a documented way to degrade, counted in the stats
+        if r.get("ptype") == "PIPELINED_BOUNDED" and "already consumed" in r.get("error", ""):
+            return  # a PIPELINED_BOUNDED subpartition is read once: a second reader is told so
         name, epoch, failed_at = r["name"], r.get("epoch"), r["t"]
         replacing = [w for w in self.h.writes.values()
                      if w.name == name and w.t_begin < failed_at and w.mode == "overwrite"
