@@ -1,8 +1,9 @@
 """``sparkflow-exchange serve | status | list | drop``: the operator's command line.
 
-``status``, ``list`` and ``drop`` ask the service at ``--address``, else every service of this user
-on this host (the embedded one, those started by ``serve``, the Spark plugin's: see
-``service.discovery``); they never start a service to answer.
+``status``, ``list`` and ``drop`` ask the service at ``--address``, else the coordinator configured in
+spark-defaults.conf (``spark.sparkflow.exchange.coordinator``: ``status`` shows its registry of every
+host's services) and every service of this user on this host (the embedded one, those started by
+``serve``, the Spark plugin's: see ``service.discovery``); they never start a service to answer.
 """
 from __future__ import annotations
 
@@ -53,16 +54,20 @@ def _hint(message: str) -> str:
 
 def _targets(args: argparse.Namespace) -> list[tuple[str, Any, ExchangeConfig]]:
     """(label, endpoints, config) of the services to ask: --address, else every one running here."""
-    from .service.discovery import Endpoints, no_service_message, running_services
+    from .service.discovery import Endpoints, coordinators, no_service_message, running_services
 
     config = _config(args)
     if args.address:
         ep = Endpoints(args.address, args.address, config.resolved_secret(), config.resolved_host_id())
         return [(args.address, ep, config)]
     found = running_services()
-    if not found:
+    targets = [(f.kind.value, f.endpoints(config.resolved_secret()), config) for f in found]
+    if config.coordinator and not any(f.info.get("tcp") == config.coordinator for f in found):
+        # the cluster's coordinator (spark-defaults.conf): its registry shows every host's services
+        targets.append(("configured coordinator", coordinators(config)[0], config))
+    if not targets:
         raise CliError(no_service_message("nothing to show", ELSEWHERE + ", or start one with `sparkflow-exchange serve`"))
-    return [(f.kind.value, f.endpoints(config.resolved_secret()), config) for f in found]
+    return targets
 
 
 def _ask(ep: Any, config: ExchangeConfig, method: str, **kwargs: Any) -> Any:
@@ -104,6 +109,9 @@ def _print_status(status: dict) -> None:
     if disk:
         print(f"disk    {disk['used'] / MiB:.1f} of {disk['limit'] / MiB:.1f} MiB of spill files (maxDiskBytes) "
               f"in {disk['spill_dir']}")
+    if svc.get("reports_to"):
+        print(f"holds partitions for the coordinator at {svc['reports_to']}")
+    _print_services(status.get("services") or [])
     traffic = status.get("exchange_traffic", {})
     print(f"\nexchanges ({len(status['exchanges'])})")
     for e in status["exchanges"]:
@@ -132,6 +140,20 @@ def _print_status(status: dict) -> None:
     for c in status["channels"]:
         print(f"  {c['partition']}[{c['subpartition']}] -> {c['client']:<22} {c['locality']:<6} credit={c['credit']} "
               f"backlog={c['backlog']} sent={_size(c['bytes_sent'])}")
+
+
+def _print_services(services: list[dict]) -> None:
+    """A coordinator's registry: the services holding partitions for it, by host."""
+    if not services:
+        return
+    hosts = sorted({s["host_id"] for s in services})
+    print(f"\nservices by host ({len(services)} on {len(hosts)} hosts, as the coordinator knows them)")
+    for host in hosts:
+        print(f"  {host}")
+        for s in (s for s in services if s["host_id"] == host):
+            lost = f"  {s['lost_reason']}" if s["state"] == "lost" else ""
+            print(f"    {s['service_id']:<13} {s['tcp']:<24} {s['state']:<6} pid {s['pid']:<8} "
+                  f"last heard {s['seen_ago']:.1f} s ago{lost}")
 
 
 def _list(args: argparse.Namespace) -> int:

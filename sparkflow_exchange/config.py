@@ -97,7 +97,11 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "producerTimeout": ("producer_timeout", parse_duration, "how long a read waits without any producer"),
     "pipelined.noConsumerTimeout": ("no_consumer_timeout", parse_duration, "PIPELINED_BOUNDED writer blocked with no consumer fails after this"),
     "coordinator": ("coordinator", str, "host:port or unix:/path of the coordinator (default: the embedded service)"),
-    "service": ("service", str, "host:port or unix:/path of this host's exchange service (default: the coordinator's)"),
+    "service": ("service", str, "host:port or unix:/path of this host's exchange service, where writers put their partitions (default: the coordinator's; with the Spark plugin and a coordinator of the operator's, the service `serve --no-coordinator` runs on the executor's host, found in the runtime directory; give it when that service runs as another user, e.g. unix:/run/sparkflow-exchange/service.sock, the same on every host)"),
+    "coordinator.retryTimeout": ("coordinator_retry_timeout", parse_duration, "clients (readers, writers, list and drop, the plugin) of a configured coordinator that does not answer (it restarts) try again for this long, then fail naming it"),
+    "heartbeatInterval": ("heartbeat_interval", parse_duration, "a service that holds partitions for a coordinator elsewhere registers with it and sends a heartbeat this often (and registers again after a coordinator restart)"),
+    "heartbeatTimeout": ("heartbeat_timeout", parse_duration, "coordinator: a service silent this long is lost, and so is every exchange with a committed partition there (reads fail with ExchangeLost naming its host)"),
+    "stateDir": ("state_dir", str, "coordinator: directory (0700) where it keeps its exchanges, producers, the services holding their partitions and its seals (fsync'd), and takes them up again when it restarts (default: none, kept in memory only)"),
     "secret": ("secret", str, "shared secret for the HMAC handshake (embedded: generated)"),
     "secretFile": ("secret_file", str, "file holding the shared secret"),
     "credentialsFile": ("credentials_file", str, "service: application credentials it accepts besides its secret (the operator's), one 'name secret' per line; an exchange belongs to the credential that declared it, and only that one or the operator may write, drop or release it"),
@@ -147,8 +151,9 @@ GROUPS: dict[str, tuple[str, ...]] = {
                "buffersPerPartition", "sharedMemory", "producerTimeout", "pipelined.noConsumerTimeout",
                "readerTimeout", "advisoryPartitionSize", "splitSkewedSubpartitions", "skewedPartitionFactor",
                "skewedPartitionThreshold", "freezeWorkerHeap"),
-    "service": ("coordinator", "service", "memory.budget", "maxOpenSpillFiles", "maxConnections", "bindHost",
-                "advertisedHost", "port", "hostId", "serviceScope", "spillDir", "maxDiskBytes", "embedded.idleTimeout", "maxFrameSize",
+    "service": ("coordinator", "service", "coordinator.retryTimeout", "heartbeatInterval", "heartbeatTimeout",
+                "stateDir", "memory.budget", "maxOpenSpillFiles", "maxConnections", "bindHost", "advertisedHost",
+                "port", "hostId", "serviceScope", "spillDir", "maxDiskBytes", "embedded.idleTimeout", "maxFrameSize",
                 "metricsPort", "metricsHost"),
     "security": ("secret", "secretFile", "credentialsFile", "tls.certFile", "tls.keyFile", "tls.caFile", "tls.checkHostname",
                  "maxUnauthenticatedConnections", "maxUnauthenticatedPerPeer", "helloTimeout"),
@@ -190,6 +195,10 @@ class ExchangeConfig:
     no_consumer_timeout: float = 300.0
     coordinator: str | None = None
     service: str | None = None
+    coordinator_retry_timeout: float = 60.0
+    heartbeat_interval: float = 2.0
+    heartbeat_timeout: float = 10.0
+    state_dir: str | None = None
     secret: str | None = None
     secret_file: str | None = None
     credentials_file: str | None = None
@@ -247,6 +256,11 @@ class ExchangeConfig:
         for name in ("max_epochs_per_trigger", "max_rows_per_trigger", "max_bytes_per_trigger"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not self.heartbeat_interval > 0 or not self.heartbeat_timeout > self.heartbeat_interval:
+            raise ConfigError(f"heartbeatTimeout ({self.heartbeat_timeout:g} s) must be longer than heartbeatInterval "
+                              f"({self.heartbeat_interval:g} s), which must be above 0")
+        if self.coordinator_retry_timeout < 0:
+            raise ConfigError(f"coordinator.retryTimeout must be 0 (no retry) or more, got {self.coordinator_retry_timeout}")
         if not self.hello_timeout > 0:
             raise ConfigError(f"helloTimeout must be above 0, got {self.hello_timeout}")
         if self.stream_poll_wait < 0:

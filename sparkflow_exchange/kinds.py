@@ -48,6 +48,13 @@ class ExchangeState(enum.StrEnum):
     STREAMING = "streaming"  # a stream's description
 
 
+class ServiceState(enum.StrEnum):
+    """An exchange service, as the coordinator's registry knows it."""
+
+    ALIVE = "alive"  # registered, its heartbeats arrive
+    LOST = "lost"  # silent for heartbeatTimeout, or replaced by a new process at its address
+
+
 class ChannelState(enum.StrEnum):
     """One input channel of a reading task."""
 

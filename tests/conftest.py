@@ -93,13 +93,15 @@ def jar() -> Path:
     return PLUGIN_JAR
 
 
-def run_app_with_jar(tmp_path: Path, source: str, jar: Path) -> tuple[dict, subprocess.CompletedProcess]:
-    """Run ``source`` as a Spark application given the plugin jar (no spark-defaults.conf from the
-    environment, its own runtime directory); its last stdout line, parsed as JSON, and the process."""
+def run_app_with_jar(tmp_path: Path, source: str, jar: Path, defaults: str = "") -> tuple[dict, subprocess.CompletedProcess]:
+    """Run ``source`` as a Spark application given the plugin jar (``defaults``: its spark-defaults.conf,
+    none from the environment; its own runtime directory, ``tmp_path/runtime``); its last stdout line,
+    parsed as JSON, and the process."""
     app = tmp_path / "app.py"
     app.write_text(source)
     conf_dir = tmp_path / "spark-conf"
     conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text(defaults)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "SPARK_CONF_DIR": str(conf_dir), "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(tmp_path / "runtime")}
     proc = subprocess.run([sys.executable, str(app), str(jar)], capture_output=True, text=True, timeout=400, env=env)

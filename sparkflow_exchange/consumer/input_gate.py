@@ -172,7 +172,7 @@ class InputGate:
                 self._fail(f"lost the coordinator of exchange {self.name!r}: {body.get('reason')}")
             return
         if state == ExchangeState.DROPPED:
-            self._fail(self._gone_message("dropped"))
+            self._fail(body.get("reason") or self._gone_message("dropped"))  # a reason: lost with its service
             return
         if body.get("epoch") != self.epoch:
             self._fail(self._gone_message("overwritten"))

@@ -111,6 +111,11 @@ RPCS: dict[str, dict[str, Arg]] = {
     "attach_app": {"app": TEXT, "pid": Arg(int, low=1, high=PID_MAX)},
     "report_file_reads": {"bytes": COUNT, "partitions": _opt(Arg(dict, items=int), True)},
     "report_backpressure": {"partition": TEXT, "seconds": SECONDS},
+    # the coordinator: the services that hold partitions for it (service/registry.py)
+    "register_service": {"service_id": TEXT, "host_id": TEXT, "tcp": TEXT, "unix": TEXT,
+                         "pid": Arg(int, low=1, high=PID_MAX)},
+    "service_heartbeat": {"service_id": TEXT},
+    "list_services": {},
     # the coordinator: batch exchanges
     "subscribe": {"name": TEXT, "topic": TEXT, "seal": _opt(COUNT, True)},
     "unsubscribe": {"topic": TEXT},

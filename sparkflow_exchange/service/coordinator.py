@@ -19,7 +19,9 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import ErrorCode, ServiceError
-from ..kinds import ExchangeState, PartitionState
+from ..kinds import ExchangeState, PartitionState, ServiceState
+from .journal import Journal
+from .registry import ServiceRecord, ServiceRegistry
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +104,40 @@ class Exchange:
             return self.committed[:self.seal_ends[seal]]
         return None
 
+    def record(self) -> dict[str, Any]:
+        """Everything a restarted coordinator needs to serve it again (service/journal.py)."""
+        def listed(a: np.ndarray | None) -> list[int] | None:
+            return None if a is None else a.tolist()
+
+        return {
+            "name": self.name, "epoch": self.epoch, "schema": self.schema, "num_subpartitions": self.num_subpartitions,
+            "partitioner": self.partitioner, "partition_type": self.partition_type, "state": self.state,
+            "producers": [p.to_dict() for p in self.producers.values()], "committed": list(self.committed),
+            "open_writes": sorted(self.open_writes), "commits": self.commits, "abort_reason": self.abort_reason,
+            "coalesce": self.coalesce, "sizes": {k: v.tolist() for k, v in self.sizes.items()},
+            "row_counts": {k: v.tolist() for k, v in self.row_counts.items()},
+            "committed_bytes": listed(self.committed_bytes), "committed_sub_rows": listed(self.committed_sub_rows),
+            "sizes_complete": self.sizes_complete, "committed_rows": self.committed_rows, "owner": self.owner,
+            "seal_ends": list(self.seal_ends),
+        }
+
+    @classmethod
+    def from_record(cls, r: dict[str, Any]) -> "Exchange":
+        def array(v: list[int] | None) -> np.ndarray | None:
+            return None if v is None else np.asarray(v, dtype=np.int64)
+
+        ex = cls(r["name"], int(r["epoch"]), r["schema"], r["num_subpartitions"], r["partitioner"],
+                 r["partition_type"], ExchangeState(r["state"]), commits=int(r["commits"]),
+                 committed=list(r["committed"]), open_writes=set(r["open_writes"]), abort_reason=r["abort_reason"],
+                 coalesce=bool(r["coalesce"]), sizes={k: array(v) for k, v in r["sizes"].items()},
+                 row_counts={k: array(v) for k, v in r["row_counts"].items()},
+                 committed_bytes=array(r["committed_bytes"]), committed_sub_rows=array(r["committed_sub_rows"]),
+                 sizes_complete=bool(r["sizes_complete"]), committed_rows=r["committed_rows"], owner=r["owner"],
+                 seal_ends=list(r["seal_ends"]))
+        for p in r["producers"]:
+            ex.set_producer(ProducerInfo(**{**p, "state": PartitionState(p["state"])}))
+        return ex
+
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -150,8 +186,10 @@ RELEASED = ErrorCode.RELEASED  # one write or attempt went (lost the commit, abo
 
 
 class Coordinator:
-    def __init__(self, release: Release, ttl: float = 3600.0) -> None:
+    def __init__(self, release: Release, ttl: float = 3600.0, heartbeat_timeout: float = 10.0) -> None:
         self.exchanges: dict[str, Exchange] = {}
+        self.services = ServiceRegistry(heartbeat_timeout)  # the services that hold partitions for us
+        self.journal: Journal | None = None  # the state directory, when it has one (restore())
         self.release = release  # called with (location, partition id) of partitions to free, and why
         self.ttl = ttl
         self._epochs = itertools.count(1)
@@ -164,10 +202,17 @@ class Coordinator:
         self.is_stream: Callable[[str], bool] = lambda name: False  # set by the stream registry
 
     def _names_changed(self) -> None:
+        if self.journal is not None:
+            self.journal.save_lost(self.lost)
         if self.on_names_changed is not None:
             self.on_names_changed(sorted(self.exchanges), dict(self.lost))
 
     # ------------------------------------------------------------ helpers
+    def _persist(self, ex: Exchange) -> None:
+        """Write the exchange to the state directory (a state reads may see: declared, sealed, aborted)."""
+        if self.journal is not None and not ex.stream and self.exchanges.get(ex.name) is ex:
+            self.journal.save_exchange(ex.name, ex.record())
+
     def _get(self, name: str, epoch: int | None = None) -> Exchange:
         ex = self.exchanges.get(name)
         if ex is None and epoch is not None:  # a write or read of it is running: it was there
@@ -187,7 +232,7 @@ class Coordinator:
         subscribers = self._subscribers.get(name)
         if subscribers:
             body = {**ex.header(), "producers": list(changed), **extra} if ex is not None \
-                else {"name": name, "state": ExchangeState.DROPPED}
+                else {"name": name, "state": ExchangeState.DROPPED, **extra}
             for callback in list(subscribers):
                 callback(body)
         async with self._changed:
@@ -242,6 +287,7 @@ class Coordinator:
         write_id = f"w{next(self._writes)}"
         ex.open_writes.add(write_id)
         ex.state = ExchangeState.OPEN
+        self._persist(ex)
         await self._notify(ex, name)
         return {**ex.describe(), "write_id": write_id}
 
@@ -356,6 +402,7 @@ class Coordinator:
         ex.commits += 1
         ex.state = ExchangeState.COMMITTED if not ex.open_writes else ExchangeState.OPEN
         ex.note_seal()
+        self._persist(ex)
         await self._notify(ex, name, committed=list(ex.committed), removed=[p.partition for p in losers])
         return ex.describe()
 
@@ -418,6 +465,7 @@ class Coordinator:
         elif not ex.open_writes:
             ex.state = ExchangeState.COMMITTED  # an aborted append leaves what was committed before
             ex.note_seal()
+        self._persist(ex)
         await self._notify(ex, name, removed=[p.partition for p in of_write])
         return {"ok": True}
 
@@ -431,10 +479,112 @@ class Coordinator:
                 self._names_changed()
                 return {"dropped": name, "partitions": 0}
             raise ServiceError(f"exchange {name!r} does not exist", ErrorCode.NO_EXCHANGE)
+        if self.journal is not None:
+            self.journal.remove_exchange(name)
         self._names_changed()
         self._release_producers(list(ex.producers.values()), reason, REPLACED)
         await self._notify(None, name)
         return {"dropped": name, "partitions": len(ex.producers)}
+
+    # ------------------------------------------------------------ services (registry.py)
+    async def register_service(self, service_id: str, host_id: str, tcp: str, unix: str, pid: int) -> dict:
+        """A service that holds partitions for this coordinator says it is there (at start, and again
+        whenever it lost us: a coordinator restart, a broken connection, being declared lost)."""
+        known = service_id in self.services.services
+        replaced = self.services.register(service_id, host_id, tcp, unix, pid)
+        if not known or replaced:
+            log.info("exchange service %s on host %s (%s) registered", service_id, host_id, tcp)
+        self._save_services()
+        if replaced:
+            await self.services_lost(replaced)
+        return {"ok": True, "heartbeat_timeout": self.services.timeout}
+
+    async def service_heartbeat(self, service_id: str) -> dict:
+        """``known`` false: the service must register (again)."""
+        return {"known": self.services.heartbeat(service_id)}
+
+    async def list_services(self) -> list[dict]:
+        return self.services.describe()
+
+    async def check_services(self) -> None:
+        """Declare lost the services whose heartbeats stopped, and their exchanges with them."""
+        lost = self.services.expire()
+        if lost:
+            self._save_services()
+            await self.services_lost(lost)
+        self.services.forget_lost(max(self.ttl, 3600.0))
+
+    def _save_services(self) -> None:
+        if self.journal is not None:
+            self.journal.save_services(self.services.snapshot())
+
+    async def services_lost(self, records: list[ServiceRecord]) -> None:
+        """An exchange with a committed partition on a lost service is lost (its data is incomplete for good);
+        a running producer there failed (its task is retried elsewhere, or its write aborts)."""
+        by_id = {r.service_id: r for r in records}
+        for record in records:
+            log.warning("%s is lost: %s", record.where(), record.lost_reason)
+        for name, ex in list(self.exchanges.items()):
+            held = [p for p in ex.producers.values() if p.location.get("service_id") in by_id]
+            committed = set(ex.committed)
+            gone = [p for p in held if p.partition in committed]
+            if gone and not ex.stream:
+                record = by_id[gone[0].location["service_id"]]
+                await self._lose(name, f"exchange {name!r} was lost: {len(gone)} of its committed partitions were held "
+                                       f"by {record.where()}, which was lost ({record.lost_reason}); the exchange's "
+                                       "data went with it. Write the exchange again")
+                continue
+            for p in held:
+                if p.state != PartitionState.FAILED:
+                    record = by_id[p.location["service_id"]]
+                    await self.producer_failed(name, ex.epoch, p.partition,
+                                               f"{record.where()} was lost: {record.lost_reason}")
+
+    async def _lose(self, name: str, message: str) -> None:
+        ex = self.exchanges.pop(name)
+        if self.journal is not None:
+            self.journal.remove_exchange(name)
+        self.lost[name] = {"at": time.time(), "message": message}
+        self._names_changed()
+        self._release_producers(list(ex.producers.values()), message, REPLACED)
+        await self._notify(None, name, reason=message)
+
+    # ------------------------------------------------------------ the state directory (journal.py)
+    async def restore(self, journal: Journal) -> int:
+        """Take up the state a previous coordinator left in ``journal``; from now on keep it there.
+
+        Writes that were open are aborted (their producers' registrations were not kept); services get
+        a full heartbeatTimeout to register again. Returns the exchanges restored."""
+        current = list(self.services.services.values())  # this process's own service, registered at start
+        self.services.restore(journal.load_services())
+        for r in current:  # a predecessor at the same address is lost now: it was this process's predecessor
+            self.services.register(r.service_id, r.host_id, r.tcp, r.unix, r.pid)
+        self.lost.update(journal.load_lost())
+        top_epoch = top_write = 0
+        for record in journal.load_exchanges():
+            try:
+                ex = Exchange.from_record(record)
+            except (KeyError, ValueError, TypeError) as exc:
+                log.error("state directory: exchange record %r cannot be read (%s): skipped", record.get("name"), exc)
+                continue
+            self.exchanges[ex.name] = ex
+            self.lost.pop(ex.name, None)
+            top_epoch = max(top_epoch, ex.epoch)
+            for write_id in [*ex.open_writes, *(p.write_id for p in ex.producers.values())]:
+                if write_id[1:].isdigit():
+                    top_write = max(top_write, int(write_id[1:]))
+        self._epochs = itertools.count(top_epoch + 1)
+        self._writes = itertools.count(top_write + 1)
+        self.journal = journal
+        for ex in list(self.exchanges.values()):
+            for write_id in sorted(ex.open_writes):
+                await self.abort(ex.name, ex.epoch, write_id, "the coordinator restarted while this write was open "
+                                 "(its producers' registrations are not kept); write it again")
+        lost = [r for r in self.services.services.values() if r.state == ServiceState.LOST]
+        if lost:
+            await self.services_lost(lost)
+        self._names_changed()
+        return len(self.exchanges)
 
     # ------------------------------------------------------------ reader side
     async def get_exchange(self, name: str, wait: float = 0.0, need_subpartitions: bool = False) -> dict:

@@ -11,16 +11,21 @@ which finds what already runs and never starts a service.
 from __future__ import annotations
 
 import enum
+import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from ..config import ExchangeConfig
 from ..network import auth
-from ..errors import ErrorCode, ServiceUnavailable
+from ..errors import ErrorCode, ServiceError, ServiceUnavailable, error_for
 from ..network.blocking_client import BlockingConnection
 from ..network.retry import connect_retrying
 from .launcher import jvm_pid, read_state
 from .private_files import runtime_dir  # noqa: F401 - clients and tests ask for it here
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -29,13 +34,46 @@ class Endpoints:
     service: str  # this host's service, where writers put their partitions
     secret: str | None
     host_id: str
+    retry: float = 0.0  # s to try again a configured coordinator that does not answer (coordinator.retryTimeout)
 
     def connect(self, address: str, config: ExchangeConfig, timeout: float = 30.0) -> BlockingConnection:
-        """A connection to ``address``, asked again for up to ``timeout`` while the service has no room."""
+        """A connection to ``address``, asked again for up to ``timeout`` while the service has no room, and
+        for up to ``retry`` while the configured coordinator does not answer (it is restarting)."""
         ssl_ctx = auth.ssl_for(address, config)
-        return connect_retrying(lambda: BlockingConnection(address, self.secret, timeout=timeout, ssl_ctx=ssl_ctx,
-                                                           host_id=self.host_id, max_frame=config.max_frame_size),
-                                timeout)
+
+        def once() -> BlockingConnection:
+            return connect_retrying(lambda: BlockingConnection(address, self.secret, timeout=timeout, ssl_ctx=ssl_ctx,
+                                                               host_id=self.host_id, max_frame=config.max_frame_size),
+                                    timeout)
+        if address != self.coordinator or self.retry <= 0:
+            return once()
+        return _retry_coordinator(once, address, self.retry)
+
+
+_GONE = (ErrorCode.UNREACHABLE, ErrorCode.CONNECTION_LOST)
+
+
+def _retry_coordinator(connect: Callable[[], BlockingConnection], address: str, budget: float) -> BlockingConnection:
+    deadline = time.monotonic() + budget
+    pause = 0.1
+    warned = False
+    while True:
+        try:
+            return connect()
+        except ServiceError as exc:
+            if exc.code not in _GONE:
+                raise
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise error_for(exc.code, f"{exc}; the coordinator at {address} did not answer for {budget:g} s "
+                                          "(coordinator.retryTimeout): is it running? `sparkflow-exchange status "
+                                          f"--address {address}` asks it") from None
+            if not warned:
+                log.warning("the coordinator at %s does not answer (%s); trying again for up to %g s "
+                            "(coordinator.retryTimeout)", address, exc, budget)
+                warned = True
+        time.sleep(min(pause, max(left, 0.0)))
+        pause = min(pause * 2, 2.0)
 
 
 def jvm_file(pid: int) -> Path:
@@ -96,7 +134,8 @@ def coordinators(config: ExchangeConfig, *, jvm: int | None = None) -> list[Endp
     secret = config.resolved_secret()
     host_id = config.resolved_host_id()
     if config.coordinator:
-        return [Endpoints(config.coordinator, config.service or config.coordinator, secret, host_id)]
+        return [Endpoints(config.coordinator, config.service or config.coordinator, secret, host_id,
+                          config.coordinator_retry_timeout)]
     plugin = plugin_state(jvm)
     if plugin is not None:
         return [Endpoints(plugin["coordinator_address"], plugin["unix"], secret or plugin.get("secret"),
@@ -118,7 +157,8 @@ def resolve(config: ExchangeConfig, *, start_embedded: bool = True) -> Endpoints
         service = config.service or (plugin["unix"] if plugin else config.coordinator)
         if plugin and not secret:
             secret = plugin.get("secret")
-        return Endpoints(config.coordinator, service, secret, plugin.get("host_id", host_id) if plugin else host_id)
+        return Endpoints(config.coordinator, service, secret, plugin.get("host_id", host_id) if plugin else host_id,
+                         config.coordinator_retry_timeout)
     if plugin is not None:
         return Endpoints(plugin["coordinator_address"], config.service or plugin["unix"],
                          secret or plugin.get("secret"), plugin.get("host_id", host_id))

@@ -82,7 +82,7 @@ class ExchangeService:
         # host ("local"; "local_shared" of it were copied by the reader out of a writer's shared-memory
         # slot) or another ("remote"), or read by a reader on this host from our spill files
         self.traffic = {"local": 0, "local_shared": 0, "remote": 0, "local_file": 0}
-        self.coordinator = Coordinator(self._release, config.ttl) if coordinator else None
+        self.coordinator = Coordinator(self._release, config.ttl, config.heartbeat_timeout) if coordinator else None
         # a reader query that never planned a batch: its group goes after declareTimeout (at most 30 s) idle
         self.streams = StreamRegistry(self.coordinator, config.ttl, min(30.0, config.declare_timeout)) \
             if self.coordinator is not None else None
@@ -129,6 +129,16 @@ class ExchangeService:
             self.metrics_server = await start_metrics_server(self.status, self.config.metrics_host,
                                                            self.config.metrics_port)
         asyncio.ensure_future(self._housekeeping())
+        if self.coordinator is not None:  # its own partitions are in the registry too (status, a restart)
+            self._register_self()
+        elif self.config.coordinator:
+            from .heartbeat import report_to_coordinator
+
+            asyncio.ensure_future(report_to_coordinator(self, self.config.coordinator))
+
+    def _register_self(self) -> None:
+        a = self.addresses()
+        self.coordinator.services.register(self.service_id, self.host_id, a["tcp"], a["unix"], a["pid"])
 
     def addresses(self) -> dict[str, Any]:
         port = self.tcp_address[1] if self.tcp_address else 0
@@ -139,6 +149,9 @@ class ExchangeService:
             "service_id": self.service_id,
             "pid": os.getpid(),
             "coordinator": self.coordinator is not None,
+            # started for applications (embedded, the plugin's: exits with them) or by the operator (`serve`)
+            "attached": self.attach_mode,
+            "reports_to": "" if self.coordinator is not None else self.config.coordinator or "",
             "tls": bool(self.config.tls_cert_file),
             "metrics_port": self.metrics_server.port if self.metrics_server else 0,
             "spill_dir": str(self.spill_dir),
@@ -180,6 +193,8 @@ class ExchangeService:
                 # a write left open by an application that is gone would keep an embedded service up for good
                 await self.coordinator.expire(abandoned_writes=self.hold_exchanges and not self.apps)
                 await self.streams.expire()
+                self.coordinator.services.heartbeat(self.service_id)
+                await self.coordinator.check_services()
             self._expire_partitions()
             if self.attach_mode and self._apps_gone() and not (self.hold_exchanges and self.holds_data()) \
                     and (self.retire is None or self.retire()):
@@ -378,6 +393,9 @@ class ExchangeService:
             "stream_plan": streams.plan,
             "stream_commit_group": streams.commit_group,
             "stream_leave": streams.leave,
+            "register_service": coord.register_service,
+            "service_heartbeat": coord.service_heartbeat,
+            "list_services": coord.list_services,
             "declare": coord.declare,
             "register_producer": coord.register_producer,
             "producer_finished": coord.producer_finished,
@@ -440,6 +458,8 @@ class ExchangeService:
                 for c in self.connections
             ],
             "exchanges": self.coordinator.list() + self.streams.list() if self.coordinator else [],
+            # the coordinator's registry: every service holding partitions for it, by host (registry.py)
+            "services": self.coordinator.services.describe() if self.coordinator else [],
             "traffic": dict(self.traffic),
             "exchange_traffic": by_exchange,
             "apps": dict(self.apps),

@@ -29,6 +29,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--driver-host", help=argparse.SUPPRESS)  # spark.driver.host, from the plugin's driver launcher
     parser.add_argument("--unix", help="Unix socket path (default: inside the spill directory)")
     parser.add_argument("--no-coordinator", action="store_true", help="serve partitions only; the coordinator runs elsewhere")
+    parser.add_argument("--coordinator", help="with --no-coordinator: the coordinator (host:port) to register with and "
+                                              "send heartbeats to (default: the coordinator setting, e.g. from "
+                                              "spark-defaults.conf)")
+    parser.add_argument("--state-dir", help="the coordinator keeps its exchanges here and takes them up again when it "
+                                            "restarts (stateDir)")
     parser.add_argument("--secret-file", help="file with the shared secret (default: a fresh one, written beside the spill files)")
     parser.add_argument("--insecure", action="store_true", help="accept clients without a secret (loopback experiments only)")
     parser.add_argument("--spill-dir", help="directory for spill files")
@@ -50,8 +55,9 @@ def config_from_args(args: argparse.Namespace) -> ExchangeConfig:
         if not sep:
             raise SystemExit(f"--conf needs KEY=VALUE, got {item!r}")
         overrides[key.removeprefix("spark.sparkflow.exchange.")] = value
-    for flag, key in (("host", "bindHost"), ("advertised_host", "advertisedHost"), ("port", "port"), ("spill_dir", "spillDir"), ("host_id", "hostId"),
-                      ("secret_file", "secretFile"), ("metrics_port", "metricsPort")):
+    for flag, key in (("host", "bindHost"), ("advertised_host", "advertisedHost"), ("port", "port"),
+                      ("spill_dir", "spillDir"), ("host_id", "hostId"), ("secret_file", "secretFile"),
+                      ("metrics_port", "metricsPort"), ("coordinator", "coordinator"), ("state_dir", "stateDir")):
         value = getattr(args, flag)
         if value is not None:
             overrides[key] = value
@@ -70,6 +76,12 @@ async def run(args: argparse.Namespace) -> None:
                               retire=retiring.begin if retiring is not None else None, serve_metrics=args.metrics,
                               driver_host=args.driver_host)
     await service.start()
+    if config.state_dir and service.coordinator is not None:  # before anyone learns our address
+        from .journal import Journal
+
+        restored = await service.coordinator.restore(Journal(config.state_dir))
+        logging.getLogger(__name__).info("took up %d exchanges from the state directory %s", restored,
+                                         config.state_dir)
     ledger = None
     if args.state_file and service.coordinator is not None:  # before the state file: readers come after it
         ledger = ExchangeLedger(Path(args.state_file).with_suffix(".exchanges.json"))

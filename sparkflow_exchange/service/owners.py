@@ -22,7 +22,8 @@ FORBIDDEN = ErrorCode.FORBIDDEN
 
 # operations on the whole service: what each one is, for the refusal
 SERVICE_WIDE = {"shutdown": "stopping the service", "release_partitions": "releasing partitions by id",
-                "attach_app": "attaching an application to the service's lifetime"}
+                "attach_app": "attaching an application to the service's lifetime",
+                "register_service": "registering an exchange service", "service_heartbeat": "an exchange service's heartbeat"}
 # operations that change one exchange or stream (``name``): its owner's or the operator's
 CHANGES = {"declare": "writing", "register_producer": "writing", "producer_finished": "writing",
            "producer_failed": "writing", "commit": "committing a write of", "abort": "aborting a write of",

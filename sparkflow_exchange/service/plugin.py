@@ -27,13 +27,18 @@ import socket
 from pathlib import Path
 
 from ..config import ExchangeConfig, read_spark_defaults
+from ..errors import ExchangeError
 from ..network import auth
-from .discovery import jvm_file, runtime_dir
+from .discovery import Endpoints, ServiceKind, jvm_file, running_services, runtime_dir
 from .launcher import ensure_service, sweep_orphan_spill_dirs, write_state
+
+LAUNCHER_PATIENCE = 30.0  # s: the Java plugin waits 60 s for the launcher's answer
 
 
 def _driver(args: argparse.Namespace) -> dict:
     config = ExchangeConfig.load()
+    if config.coordinator:
+        return _driver_of_cluster(config)
     secret = config.resolved_secret() or auth.new_secret()
     config = config.replace(secret=secret, idle_timeout=min(config.idle_timeout, 5.0))
     state = runtime_dir() / f"coordinator-{args.jvm_pid}.json"
@@ -67,6 +72,8 @@ def _executor(args: argparse.Namespace) -> dict:
     config = ExchangeConfig.load()
     if not config.coordinator:
         raise SystemExit("executor launcher: no 'coordinator' setting was handed over by the driver plugin")
+    if not _ask_coordinator(config).get("attached", True):
+        return _attach_to_host_service(args, config)
     config = config.replace(idle_timeout=min(config.idle_timeout, 5.0))
     extra = ["--no-coordinator", "--metrics"]
     if config.service_scope == "executor":
@@ -80,6 +87,69 @@ def _executor(args: argparse.Namespace) -> dict:
     write_state(jvm_file(args.jvm_pid), {**info, "pid": args.jvm_pid, "service_pid": info["pid"],
                                           "coordinator_address": config.coordinator,
                                           "secret": config.resolved_secret()})
+    return {"service": info["tcp"], "unix": info["unix"], "host_id": info["host_id"], "pid": info["pid"],
+            "metrics": _metrics_url(config, info)}
+
+
+def _ask_coordinator(config: ExchangeConfig) -> dict:
+    """The configured coordinator's addresses (``attached``: it is an application's, started by its driver)."""
+    ep = Endpoints(config.coordinator, config.coordinator, config.resolved_secret(), config.resolved_host_id(),
+                   min(config.coordinator_retry_timeout, LAUNCHER_PATIENCE))
+    try:
+        with ep.connect(config.coordinator, config, timeout=15.0) as conn:
+            return conn.call("ping")
+    except ExchangeError as exc:
+        raise SystemExit(f"sparkflow-exchange: the coordinator {config.coordinator} (spark.sparkflow.exchange."
+                         f"coordinator) cannot be used: {exc}") from None
+
+
+def _driver_of_cluster(config: ExchangeConfig) -> dict:
+    """A coordinator of the operator's is configured (spark-defaults.conf): the application starts none, and
+    its executors use their hosts' running services. The secret is not handed over: every host reads
+    its ``secretFile``."""
+    if not config.resolved_secret():
+        raise SystemExit(f"sparkflow-exchange: the coordinator {config.coordinator} is configured without a secret: "
+                         "set spark.sparkflow.exchange.secretFile (the file the services were started with)")
+    info = _ask_coordinator(config)
+    if not info.get("coordinator"):
+        raise SystemExit(f"sparkflow-exchange: {config.coordinator} (spark.sparkflow.exchange.coordinator) is an "
+                         "exchange service without the coordinator role (started with --no-coordinator); point the "
+                         "setting at the coordinator (`sparkflow-exchange serve` without --no-coordinator)")
+    return {"coordinator": config.coordinator, "secret": "", "host_id": info.get("host_id", ""),
+            "pid": info.get("pid", 0), "metrics": ""}
+
+
+def host_service(config: ExchangeConfig) -> dict | None:
+    """This host's running service for the configured coordinator: the ``service`` setting, else the one
+    `sparkflow-exchange serve --no-coordinator` registered in this user's runtime directory."""
+    secret = config.resolved_secret()
+    if config.service:
+        ep = Endpoints(config.coordinator, config.service, secret, config.resolved_host_id())
+        try:
+            with ep.connect(config.service, config, timeout=15.0) as conn:
+                return {**conn.call("ping"), "secret": secret}
+        except ExchangeError as exc:
+            raise SystemExit(f"sparkflow-exchange: this host's exchange service {config.service} "
+                             f"(spark.sparkflow.exchange.service) does not answer: {exc}") from None
+    for found in running_services():
+        if found.kind == ServiceKind.SERVE and found.info.get("reports_to") == config.coordinator:
+            return found.info
+    return None
+
+
+def _attach_to_host_service(args: argparse.Namespace, config: ExchangeConfig) -> dict:
+    info = host_service(config)
+    if info is None:
+        others = [f"{f.info.get('tcp')} (reports to {f.info.get('reports_to') or 'none: it is a coordinator'})"
+                  for f in running_services() if f.kind == ServiceKind.SERVE]
+        raise SystemExit(
+            f"sparkflow-exchange: no exchange service runs on this host ({socket.gethostname()}) for the coordinator "
+            f"{config.coordinator}: start `sparkflow-exchange serve --no-coordinator --coordinator {config.coordinator} "
+            "--secret-file FILE --host ADDRESS` on every worker host (docs/deployment.md), or set "
+            "spark.sparkflow.exchange.service to its address"
+            + (f"; found only {', '.join(others)}" if others else f" (none in {runtime_dir()})"))
+    write_state(jvm_file(args.jvm_pid), {**info, "pid": args.jvm_pid, "service_pid": info["pid"],
+                                          "coordinator_address": config.coordinator, "secret": info.get("secret")})
     return {"service": info["tcp"], "unix": info["unix"], "host_id": info["host_id"], "pid": info["pid"],
             "metrics": _metrics_url(config, info)}
 

@@ -62,14 +62,16 @@ class RunningService:
 
 def start_service(tmp: Path, *, host: str = "127.0.0.1", host_id: str | None = None, coordinator: bool = True,
                   secret: str = "test-secret", conf: dict | None = None, extra: list[str] | None = None,
-                  nofile: int | None = None, fsize: int | None = None) -> RunningService:
-    """``nofile``: the service process's open-file limit (RLIMIT_NOFILE, soft and hard), as ``ulimit -n`` sets
+                  nofile: int | None = None, fsize: int | None = None, port: int = 0,
+                  env: dict[str, str] | None = None) -> RunningService:
+    """``port``: a fixed TCP port (a restart at the address clients know); ``env``: variables to set for it
+    (e.g. its runtime directory). ``nofile``: the service process's open-file limit (RLIMIT_NOFILE, soft and hard), as ``ulimit -n`` sets
     it; ``fsize``: the largest file it may write (RLIMIT_FSIZE: a write beyond fails as a full disk would)."""
     tmp.mkdir(parents=True, exist_ok=True)
     secret_file = tmp / "secret"
     secret_file.write_text(secret)
     spill = tmp / "spill"
-    args = [sys.executable, "-m", "sparkflow_exchange.service", "--host", host, "--port", "0",
+    args = [sys.executable, "-m", "sparkflow_exchange.service", "--host", host, "--port", str(port),
             "--secret-file", str(secret_file), "--spill-dir", str(spill), "--unix", str(tmp / "svc.sock"),
             "--host-id", host_id or host]
     if not coordinator:
@@ -83,8 +85,8 @@ def start_service(tmp: Path, *, host: str = "127.0.0.1", host_id: str | None = N
     def limit() -> None:
         for kind, value in limits:
             resource.setrlimit(kind, (value, value))
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(tmp / "service.log", "wb"), text=True,
-                            preexec_fn=limit if limits else None)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(tmp / "service.log", "ab"), text=True,
+                            preexec_fn=limit if limits else None, env={**os.environ, **(env or {})})
     deadline = time.monotonic() + 20
     line = ""
     while time.monotonic() < deadline:

@@ -13,7 +13,9 @@ import scala.Tuple2;
 /**
  * Starts sparkflow-exchange services with the application: the coordinator with the driver, and
  * this host's (or this executor's) exchange service with each executor. Both are attached to
- * their JVM and exit by themselves when it ends, even if it is killed. Their metrics appear in
+ * their JVM and exit by themselves when it ends, even if it is killed. With a coordinator of the
+ * operator's configured ({@code spark.sparkflow.exchange.coordinator} in spark-defaults.conf), it
+ * starts none: executors use the service running on their host. Their metrics appear in
  * Spark's metrics system as this plugin's gauges (see {@link ServiceGauges}).
  *
  * <pre>
@@ -89,12 +91,16 @@ public class ExchangePlugin implements SparkPlugin {
                     "--jvm-pid", Long.toString(pid()), "--app-id", applicationId(sc, conf));
             String coordinator = reply.get("coordinator");
             String secret = reply.get("secret");
-            if (coordinator == null || coordinator.isEmpty() || secret == null || secret.isEmpty()) {
-                throw new RuntimeException("sparkflow-exchange launcher gave no coordinator/secret: " + reply);
+            if (coordinator == null || coordinator.isEmpty()) {
+                throw new RuntimeException("sparkflow-exchange launcher gave no coordinator: " + reply);
             }
             Map<String, String> forExecutors = new HashMap<>(settings);
             forExecutors.put("coordinator", coordinator);
-            forExecutors.put("secret", secret);
+            // the application's own coordinator: its fresh secret; a coordinator of the operator's: none
+            // (every host reads the configured secretFile)
+            if (secret != null && !secret.isEmpty()) {
+                forExecutors.put("secret", secret);
+            }
             settings = forExecutors;
             ServiceGauges.registerDriver(ctx.metricRegistry(), reply.get("metrics"));
             return forExecutors;

@@ -1,0 +1,65 @@
+"""A service's side of the coordinator's registry: register, then a heartbeat every ``heartbeatInterval``.
+
+A service that holds partitions for a coordinator elsewhere (``serve --no-coordinator``, the Spark
+plugin's executor services) keeps one connection to it. When the connection breaks (the coordinator
+restarts, the network fails) or the coordinator no longer knows it (it restarted, or declared this
+service lost), it connects and registers again, trying every interval until the coordinator is back.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from ..errors import ServiceError
+from ..network import auth
+from ..network.aio_client import ClientConnection, open_connection
+
+if TYPE_CHECKING:
+    from .exchange_service import ExchangeService
+
+log = logging.getLogger(__name__)
+
+
+async def report_to_coordinator(service: "ExchangeService", address: str) -> None:
+    config = service.config
+    interval = config.heartbeat_interval
+    conn: ClientConnection | None = None
+    registered = False
+    outage: str | None = None  # why the coordinator could not be reached (logged once per outage)
+    while not service.stopping.is_set():
+        try:
+            if conn is None or not conn.alive:
+                conn = await open_connection(address, service.secret, host_id=service.host_id,
+                                             ssl_ctx=auth.ssl_for(address, config), timeout=max(interval, 5.0),
+                                             max_frame=config.max_frame_size)
+                registered = False
+            if not registered:
+                a = service.addresses()
+                await conn.rpc("register_service", {"service_id": service.service_id, "host_id": service.host_id,
+                                                    "tcp": a["tcp"], "unix": a["unix"], "pid": a["pid"]},
+                               timeout=max(interval * 5, 10.0))
+                registered = True
+                log.log(logging.WARNING if outage else logging.INFO, "registered with the coordinator at %s%s",
+                        address, f" again (it could not be reached: {outage})" if outage else "")
+                outage = None
+            else:
+                answer = await conn.rpc("service_heartbeat", {"service_id": service.service_id},
+                                        timeout=max(interval * 5, 10.0))
+                if not answer.get("known"):
+                    registered = False  # the coordinator restarted, or declared us lost: say we are here
+                    continue
+        except (ServiceError, OSError, asyncio.TimeoutError) as exc:
+            if outage is None:
+                log.warning("the coordinator at %s cannot be reached (%s); trying again every %g s", address,
+                            exc or type(exc).__name__, interval)
+            outage = str(exc) or type(exc).__name__
+            if conn is not None and conn.transport is not None:
+                conn.transport.close()
+            conn = None
+        try:
+            await asyncio.wait_for(service.stopping.wait(), interval)
+        except asyncio.TimeoutError:
+            pass
+    if conn is not None and conn.transport is not None:
+        conn.transport.close()

@@ -1,0 +1,116 @@
+"""The coordinator's registry of exchange services: who holds partitions, and who stopped answering.
+
+Services that serve partitions for a coordinator elsewhere (``serve --no-coordinator``, the Spark
+plugin's) register with it and then send a heartbeat every ``heartbeatInterval``. One that has sent
+nothing for ``heartbeatTimeout`` is *lost*, as is one whose address is taken over by a newly
+registered process (a restarted service: the old one's data went with it). The coordinator then
+marks the exchanges that had partitions there lost (``coordinator.Coordinator.services_lost``).
+
+Sans-IO: it only keeps records and is told the time; the service's event loop calls it.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+from ..kinds import ServiceState
+
+
+@dataclass
+class ServiceRecord:
+    service_id: str
+    host_id: str
+    tcp: str
+    unix: str
+    pid: int
+    registered: float  # epoch seconds of its last registration (again after a coordinator restart)
+    last_seen: float  # the registry clock (monotonic) at its last heartbeat
+    state: ServiceState = ServiceState.ALIVE
+    lost_reason: str = ""
+
+    def where(self) -> str:
+        """The service as a message names it: its host first (what an operator looks for)."""
+        return f"the exchange service {self.service_id} on host {self.host_id} ({self.tcp}, pid {self.pid})"
+
+    def describe(self, now: float) -> dict[str, Any]:
+        out = asdict(self)
+        out["state"] = self.state
+        out["seen_ago"] = round(max(0.0, now - self.last_seen), 3)
+        del out["last_seen"]
+        return out
+
+
+class ServiceRegistry:
+    def __init__(self, timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.timeout = timeout
+        self.clock = clock
+        self.services: dict[str, ServiceRecord] = {}
+
+    def register(self, service_id: str, host_id: str, tcp: str, unix: str, pid: int) -> list[ServiceRecord]:
+        """Record a service (again, after a coordinator restart or a broken connection); returns the
+        records it makes lost: another process that had registered the same TCP address."""
+        now = self.clock()
+        replaced = []
+        for other in self.services.values():
+            if other.service_id != service_id and other.tcp == tcp and other.state == ServiceState.ALIVE:
+                other.state = ServiceState.LOST
+                other.lost_reason = (f"a new exchange service ({service_id}, pid {pid}) registered at its address "
+                                     f"{tcp}: it was restarted, and what it held went with the old process")
+                replaced.append(other)
+        record = self.services.get(service_id)
+        if record is None or record.state == ServiceState.LOST:
+            record = self.services[service_id] = ServiceRecord(service_id, host_id, tcp, unix, pid, time.time(), now)
+        else:
+            record.host_id, record.tcp, record.unix, record.pid = host_id, tcp, unix, pid
+            record.last_seen, record.registered = now, time.time()
+        return replaced
+
+    def heartbeat(self, service_id: str) -> bool:
+        """A live service's heartbeat; False when it is unknown or was declared lost (it must register)."""
+        record = self.services.get(service_id)
+        if record is None or record.state != ServiceState.ALIVE:
+            return False
+        record.last_seen = self.clock()
+        return True
+
+    def expire(self) -> list[ServiceRecord]:
+        """Declare lost the services silent for longer than the timeout; returns them."""
+        now = self.clock()
+        lost = []
+        for record in self.services.values():
+            if record.state == ServiceState.ALIVE and now - record.last_seen > self.timeout:
+                record.state = ServiceState.LOST
+                when = time.strftime("%Y-%m-%d %H:%M:%S")
+                record.lost_reason = (f"it sent no heartbeat for {now - record.last_seen:.1f} s (heartbeatTimeout="
+                                      f"{self.timeout:g} s; declared lost at {when}): stopped, killed, or its host "
+                                      "is down")
+                lost.append(record)
+        return lost
+
+    def forget_lost(self, older_than: float) -> None:
+        """Drop lost records older than ``older_than`` seconds (registration time)."""
+        cutoff = time.time() - older_than
+        for sid in [s for s, r in self.services.items() if r.state == ServiceState.LOST and r.registered < cutoff]:
+            del self.services[sid]
+
+    def describe(self) -> list[dict[str, Any]]:
+        now = self.clock()
+        return sorted((r.describe(now) for r in self.services.values()), key=lambda d: (d["host_id"], d["tcp"]))
+
+    # ------------------------------------------------------------ the state directory (journal.py)
+    def snapshot(self) -> list[dict[str, Any]]:
+        return [{k: v for k, v in asdict(r).items() if k != "last_seen"} for r in self.services.values()]
+
+    def restore(self, records: list[dict[str, Any]]) -> None:
+        """Records from before a coordinator restart: each alive one gets a full timeout to register again."""
+        now = self.clock()
+        for data in records:
+            try:
+                record = ServiceRecord(str(data["service_id"]), str(data["host_id"]), str(data["tcp"]),
+                                       str(data.get("unix", "")), int(data["pid"]), float(data["registered"]), now,
+                                       ServiceState(data.get("state", ServiceState.ALIVE)),
+                                       str(data.get("lost_reason", "")))
+            except (KeyError, ValueError, TypeError):
+                continue
+            self.services[record.service_id] = record
