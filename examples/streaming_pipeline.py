@@ -55,10 +55,10 @@ def main() -> None:
     time.sleep(8)
     writer.stop()
     def stream():
-        return [e for e in sparkflow_exchange.list_exchanges() if e["name"] == NAME][0]
+        return [e for e in sparkflow_exchange.list_exchanges() if e.name == NAME][0].stream
 
-    last = stream()["last_committed"]
-    while min(g["position"] for g in stream()["groups"].values()) < last:  # the reader is done with every epoch
+    last = stream().last_committed
+    while min(stream().groups.values()) < last:  # the reader is done with every epoch
         time.sleep(0.5)
     reader.stop()
 

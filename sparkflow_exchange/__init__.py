@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 __version__ = "0.1.0"
 __all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "leave_group", "write", "plugin_jar", "ExchangeConfig",
-           "PartitionType", "open_reader", "open_writer", "ExchangeWriter",
+           "PartitionType", "ExchangeState", "ExchangeKind", "ExchangeSummary", "StreamSummary", "open_reader", "open_writer", "ExchangeWriter",
            # the errors users see (docs/errors.md)
            "ConfigError", "ExchangeError", "ServiceError", "ServiceUnavailable", "AuthenticationFailed", "NotPermitted",
            "InvalidRequest", "StorageError", "DataLost", "ExchangeNotFound", "ExchangeLost", "ExchangeReplaced",
@@ -34,7 +34,8 @@ from .errors import (  # noqa: F401
     StorageError,
     UserFacing,
 )
-from .kinds import PartitionType
+from .kinds import ExchangeKind, ExchangeState, PartitionType
+from .summary import ExchangeSummary, StreamSummary
 from .session_tuning import SPARK_SETTINGS  # for the session builder: .config(map=SPARK_SETTINGS)
 
 if TYPE_CHECKING:  # imported on first use (pyarrow, the data path): importing the package stays light
@@ -120,12 +121,13 @@ def drop_exchange(name: str, spark: Any = None, **options: str) -> dict:
     return _drop(name, _config(spark, options), jvm=_driver_jvm(spark))
 
 
-def list_exchanges(spark: Any = None, **options: str) -> list[dict]:
-    """The exchanges the coordinators hold (``spark``: take that session's settings, and its plugin's
-    coordinator, too). Asks the services already running; [] when none runs (none is started)."""
+def list_exchanges(spark: Any = None, **options: str) -> list[ExchangeSummary]:
+    """A summary of each exchange and stream the coordinators hold (``spark``: take that session's
+    settings, and its plugin's coordinator, too). Asks the services already running; [] when none runs
+    (none is started). docs/operations.md lists the summary's fields."""
     from .exchange import list_exchanges as _list
 
-    return _list(_config(spark, options), jvm=_driver_jvm(spark))
+    return [ExchangeSummary.from_description(d) for d in _list(_config(spark, options), jvm=_driver_jvm(spark))]
 
 
 def _driver_jvm(spark: Any) -> int | None:

@@ -160,6 +160,7 @@ def _list(args: argparse.Namespace) -> int:
     from .errors import ExchangeError
     from .exchange import list_exchanges
     from .service.discovery import coordinators, no_service_message
+    from .summary import ExchangeSummary
 
     config = _config(args)
     if not coordinators(config):
@@ -168,7 +169,7 @@ def _list(args: argparse.Namespace) -> int:
         print(f"sparkflow-exchange list: {no_service_message('no exchanges', ELSEWHERE)}", file=sys.stderr)
         return 0
     try:
-        exchanges = list_exchanges(config)
+        exchanges = [ExchangeSummary.from_description(d).to_json() for d in list_exchanges(config)]
     except ExchangeError as exc:
         raise CliError(_hint(str(exc))) from None
     if args.json:
@@ -176,13 +177,12 @@ def _list(args: argparse.Namespace) -> int:
         return 0
     exchanges = _printable(exchanges)
     print(f"{'name':<24} {'kind':<6} {'state':<10} {'type':<18} {'partitioner':<11} {'subparts':>8} "
-          f"{'producers':>9} {'rows':>12} {'MiB':>9}")
+          f"{'producers':>9} {'rows':>12} {'MiB':>9}  schema")
     for e in exchanges:
-        sizes = e.get("subpartition_bytes")
-        rows = e.get("rows")
-        print(f"{e['name']:<24} {e.get('kind', 'batch'):<6} {e['state']:<10} {e['partition_type']:<18} "
-              f"{e['partitioner'].get('name'):<11} {str(e['num_subpartitions']):>8} {len(e.get('producers', ())):>9} "
-              f"{'' if rows is None else rows:>12} {'' if sizes is None else f'{sum(sizes) / MiB:.1f}':>9}")
+        rows, size = e["rows"], e["bytes"]
+        print(f"{e['name']:<24} {e['kind']:<6} {e['state']:<10} {e['partition_type']:<18} "
+              f"{e['partitioner']:<11} {str(e['num_subpartitions']):>8} {e['producers']:>9} "
+              f"{'' if rows is None else rows:>12} {'' if size is None else f'{size / MiB:.1f}':>9}  {e['schema']}")
     return 0
 
 

@@ -55,6 +55,13 @@ class ServiceState(enum.StrEnum):
     LOST = "lost"  # silent for heartbeatTimeout, or replaced by a new process at its address
 
 
+class ExchangeKind(enum.StrEnum):
+    """What wrote an exchange: a batch job (one dataset) or a streaming query (a sequence of epochs)."""
+
+    BATCH = "batch"
+    STREAM = "stream"
+
+
 class ChannelState(enum.StrEnum):
     """One input channel of a reading task."""
 

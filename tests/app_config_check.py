@@ -21,12 +21,12 @@ df.write.format("pipelined").mode("overwrite").option("exchange", "from-file").o
 (df.write.format("pipelined").mode("overwrite").option("exchange", "overridden").option("keys", "id")
    .option("partitionType", "HYBRID").option("numSubpartitions", "5").save())
 rows = spark.read.format("pipelined").option("exchange", "from-file").load().count()
-exchanges = {e["name"]: e for e in sparkflow_exchange.list_exchanges()}
+exchanges = {e.name: e for e in sparkflow_exchange.list_exchanges()}
 state = json.loads((runtime_dir() / "embedded.json").read_text())
 print(json.dumps({
     "rows": rows,
-    "from_file": [exchanges["from-file"]["partition_type"], exchanges["from-file"]["num_subpartitions"]],
-    "overridden": [exchanges["overridden"]["partition_type"], exchanges["overridden"]["num_subpartitions"]],
+    "from_file": [exchanges["from-file"].partition_type, exchanges["from-file"].num_subpartitions],
+    "overridden": [exchanges["overridden"].partition_type, exchanges["overridden"].num_subpartitions],
     "service_pid": state["pid"], "spill_dir": state["spill_dir"], "socket": state["unix"],
 }), flush=True)
 for name in exchanges:  # the embedded service keeps what it holds; dropped, it exits after the application

@@ -63,9 +63,9 @@ def _():
     fwd = spark.read.format("pipelined").option("exchange", "c-forward").load()
     assert_df_equality(df, fwd, ignore_row_order=True)
     assert_df_equality(df, spark.read.format("pipelined").option("exchange", "c-helper").load(), ignore_row_order=True)
-    names = sorted(e["name"] for e in sparkflow_exchange.list_exchanges(spark))
+    names = sorted(e.name for e in sparkflow_exchange.list_exchanges(spark))
     dropped = sparkflow_exchange.drop_exchange("c-helper", spark=spark)
-    after = sorted(e["name"] for e in sparkflow_exchange.list_exchanges())
+    after = sorted(e.name for e in sparkflow_exchange.list_exchanges())
     return {"names": names, "dropped": dropped, "after": after, "forward_partitions": fwd.select(
         F.spark_partition_id()).distinct().count(), "arrow_setting_kept": spark.conf.get(arrow_key) == before}
 

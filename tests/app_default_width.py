@@ -45,8 +45,8 @@ def check(expected, name: str, width: int) -> int:
 
 def held() -> dict[str, dict]:
     """What the coordinator holds now, per exchange: its producers, width, seal and committed rows."""
-    return {e["name"]: {"producers": len(e["producers"]), "width": e["num_subpartitions"], "sealed": e["sealed"],
-                        "rows": e["rows"]} for e in sparkflow_exchange.list_exchanges(spark)}
+    return {e.name: {"producers": e.producers, "width": e.num_subpartitions, "sealed": e.state == "committed",
+                     "rows": e.rows} for e in sparkflow_exchange.list_exchanges(spark)}
 
 
 report: dict = {"exchanges": {}}

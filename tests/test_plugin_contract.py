@@ -151,7 +151,7 @@ spark = (SparkSession.builder.master("local[2]").appName("plugin-real-launcher")
 spark.range(0, 100, 1, 2).write.format("pipelined").mode("overwrite").option("exchange", "via-plugin") \
     .option("keys", "id").option("numSubpartitions", "2").save()
 # the driver's helpers ask the plugin's coordinator (found through the session's JVM), never a new service
-listed = [e["name"] for e in sparkflow_exchange.list_exchanges(spark)]
+listed = [e.name for e in sparkflow_exchange.list_exchanges(spark)]
 status = subprocess.run([sys.executable, "-m", "sparkflow_exchange.cli", "status", "--json"], capture_output=True,
                         text=True, timeout=600)  # the CLI on this host sees the plugin's services
 seen = sorted(s["service"]["started_by"] for s in json.loads(status.stdout or "[]")) or status.stderr

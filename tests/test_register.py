@@ -25,7 +25,7 @@ spark.conf.set("spark.sparkflow.exchange.partitionType", "BLOCKING")
 sparkflow_exchange.register(spark)  # a session setting: registered again, quietly
 spark.range(0, 10, 1, 2).write.format("pipelined").mode("overwrite").option("exchange", "registered") \
     .option("keys", "id").option("numSubpartitions", "2").save()
-kind = {e["name"]: e for e in sparkflow_exchange.list_exchanges(spark)}["registered"]["partition_type"]
+kind = {e.name: e for e in sparkflow_exchange.list_exchanges(spark)}["registered"].partition_type
 rows = spark.read.format("pipelined").option("exchange", "registered").load().count()
 sparkflow_exchange.drop_exchange("registered", spark=spark)
 print(json.dumps({"static": static, "kind": str(kind), "rows": rows}))

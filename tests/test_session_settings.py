@@ -82,9 +82,9 @@ def test_planning_key_from_the_session_and_an_option_beats_it(spark):
         df.write.format("pipelined").mode("overwrite").option("exchange", "sess-a").option("keys", "id").save()
         (df.write.format("pipelined").mode("overwrite").option("exchange", "sess-b").option("keys", "id")
            .option("partitionType", "HYBRID").save())
-    found = {e["name"]: e for e in sparkflow_exchange.list_exchanges()}
-    assert (found["sess-a"]["partition_type"], found["sess-a"]["num_subpartitions"]) == ("BLOCKING", 3)
-    assert (found["sess-b"]["partition_type"], found["sess-b"]["num_subpartitions"]) == ("HYBRID", 3)
+    found = {e.name: e for e in sparkflow_exchange.list_exchanges()}
+    assert (found["sess-a"].partition_type, found["sess-a"].num_subpartitions) == ("BLOCKING", 3)
+    assert (found["sess-b"].partition_type, found["sess-b"].num_subpartitions) == ("HYBRID", 3)
     assert spark.read.format("pipelined").option("exchange", "sess-a").load().count() == 50
     for name in ("sess-a", "sess-b"):
         sparkflow_exchange.drop_exchange(name, spark=spark)
@@ -93,7 +93,7 @@ def test_planning_key_from_the_session_and_an_option_beats_it(spark):
 def test_write_helper_brings_session_settings_to_planning_without_register(spark):
     with session_conf(spark, partitionType="BLOCKING"):
         sparkflow_exchange.write(spark.range(0, 20, 1, 2), "sess-helper", keys="id")
-        assert {e["name"]: e for e in sparkflow_exchange.list_exchanges(spark)}["sess-helper"]["partition_type"] == "BLOCKING"
+        assert {e.name: e for e in sparkflow_exchange.list_exchanges(spark)}["sess-helper"].partition_type == "BLOCKING"
     sparkflow_exchange.drop_exchange("sess-helper")
 
 

@@ -9,6 +9,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 import sparkflow_exchange
+from sparkflow_exchange import exchange as ex
 
 
 def wait_for(cond, timeout: float, what: str) -> None:
@@ -20,7 +21,8 @@ def wait_for(cond, timeout: float, what: str) -> None:
 
 
 def stream_info(name: str) -> dict:
-    return [e for e in sparkflow_exchange.list_exchanges() if e["name"] == name][0]
+    """The coordinator's own description of the stream (its groups, retained bytes and epochs)."""
+    return [e for e in ex.list_exchanges() if e["name"] == name][0]
 
 
 def start_writer(spark, name: str, checkpoint: str, **options):
@@ -58,7 +60,7 @@ def test_writer_and_reader_restarted_from_checkpoints_deliver_every_row_exactly_
     wck, rck, out = str(tmp_path / "wck"), str(tmp_path / "rck"), str(tmp_path / "out")
     writer = start_writer(spark, name, wck)
     wait_for(lambda: stream_info(name)["last_committed"] >= 1 if name in
-             {e["name"] for e in sparkflow_exchange.list_exchanges()} else False, 90, "the writer's first epochs")
+             {e.name for e in sparkflow_exchange.list_exchanges()} else False, 90, "the writer's first epochs")
     reader = start_reader(spark, name, rck, out)
     wait_for(lambda: committed_batches(reader) >= 1, 90, "the reader's first micro-batches")
     reader.stop()  # the reader stops; the writer goes on
@@ -87,7 +89,7 @@ def test_two_groups_read_independently_and_available_now_stops(spark, tmp_path):
     # both groups are known to the stream from its start (a group that joins later would start at what is
     # still retained: epochs every known group is past are released); b reads one epoch per micro-batch
     writer = start_writer(spark, name, wck, **{"stream.consumerGroups": "a,b"})
-    wait_for(lambda: name in {e["name"] for e in sparkflow_exchange.list_exchanges()}, 90, "the stream")
+    wait_for(lambda: name in {e.name for e in sparkflow_exchange.list_exchanges()}, 90, "the stream")
     a = start_reader(spark, name, str(tmp_path / "rck-a"), outs["a"], consumerGroup="a")
     b = start_reader(spark, name, str(tmp_path / "rck-b"), outs["b"], consumerGroup="b", maxEpochsPerTrigger=1)
     wait_for(lambda: stream_info(name)["last_committed"] >= 4, 90, "five epochs")
@@ -110,7 +112,7 @@ def test_a_slow_reader_holds_the_writer_back_and_still_gets_everything(spark, tm
     name = "stream-bounded"
     out = str(tmp_path / "out")
     writer = start_writer(spark, name, str(tmp_path / "wck"), **{"stream.maxRetainedBytes": "4k"})
-    wait_for(lambda: name in {e["name"] for e in sparkflow_exchange.list_exchanges()}, 90, "the stream")
+    wait_for(lambda: name in {e.name for e in sparkflow_exchange.list_exchanges()}, 90, "the stream")
     wait_for(lambda: (stream_info(name)["writer_waiting_s"] or 0) > 1.0, 90, "the writer to wait for a reader")
     waiting_at = stream_info(name)["last_committed"]
     time.sleep(1.5)

@@ -59,6 +59,7 @@ class Exchange:
     open_writes: set[str] = field(default_factory=set)
     commits: int = 0
     last_used: float = field(default_factory=time.monotonic)
+    created: float = field(default_factory=time.time)  # wall clock: when this version of the exchange was declared
     abort_reason: str = ""
     coalesce: bool = False  # the width was not given: fixed by the first producer, reads may coalesce
     # per producer: bytes it wrote to each subpartition (reported at finish); summed over the committed at commit
@@ -158,6 +159,8 @@ class Exchange:
             "rows": self.committed_rows,
             "subpartition_rows": self.subpartition_rows(),
             "owner": self.owner,
+            "created_at": self.created,
+            "last_used_at": time.time() - (time.monotonic() - self.last_used),
         }
 
     def header(self) -> dict[str, Any]:

@@ -81,12 +81,14 @@ class Stream:
     runs: dict[str, int] = field(default_factory=dict)  # a run's token -> the order the service first saw it in
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     owner: str = ""  # the credential that declared it (service/owners.py); its epochs are its too
+    created: float = field(default_factory=time.time)  # wall clock: when a writer query first declared it
 
     def retained_bytes(self) -> int:
         return sum(e.bytes for e in self.epochs.values())
 
     def describe(self) -> dict[str, Any]:
         now = time.monotonic()
+        used = max([e.committed_at for e in self.epochs.values()] + [g.seen for g in self.groups.values()], default=None)
         return {
             "name": self.name, "kind": "stream", "schema": self.schema, "partitioner": self.partitioner,
             "partition_type": self.partition_type, "num_subpartitions": self.num_subpartitions,
@@ -98,6 +100,8 @@ class Stream:
             "writer_waiting_s": None if self.waiting_since is None else round(now - self.waiting_since, 3),
             "groups": {g.name: {"position": g.position, "idle_s": round(now - g.seen, 3), "confirmed": g.confirmed}
                        for g in self.groups.values()},
+            "created_at": self.created,
+            "last_used_at": self.created if used is None else time.time() - (now - used),
         }
 
 
