@@ -119,7 +119,7 @@ class Exchange:
             "row_counts": {k: v.tolist() for k, v in self.row_counts.items()},
             "committed_bytes": listed(self.committed_bytes), "committed_sub_rows": listed(self.committed_sub_rows),
             "sizes_complete": self.sizes_complete, "committed_rows": self.committed_rows, "owner": self.owner,
-            "seal_ends": list(self.seal_ends),
+            "seal_ends": list(self.seal_ends), "created": self.created,
         }
 
     @classmethod
@@ -135,6 +135,7 @@ class Exchange:
                  committed_bytes=array(r["committed_bytes"]), committed_sub_rows=array(r["committed_sub_rows"]),
                  sizes_complete=bool(r["sizes_complete"]), committed_rows=r["committed_rows"], owner=r["owner"],
                  seal_ends=list(r["seal_ends"]))
+        ex.created = float(r.get("created", ex.created))  # a record without it: the restart's time
         for p in r["producers"]:
             ex.set_producer(ProducerInfo(**{**p, "state": PartitionState(p["state"])}))
         return ex
