@@ -119,7 +119,7 @@ def test_services_register_and_a_stopped_one_is_lost_with_its_exchanges(cluster)
     with pytest.raises(sfx.ExchangeLost, match="hostA") as info:
         read_all(cluster, "held-on-two")
     assert "heartbeat" in str(info.value) and victim.tcp in str(info.value)
-    assert "held-on-two" not in [e["name"] for e in sfx.list_exchanges(**_options(cluster))]
+    assert "held-on-two" not in [e.name for e in sfx.list_exchanges(**_options(cluster))]
     # the other host's service lives on, and said so
     assert cluster.services()[cluster.hosts["hostB"].info["service_id"]] == "alive"
 
@@ -131,6 +131,7 @@ def _options(cluster: Cluster) -> dict[str, str]:
 def test_a_coordinator_killed_and_restarted_between_write_and_read_loses_nothing_committed(cluster):
     expected = write_on_two_hosts(cluster, "survives")
     ids = {h: cluster.hosts[h].info["service_id"] for h in cluster.hosts}
+    [before] = [e for e in sfx.list_exchanges(**_options(cluster)) if e.name == "survives"]
     killed_at = time.time()
     cluster.restart_coordinator()
     # the services find the coordinator gone and register again with the new process
@@ -143,8 +144,8 @@ def test_a_coordinator_killed_and_restarted_between_write_and_read_loses_nothing
         time.sleep(0.2)
     else:
         raise AssertionError(f"the services did not register again: {registry}")
-    [desc] = [e for e in sfx.list_exchanges(**_options(cluster)) if e["name"] == "survives"]
-    assert desc["state"] == "committed" and desc["sealed"] and desc["rows"] == 2000
+    [desc] = [e for e in sfx.list_exchanges(**_options(cluster)) if e.name == "survives"]
+    assert desc.state == "committed" and desc.rows == 2000 and desc.created == before.created
     assert read_all(cluster, "survives").equals(expected)
     assert read_all(cluster, "survives", host="hostA").equals(expected)
     # the state directory is private to the coordinator's user
@@ -154,7 +155,7 @@ def test_a_coordinator_killed_and_restarted_between_write_and_read_loses_nothing
     # a later drop is kept too: after another restart the exchange is gone
     sfx.drop_exchange("survives", **_options(cluster))
     cluster.restart_coordinator()
-    assert "survives" not in [e["name"] for e in sfx.list_exchanges(**_options(cluster))]
+    assert "survives" not in [e.name for e in sfx.list_exchanges(**_options(cluster))]
 
 
 def test_a_write_open_when_the_coordinator_restarts_is_aborted_saying_why(cluster):
@@ -183,7 +184,7 @@ def test_clients_wait_for_a_restarting_coordinator_within_a_bound(cluster):
         conf={"stateDir": str(cluster.state), **BEAT})))
     restart.start()
     try:
-        names = [e["name"] for e in sfx.list_exchanges(**_options(cluster), **{"coordinator.retryTimeout": "120"})]
+        names = [e.name for e in sfx.list_exchanges(**_options(cluster), **{"coordinator.retryTimeout": "120"})]
     finally:
         restart.join()
     assert "waited-for" in names
@@ -238,7 +239,7 @@ spark = (SparkSession.builder.master("local[2]").appName("attaches-to-host-servi
 df = spark.range(0, 1000, 1, 2).withColumn("v", F.concat(F.lit("row-"), F.col("id").cast("string")))
 df.write.format("pipelined").mode("overwrite").option("exchange", "from-app").option("keys", "id") \
     .option("numSubpartitions", "2").save()
-listed = [e["name"] for e in sparkflow_exchange.list_exchanges(spark)]
+listed = [e.name for e in sparkflow_exchange.list_exchanges(spark)]
 files = sorted(p.name for p in runtime_dir().iterdir())
 spark.stop()
 print(json.dumps({"listed": listed, "files": files}))
@@ -266,7 +267,7 @@ def test_the_plugin_attaches_to_its_hosts_running_service(cluster, tmp_path, jar
         # (serve-<pid>.json) and the executor's note pointing at it (jvm-<pid>.json)
         assert [f for f in result["files"] if not f.startswith(("serve-", "jvm-"))] == [], result
         assert "sparkflow-exchange" not in proc.stderr, proc.stderr[-5000:]
-        [desc] = [e for e in sfx.list_exchanges(**_options(cluster)) if e["name"] == "from-app"]
+        [desc] = [e for e in ex.list_exchanges(client_config(cluster.coordinator)) if e["name"] == "from-app"]
         assert {p["location"]["service_id"] for p in desc["producers"]} == {host.info["service_id"]}
         assert len(desc["committed"]) == 2
         # the application has ended; its exchange is read from the host's service
