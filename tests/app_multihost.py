@@ -1,0 +1,96 @@
+"""Applications for tests/test_multihost.py, run on host0 of tests/multihost.py's cluster and configured by
+its spark-defaults.conf alone (master, coordinator, secret file, TLS).
+
+``write PREFIX``: writes a hash, a broadcast and a forward exchange from four tasks spread over both
+workers and ends; prints, per exchange, where its producers' partitions are held.
+``read PREFIX``: reads the three and compares them, partition ids included, with what they must hold
+(chispa); prints the row and partition counts.
+``read-failing PREFIX BOUND``: reads the hash exchange expecting it to fail, no wait of its own longer than
+BOUND; prints the error and how long the job took.
+"""
+import json
+import sys
+import time
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+WIDTH = 4  # write tasks, and read partitions of every exchange
+
+
+def source(spark, name: str):
+    """The rows each exchange is written from (the same in every application)."""
+    n = {"hash": 100_000, "broadcast": 5_000, "forward": 40_000}[name]
+    return spark.range(0, n, 1, WIDTH).selectExpr("id", "CAST(id % 997 AS INT) AS key",
+                                                  "concat('v', CAST(id AS STRING)) AS s")
+
+
+OPTIONS = {
+    "hash": {"partitioner": "hash", "keys": "key", "numSubpartitions": str(WIDTH)},
+    "broadcast": {"partitioner": "broadcast", "numSubpartitions": str(WIDTH)},
+    "forward": {"partitioner": "forward"},
+}
+
+
+def expected(spark, name: str):
+    """What a reader's partition ``pid`` must hold: Spark's own hash partitioning, every row in every
+    partition, or the producer's rows in its own partition."""
+    df = source(spark, name)
+    if name == "hash":
+        return df.repartition(WIDTH, "key").withColumn("pid", F.spark_partition_id())
+    if name == "broadcast":
+        return df.crossJoin(spark.range(WIDTH).select(F.col("id").cast("int").alias("pid")))
+    return df.withColumn("pid", F.spark_partition_id())
+
+
+def write(spark, prefix: str) -> dict:
+    from sparkflow_exchange.client import read_plan
+
+    out = {}
+    for name, options in OPTIONS.items():
+        w = source(spark, name).write.format("pipelined").mode("overwrite").option("exchange", f"{prefix}-{name}")
+        for key, value in options.items():
+            w = w.option(key, value)
+        w.save()
+        plan = read_plan(f"{prefix}-{name}")
+        out[name] = sorted({(p["location"]["host_id"], p["location"]["tcp"]) for p in plan["producers"]})
+    return out
+
+
+def read(spark, prefix: str) -> dict:
+    from chispa import assert_df_equality
+
+    out = {}
+    for name in OPTIONS:
+        got = spark.read.format("pipelined").option("exchange", f"{prefix}-{name}").load()
+        partitions = got.rdd.getNumPartitions()
+        got = got.withColumn("pid", F.spark_partition_id())
+        assert_df_equality(expected(spark, name), got, ignore_row_order=True, ignore_nullable=True)
+        out[name] = {"rows": got.count(), "partitions": partitions}
+    return out
+
+
+def read_failing(spark, prefix: str, bound: str) -> dict:
+    """No wait of the read's own may outlast ``bound`` (readerTimeout, producerTimeout): its failure comes
+    from what it found, not from a timeout, or within the bound."""
+    started = time.monotonic()
+    try:
+        rows = (spark.read.format("pipelined").option("exchange", f"{prefix}-hash").option("readerTimeout", bound)
+                .option("producerTimeout", bound).load().count())
+    except Exception as exc:  # noqa: BLE001 - the failure is the result
+        return {"error": str(exc)[-6000:], "seconds": time.monotonic() - started}
+    return {"rows": rows, "seconds": time.monotonic() - started}
+
+
+def main(mode: str, prefix: str, *args: str) -> None:
+    spark = SparkSession.builder.appName(f"multihost-{mode}").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        result = {"write": write, "read": read, "read-failing": read_failing}[mode](spark, prefix, *args)
+    finally:
+        spark.stop()
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
