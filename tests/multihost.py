@@ -30,12 +30,9 @@ from pathlib import Path
 
 import pyspark
 
-from sparkflow_exchange.config import known_keys
-
 SUBNET = "198.18.0"
-SERVICE_PORT = 7337
-# every host's service listens here too: the same path names each host's own service (each /tmp is its own)
-SERVICE_SOCKET = "/tmp/sparkflow-exchange-service.sock"
+COORDINATOR_PORT = 7337
+SERVICE_PORT = 7338  # the services' (``port`` in spark-defaults.conf); the coordinator is given its own
 MASTER_PORT = 7077
 PYTHON = sys.executable
 TESTS = Path(__file__).resolve().parent
@@ -165,9 +162,10 @@ class Cluster:
     worker and an exchange service each."""
 
     def __init__(self, hosts: int = 3, root: Path | None = None, worker_cores: int = 2,
-                 worker_memory: str = "1g", keep: bool = False) -> None:
+                 worker_memory: str = "1g", keep: bool = False, jar: Path | None = None) -> None:
         """``root``: where hosts keep their files (outside /tmp; default a fresh directory in /var/tmp,
-        removed by :meth:`stop` unless ``keep``)."""
+        removed by :meth:`stop` unless ``keep``); ``jar``: the Spark plugin (default the package's)."""
+        self.jar = jar
         self.keep = keep or root is not None
         self.root = root or Path(tempfile.mkdtemp(prefix="sparkflow-multihost-", dir="/var/tmp"))
         tag = f"{os.getpid() % 100000:05d}"
@@ -180,14 +178,14 @@ class Cluster:
         self.secret_file = self.etc / "secret"
         self.tls = {"ca": self.etc / "tls" / "ca.pem", "cert": self.etc / "tls" / "service.pem",
                     "key": self.etc / "tls" / "service.key"}
-        self.state_dir_key = "stateDir" if "stateDir" in known_keys() else None
+        self.state_dir = self.root / "coordinator-state"
         self.made_netns: list[str] = []
         self.made_links: list[str] = []
 
     # ------------------------------------------------------------ addresses
     @property
     def coordinator(self) -> str:
-        return f"{self.hosts[0].ip}:{SERVICE_PORT}"
+        return f"{self.hosts[0].ip}:{COORDINATOR_PORT}"
 
     @property
     def master(self) -> str:
@@ -269,10 +267,14 @@ class Cluster:
         os.chmod(self.tls["key"], 0o600)
 
     def spark_defaults(self, host: Host) -> str:
-        """The cluster's spark-defaults.conf, the same on every host: executors write into their own host's
-        service through its Unix socket (``service``), readers reach every host's at its TCP address."""
+        """The cluster's spark-defaults.conf, the same on every host: the plugin attaches each executor to
+        its host's service, readers reach every host's at the TCP address it advertises."""
+        import sparkflow_exchange
+
         lines = [
             f"spark.master {self.master}",
+            f"spark.jars {self.jar or sparkflow_exchange.plugin_jar()}",
+            "spark.plugins org.sparkflow.exchange.ExchangePlugin",
             f"spark.pyspark.python {PYTHON}",
             f"spark.pyspark.driver.python {PYTHON}",
             "spark.ui.enabled false",
@@ -293,7 +295,6 @@ class Cluster:
             f"spark.sparkflow.exchange.tls.keyFile {self.tls['key']}",
             f"spark.sparkflow.exchange.tls.caFile {self.tls['ca']}",
             "spark.sparkflow.exchange.tls.checkHostname true",
-            f"spark.sparkflow.exchange.service unix:{SERVICE_SOCKET}",
         ]
         return "\n".join(lines) + "\n"
 
@@ -327,12 +328,10 @@ class Cluster:
     # ------------------------------------------------------------ exchange services
     def service_args(self, host: Host) -> list[str]:
         """``sparkflow-exchange serve`` as an operator runs it: every setting from spark-defaults.conf."""
-        args = [str(Path(PYTHON).parent / "sparkflow-exchange"), "serve", "--unix", SERVICE_SOCKET]
+        args = [str(Path(PYTHON).parent / "sparkflow-exchange"), "serve"]
         if host.index > 0:
-            args.append("--no-coordinator")
-        elif self.state_dir_key:
-            args += ["--conf", f"{self.state_dir_key}={self.root / 'coordinator-state'}"]
-        return args
+            return [*args, "--no-coordinator"]
+        return [*args, "--port", str(COORDINATOR_PORT), "--state-dir", str(self.state_dir)]
 
     def start_service(self, host: Host) -> dict:
         """Start the host's service; its addresses (the JSON line it prints) once it listens."""
