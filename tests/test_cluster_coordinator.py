@@ -275,3 +275,23 @@ def test_the_plugin_attaches_to_its_hosts_running_service(cluster, tmp_path, jar
         assert got.select(["id", "v"]).cast(SCHEMA).equals(table(0, 1000))
     finally:
         host.stop()
+
+
+def test_a_client_without_the_plugin_writes_to_its_hosts_service(cluster, tmp_path, monkeypatch):
+    """Only the coordinator is configured: the writer finds the service `serve --no-coordinator` runs on its
+    host for that coordinator (its runtime directory) and puts its partition there."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    host = start_service(tmp_path / "this-host", host_id="thishost", coordinator=False,
+                         conf={"coordinator": cluster.coordinator.tcp, **BEAT},
+                         env={"SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(runtime)})
+    try:
+        monkeypatch.setenv("SPARKFLOW_EXCHANGE_RUNTIME_DIR", str(runtime))
+        with client.open_writer("written-here", SCHEMA, keys=["id"], num_subpartitions=2, **_options(cluster)) as w:
+            w.write(table(0, 500))
+        [desc] = [e for e in sfx.list_exchanges(**_options(cluster)) if e["name"] == "written-here"]
+        assert [p["location"]["service_id"] for p in desc["producers"]] == [host.info["service_id"]]
+        with client.open_reader("written-here", **_options(cluster)) as reader:
+            assert reader.read_all().sort_by("id").equals(table(0, 500))
+    finally:
+        host.stop()

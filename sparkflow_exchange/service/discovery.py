@@ -22,7 +22,7 @@ from ..network import auth
 from ..errors import ErrorCode, ServiceError, ServiceUnavailable, error_for
 from ..network.blocking_client import BlockingConnection
 from ..network.retry import connect_retrying
-from .launcher import jvm_pid, read_state
+from .launcher import jvm_pid, pid_alive, read_state
 from .private_files import runtime_dir  # noqa: F401 - clients and tests ask for it here
 
 log = logging.getLogger(__name__)
@@ -149,11 +149,31 @@ def no_service_message(what: str, elsewhere: str = "set the coordinator setting 
             f"the Spark plugin's; {elsewhere}")
 
 
+_host_services: dict[str, dict] = {}  # coordinator -> this host's service for it, while its pid lives
+
+
+def host_service_for(coordinator: str) -> dict | None:
+    """The service `sparkflow-exchange serve --no-coordinator` runs on this host for ``coordinator`` (its
+    state file in this user's runtime directory), or None. Kept while its process lives: every write task
+    asks."""
+    known = _host_services.get(coordinator)
+    if known is not None and pid_alive(known["pid"]):
+        return known
+    _host_services.pop(coordinator, None)
+    for found in running_services():
+        if found.kind == ServiceKind.SERVE and found.info.get("reports_to") == coordinator:
+            _host_services[coordinator] = found.info
+            return found.info
+    return None
+
+
 def resolve(config: ExchangeConfig, *, start_embedded: bool = True) -> Endpoints:
     secret = config.resolved_secret()
     host_id = config.resolved_host_id()
     plugin = plugin_state()
     if config.coordinator:
+        if plugin is None and not config.service:  # no plugin: this host's service of the coordinator, if any
+            plugin = host_service_for(config.coordinator)
         service = config.service or (plugin["unix"] if plugin else config.coordinator)
         if plugin and not secret:
             secret = plugin.get("secret")

@@ -209,8 +209,9 @@ class ExchangeService:
         return self.coordinator is not None and bool(self.coordinator.exchanges or self.streams.streams)
 
     def _expire_partitions(self) -> None:
-        """A service without the coordinator frees partitions nobody touched for ``ttl``."""
-        if self.coordinator is not None or self.config.ttl <= 0:
+        """A service without the coordinator frees partitions nobody touched for ``ttl``; one that reports to
+        a coordinator leaves that to it (it releases them when their exchange is dropped or expires)."""
+        if self.coordinator is not None or self.config.coordinator or self.config.ttl <= 0:
             return
         now = time.monotonic()
         for pid, part in list(self.partitions.items()):

@@ -29,7 +29,7 @@ from pathlib import Path
 from ..config import ExchangeConfig, read_spark_defaults
 from ..errors import ExchangeError
 from ..network import auth
-from .discovery import Endpoints, ServiceKind, jvm_file, running_services, runtime_dir
+from .discovery import Endpoints, ServiceKind, host_service_for, jvm_file, running_services, runtime_dir
 from .launcher import ensure_service, sweep_orphan_spill_dirs, write_state
 
 LAUNCHER_PATIENCE = 30.0  # s: the Java plugin waits 60 s for the launcher's answer
@@ -131,10 +131,7 @@ def host_service(config: ExchangeConfig) -> dict | None:
         except ExchangeError as exc:
             raise SystemExit(f"sparkflow-exchange: this host's exchange service {config.service} "
                              f"(spark.sparkflow.exchange.service) does not answer: {exc}") from None
-    for found in running_services():
-        if found.kind == ServiceKind.SERVE and found.info.get("reports_to") == config.coordinator:
-            return found.info
-    return None
+    return host_service_for(config.coordinator)
 
 
 def _attach_to_host_service(args: argparse.Namespace, config: ExchangeConfig) -> dict:
