@@ -289,7 +289,7 @@ def test_a_client_without_the_plugin_writes_to_its_hosts_service(cluster, tmp_pa
         monkeypatch.setenv("SPARKFLOW_EXCHANGE_RUNTIME_DIR", str(runtime))
         with client.open_writer("written-here", SCHEMA, keys=["id"], num_subpartitions=2, **_options(cluster)) as w:
             w.write(table(0, 500))
-        [desc] = [e for e in sfx.list_exchanges(**_options(cluster)) if e["name"] == "written-here"]
+        [desc] = [e for e in ex.list_exchanges(client_config(cluster.coordinator)) if e["name"] == "written-here"]
         assert [p["location"]["service_id"] for p in desc["producers"]] == [host.info["service_id"]]
         with client.open_reader("written-here", **_options(cluster)) as reader:
             assert reader.read_all().sort_by("id").equals(table(0, 500))
