@@ -2,7 +2,8 @@
 
 Services that serve partitions for a coordinator elsewhere (``serve --no-coordinator``, the Spark
 plugin's) register with it and then send a heartbeat every ``heartbeatInterval``. One that has sent
-nothing for ``heartbeatTimeout`` is *lost*, as is one whose address is taken over by a newly
+nothing for ``heartbeatTimeout`` is *lost* (time the coordinator's own loop was stalled does not count:
+heartbeats may be waiting unread), as is one whose address is taken over by a newly
 registered process (a restarted service: the old one's data went with it). The coordinator then
 marks the exchanges that had partitions there lost (``coordinator.Coordinator.services_lost``).
 
@@ -41,11 +42,15 @@ class ServiceRecord:
         return out
 
 
+CHECK_PERIOD = 0.5  # s between two expire() calls (the service's housekeeping); more is time our loop stalled
+
+
 class ServiceRegistry:
     def __init__(self, timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.timeout = timeout
         self.clock = clock
         self.services: dict[str, ServiceRecord] = {}
+        self._checked: float | None = None  # the clock at the last expire()
 
     def register(self, service_id: str, host_id: str, tcp: str, unix: str, pid: int) -> list[ServiceRecord]:
         """Record a service (again, after a coordinator restart or a broken connection); returns the
@@ -77,6 +82,11 @@ class ServiceRegistry:
     def expire(self) -> list[ServiceRecord]:
         """Declare lost the services silent for longer than the timeout; returns them."""
         now = self.clock()
+        stalled = 0.0 if self._checked is None else now - self._checked - CHECK_PERIOD
+        self._checked = now
+        if stalled > 0:  # our own loop ran late: heartbeats may have waited unread that long
+            for record in self.services.values():
+                record.last_seen = min(now, record.last_seen + stalled)
         lost = []
         for record in self.services.values():
             if record.state == ServiceState.ALIVE and now - record.last_seen > self.timeout:
