@@ -24,6 +24,7 @@ import pytest
 import sparkflow_exchange as sfx
 from sparkflow_exchange import client
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange.calls import call
 from harness import client_config, start_service
 
 BEAT = {"heartbeatInterval": "0.3", "heartbeatTimeout": "4"}
@@ -125,7 +126,11 @@ def test_services_register_and_a_stopped_one_is_lost_with_its_exchanges(cluster)
 
 
 def _options(cluster: Cluster) -> dict[str, str]:
-    return {"coordinator": cluster.coordinator.tcp, "secret": cluster.coordinator.secret}
+    return _options_of(cluster.coordinator)
+
+
+def _options_of(svc) -> dict[str, str]:
+    return {"coordinator": svc.tcp, "secret": svc.secret}
 
 
 def test_a_coordinator_killed_and_restarted_between_write_and_read_loses_nothing_committed(cluster):
@@ -295,3 +300,25 @@ def test_a_client_without_the_plugin_writes_to_its_hosts_service(cluster, tmp_pa
             assert reader.read_all().sort_by("id").equals(table(0, 500))
     finally:
         host.stop()
+
+
+def test_a_state_directory_that_refuses_a_write_fails_the_request_naming_it(tmp_path):
+    """The coordinator may write files of 4 KiB only (as a full disk would refuse more): a commit whose record
+    is larger fails with a StorageError naming the state directory; smaller requests are still served."""
+    state = tmp_path / "state"
+    coordinator = start_service(tmp_path / "coordinator", conf={"stateDir": str(state)}, fsize=4096)
+    try:
+        cfg = client_config(coordinator, exchange="too-big-to-keep", keys="id", numSubpartitions=2)
+        handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
+        parts = []
+        for index in range(40):  # 40 producers: a record of some 10 KiB
+            part = f"too-big-to-keep.{index}"
+            call(cfg, "register_producer", name=handle.name, epoch=handle.epoch, write_id=handle.write_id,
+                     index=index, attempt="0", partition=part, location={"tcp": "198.18.0.9:1", "service_id": "s"})
+            parts.append(part)
+        with pytest.raises(sfx.StorageError, match="stateDir") as info:
+            ex.commit_write(handle, parts)
+        assert str(state) in str(info.value)
+        assert [e.name for e in sfx.list_exchanges(**_options_of(coordinator))] == ["too-big-to-keep"]
+    finally:
+        coordinator.stop()

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
+from ..errors import StorageError
 
 log = logging.getLogger(__name__)
 
@@ -79,14 +80,21 @@ class Journal:
 
     def _write(self, path: Path, data: dict[str, Any]) -> None:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0), 0o600)
         try:
-            os.write(fd, json.dumps(data, separators=(",", ":")).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
+            fd = os.open(tmp, os.O_CREAT | os.O_TRUNC | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            try:
+                view = memoryview(json.dumps(data, separators=(",", ":")).encode())
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+            _fsync_dir(path.parent)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise StorageError(f"the coordinator could not keep {path.name} in its state directory {self.root} "
+                               f"(stateDir): {exc.strerror or exc}; a restart would not know this change") from None
 
     def _read(self, path: Path) -> dict[str, Any] | None:
         try:
