@@ -99,17 +99,19 @@ class ExchangeDataset(IterableDataset):
         self.steps = 0  # steps delivered this epoch (counted by ExchangeLoader, or by __iter__ without one)
         self._resume = 0  # steps of this epoch to skip on the next iteration (load_state_dict)
         self._write_epoch: int | None = None  # the exchange's write this state belongs to
+        self._live_epoch = False  # this epoch began while the exchange was written (pad): read in arrival order
         self._counting = True
 
     # ------------------------------------------------------------ epochs and state
     def set_epoch(self, epoch: int) -> None:
         """Start epoch ``epoch`` from its beginning (a new subpartition order)."""
-        self.epoch, self.steps, self._resume = int(epoch), 0, 0
+        self.epoch, self.steps, self._resume, self._live_epoch = int(epoch), 0, 0, False
 
     def state_dict(self) -> dict:
         """Where this rank is: the epoch and the steps delivered in it (the same on every rank after a step)."""
         return {"exchange": self.exchange, "write_epoch": self._write_epoch, "epoch": self.epoch,
-                "steps": self.steps, "seed": self.seed, "shuffle": self.shuffle, "balance": self.balance.value,
+                "steps": self.steps, "live": self._live_epoch, "seed": self.seed, "shuffle": self.shuffle,
+                "balance": self.balance.value,
                 "batch_size": self.batch_size, "world_size": self.world_size}
 
     def load_state_dict(self, state: dict) -> None:
@@ -119,6 +121,12 @@ class ExchangeDataset(IterableDataset):
             if state.get(key) != mine:
                 raise ConfigError(f"the state was taken with {key}={state.get(key)!r}, this dataset has {mine!r}: "
                                   "a resume must read the same exchange the same way")
+        if state.get("live") and int(state["steps"]):
+            raise ConfigError(
+                f"the state was taken at step {state['steps']} of epoch {state['epoch']}, which began while exchange "
+                f"{self.exchange!r} was still written (balance='pad'): its rows came in arrival order, which no later "
+                "read repeats, so a resume could lose or repeat rows. Resume from the start of that epoch "
+                "(set_epoch) or of the next one; epochs that begin after the commit resume exactly")
         self.epoch, self.steps, self._resume = int(state["epoch"]), int(state["steps"]), int(state["steps"])
         self._write_epoch = state.get("write_epoch")
 
@@ -152,6 +160,8 @@ class ExchangeDataset(IterableDataset):
         if live and (self.balance is not Balance.PAD or self._resume):
             desc = _committed(config, self.exchange)  # even/drop need the counts; a resume needs their order
             live = False
+        if info is None:
+            self._live_epoch = live
         if live:
             batches = self._live(config, desc, reader, readers, worker, workers)
         else:
@@ -256,6 +266,8 @@ class ExchangeLoader(DataLoader):
 
     def __iter__(self) -> Iterator[Any]:
         ds: ExchangeDataset = self.dataset  # type: ignore[assignment]
+        if ds.balance is Balance.PAD and not ds._resume:  # the workers may begin while the exchange is written
+            ds._live_epoch = not ex.describe_exchange(ds._config()).get("sealed")
         batches = super().__iter__()  # workers start now, each with the dataset's epoch and resume point
         ds._resume = 0
         for batch in batches:
