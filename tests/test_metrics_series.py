@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import re
 import socket
+import time
 import urllib.request
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from harness import client_config
 from sparkflow_exchange import exchange as ex
@@ -84,3 +86,32 @@ def test_every_metric_the_dashboard_queries_exists_in_a_real_scrape(tmp_service)
     assert all(name.startswith("sparkflow_") for name in queried), queried
     assert queried <= exported, f"the dashboard queries metrics no service exports: {sorted(queried - exported)}"
     assert len(dashboard["panels"]) >= 6
+
+
+def _read_bytes(port: int, exchange: str, path: str) -> int:
+    prefix = f'sparkflow_exchange_read_bytes{{service="'
+    lines = [line for line in _scrape(port).splitlines()
+             if line.startswith(prefix) and f'exchange="{exchange}",path="{path}"}}' in line]
+    return int(float(lines[0].split()[-1])) if lines else 0
+
+
+@pytest.mark.parametrize("host, path", [("hostA", "local_file"), ("hostB", "channel")],
+                         ids=["spill file on this host", "channel"])
+def test_read_bytes_grow_during_a_read_of_a_finished_exchange(tmp_service, host, path):
+    """Scraped between the batches of one read that lasts some seconds (a pause after each batch; readers
+    on the service's host report their spill-file reads about once a second while they read)."""
+    port = _free_port()
+    svc = tmp_service(conf={"metricsPort": port}, host_id="hostA")
+    config = client_config(svc, exchange="reread", partitioner="hash", keys="id", numSubpartitions=1,
+                           partitionType="HYBRID", bufferSize="16k", hostId=host)
+    _write(config, 200_000)  # committed before the read starts: 3.2 MB in some 200 buffers
+    desc = ex.describe_exchange(config)
+    rows, seen = 0, []
+    for i, batch in enumerate(ex.read_subpartition(config, desc, 0)):
+        rows += batch.num_rows
+        time.sleep(0.05)
+        if i % 10 == 9:
+            seen.append(_read_bytes(port, "reread", path))
+    assert rows == 400_000
+    during = sorted(set(v for v in seen if v > 0))
+    assert len(during) >= 2 and seen == sorted(seen), seen  # grew, step by step, before the read ended
