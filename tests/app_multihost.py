@@ -4,9 +4,13 @@ its spark-defaults.conf alone (master, coordinator, secret file, TLS).
 ``write PREFIX``: writes a hash, a broadcast and a forward exchange from four tasks spread over both
 workers and ends; prints, per exchange, where its producers' partitions are held.
 ``read PREFIX``: reads the three and compares them, partition ids included, with what they must hold
-(chispa); prints the row and partition counts.
-``read-failing PREFIX BOUND``: reads the hash exchange expecting it to fail, no wait of its own longer than
-BOUND; prints the error and how long the job took.
+(chispa); prints the row and partition counts and each partition's rows and sum of ids, and the names
+``list_exchanges(spark)`` gives on the driver.
+
+Without Spark (the client API, in a plain Python process of host0, configured by the same file):
+``client-sums PREFIX``: each subpartition's rows and sum of ids, as ``read`` prints them.
+``client-read-failing PREFIX BOUND``: reads the hash exchange expecting it to fail, no wait of its own
+longer than BOUND; prints the error and how long the read took to fail.
 """
 import json
 import sys
@@ -60,33 +64,67 @@ def write(spark, prefix: str) -> dict:
 def read(spark, prefix: str) -> dict:
     from chispa import assert_df_equality
 
+    import sparkflow_exchange
+
     out = {}
     for name in OPTIONS:
         got = spark.read.format("pipelined").option("exchange", f"{prefix}-{name}").load()
         partitions = got.rdd.getNumPartitions()
-        got = got.withColumn("pid", F.spark_partition_id())
+        got = got.withColumn("pid", F.spark_partition_id()).cache()  # read once, checked three ways
         assert_df_equality(expected(spark, name), got, ignore_row_order=True, ignore_nullable=True)
-        out[name] = {"rows": got.count(), "partitions": partitions}
+        sums = {str(r["pid"]): [r["rows"], r["ids"]]
+                for r in got.groupBy("pid").agg(F.count("*").alias("rows"), F.sum("id").alias("ids")).collect()}
+        out[name] = {"rows": got.count(), "partitions": partitions, "sums": sums}
+        got.unpersist()
+    # the driver sees the cluster's exchanges (the coordinator spark-defaults.conf names)
+    listed = sorted(s.name for s in sparkflow_exchange.list_exchanges(spark) if s.name.startswith(f"{prefix}-"))
+    return {"exchanges": out, "listed": listed}
+
+
+def client_sums(prefix: str) -> dict:
+    import pyarrow.compute as pc
+
+    from sparkflow_exchange.client import open_reader, read_plan
+
+    out = {}
+    for name in OPTIONS:
+        sums = {}
+        for sub in range(read_plan(f"{prefix}-{name}")["num_subpartitions"]):
+            rows = ids = 0
+            with open_reader(f"{prefix}-{name}", subpartitions=sub) as reader:
+                for batch in reader:
+                    rows += batch.num_rows
+                    ids += pc.sum(batch.column("id")).as_py() or 0
+            sums[str(sub)] = [rows, ids]
+        out[name] = sums
     return out
 
 
-def read_failing(spark, prefix: str, bound: str) -> dict:
+def client_read_failing(prefix: str, bound: str) -> dict:
     """No wait of the read's own may outlast ``bound`` (readerTimeout, producerTimeout): its failure comes
-    from what it found, not from a timeout, or within the bound."""
+    from what it found, or at the latest after the bound."""
+    from sparkflow_exchange.client import open_reader
+
     started = time.monotonic()
+    rows = 0
     try:
-        rows = (spark.read.format("pipelined").option("exchange", f"{prefix}-hash").option("readerTimeout", bound)
-                .option("producerTimeout", bound).load().count())
+        with open_reader(f"{prefix}-hash", readerTimeout=bound, producerTimeout=bound) as reader:
+            for batch in reader:
+                rows += batch.num_rows
     except Exception as exc:  # noqa: BLE001 - the failure is the result
-        return {"error": str(exc)[-6000:], "seconds": time.monotonic() - started}
+        return {"error": f"{type(exc).__name__}: {exc}"[-6000:], "seconds": time.monotonic() - started}
     return {"rows": rows, "seconds": time.monotonic() - started}
 
 
 def main(mode: str, prefix: str, *args: str) -> None:
+    clients = {"client-sums": client_sums, "client-read-failing": client_read_failing}
+    if mode in clients:
+        print(json.dumps(clients[mode](prefix, *args)), flush=True)
+        return
     spark = SparkSession.builder.appName(f"multihost-{mode}").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        result = {"write": write, "read": read, "read-failing": read_failing}[mode](spark, prefix, *args)
+        result = {"write": write, "read": read}[mode](spark, prefix, *args)
     finally:
         spark.stop()
     print(json.dumps(result), flush=True)

@@ -120,3 +120,23 @@ def test_a_service_that_cannot_tell_refuses_to_start_saying_why(tmp_path):
     assert proc.returncode != 0
     assert "advertisedHost 'no-such-host.invalid' does not resolve" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_drivers_spark_driver_host_comes_from_its_command_line_else_spark_defaults(tmp_path, monkeypatch):
+    from sparkflow_exchange.service.plugin import spark_driver_host
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    given = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "--conf",
+                              "spark.driver.host=198.18.0.4"])
+    plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        assert spark_driver_host(given.pid) == "198.18.0.4"
+        assert spark_driver_host(plain.pid) is None
+        (conf / "spark-defaults.conf").write_text("spark.driver.host  198.18.0.5\n")
+        assert spark_driver_host(plain.pid) == "198.18.0.5"
+    finally:
+        for proc in (given, plain):
+            proc.kill()
+            proc.wait(10)
