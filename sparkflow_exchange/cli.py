@@ -17,6 +17,7 @@ from . import __version__
 from .config import ExchangeConfig
 
 MiB = 2**20
+CLI_PATIENCE = 10.0  # s to wait for a cluster coordinator that does not answer (it may be restarting)
 ELSEWHERE = "give --address HOST:PORT (and --secret-file FILE) for a service elsewhere"
 
 
@@ -54,7 +55,7 @@ def _hint(message: str) -> str:
 
 def _targets(args: argparse.Namespace) -> list[tuple[str, Any, ExchangeConfig]]:
     """(label, endpoints, config) of the services to ask: --address, else every one running here."""
-    from .service.discovery import Endpoints, coordinators, no_service_message, running_services
+    from .service.discovery import Endpoints, no_service_message, running_services
 
     config = _config(args)
     if args.address:
@@ -62,9 +63,15 @@ def _targets(args: argparse.Namespace) -> list[tuple[str, Any, ExchangeConfig]]:
         return [(args.address, ep, config)]
     found = running_services()
     targets = [(f.kind.value, f.endpoints(config.resolved_secret()), config) for f in found]
-    if config.coordinator and not any(f.info.get("tcp") == config.coordinator for f in found):
-        # the cluster's coordinator (spark-defaults.conf): its registry shows every host's services
-        targets.append(("configured coordinator", coordinators(config)[0], config))
+    # the cluster's coordinator (spark-defaults.conf, else the one this host's services report to): its
+    # registry shows every host's services
+    reported = {f.info["reports_to"]: f.info.get("secret") for f in found if f.info.get("reports_to")}
+    for address in dict.fromkeys([*([config.coordinator] if config.coordinator else []), *reported]):
+        if any(f.info.get("tcp") == address for f in found):
+            continue
+        ep = Endpoints(address, address, config.resolved_secret() or reported.get(address),
+                       config.resolved_host_id(), min(config.coordinator_retry_timeout, CLI_PATIENCE))
+        targets.append(("cluster coordinator", ep, config))
     if not targets:
         raise CliError(no_service_message("nothing to show", ELSEWHERE + ", or start one with `sparkflow-exchange serve`"))
     return targets
@@ -84,18 +91,27 @@ def _ask(ep: Any, config: ExchangeConfig, method: str, **kwargs: Any) -> Any:
 
 def _status(args: argparse.Namespace) -> int:
     statuses = []
+    failed = []  # one service that does not answer hides none of the others
     for label, ep, config in _targets(args):
-        status = _ask(ep, config, "status")
+        try:
+            status = _ask(ep, config, "status")
+        except CliError as exc:
+            failed.append(str(exc))  # names the address
+            continue
         status["service"]["started_by"] = label
         statuses.append(status)
     if args.json:
         print(json.dumps(statuses, indent=2))
-        return 0
-    for i, status in enumerate(statuses):
-        if i:
-            print()
-        _print_status(status)
-    return 0
+    else:
+        for i, status in enumerate(statuses):
+            if i:
+                print()
+            _print_status(status)
+    if failed and not statuses:
+        raise CliError("\n".join(failed))
+    for line in failed:
+        print(f"sparkflow-exchange status: {line}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _print_status(status: dict) -> None:

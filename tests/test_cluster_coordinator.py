@@ -298,6 +298,15 @@ def test_a_client_without_the_plugin_writes_to_its_hosts_service(cluster, tmp_pa
         assert [p["location"]["service_id"] for p in desc["producers"]] == [host.info["service_id"]]
         with client.open_reader("written-here", **_options(cluster)) as reader:
             assert reader.read_all().sort_by("id").equals(table(0, 500))
+        # `status` on this host, with no spark-defaults.conf: this host's service and the registry of the
+        # coordinator it reports to
+        conf_dir = tmp_path / "no-spark-conf"
+        conf_dir.mkdir()
+        status = _cli(["status"], {**os.environ, "SPARK_CONF_DIR": str(conf_dir)})
+        assert status.returncode == 0, status.stderr
+        assert f"holds partitions for the coordinator at {cluster.coordinator.tcp}" in status.stdout, status.stdout
+        assert "(cluster coordinator) on coordhost" in status.stdout, status.stdout
+        assert "services by host (4 on 4 hosts" in status.stdout, status.stdout
     finally:
         host.stop()
 
