@@ -174,6 +174,11 @@ def test_a_write_open_when_the_coordinator_restarts_is_aborted_saying_why(cluste
         read_all(cluster, "interrupted", declareTimeout="0")
     with pytest.raises(sfx.ExchangeError, match="not open"):
         ex.commit_write(handle, [task.partition])
+    # the restarted coordinator never knew the partition: the service frees it when it registers again
+    deadline = time.monotonic() + WAIT
+    while cluster.hosts["hostA"].status()["partitions"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert cluster.hosts["hostA"].status()["partitions"] == []
 
 
 def test_clients_wait_for_a_restarting_coordinator_within_a_bound(cluster):

@@ -501,7 +501,11 @@ class Coordinator:
         self._save_services()
         if replaced:
             await self.services_lost(replaced)
-        return {"ok": True, "heartbeat_timeout": self.services.timeout}
+        # what it holds for us: it frees the finished partitions of exchanges dropped, lost or aborted
+        # while it could not be told (a restart, a failed release)
+        held = [p.partition for ex in self.exchanges.values() for p in ex.producers.values()
+                if p.location.get("service_id") == service_id]
+        return {"ok": True, "heartbeat_timeout": self.services.timeout, "partitions": held}
 
     async def service_heartbeat(self, service_id: str) -> dict:
         """``known`` false: the service must register (again)."""

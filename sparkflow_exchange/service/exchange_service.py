@@ -254,6 +254,16 @@ class ExchangeService:
             # moment later, so a register_producer already on its way is counted.
             asyncio.get_running_loop().call_later(JOIN_GRACE, self._release_if_unjoined, part, reason)
 
+    def release_unknown(self, known: set[str], coordinator: str) -> list[str]:
+        """Free the finished (or failed) partitions the coordinator did not name as held here (``known``):
+        nobody can find them any more. One still written is left alone (its producer may not have joined)."""
+        gone = [pid for pid, part in self.partitions.items()
+                if (part.finished or part.failure is not None) and pid not in known]
+        for pid in gone:
+            self.release_partition(pid, f"the coordinator at {coordinator} no longer knows it (its exchange was "
+                                        "dropped, lost or aborted while this service could not be told)")
+        return gone
+
     def _release_if_unjoined(self, part: ResultPartition, reason: str) -> None:
         exchange = self.coordinator.exchanges.get(part.exchange)
         if self.partitions.get(part.pid) is part and (exchange is None or part.pid not in exchange.producers):

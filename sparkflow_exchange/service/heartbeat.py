@@ -3,7 +3,9 @@
 A service that holds partitions for a coordinator elsewhere (``serve --no-coordinator``, the Spark
 plugin's executor services) keeps one connection to it. When the connection breaks (the coordinator
 restarts, the network fails) or the coordinator no longer knows it (it restarted, or declared this
-service lost), it connects and registers again, trying every interval until the coordinator is back.
+service lost), it connects and registers again, trying every interval until the coordinator is back. The
+coordinator answers a registration with the partitions it knows there; finished ones it does not know
+(their exchange was dropped, lost or aborted while this service could not be told) are freed.
 """
 from __future__ import annotations
 
@@ -36,10 +38,15 @@ async def report_to_coordinator(service: "ExchangeService", address: str) -> Non
                 registered = False
             if not registered:
                 a = service.addresses()
-                await conn.rpc("register_service", {"service_id": service.service_id, "host_id": service.host_id,
-                                                    "tcp": a["tcp"], "unix": a["unix"], "pid": a["pid"]},
-                               timeout=max(interval * 5, 10.0))
+                answer = await conn.rpc("register_service", {"service_id": service.service_id,
+                                                             "host_id": service.host_id, "tcp": a["tcp"],
+                                                             "unix": a["unix"], "pid": a["pid"]},
+                                        timeout=max(interval * 5, 10.0))
                 registered = True
+                freed = service.release_unknown(set(answer.get("partitions", ())), address)
+                if freed:
+                    log.warning("released %d finished partitions the coordinator at %s no longer knows",
+                                len(freed), address)
                 log.log(logging.WARNING if outage else logging.INFO, "registered with the coordinator at %s%s",
                         address, f" again (it could not be reached: {outage})" if outage else "")
                 outage = None
