@@ -40,6 +40,7 @@ PROJECT = TESTS.parent
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 START_TIMEOUT = 180.0  # s for a JVM or a service to come up on a loaded 2-core machine
 STOP_TIMEOUT = 20.0
+STALE_AFTER = 600.0  # s: a namespace of another run with no process in it this long is a leftover
 
 
 class HostError(RuntimeError):
@@ -168,7 +169,7 @@ class Cluster:
         self.jar = jar
         self.keep = keep or root is not None
         self.root = root or Path(tempfile.mkdtemp(prefix="sparkflow-multihost-", dir="/var/tmp"))
-        tag = f"{os.getpid() % 100000:05d}"
+        self.tag = tag = f"{os.getpid() % 100000:05d}"
         self.bridge = f"sfx{tag}br"
         self.hosts = [Host(i, f"host{i}", f"{SUBNET}.{i + 1}", f"sfx{tag}h{i}", f"sfx{tag}v{i}", self.root / f"host{i}")
                       for i in range(hosts)]
@@ -198,6 +199,7 @@ class Cluster:
     # ------------------------------------------------------------ building
     def start(self) -> "Cluster":
         """Network, hosts, secret, TLS, configuration, Spark, services; stops what it made on any failure."""
+        sweep_stale(self.tag)
         try:
             self._network()
             for host in self.hosts:
@@ -404,6 +406,39 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def sweep_stale(current: str) -> list[str]:
+    """Remove what an earlier run killed before its teardown left (its namespaces, veths and bridge), when
+    no process runs in any of its namespaces any more and they are older than STALE_AFTER (a run starting
+    at this moment has namespaces without processes for a moment); the names removed."""
+    import re
+
+    runs: dict[str, list[str]] = {}
+    for line in _sh("ip", "netns", "list", check=False).stdout.splitlines():
+        found = re.match(r"(sfx(\d{5})h\d+)\b", line)
+        if found and found.group(2) != current:
+            runs.setdefault(found.group(2), []).append(found.group(1))
+    removed = []
+    for tag, names in runs.items():
+        if any(_sh("ip", "netns", "pids", name, check=False).stdout.split() for name in names):
+            continue  # something still runs there: not ours to end
+        if any(_age(Path("/run/netns") / name) < STALE_AFTER for name in names):
+            continue
+        for name in names:
+            _sh("ip", "netns", "del", name, check=False)
+        links = _sh("ip", "-o", "link", "show", check=False).stdout
+        for link in sorted(set(re.findall(rf"\d+: (sfx{tag}(?:br|v\d+))[@:]", links))):
+            _sh("ip", "link", "del", link, check=False)
+        removed += names
+    return removed
+
+
+def _age(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return float("inf")
 
 
 def _end(pid: int, proc: subprocess.Popen | None = None) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import uuid
 
 import pytest
@@ -29,11 +30,14 @@ EXPECTED = {"hash": {"rows": 100_000, "partitions": 4}, "broadcast": {"rows": 4 
 @pytest.fixture(scope="module")
 def cluster(jar):
     c = multihost.Cluster(hosts=3, keep=bool(os.environ.get("SPARKFLOW_MULTIHOST_KEEP")), jar=jar)
-    c.start()
+    # a SIGTERM (a CI timeout) interrupts the run like Ctrl-C, so the teardown below still runs
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
+        c.start()
         yield c
     finally:
         c.stop()
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _ok(cluster, result, proc) -> dict:
