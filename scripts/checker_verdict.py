@@ -41,7 +41,7 @@ KINDS = (
     "mixed_epochs",               # rows of a write of another epoch (or exchange) than the read's plan
     "not_a_committed_state",      # whole writes, but no instant had exactly that set committed
     "read_outlived_its_epoch",    # a read returned normally although its exchange was dropped/overwritten meanwhile
-    "read_failed_without_cause",  # a read failed although nothing had dropped or overwritten its exchange
+    "read_failed_without_cause",  # a read failed with nothing dropped, overwritten or failed before it
     "wait_past_bound",            # a client waited longer than its documented bound (watchdog)
     "late_failure_after_replace",  # a writer learned its exchange was dropped/overwritten late
     "replace_error_unclear",      # ... or by an error that does not name the drop or overwrite
@@ -97,6 +97,12 @@ class Write:
     @property
     def ack(self) -> float:
         return self.t_committed if self.t_committed is not None else INF
+
+    def failed_before(self, t: float) -> bool:
+        """Whether this write had failed, been aborted or lost its writer to kill -9 before ``t``."""
+        if any(f["t"] < t for f in self.failures) or (self.killed_at is not None and self.killed_at < t):
+            return True
+        return self.end is not None and not self.end.get("committed") and self.end["t"] < t
 
     @property
     def visible(self) -> bool:
@@ -312,7 +318,10 @@ class Verdict:
                        if w.name == name and w.epoch is not None and epoch is not None and w.epoch > epoch
                        and w.t_begin < failed_at]
         drops = [d for d in self.h.drop_begins if d["name"] == name and d["t"] < failed_at]
-        if replacing or later_epoch or drops:
+        # a write of the read's own epoch that failed, was aborted or was killed: a pipelined read of it fails
+        broken = [w for w in self.h.writes.values()
+                  if w.name == name and w.epoch == epoch and w.failed_before(failed_at)]
+        if replacing or later_epoch or drops or broken:
             return
         self.violation("read_failed_without_cause",
                        f"{self.describe_read(r)}: failed {self.h.rel(failed_at)} with {r.get('error_class')}: "

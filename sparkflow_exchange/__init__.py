@@ -12,7 +12,7 @@ __all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "lea
            # the errors users see (docs/errors.md)
            "ConfigError", "ExchangeError", "ServiceError", "ServiceUnavailable", "AuthenticationFailed", "NotPermitted",
            "InvalidRequest", "StorageError", "DataLost", "ExchangeNotFound", "ExchangeLost", "ExchangeReplaced",
-           "PartitionReleasedError", "SchemaMismatch", "ExchangeReadError", "ErrorCode"]
+           "PartitionReleasedError", "SchemaMismatch", "NoConsumerError", "ExchangeReadError", "ErrorCode"]
 
 from .config import ExchangeConfig, session_settings
 from .errors import (  # noqa: F401
@@ -27,6 +27,7 @@ from .errors import (  # noqa: F401
     ExchangeReplaced,
     InvalidRequest,
     NotPermitted,
+    NoConsumerError,
     PartitionReleasedError,
     SchemaMismatch,
     ServiceError,

@@ -11,13 +11,14 @@ Expected failures (:class:`~sparkflow_exchange.errors.UserFacing`, a lost servic
 leave each entry point through ``spark_errors.user_errors``: the user reads
 ``sparkflow_exchange.<Error>: <message>`` right after Spark's own line, no traceback.
 The streaming sink lives in ``stream_sink.py`` (light: Spark imports it once per micro-batch).
+Spark imports this module in every short-lived planning worker (lookup, write, commit, schema, read
+plan), most of which never talk to the service: the client, Arrow and NumPy are imported where used.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -29,17 +30,17 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
     SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from . import exchange as ex
-from . import streaming as st
 from .config import ConfigError, ExchangeConfig
-from .consumer.rebatch import rebatched
-from .consumer.read_plan import SkewRule, compact_producers, read_ranges
 from .errors import SchemaMismatch
 from .spark_errors import guarded, user_errors
-from .stream_sink import PipelinedStreamWriter
-from .spark_types import schema_text
-from .tasks import PartitionCommit, task_session, write_task
-from .worker_heap import freezing_after
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from . import exchange as ex
+    from .stream_sink import PipelinedStreamWriter
+    from .tasks import PartitionCommit
+
 
 def _arrow_schema(schema: StructType) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -64,12 +65,14 @@ class PipelinedDataSource(DataSource):
 
     @user_errors
     def schema(self) -> StructType:
+        from . import exchange as ex
         from pyspark.sql.pandas.types import from_arrow_schema
 
         return from_arrow_schema(ex.describe_exchange(self.config, allow_stream=True)["arrow_schema"])
 
     @user_errors
     def reader(self, schema: StructType) -> "PipelinedReader":
+        from . import exchange as ex
         desc = ex.describe_exchange(self.config)
         _check_schema(self.config.exchange, _arrow_schema(schema), desc["arrow_schema"])
         desc.pop("arrow_schema")
@@ -83,15 +86,20 @@ class PipelinedDataSource(DataSource):
 
     @user_errors
     def writer(self, schema: StructType, overwrite: bool) -> "PipelinedWriter":
+        from . import exchange as ex
         handle = ex.declare_write(self.config, _arrow_schema(schema), overwrite)
         return PipelinedWriter(handle, dict(self.options))
 
     @user_errors
     def streamWriter(self, schema: StructType, overwrite: bool) -> "PipelinedStreamWriter":
+        from . import streaming as st
+        from .stream_sink import PipelinedStreamWriter
+
         return PipelinedStreamWriter(st.declare_stream(self.config, _arrow_schema(schema)), dict(self.options))
 
     @user_errors
     def streamReader(self, schema: StructType) -> "PipelinedStreamReader":
+        from . import streaming as st
         desc = st.describe_stream(self.config)
         _check_schema(self.config.exchange, _arrow_schema(schema), desc["arrow_schema"])
         return PipelinedStreamReader(self.config, desc["schema"], dict(self.options))
@@ -99,6 +107,8 @@ class PipelinedDataSource(DataSource):
 
 def _check_schema(name: str | None, given: pa.Schema, expected: pa.Schema) -> None:
     if not given.equals(expected):
+        from .spark_types import schema_text
+
         raise SchemaMismatch(f"the given schema does not match exchange {name!r}: given {schema_text(given)}, "
                              f"exchange has {schema_text(expected)}")
 
@@ -107,6 +117,9 @@ def _read_plan(desc: dict) -> dict:
     """What read tasks need of the description. Sealed: the committed producers (the read plan; the reader
     object travels once per stage in Spark's task binary, the InputPartitions per task, so the producers
     live here and a partition is just its range). Not sealed: no producers, the gate subscribes."""
+    from . import exchange as ex
+    from .consumer.read_plan import compact_producers
+
     producers = ex.sealed_producers(desc)
     plan = {k: v for k, v in desc.items() if k not in ("producers", "committed")}
     if producers is not None:
@@ -132,6 +145,8 @@ class PipelinedReader(DataSourceReader):
         self.options = options or {}  # the read's own options: they beat the task's session settings
 
     def partitions(self) -> list[SubpartitionSplit]:
+        from .consumer.read_plan import SkewRule, read_ranges
+
         config = self.config
         skew = SkewRule(config.skewed_partition_factor, config.skewed_partition_threshold) \
             if config.split_skewed_subpartitions else None
@@ -140,6 +155,11 @@ class PipelinedReader(DataSourceReader):
 
     @user_errors
     def read(self, partition: SubpartitionSplit) -> Iterator[pa.RecordBatch]:
+        from . import exchange as ex
+        from .consumer.rebatch import rebatched
+        from .tasks import task_session
+        from .worker_heap import freezing_after
+
         config = self.config.for_task(self.options, task_session())
         batches = ex.read_subpartition(config, self.desc, partition.index, partition.end,
                                        producers=partition.producers)
@@ -154,14 +174,18 @@ class PipelinedWriter(DataSourceArrowWriter):
 
     @user_errors
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PartitionCommit:
+        from .tasks import write_task
+
         return write_task(self.handle, self.options, iterator)
 
     @user_errors
     def commit(self, messages: list[PartitionCommit | None]) -> None:
+        from . import exchange as ex
         done = [m for m in messages if m is not None]
         ex.commit_write(self.handle, [m.partition for m in done], {m.partition: m.rows for m in done})
 
     def abort(self, messages: list[PartitionCommit | None]) -> None:
+        from . import exchange as ex
         ex.abort_write(self.handle, "the Spark write job failed")
 
 
@@ -199,6 +223,7 @@ class PipelinedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     @user_errors
     def initialOffset(self) -> dict:
+        from . import streaming as st
         # Spark may ask twice (same reader): the second answer must name the same group, not a new one
         joined = st.join_group(self.config, self.group)
         self.group = joined["group"]
@@ -213,6 +238,7 @@ class PipelinedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     @user_errors
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        from . import streaming as st
         after = self._position(start)
         # an idle trigger waits on the service for the next commit (availableNow: never, it stops at upto)
         found = st.latest_epoch(self.config, self.group, after, upto=self.upto,
@@ -223,6 +249,7 @@ class PipelinedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     @user_errors
     def reportLatestOffset(self) -> dict | None:
+        from . import streaming as st
         # Spark asks right after latestOffset, every trigger: its answer saves a second call to the service
         if self.last_committed is None:
             self.last_committed = st.describe_stream(self.config.replace(declare_timeout=0))["last_committed"]
@@ -230,10 +257,14 @@ class PipelinedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     @user_errors
     def prepareForTriggerAvailableNow(self) -> None:
+        from . import streaming as st
         self.upto = st.describe_stream(self.config.replace(declare_timeout=0))["last_committed"]
 
     @user_errors
     def partitions(self, start: dict, end: dict) -> list[EpochSplit]:
+        from . import streaming as st
+        from .consumer.read_plan import compact_producers
+
         plan = st.plan_epochs(self.config, self._position(start), self._position(end))
         if not plan["epochs"]:
             return []
@@ -243,7 +274,11 @@ class PipelinedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     @user_errors
     def read(self, partition: EpochSplit) -> Iterator[pa.RecordBatch]:
+        from . import streaming as st
         from .buffer import schema_from_b64
+        from .consumer.rebatch import rebatched
+        from .tasks import task_session
+        from .worker_heap import freezing_after
 
         config = self.config.for_task(self.options, task_session())
         batches = st.read_epochs(config, schema_from_b64(self.schema_b64), partition.plans, partition.index)
@@ -251,5 +286,6 @@ class PipelinedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     @user_errors
     def commit(self, end: dict) -> None:
+        from . import streaming as st
         position = self._position(end)  # learns the group from the offset after a restart
         st.commit_group(self.config, self.group, position)

@@ -154,6 +154,11 @@ class SchemaMismatch(ConfigError, ServiceError):
     default_code = ErrorCode.SCHEMA_MISMATCH
 
 
+class NoConsumerError(ExchangeError):
+    """A PIPELINED_BOUNDED write waited ``pipelined.noConsumerTimeout`` with its buffers full and no reader
+    taking them: such a partition holds a few buffers only and never spills. Start the read, or write HYBRID."""
+
+
 class ExchangeReadError(ExchangeError):
     """The read cannot complete; the message says why (lost service, failed or aborted write...)."""
 

@@ -34,13 +34,15 @@ def status(info: dict) -> dict:
 
 
 def wait_for_executors(spark, n: int) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 400  # two executor JVMs start in ~12 s on a quiet machine, minutes on a loaded one
     while time.monotonic() < deadline:
         if spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() >= n + 1 and len(executor_services()) >= n:
             return
         spark.range(0, 100, 1, 4).count()  # touching executors makes them start their plugin
         time.sleep(0.5)
-    raise SystemExit(f"executors did not come up: {executor_services()}")
+    registered = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+    raise SystemExit(f"executors did not come up in 400 s: {registered} registered with Spark, services "
+                     f"{executor_services()}")
 
 
 def main(mode: str) -> None:

@@ -60,19 +60,19 @@ def test_writer_and_reader_restarted_from_checkpoints_deliver_every_row_exactly_
     wck, rck, out = str(tmp_path / "wck"), str(tmp_path / "rck"), str(tmp_path / "out")
     writer = start_writer(spark, name, wck)
     wait_for(lambda: stream_info(name)["last_committed"] >= 1 if name in
-             {e.name for e in sparkflow_exchange.list_exchanges()} else False, 90, "the writer's first epochs")
+             {e.name for e in sparkflow_exchange.list_exchanges()} else False, 600, "the writer's first epochs")
     reader = start_reader(spark, name, rck, out)
-    wait_for(lambda: committed_batches(reader) >= 1, 90, "the reader's first micro-batches")
+    wait_for(lambda: committed_batches(reader) >= 1, 600, "the reader's first micro-batches")
     reader.stop()  # the reader stops; the writer goes on
     time.sleep(1.5)
     reader = start_reader(spark, name, rck, out)  # and comes back from its checkpoint
     writer.stop()  # the writer stops too
     writer = start_writer(spark, name, wck)  # and comes back from its own (it replays its last batch)
     last = stream_info(name)["last_committed"]
-    wait_for(lambda: stream_info(name)["last_committed"] >= last + 1, 90, "the restarted writer")
+    wait_for(lambda: stream_info(name)["last_committed"] >= last + 1, 600, "the restarted writer")
     writer.stop()
     final = stream_info(name)["last_committed"]
-    wait_for(lambda: all(g["position"] == final for g in stream_info(name)["groups"].values()), 90,
+    wait_for(lambda: all(g["position"] == final for g in stream_info(name)["groups"].values()), 600,
              f"the reader to be done with epoch {final}")
     reader.stop()
     expected_max = spark.read.parquet(out).agg(F.max("value")).first()[0]
@@ -89,13 +89,13 @@ def test_two_groups_read_independently_and_available_now_stops(spark, tmp_path):
     # both groups are known to the stream from its start (a group that joins later would start at what is
     # still retained: epochs every known group is past are released); b reads one epoch per micro-batch
     writer = start_writer(spark, name, wck, **{"stream.consumerGroups": "a,b"})
-    wait_for(lambda: name in {e.name for e in sparkflow_exchange.list_exchanges()}, 90, "the stream")
+    wait_for(lambda: name in {e.name for e in sparkflow_exchange.list_exchanges()}, 600, "the stream")
     a = start_reader(spark, name, str(tmp_path / "rck-a"), outs["a"], consumerGroup="a")
     b = start_reader(spark, name, str(tmp_path / "rck-b"), outs["b"], consumerGroup="b", maxEpochsPerTrigger=1)
-    wait_for(lambda: stream_info(name)["last_committed"] >= 4, 90, "five epochs")
+    wait_for(lambda: stream_info(name)["last_committed"] >= 4, 600, "five epochs")
     writer.stop()
     final = stream_info(name)["last_committed"]
-    wait_for(lambda: stream_info(name)["groups"].get("a", {}).get("position") == final, 90, "group a")
+    wait_for(lambda: stream_info(name)["groups"].get("a", {}).get("position") == final, 600, "group a")
     a.stop()
     b.stop()  # b is behind: its epochs stay retained for it
     done = start_reader(spark, name, str(tmp_path / "rck-b"), outs["b"], available_now=True, consumerGroup="b")
@@ -112,13 +112,13 @@ def test_a_slow_reader_holds_the_writer_back_and_still_gets_everything(spark, tm
     name = "stream-bounded"
     out = str(tmp_path / "out")
     writer = start_writer(spark, name, str(tmp_path / "wck"), **{"stream.maxRetainedBytes": "4k"})
-    wait_for(lambda: name in {e.name for e in sparkflow_exchange.list_exchanges()}, 90, "the stream")
-    wait_for(lambda: (stream_info(name)["writer_waiting_s"] or 0) > 1.0, 90, "the writer to wait for a reader")
+    wait_for(lambda: name in {e.name for e in sparkflow_exchange.list_exchanges()}, 600, "the stream")
+    wait_for(lambda: (stream_info(name)["writer_waiting_s"] or 0) > 1.0, 600, "the writer to wait for a reader")
     waiting_at = stream_info(name)["last_committed"]
     time.sleep(1.5)
     assert stream_info(name)["last_committed"] == waiting_at  # no reader: no new epoch
     reader = start_reader(spark, name, str(tmp_path / "rck"), out, maxEpochsPerTrigger=1)
-    wait_for(lambda: stream_info(name)["last_committed"] >= waiting_at + 3, 90, "the writer to go on")
+    wait_for(lambda: stream_info(name)["last_committed"] >= waiting_at + 3, 600, "the writer to go on")
     writer.stop()
     final = stream_info(name)["last_committed"]
     wait_for(lambda: stream_info(name)["groups"] and

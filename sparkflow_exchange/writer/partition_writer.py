@@ -16,7 +16,7 @@ from collections import deque
 import pyarrow as pa
 
 from ..buffer import BatchEncoder, Region
-from ..errors import ErrorCode, PartitionReleasedError, ServiceError, error_for  # noqa: F401 - named here too
+from ..errors import ErrorCode, NoConsumerError, PartitionReleasedError, ServiceError, error_for  # noqa: F401 - named here too
 from ..kinds import PartitionType
 from ..network.blocking_client import BlockingConnection
 from ..network.protocol import (
@@ -37,10 +37,6 @@ from ..network.protocol import (
 )
 from ..partition import shared_arena
 from ..partition.shared_arena import ArenaError, SharedArena
-
-
-class NoConsumerError(RuntimeError):
-    pass
 
 
 class PartitionAbandoned(RuntimeError):
