@@ -17,10 +17,14 @@ tensors). Measured per route, in one run:
 * the same two with the reads in the training process itself (DataLoader num_workers=0: epochs 4, 5),
   where no worker process hands each batch's tensors over through shared memory; "best" is each
   route's faster configuration;
-* peak memory: the training process's and its largest DataLoader worker's maximum RSS.
+* peak memory: the training process's and its largest DataLoader worker's maximum RSS;
+* where the exchange's first batch waits (``phases``): from the job's start to the exchange's declaration
+  (Spark planning the write, the data source's planning worker), to the first producer registering (the
+  first write task and its Python worker starting), to the first producer finishing, and to the first
+  bytes the service counts as read.
 
-Run: .venv/bin/python benchmarks/torch_feed.py [--rows 4000000] [--batch 1024] [--workers 2]
-Writes benchmarks/torch_feed-latest.json.
+Run: .venv/bin/python benchmarks/torch_feed.py [--rows 4000000] [--batch 1024] [--workers 2] [--quick]
+(``--quick``: 500,000 rows, to check that it runs). Writes benchmarks/torch_feed-latest.json.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -127,6 +132,45 @@ def _start_loop(route: str, work: Path, args) -> subprocess.Popen:
     return proc
 
 
+class Phases(threading.Thread):
+    """Seconds from ``start`` to each step of the exchange's write that its first batch may wait for, polled
+    from the coordinator and the service every 50 ms."""
+
+    def __init__(self, start: float) -> None:
+        super().__init__(daemon=True)
+        self.start_at, self.seen, self.done = start, {}, threading.Event()
+
+    def _mark(self, what: str) -> None:
+        self.seen.setdefault(what, round(time.time() - self.start_at, 2))
+
+    def run(self) -> None:
+        from sparkflow_exchange.config import ExchangeConfig
+        from sparkflow_exchange.exchange import list_exchanges
+        from sparkflow_exchange.service.discovery import coordinators
+
+        config = ExchangeConfig.load()
+        while not self.done.wait(0.05) and "committed" not in self.seen:
+            try:
+                for d in list_exchanges(config):
+                    if d["name"] != EXCHANGE:
+                        continue
+                    self._mark("declared")
+                    states = [p["state"] for p in d["producers"]]
+                    if states:
+                        self._mark("first_producer_registered")
+                    if "finished" in states:
+                        self._mark("first_producer_finished")
+                    if d["state"] == "committed":
+                        self._mark("committed")
+                for ep in coordinators(config):
+                    with ep.connect(ep.coordinator, config) as conn:
+                        traffic = conn.call("status").get("exchange_traffic", {}).get(EXCHANGE)
+                    if traffic and traffic["bytes_read"] + traffic["file_bytes_read"] > 0:
+                        self._mark("first_bytes_read")
+            except Exception:  # noqa: BLE001 - a poll between the services' start and the declaration
+                pass
+
+
 def _route(route: str, spark, work: Path, args) -> dict:
     import sparkflow_exchange
 
@@ -134,7 +178,9 @@ def _route(route: str, spark, work: Path, args) -> dict:
     proc = _start_loop(route, work, args)
     try:
         start = time.time()
+        phases = Phases(start)
         if route == "exchange":
+            phases.start()
             sparkflow_exchange.write(df, EXCHANGE, partitioner="hash", keys="id", numSubpartitions=16)
         else:
             df.write.mode("overwrite").parquet(str(work / "parquet"))
@@ -142,6 +188,7 @@ def _route(route: str, spark, work: Path, args) -> dict:
         if proc.wait(timeout=1800) != 0:
             raise SystemExit(f"the {route} training process failed")
     finally:
+        phases.done.set()
         if proc.poll() is None:
             proc.kill()
     got = json.loads((work / f"result-{route}.json").read_text())
@@ -157,7 +204,7 @@ def _route(route: str, spark, work: Path, args) -> dict:
             "first_epoch_end_s": first["end"] - start, "noop_rows_per_s": rate("noop"),
             "model_rows_per_s": rate("model"), "noop_inproc_rows_per_s": rate("noop_inproc"),
             "model_inproc_rows_per_s": rate("model_inproc"), "peak_rss_mb": got["peak_rss_mb"],
-            "peak_worker_rss_mb": got["peak_worker_rss_mb"]}
+            "peak_worker_rss_mb": got["peak_worker_rss_mb"], "phases": phases.seen}
 
 
 def main() -> None:
@@ -165,9 +212,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=4_000_000)
     parser.add_argument("--batch", type=int, default=1024)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="500,000 rows: check that it runs")
     parser.add_argument("--loop", choices=("exchange", "parquet"), help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.quick:
+        args.rows = 500_000
     if args.loop:
         _loop(args.loop, Path(args.work), args.batch, args.workers)
         return
@@ -222,6 +272,9 @@ def main() -> None:
                               ("peak_worker_rss_mb", "peak RSS, a worker (MB)", None)):
         r = f"{ratios[ratio]:8.2f}" if ratio else ""
         print(f"{label:30}{ex[key]:12.2f}{pq[key]:12.2f}{r}")
+    print("exchange's first batch, from the job's start (s): "
+          + ", ".join(f"{k} {v}" for k, v in sorted(ex["phases"].items(), key=lambda kv: kv[1]))
+          + f", first batch {ex['first_batch_s']:.2f}")
     print(f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}")
 
 
