@@ -9,6 +9,12 @@ The Java plugin only runs this launcher; everything else is here:
   attached to the executor JVM; write ``jvm-P.json`` so the executor's Python
   workers find it with no configuration.
 
+With a coordinator of the operator's configured (``coordinator`` in spark-defaults.conf, a ``serve``
+that is not attached to any application) neither starts a service: the driver checks that it answers
+and hands no secret over (every host reads ``secretFile``); the executor attaches to the service
+``serve --no-coordinator`` runs on its host for that coordinator (``service``, else its state file in
+the runtime directory) and fails to start, saying what to run, when there is none.
+
 Both answers carry ``metrics``: the URL of the service's Prometheus text (an ephemeral loopback port when
 ``metricsPort`` is not set; empty when a service started without one is joined), which the plugin's gauges
 in Spark's metrics system read.
