@@ -138,7 +138,7 @@ class Phases(threading.Thread):
 
     def __init__(self, start: float) -> None:
         super().__init__(daemon=True)
-        self.start_at, self.seen, self.done = start, {}, threading.Event()
+        self.start_at, self.seen, self.done, self.error = start, {}, threading.Event(), ""
 
     def _mark(self, what: str) -> None:
         self.seen.setdefault(what, round(time.time() - self.start_at, 2))
@@ -148,9 +148,10 @@ class Phases(threading.Thread):
         from sparkflow_exchange.exchange import list_exchanges
         from sparkflow_exchange.service.discovery import coordinators
 
-        config = ExchangeConfig.load()
+        config = None
         while not self.done.wait(0.05) and "committed" not in self.seen:
             try:
+                config = config or ExchangeConfig.load()
                 for d in list_exchanges(config):
                     if d["name"] != EXCHANGE:
                         continue
@@ -167,8 +168,8 @@ class Phases(threading.Thread):
                         traffic = conn.call("status").get("exchange_traffic", {}).get(EXCHANGE)
                     if traffic and traffic["bytes_read"] + traffic["file_bytes_read"] > 0:
                         self._mark("first_bytes_read")
-            except Exception:  # noqa: BLE001 - a poll between the services' start and the declaration
-                pass
+            except Exception as exc:  # noqa: BLE001 - a poll between the services' start and the declaration
+                self.error = f"{type(exc).__name__}: {exc}"
 
 
 def _route(route: str, spark, work: Path, args) -> dict:
@@ -204,7 +205,8 @@ def _route(route: str, spark, work: Path, args) -> dict:
             "first_epoch_end_s": first["end"] - start, "noop_rows_per_s": rate("noop"),
             "model_rows_per_s": rate("model"), "noop_inproc_rows_per_s": rate("noop_inproc"),
             "model_inproc_rows_per_s": rate("model_inproc"), "peak_rss_mb": got["peak_rss_mb"],
-            "peak_worker_rss_mb": got["peak_worker_rss_mb"], "phases": phases.seen}
+            "peak_worker_rss_mb": got["peak_worker_rss_mb"], "phases": phases.seen,
+            "phases_last_error": phases.error}
 
 
 def main() -> None:
