@@ -28,7 +28,7 @@ def connect_run(tmp_path_factory):
     env.pop("SPARK_REMOTE", None)
     try:
         proc = subprocess.run([sys.executable, str(HERE / "app_connect.py")], capture_output=True, text=True,
-                              timeout=600, env=env, cwd=tmp_path_factory.mktemp("connect-cwd"))
+                              timeout=1500, env=env, cwd=tmp_path_factory.mktemp("connect-cwd"))  # a hang, not a loaded pace
     finally:
         stop_embedded(runtime)  # it keeps the application's exchanges for later readers
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
