@@ -1,0 +1,62 @@
+package org.sparkflow.exchange.catalog;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import org.sparkflow.exchange.discovery.Endpoint;
+import org.sparkflow.exchange.wire.RpcConnection;
+import org.sparkflow.exchange.wire.WireException;
+
+/** The few coordinator calls the catalog makes, each on a fresh connection (planning is rare, connections cheap). */
+public final class CoordinatorClient {
+    static final int TIMEOUT_MILLIS = 30_000;
+    private final Endpoint endpoint;
+
+    public CoordinatorClient(Endpoint endpoint) {
+        this.endpoint = endpoint;
+    }
+
+    private JsonNode call(String method, Map<String, Object> args) {
+        try (RpcConnection conn = new RpcConnection(endpoint.coordinator(), endpoint.secret(), endpoint.hostId(),
+                TIMEOUT_MILLIS)) {
+            return conn.call(method, args);
+        }
+    }
+
+    /** The batch exchanges' names. */
+    public List<String> names() {
+        List<String> out = new ArrayList<>();
+        for (JsonNode ex : call("list_exchanges", Map.of())) {
+            if (!"streaming".equals(ex.path("state").asText())) { // streams are read with readStream, not here
+                out.add(ex.path("name").asText());
+            }
+        }
+        return out;
+    }
+
+    /** The exchange's description; null when it does not exist. */
+    public ExchangeDescription describe(String name) {
+        try {
+            return ExchangeDescription.parse(call("get_exchange", Map.of("name", name)));
+        } catch (WireException e) {
+            if ("no_exchange".equals(e.code())) {
+                return null;
+            }
+            throw e;
+        }
+    }
+
+    /** Drop the exchange; false when it did not exist. */
+    public boolean drop(String name) {
+        try {
+            call("drop", Map.of("name", name));
+            return true;
+        } catch (WireException e) {
+            if ("no_exchange".equals(e.code())) {
+                return false;
+            }
+            throw e;
+        }
+    }
+}

@@ -1,0 +1,129 @@
+package org.sparkflow.exchange.catalog;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.spark.SparkConf;
+import org.apache.spark.SparkEnv;
+import org.apache.spark.sql.catalyst.analysis.NoSuchFunctionException;
+import org.apache.spark.sql.catalyst.analysis.NoSuchNamespaceException;
+import org.apache.spark.sql.catalyst.analysis.NoSuchTableException;
+import org.apache.spark.sql.connector.catalog.FunctionCatalog;
+import org.apache.spark.sql.connector.catalog.Identifier;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableCatalog;
+import org.apache.spark.sql.connector.catalog.TableChange;
+import org.apache.spark.sql.connector.catalog.functions.UnboundFunction;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.sparkflow.exchange.discovery.Discovery;
+import org.sparkflow.exchange.discovery.Endpoint;
+import org.sparkflow.exchange.discovery.RuntimeDir;
+import org.sparkflow.exchange.functions.BucketFunction;
+import org.sparkflow.exchange.read.ReadSettings;
+
+/**
+ * The exchanges of a coordinator as the tables of a Spark catalog, read by the JVM:
+ * <pre>
+ * spark.sql.catalog.exchange  org.sparkflow.exchange.catalog.ExchangeCatalog
+ * </pre>
+ * Settings: {@code spark.sql.catalog.<name>.<key>}, else {@code spark.sparkflow.exchange.<key>}, for
+ * {@code coordinator}, {@code secret}, {@code secretFile}, {@code hostId}; without a coordinator the runtime
+ * directory's state files name it (see {@link Discovery}). Tables live in the catalog's root namespace; the
+ * function {@code bucket} is what a hash exchange on one key reports its layout with.
+ */
+public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
+    static final String[] KEYS = {"coordinator", "secret", "secretFile", "hostId"};
+    private String name;
+    private Map<String, String> settings;
+    private volatile Endpoint endpoint;
+
+    @Override
+    public void initialize(String name, CaseInsensitiveStringMap options) {
+        this.name = name;
+        this.settings = new HashMap<>();
+        SparkConf conf = SparkEnv.get() != null ? SparkEnv.get().conf() : null;
+        for (String key : KEYS) {
+            String value = options.get(key);
+            if (value == null && conf != null) {
+                scala.Option<String> fromConf = conf.getOption("spark.sparkflow.exchange." + key);
+                value = fromConf.isDefined() ? fromConf.get() : null;
+            }
+            if (value != null) {
+                settings.put(key, value);
+            }
+        }
+    }
+
+    @Override
+    public String name() {
+        return name;
+    }
+
+    /** Found on first use, not at initialisation: a local-mode coordinator may start after the session. */
+    CoordinatorClient client() {
+        Endpoint found = endpoint;
+        if (found == null) {
+            found = Discovery.find(settings, RuntimeDir.standard());
+            endpoint = found;
+        }
+        return new CoordinatorClient(found);
+    }
+
+    private static void requireRoot(String[] namespace) throws NoSuchNamespaceException {
+        if (namespace.length != 0) {
+            throw new NoSuchNamespaceException(namespace);
+        }
+    }
+
+    @Override
+    public Identifier[] listTables(String[] namespace) throws NoSuchNamespaceException {
+        requireRoot(namespace);
+        List<Identifier> out = new ArrayList<>();
+        for (String table : client().names()) {
+            out.add(Identifier.of(new String[0], table));
+        }
+        return out.toArray(new Identifier[0]);
+    }
+
+    @Override
+    public Table loadTable(Identifier ident) throws NoSuchTableException {
+        if (ident.namespace().length != 0) {
+            throw new NoSuchTableException(ident);
+        }
+        ExchangeDescription desc = client().describe(ident.name());
+        if (desc == null) {
+            throw new NoSuchTableException(ident);
+        }
+        return new ExchangeTable(desc, new ReadSettings(settings.get("hostId")));
+    }
+
+    @Override
+    public boolean dropTable(Identifier ident) {
+        return ident.namespace().length == 0 && client().drop(ident.name());
+    }
+
+    @Override
+    public Table alterTable(Identifier ident, TableChange... changes) {
+        throw new UnsupportedOperationException("exchanges cannot be altered; write the exchange again instead");
+    }
+
+    @Override
+    public void renameTable(Identifier from, Identifier to) {
+        throw new UnsupportedOperationException("exchanges cannot be renamed; write the exchange again under the new name");
+    }
+
+    @Override
+    public Identifier[] listFunctions(String[] namespace) throws NoSuchNamespaceException {
+        requireRoot(namespace);
+        return new Identifier[] {Identifier.of(new String[0], BucketFunction.NAME)};
+    }
+
+    @Override
+    public UnboundFunction loadFunction(Identifier ident) throws NoSuchFunctionException {
+        if (ident.namespace().length == 0 && BucketFunction.NAME.equals(ident.name())) {
+            return new BucketFunction();
+        }
+        throw new NoSuchFunctionException(ident);
+    }
+}

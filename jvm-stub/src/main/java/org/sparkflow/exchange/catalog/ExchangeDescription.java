@@ -1,0 +1,105 @@
+package org.sparkflow.exchange.catalog;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.io.Serializable;
+import java.nio.channels.Channels;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.OptionalLong;
+import org.apache.arrow.vector.ipc.ReadChannel;
+import org.apache.arrow.vector.ipc.message.MessageSerializer;
+import org.apache.arrow.vector.types.pojo.Schema;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.ArrowUtils;
+
+/** An exchange as the coordinator's {@code get_exchange} describes it, reduced to what a scan plans with. */
+public final class ExchangeDescription implements Serializable {
+    /** One committed producer: where its finished spill file is and which host and service wrote it. */
+    public record Producer(int index, String partition, String state, String spill, String hostId, long servicePid,
+                           long rows, long bytes) implements Serializable {}
+
+    public final String name;
+    public final String state;
+    public final boolean sealed;
+    public final String schemaBase64;
+    public final Integer numSubpartitions; // null: not known yet
+    public final String partitioner;
+    public final List<String> keys;
+    public final boolean coalesce; // the writer gave no numSubpartitions
+    public final List<Producer> committed; // in commit order
+    public final OptionalLong rows;
+    public final OptionalLong bytes;
+    private transient StructType sparkSchema;
+
+    private ExchangeDescription(JsonNode d) {
+        name = d.path("name").asText();
+        state = d.path("state").asText();
+        sealed = d.path("sealed").asBoolean(false);
+        schemaBase64 = d.path("schema").asText();
+        numSubpartitions = d.path("num_subpartitions").canConvertToInt() ? d.get("num_subpartitions").asInt() : null;
+        JsonNode p = d.path("partitioner");
+        partitioner = p.path("name").asText("hash").toLowerCase();
+        keys = new ArrayList<>();
+        p.path("keys").forEach(k -> keys.add(k.asText()));
+        coalesce = d.path("coalesce").asBoolean(false);
+        Map<String, JsonNode> byPartition = new HashMap<>();
+        d.path("producers").forEach(x -> byPartition.put(x.path("partition").asText(), x));
+        committed = new ArrayList<>();
+        for (JsonNode c : d.path("committed")) {
+            JsonNode x = byPartition.get(c.asText());
+            if (x == null) {
+                throw new IllegalStateException("exchange '" + name + "': the coordinator lists committed partition "
+                        + c.asText() + " without its producer");
+            }
+            JsonNode loc = x.path("location");
+            committed.add(new Producer(x.path("index").asInt(), c.asText(), x.path("state").asText(),
+                    x.path("spill").asText(""), loc.path("host_id").asText(""), loc.path("pid").asLong(-1),
+                    x.path("rows").asLong(-1), x.path("bytes").asLong(-1)));
+        }
+        rows = d.path("rows").canConvertToLong() ? OptionalLong.of(d.get("rows").asLong()) : OptionalLong.empty();
+        bytes = sum(d.path("subpartition_bytes"));
+    }
+
+    public static ExchangeDescription parse(JsonNode d) {
+        return new ExchangeDescription(d);
+    }
+
+    private static OptionalLong sum(JsonNode values) {
+        if (!values.isArray()) {
+            return OptionalLong.empty();
+        }
+        long total = 0;
+        for (JsonNode v : values) {
+            total += v.asLong();
+        }
+        return OptionalLong.of(total);
+    }
+
+    /** The Arrow schema the writer declared (an IPC schema message, base64). */
+    public Schema arrowSchema() {
+        try {
+            byte[] bytes = Base64.getDecoder().decode(schemaBase64);
+            return MessageSerializer.deserializeSchema(
+                    new ReadChannel(Channels.newChannel(new ByteArrayInputStream(bytes))));
+        } catch (IOException | IllegalArgumentException e) {
+            throw new IllegalStateException("exchange '" + name + "' has an unreadable schema: " + e.getMessage(), e);
+        }
+    }
+
+    public StructType sparkSchema() {
+        if (sparkSchema == null) {
+            sparkSchema = ArrowUtils.fromArrowSchema(arrowSchema());
+        }
+        return sparkSchema;
+    }
+
+    /** Hash-partitioned on exactly one key with an explicit width: Spark may be told the layout. */
+    public boolean bucketedOnOneKey() {
+        return "hash".equals(partitioner) && keys.size() == 1 && numSubpartitions != null && !coalesce;
+    }
+}

@@ -1,0 +1,70 @@
+package org.sparkflow.exchange.discovery;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Paths;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * Which coordinator the catalog asks, in the Python client's order ({@code service/discovery.py}), never starting
+ * one: the {@code coordinator} setting (with {@code secret} or {@code secretFile}); else the Spark plugin's state
+ * file for this JVM ({@code jvm-<pid>.json}); else the embedded service of local mode ({@code embedded.json});
+ * else a service started by {@code sparkflow-exchange serve} or the plugin that has the coordinator role.
+ */
+public final class Discovery {
+    private Discovery() {}
+
+    /** ``settings``: the sparkflow-exchange keys without prefix (coordinator, secret, secretFile, hostId). */
+    public static Endpoint find(Map<String, String> settings, RuntimeDir runtime) {
+        String secret = secret(settings);
+        String hostId = settings.getOrDefault("hostId", "");
+        String coordinator = settings.get("coordinator");
+        if (coordinator != null && !coordinator.isBlank()) {
+            return new Endpoint(coordinator.trim(), secret, hostId, "the coordinator setting");
+        }
+        JsonNode plugin = runtime.state(runtime.path().resolve("jvm-" + ProcessHandle.current().pid() + ".json"));
+        if (plugin != null && plugin.hasNonNull("coordinator_address")) {
+            return endpoint(plugin, plugin.get("coordinator_address").asText(), secret, hostId, "the Spark plugin's state file");
+        }
+        JsonNode embedded = runtime.state(runtime.path().resolve("embedded.json"));
+        if (embedded != null && embedded.hasNonNull("unix")) {
+            return endpoint(embedded, embedded.get("unix").asText(), secret, hostId, "the embedded service's state file");
+        }
+        for (String glob : List.of("serve-*.json", "coordinator-*.json")) {
+            for (JsonNode info : runtime.states(glob)) {
+                if (info.path("coordinator").asBoolean(false)) {
+                    return endpoint(info, info.get("unix").asText(), secret, hostId, "a running service's state file");
+                }
+            }
+        }
+        throw new IllegalStateException("no exchange coordinator to ask: the coordinator setting is not set "
+                + "(spark.sparkflow.exchange.coordinator, or spark.sql.catalog.<name>.coordinator) and " + runtime.path()
+                + " names no running embedded service, none started by `sparkflow-exchange serve` and none of the "
+                + "Spark plugin's; write an exchange first, or set the coordinator");
+    }
+
+    private static Endpoint endpoint(JsonNode info, String address, String secret, String hostId, String source) {
+        String s = secret != null ? secret : info.path("secret").asText(null);
+        String h = !hostId.isEmpty() ? hostId : info.path("host_id").asText("");
+        return new Endpoint(address, s, h, source + " in the runtime directory");
+    }
+
+    private static String secret(Map<String, String> settings) {
+        String secret = settings.get("secret");
+        if (secret != null && !secret.isEmpty()) {
+            return secret;
+        }
+        String file = settings.get("secretFile");
+        if (file != null && !file.isEmpty()) {
+            try {
+                return Files.readString(Paths.get(file), StandardCharsets.UTF_8).strip();
+            } catch (IOException e) {
+                throw new IllegalArgumentException("cannot read the secretFile setting's file " + file + ": " + e, e);
+            }
+        }
+        return null;
+    }
+}

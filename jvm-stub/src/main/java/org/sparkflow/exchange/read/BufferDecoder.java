@@ -1,0 +1,118 @@
+package org.sparkflow.exchange.read;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.channels.ReadableByteChannel;
+import java.util.zip.CRC32C;
+import org.apache.arrow.compression.CommonsCompressionFactory;
+import org.apache.arrow.flatbuf.MessageHeader;
+import org.apache.arrow.memory.ArrowBuf;
+import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.vector.VectorLoader;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.ipc.ReadChannel;
+import org.apache.arrow.vector.ipc.message.ArrowRecordBatch;
+import org.apache.arrow.vector.ipc.message.MessageMetadataResult;
+import org.apache.arrow.vector.ipc.message.MessageSerializer;
+
+/**
+ * Data buffers into a {@link VectorSchemaRoot} ({@code buffer.py}): each is an Arrow IPC record-batch message
+ * followed by an 8-byte trailer, the message's CRC32C and length (u32 each, big endian). The bytes are read once,
+ * into Arrow memory; the checksum is checked before Arrow looks at them; the body is loaded without another copy
+ * (compressed bodies are decompressed by Arrow's codec).
+ */
+public final class BufferDecoder {
+    static final int TRAILER = 8;
+    private final BufferAllocator allocator;
+    private final VectorSchemaRoot root;
+    private final VectorLoader loader;
+
+    public BufferDecoder(BufferAllocator allocator, VectorSchemaRoot root) {
+        this.allocator = allocator;
+        this.root = root;
+        this.loader = new VectorLoader(root, CommonsCompressionFactory.INSTANCE);
+    }
+
+    /** Corrupt bytes: the buffer is not what its writer wrote. */
+    public static final class CorruptBuffer extends Exception {
+        CorruptBuffer(String message) {
+            super(message);
+        }
+    }
+
+    /** Load the buffer of {@code length} bytes at {@code offset} of {@code file} into the root; its row count. */
+    public int load(FileChannel file, long offset, int length) throws IOException, CorruptBuffer {
+        if (length < TRAILER) {
+            throw new CorruptBuffer("a data buffer of " + length + " bytes is too short to hold its checksum");
+        }
+        try (ArrowBuf buf = allocator.buffer(length)) {
+            ByteBuffer target = buf.nioBuffer(0, length);
+            while (target.hasRemaining()) {
+                int n = file.read(target, offset + target.position());
+                if (n < 0) {
+                    throw new IOException("the data file ends at byte " + (offset + target.position()) + ", "
+                            + "inside a buffer of " + length + " bytes at " + offset + " (truncated)");
+                }
+            }
+            int messageLength = length - TRAILER;
+            ByteBuffer whole = buf.nioBuffer(0, length);
+            long expected = Integer.toUnsignedLong(whole.getInt(messageLength));
+            long stated = Integer.toUnsignedLong(whole.getInt(messageLength + 4));
+            if (stated != messageLength) {
+                throw new CorruptBuffer("a data buffer of " + messageLength + " bytes says it holds " + stated
+                        + " (truncated or misframed)");
+            }
+            CRC32C crc = new CRC32C();
+            crc.update(buf.nioBuffer(0, messageLength));
+            if (crc.getValue() != expected) {
+                throw new CorruptBuffer(String.format("checksum mismatch in a data buffer of %d bytes (CRC32C 0x%08x, "
+                        + "written as 0x%08x)", messageLength, crc.getValue(), expected));
+            }
+            ReadChannel in = new ReadChannel(new Slice(buf.nioBuffer(0, messageLength)));
+            MessageMetadataResult meta = MessageSerializer.readMessage(in);
+            if (meta == null || meta.getMessage().headerType() != MessageHeader.RecordBatch) {
+                throw new CorruptBuffer("a data buffer holds no Arrow record batch");
+            }
+            long bodyStart = in.bytesRead();
+            long bodyLength = meta.getMessageBodyLength();
+            if (bodyStart + bodyLength > messageLength) {
+                throw new CorruptBuffer("a record batch's body of " + bodyLength + " bytes lies outside its buffer");
+            }
+            buf.getReferenceManager().retain(); // deserializeRecordBatch releases the body it is given
+            try (ArrowRecordBatch batch = MessageSerializer.deserializeRecordBatch(meta, buf.slice(bodyStart, bodyLength))) {
+                loader.load(batch);
+            }
+            return root.getRowCount();
+        }
+    }
+
+    /** A ByteBuffer as a channel (Arrow's message reader reads from channels). */
+    private static final class Slice implements ReadableByteChannel {
+        private final ByteBuffer source;
+
+        Slice(ByteBuffer source) {
+            this.source = source;
+        }
+
+        @Override
+        public int read(ByteBuffer dst) {
+            if (!source.hasRemaining()) {
+                return -1;
+            }
+            int n = Math.min(dst.remaining(), source.remaining());
+            ByteBuffer part = source.slice(source.position(), n);
+            dst.put(part);
+            source.position(source.position() + n);
+            return n;
+        }
+
+        @Override
+        public boolean isOpen() {
+            return true;
+        }
+
+        @Override
+        public void close() {}
+    }
+}

@@ -1,0 +1,26 @@
+package org.sparkflow.exchange.read;
+
+import java.io.IOException;
+import java.io.Serializable;
+import java.net.InetAddress;
+import java.nio.file.Files;
+import java.nio.file.Paths;
+
+/** What a read task needs of the catalog's settings: this host's identity (producers name theirs). */
+public record ReadSettings(String hostIdSetting) implements Serializable {
+    /** The {@code hostId} setting, else the host name as Python's {@code socket.gethostname()} reports it. */
+    public String hostId() {
+        if (hostIdSetting != null && !hostIdSetting.isEmpty()) {
+            return hostIdSetting;
+        }
+        try {
+            return Files.readString(Paths.get("/proc/sys/kernel/hostname")).strip();
+        } catch (IOException | RuntimeException e) {
+            try {
+                return InetAddress.getLocalHost().getHostName();
+            } catch (IOException e2) {
+                return "";
+            }
+        }
+    }
+}

@@ -1,0 +1,142 @@
+package org.sparkflow.exchange.read;
+
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.nio.channels.Channels;
+import java.util.Base64;
+import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.ipc.ReadChannel;
+import org.apache.arrow.vector.ipc.message.MessageSerializer;
+import org.apache.arrow.vector.types.pojo.Schema;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.util.ArrowUtils;
+import org.apache.spark.sql.vectorized.ArrowColumnVector;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
+
+/**
+ * Reads one subpartition of every committed producer from their spill files on this host, producer after
+ * producer, each buffer's checksum and each producer's end-of-partition counts checked. Anything that is not
+ * exactly what was written fails the task with an error naming the exchange, producer and subpartition.
+ */
+final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
+    private final SubpartitionInput input;
+    private final int[] columns;
+    private final String hostId;
+    private final BufferAllocator allocator;
+    private final VectorSchemaRoot root;
+    private final BufferDecoder decoder;
+    private int producerIndex;
+    private ProducerFile current;
+    private ColumnarBatch batch;
+
+    SubpartitionReader(SubpartitionInput input, String schemaBase64, int[] columns, String hostId) {
+        this.input = input;
+        this.columns = columns;
+        this.hostId = hostId;
+        this.allocator = ArrowUtils.rootAllocator().newChildAllocator(
+                "sparkflow-exchange " + input.exchange() + "/" + input.subpartition(), 0, Long.MAX_VALUE);
+        try {
+            Schema schema = MessageSerializer.deserializeSchema(new ReadChannel(
+                    Channels.newChannel(new ByteArrayInputStream(Base64.getDecoder().decode(schemaBase64)))));
+            this.root = VectorSchemaRoot.create(schema, allocator);
+        } catch (IOException e) {
+            allocator.close();
+            throw new ExchangeReadException("exchange '" + input.exchange() + "' has an unreadable schema: " + e, e);
+        }
+        this.decoder = new BufferDecoder(allocator, root);
+    }
+
+    private String where(Producer p) {
+        return "exchange '" + input.exchange() + "', producer " + p.index() + " (partition " + p.partition()
+                + "), subpartition " + input.subpartition();
+    }
+
+    private ExchangeReadException integrity(Producer p, String what, String detail) {
+        return new ExchangeReadException(what + " data in " + where(p) + ": " + detail
+                + ". Nothing wrong was returned; re-run the write to recover");
+    }
+
+    @Override
+    public boolean next() throws IOException {
+        while (true) {
+            if (current == null) {
+                if (producerIndex == input.producers().size()) {
+                    return false;
+                }
+                current = open(input.producers().get(producerIndex++));
+            }
+            Producer p = current.producer;
+            SpillIndex.Entry entry;
+            int rows;
+            try {
+                entry = current.nextData();
+                if (entry == null) {
+                    String mismatch = current.countsMismatch();
+                    if (mismatch != null) {
+                        throw integrity(p, "lost", mismatch);
+                    }
+                    current.close();
+                    current = null;
+                    continue;
+                }
+                rows = decoder.load(current.data, entry.offset(), entry.length());
+            } catch (BufferDecoder.CorruptBuffer e) {
+                throw integrity(p, "corrupt", e.getMessage());
+            } catch (IOException e) {
+                throw integrity(p, "lost", "its spill file " + p.spill() + " cannot be read whole: " + e.getMessage());
+            } catch (RuntimeException e) {
+                if (e instanceof ExchangeReadException) {
+                    throw e;
+                }
+                throw integrity(p, "corrupt", "a buffer that passed its checksum does not decode: " + e);
+            }
+            current.buffersRead++;
+            current.rowsRead += rows;
+            ColumnVector[] vectors = new ColumnVector[columns.length];
+            for (int i = 0; i < columns.length; i++) {
+                vectors[i] = new ArrowColumnVector(root.getVector(columns[i]));
+            }
+            batch = new ColumnarBatch(vectors, rows);
+            return true;
+        }
+    }
+
+    private ProducerFile open(Producer p) {
+        if (!p.hostId().isEmpty() && !p.hostId().equals(hostId)) {
+            throw new ExchangeReadException(where(p) + " is on host " + p.hostId() + ", not on this host (" + hostId
+                    + "): the catalog reads exchanges from spill files on their own host only; read it with "
+                    + "spark.read.format(\"pipelined\"), or run this read on " + p.hostId());
+        }
+        if (p.servicePid() > 0 && !ProcessHandle.of(p.servicePid()).map(ProcessHandle::isAlive).orElse(false)) {
+            throw new ExchangeReadException("lost " + where(p) + ": the exchange service that held it (process "
+                    + p.servicePid() + ") is gone, its spill files are no longer served; re-run the write to recover");
+        }
+        try {
+            return new ProducerFile(p, input.subpartition());
+        } catch (IOException e) {
+            throw integrity(p, "lost", "its spill file " + p.spill() + " cannot be opened: " + e);
+        } catch (IllegalStateException e) {
+            throw integrity(p, "corrupt", "its spill index " + ProducerFile.indexPath(p.spill()) + " is corrupt: "
+                    + e.getMessage());
+        }
+    }
+
+    @Override
+    public ColumnarBatch get() {
+        return batch;
+    }
+
+    @Override
+    public void close() throws IOException {
+        batch = null;
+        if (current != null) {
+            current.close();
+            current = null;
+        }
+        root.close();
+        allocator.close();
+    }
+}
