@@ -33,7 +33,7 @@ import org.sparkflow.exchange.read.ReadSettings;
  * function {@code bucket} is what a hash exchange on one key reports its layout with.
  */
 public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
-    static final String[] KEYS = {"coordinator", "secret", "secretFile", "hostId"};
+    static final String[] KEYS = {"coordinator", "secret", "secretFile", "hostId", "tls.caFile", "tls.certFile"};
     private String name;
     private Map<String, String> settings;
     private volatile Endpoint endpoint;
@@ -65,6 +65,12 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
         Endpoint found = endpoint;
         if (found == null) {
             found = Discovery.find(settings, RuntimeDir.standard());
+            boolean tls = settings.containsKey("tls.caFile") || settings.containsKey("tls.certFile");
+            if (tls && !found.coordinator().startsWith("unix:")) {
+                throw new UnsupportedOperationException("the exchange catalog speaks no TLS, and TLS is configured "
+                        + "(tls.caFile/tls.certFile) for the coordinator at " + found + ": give it the coordinator's "
+                        + "Unix socket on its host (coordinator=unix:/path), or read with spark.read.format(\"pipelined\")");
+            }
             endpoint = found;
         }
         return new CoordinatorClient(found);
@@ -91,11 +97,13 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
         if (ident.namespace().length != 0) {
             throw new NoSuchTableException(ident);
         }
-        ExchangeDescription desc = client().describe(ident.name());
+        CoordinatorClient client = client();
+        ExchangeDescription desc = client.describe(ident.name());
         if (desc == null) {
             throw new NoSuchTableException(ident);
         }
-        return new ExchangeTable(desc, new ReadSettings(settings.get("hostId")));
+        String hostId = settings.getOrDefault("hostId", "");
+        return new ExchangeTable(desc, new ReadSettings(hostId, endpoint.secret()));
     }
 
     @Override

@@ -21,7 +21,7 @@ import org.apache.spark.sql.util.ArrowUtils;
 public final class ExchangeDescription implements Serializable {
     /** One committed producer: where its finished spill file is and which host and service wrote it. */
     public record Producer(int index, String partition, String state, String spill, String hostId, long servicePid,
-                           long rows, long bytes) implements Serializable {}
+                           String unix, String tcp, boolean tls) implements Serializable {}
 
     public final String name;
     public final String state;
@@ -59,7 +59,7 @@ public final class ExchangeDescription implements Serializable {
             JsonNode loc = x.path("location");
             committed.add(new Producer(x.path("index").asInt(), c.asText(), x.path("state").asText(),
                     x.path("spill").asText(""), loc.path("host_id").asText(""), loc.path("pid").asLong(-1),
-                    x.path("rows").asLong(-1), x.path("bytes").asLong(-1)));
+                    loc.path("unix").asText(""), loc.path("tcp").asText(""), loc.path("tls").asBoolean(false)));
         }
         rows = d.path("rows").canConvertToLong() ? OptionalLong.of(d.get("rows").asLong()) : OptionalLong.empty();
         bytes = sum(d.path("subpartition_bytes"));

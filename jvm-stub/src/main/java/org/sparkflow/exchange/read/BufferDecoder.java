@@ -55,6 +55,23 @@ public final class BufferDecoder {
                             + "inside a buffer of " + length + " bytes at " + offset + " (truncated)");
                 }
             }
+            return decode(buf, length);
+        }
+    }
+
+    /** Load a buffer received whole (from a service) into the root; its row count. */
+    public int load(byte[] payload) throws IOException, CorruptBuffer {
+        if (payload.length < TRAILER) {
+            throw new CorruptBuffer("a data buffer of " + payload.length + " bytes is too short to hold its checksum");
+        }
+        try (ArrowBuf buf = allocator.buffer(payload.length)) {
+            buf.setBytes(0, payload);
+            return decode(buf, payload.length);
+        }
+    }
+
+    private int decode(ArrowBuf buf, int length) throws IOException, CorruptBuffer {
+        {
             int messageLength = length - TRAILER;
             ByteBuffer whole = buf.nioBuffer(0, length);
             long expected = Integer.toUnsignedLong(whole.getInt(messageLength));

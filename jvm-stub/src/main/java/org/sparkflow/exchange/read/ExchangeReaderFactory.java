@@ -27,7 +27,7 @@ public final class ExchangeReaderFactory implements PartitionReaderFactory {
 
     @Override
     public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
-        return new SubpartitionReader((SubpartitionInput) partition, schemaBase64, columns, settings.hostId());
+        return new SubpartitionReader((SubpartitionInput) partition, schemaBase64, columns, settings);
     }
 
     @Override

@@ -64,10 +64,9 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
             throw new ExchangeReadException(ex + " does not know its number of subpartitions");
         }
         for (ExchangeDescription.Producer p : desc.committed) {
-            if (!"finished".equals(p.state()) || p.spill().isEmpty()) {
-                throw new ExchangeReadException(ex + ": producer " + p.index() + " (partition " + p.partition()
-                        + ") has no finished spill file (its partition type keeps no file); the catalog reads "
-                        + "exchanges from spill files only: read it with spark.read.format(\"pipelined\")");
+            if (!"finished".equals(p.state())) {
+                throw new ExchangeReadException(ex + ": committed producer " + p.index() + " (partition "
+                        + p.partition() + ") is " + p.state() + ", not finished");
             }
         }
     }

@@ -5,7 +5,6 @@ import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.LinkOption;
 import java.nio.file.Files;
-import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
@@ -16,17 +15,17 @@ import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
  * One producer's finished spill file, for one subpartition: its index entries (checked by {@link SpillIndex}), its
  * data buffers in order, and the end-of-partition counts (buffers, rows) to compare with what was read.
  */
-final class ProducerFile implements AutoCloseable {
+final class ProducerFile implements ProducerSource {
     static final int END_COUNTS = 16; // buffers:i64, rows:i64
 
-    final Producer producer;
-    final FileChannel data;
-    final List<SpillIndex.Entry> entries;
+    private final Producer producer;
+    private final FileChannel data;
+    private final List<SpillIndex.Entry> entries;
     private int next;
-    long buffersStored = -1;
-    long rowsStored = -1;
-    long buffersRead;
-    long rowsRead;
+    private long buffersStored = -1;
+    private long rowsStored = -1;
+    private long buffersRead;
+    private long rowsRead;
 
     ProducerFile(Producer producer, int subpartition) throws IOException {
         this.producer = producer;
@@ -49,8 +48,25 @@ final class ProducerFile implements AutoCloseable {
         return Paths.get(stem + ".index");
     }
 
+    @Override
+    public Producer producer() {
+        return producer;
+    }
+
+    @Override
+    public int next(BufferDecoder decoder) throws IOException, BufferDecoder.CorruptBuffer {
+        SpillIndex.Entry entry = nextData();
+        if (entry == null) {
+            return -1;
+        }
+        int rows = decoder.load(data, entry.offset(), entry.length());
+        buffersRead++;
+        rowsRead += rows;
+        return rows;
+    }
+
     /** The next data buffer's entry, reading end-of-partition counts on the way; null after the last. */
-    SpillIndex.Entry nextData() throws IOException {
+    private SpillIndex.Entry nextData() throws IOException {
         while (next < entries.size()) {
             SpillIndex.Entry e = entries.get(next++);
             if (e.kind() == SpillIndex.DATA) {
@@ -70,20 +86,9 @@ final class ProducerFile implements AutoCloseable {
         return null;
     }
 
-    /** Null when every buffer and row the producer stored was read, else what differs. */
-    String countsMismatch() {
-        if (buffersStored < 0) {
-            return null; // a file written before counts existed
-        }
-        if (buffersRead != buffersStored || (rowsStored >= 0 && rowsRead != rowsStored)) {
-            return "read " + buffersRead + " buffers and " + rowsRead + " rows, its producer stored " + buffersStored
-                    + " buffers" + (rowsStored >= 0 ? " and " + rowsStored + " rows" : "");
-        }
-        return null;
-    }
-
-    static boolean missing(IOException e) {
-        return e instanceof NoSuchFileException;
+    @Override
+    public String countsMismatch() {
+        return ProducerSource.mismatch(buffersRead, rowsRead, buffersStored, rowsStored);
     }
 
     @Override

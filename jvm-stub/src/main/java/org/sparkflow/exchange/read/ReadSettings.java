@@ -6,8 +6,11 @@ import java.net.InetAddress;
 import java.nio.file.Files;
 import java.nio.file.Paths;
 
-/** What a read task needs of the catalog's settings: this host's identity (producers name theirs). */
-public record ReadSettings(String hostIdSetting) implements Serializable {
+/**
+ * What a read task needs of the catalog's settings: this host's identity (producers name theirs) and the secret
+ * that services of other hosts ask for.
+ */
+public record ReadSettings(String hostIdSetting, String secret) implements Serializable {
     /** The {@code hostId} setting, else the host name as Python's {@code socket.gethostname()} reports it. */
     public String hostId() {
         if (hostIdSetting != null && !hostIdSetting.isEmpty()) {

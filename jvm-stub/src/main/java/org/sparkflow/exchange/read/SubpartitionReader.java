@@ -3,6 +3,7 @@ package org.sparkflow.exchange.read;
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.nio.channels.Channels;
+import java.nio.file.Files;
 import java.util.Base64;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.vector.VectorSchemaRoot;
@@ -15,27 +16,31 @@ import org.apache.spark.sql.vectorized.ArrowColumnVector;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
+import org.sparkflow.exchange.wire.WireException;
 
 /**
- * Reads one subpartition of every committed producer from their spill files on this host, producer after
- * producer, each buffer's checksum and each producer's end-of-partition counts checked. Anything that is not
- * exactly what was written fails the task with an error naming the exchange, producer and subpartition.
+ * Reads one subpartition of every committed producer, producer after producer: from its spill file when it is on
+ * this host, else from its exchange service under credit. Each buffer's checksum and each producer's
+ * end-of-partition counts are checked; anything that is not exactly what was written fails the task with an error
+ * naming the exchange, producer and subpartition.
  */
 final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
     private final SubpartitionInput input;
     private final int[] columns;
     private final String hostId;
+    private final String secret;
     private final BufferAllocator allocator;
     private final VectorSchemaRoot root;
     private final BufferDecoder decoder;
     private int producerIndex;
-    private ProducerFile current;
+    private ProducerSource current;
     private ColumnarBatch batch;
 
-    SubpartitionReader(SubpartitionInput input, String schemaBase64, int[] columns, String hostId) {
+    SubpartitionReader(SubpartitionInput input, String schemaBase64, int[] columns, ReadSettings settings) {
         this.input = input;
         this.columns = columns;
-        this.hostId = hostId;
+        this.hostId = settings.hostId();
+        this.secret = settings.secret();
         this.allocator = ArrowUtils.rootAllocator().newChildAllocator(
                 "sparkflow-exchange " + input.exchange() + "/" + input.subpartition(), 0, Long.MAX_VALUE);
         try {
@@ -68,12 +73,11 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
                 }
                 current = open(input.producers().get(producerIndex++));
             }
-            Producer p = current.producer;
-            SpillIndex.Entry entry;
+            Producer p = current.producer();
             int rows;
             try {
-                entry = current.nextData();
-                if (entry == null) {
+                rows = current.next(decoder);
+                if (rows < 0) {
                     String mismatch = current.countsMismatch();
                     if (mismatch != null) {
                         throw integrity(p, "lost", mismatch);
@@ -82,19 +86,17 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
                     current = null;
                     continue;
                 }
-                rows = decoder.load(current.data, entry.offset(), entry.length());
             } catch (BufferDecoder.CorruptBuffer e) {
                 throw integrity(p, "corrupt", e.getMessage());
-            } catch (IOException e) {
-                throw integrity(p, "lost", "its spill file " + p.spill() + " cannot be read whole: " + e.getMessage());
+            } catch (IOException | WireException e) {
+                String from = current instanceof ProducerFile ? "its spill file " + p.spill() : "its service";
+                throw integrity(p, "lost", from + " cannot be read whole: " + e.getMessage());
             } catch (RuntimeException e) {
                 if (e instanceof ExchangeReadException) {
                     throw e;
                 }
                 throw integrity(p, "corrupt", "a buffer that passed its checksum does not decode: " + e);
             }
-            current.buffersRead++;
-            current.rowsRead += rows;
             ColumnVector[] vectors = new ColumnVector[columns.length];
             for (int i = 0; i < columns.length; i++) {
                 vectors[i] = new ArrowColumnVector(root.getVector(columns[i]));
@@ -104,11 +106,11 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
         }
     }
 
-    private ProducerFile open(Producer p) {
-        if (!p.hostId().isEmpty() && !p.hostId().equals(hostId)) {
-            throw new ExchangeReadException(where(p) + " is on host " + p.hostId() + ", not on this host (" + hostId
-                    + "): the catalog reads exchanges from spill files on their own host only; read it with "
-                    + "spark.read.format(\"pipelined\"), or run this read on " + p.hostId());
+    /** The producer's spill file when it is on this host and finished with an index, else its service. */
+    private ProducerSource open(Producer p) {
+        boolean local = p.hostId().isEmpty() || p.hostId().equals(hostId);
+        if (!local || p.spill().isEmpty() || !Files.exists(ProducerFile.indexPath(p.spill()))) {
+            return remote(p, local);
         }
         if (p.servicePid() > 0 && !ProcessHandle.of(p.servicePid()).map(ProcessHandle::isAlive).orElse(false)) {
             throw new ExchangeReadException("lost " + where(p) + ": the exchange service that held it (process "
@@ -121,6 +123,22 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
         } catch (IllegalStateException e) {
             throw integrity(p, "corrupt", "its spill index " + ProducerFile.indexPath(p.spill()) + " is corrupt: "
                     + e.getMessage());
+        }
+    }
+
+    private ProducerSource remote(Producer p, boolean local) {
+        String address = local && !p.unix().isEmpty() ? p.unix() : p.tcp();
+        if (address.isEmpty()) {
+            throw new ExchangeReadException(where(p) + ": its service left no address to read it from");
+        }
+        if (!address.startsWith("unix:") && p.tls()) {
+            throw new ExchangeReadException(where(p) + " is held by a service on host " + p.hostId() + " that "
+                    + "speaks TLS, which the catalog does not: read it with spark.read.format(\"pipelined\")");
+        }
+        try {
+            return new RemoteProducer(p, address, input.subpartition(), secret, hostId);
+        } catch (WireException e) {
+            throw integrity(p, "lost", "its service at " + address + " cannot be asked for it: " + e.getMessage());
         }
     }
 

@@ -17,6 +17,10 @@ public final class Frames {
     public static final int SERVER_HELLO = 1;
     public static final int HELLO = 2;
     public static final int WELCOME = 3;
+    public static final int PARTITION_REQUEST = 10;
+    public static final int ADD_CREDIT = 11;
+    public static final int CANCEL_PARTITION_REQUEST = 13;
+    public static final int BUFFER_RESPONSE = 15;
     public static final int ERROR_RESPONSE = 16;
     public static final int RPC_REQUEST = 30;
     public static final int RPC_RESPONSE = 31;
@@ -33,7 +37,11 @@ public final class Frames {
 
     /** A control message: prefix and JSON header, no payload. */
     public static byte[] encode(int type, String jsonHeader) {
-        byte[] header = jsonHeader.getBytes(StandardCharsets.UTF_8);
+        return encode(type, jsonHeader.getBytes(StandardCharsets.UTF_8));
+    }
+
+    /** A message with a binary header (data messages: credit), no payload. */
+    public static byte[] encode(int type, byte[] header) {
         ByteBuffer out = ByteBuffer.allocate(PREFIX_SIZE + header.length);
         out.putInt(PREFIX_SIZE - 4 + header.length).putInt(MAGIC).put(VERSION).put((byte) type)
                 .putInt(header.length).put(header);

@@ -15,9 +15,10 @@ import java.util.ArrayDeque;
 import java.util.Map;
 
 /**
- * A blocking, authenticated connection to a coordinator for request/response calls ({@code rpc.py}'s
- * table): {@code unix:/path} or {@code host:port}. It only moves bytes; {@link Frames} and {@link Handshake}
- * hold the protocol. Not thread safe: one caller at a time.
+ * A blocking, authenticated connection to a coordinator or exchange service: request/response calls
+ * ({@code rpc.py}'s table), or a reader's partition request and its buffers ({@link #send}, {@link #receive}).
+ * {@code unix:/path} or {@code host:port}. It only moves bytes; {@link Frames} and {@link Handshake} hold the
+ * protocol. Not thread safe: one caller at a time.
  */
 public final class RpcConnection implements AutoCloseable {
     private static final ObjectMapper MAPPER = new ObjectMapper();
@@ -48,7 +49,7 @@ public final class RpcConnection implements AutoCloseable {
         } catch (IOException | RuntimeException e) {
             close();
             throw e instanceof WireException w ? w : new WireException(
-                    "cannot talk to the exchange coordinator at " + address + ": " + e.getMessage(), "unreachable");
+                    "cannot talk to the exchange service at " + address + ": " + e.getMessage(), "unreachable");
         }
     }
 
@@ -71,7 +72,7 @@ public final class RpcConnection implements AutoCloseable {
             ch.socket().setTcpNoDelay(true);
             return ch;
         } catch (IOException | NumberFormatException e) {
-            throw new WireException("cannot reach the exchange coordinator at " + address + ": " + e, "unreachable");
+            throw new WireException("cannot reach the exchange service at " + address + ": " + e, "unreachable");
         }
     }
 
@@ -106,11 +107,35 @@ public final class RpcConnection implements AutoCloseable {
         }
     }
 
+    /** Send one encoded frame. */
+    public void send(byte[] frame) {
+        try {
+            write(frame);
+        } catch (IOException e) {
+            throw new WireException("connection to the exchange service at " + address + " failed while sending: " + e,
+                    "connection_lost");
+        }
+    }
+
+    /** The next frame, waiting up to the connection's timeout. */
+    public Frames.Frame receive() {
+        try {
+            return next();
+        } catch (IOException e) {
+            throw new WireException("connection to the exchange service at " + address + " failed: " + e,
+                    "connection_lost");
+        }
+    }
+
+    public String address() {
+        return address;
+    }
+
     private Frames.Frame next() throws IOException {
         while (inbox.isEmpty()) {
             int n = readSome();
             if (n < 0) {
-                throw new WireException("the exchange coordinator at " + address + " closed the connection",
+                throw new WireException("the exchange service at " + address + " closed the connection",
                         "connection_lost");
             }
             inbox.addAll(decoder.feed(readBuffer, n));
@@ -141,7 +166,7 @@ public final class RpcConnection implements AutoCloseable {
         SelectionKey key = channel.register(selector, op);
         try {
             if (selector.select(timeoutMillis) == 0) {
-                throw new WireException("the exchange coordinator at " + address + " gave no " + what + " within "
+                throw new WireException("the exchange service at " + address + " gave no " + what + " within "
                         + timeoutMillis / 1000.0 + " s", "timeout");
             }
             selector.selectedKeys().clear();

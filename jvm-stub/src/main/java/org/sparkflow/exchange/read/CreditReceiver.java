@@ -1,0 +1,83 @@
+package org.sparkflow.exchange.read;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.nio.ByteBuffer;
+import org.sparkflow.exchange.wire.Frames;
+
+/**
+ * A reader's side of one partition request under credit, sans-IO ({@code consumer/input_channel.py}): the request
+ * announcing {@code initialCredit} empty buffers, each received buffer checked to be the next in sequence, and one
+ * credit given back for each data buffer once it is decoded. Events (end of partition, markers) need no credit.
+ */
+final class CreditReceiver {
+    /** One BUFFER_RESPONSE: {@code receiver:i64 seq:i64 backlog:i32 kind:u8 flags:u8}, then the payload. */
+    record Buffer(long seq, int kind, int flags, byte[] payload) {}
+
+    static final int HEADER = 22;
+    static final int FLAG_SHARED = 2;
+    private static final ObjectMapper MAPPER = new ObjectMapper();
+    private final long receiverId;
+    private final int initialCredit;
+    private long nextSeq;
+    private int credit;
+
+    CreditReceiver(long receiverId, int initialCredit) {
+        this.receiverId = receiverId;
+        this.initialCredit = initialCredit;
+        this.credit = initialCredit;
+    }
+
+    /** The PARTITION_REQUEST for one subpartition of {@code partition}, over the socket (never shared memory). */
+    byte[] request(String partition, int subpartition) {
+        ObjectNode msg = MAPPER.createObjectNode();
+        msg.put("partition", partition);
+        msg.put("subpartition", subpartition);
+        msg.put("receiver_id", receiverId);
+        msg.put("initial_credit", initialCredit);
+        msg.put("resume_from", 0);
+        msg.put("shared", false);
+        msg.putNull("subpartition_end");
+        return Frames.encode(Frames.PARTITION_REQUEST, msg.toString());
+    }
+
+    /** A received BUFFER_RESPONSE, checked: ours, the next in sequence, within the credit given. */
+    Buffer onBuffer(Frames.Frame frame) {
+        if (frame.header().length != HEADER) {
+            throw new IllegalStateException("a buffer response with a header of " + frame.header().length + " bytes");
+        }
+        ByteBuffer h = ByteBuffer.wrap(frame.header());
+        long receiver = h.getLong(0);
+        long seq = h.getLong(8);
+        int kind = h.get(20) & 0xff;
+        int flags = h.get(21) & 0xff;
+        if (receiver != receiverId) {
+            throw new IllegalStateException("a buffer for receiver " + receiver + " arrived on receiver " + receiverId);
+        }
+        if (seq != nextSeq) {
+            throw new IllegalStateException("buffers " + (seq > nextSeq ? "lost" : "duplicated") + " on the way from "
+                    + "the service: buffer " + seq + " arrived where buffer " + nextSeq + " was due");
+        }
+        if ((flags & FLAG_SHARED) != 0) {
+            throw new IllegalStateException("the service sent a shared-memory buffer to a reader that asked for none");
+        }
+        if (kind == SpillIndex.DATA && credit-- <= 0) {
+            throw new IllegalStateException("the service sent a data buffer without credit");
+        }
+        nextSeq++;
+        return new Buffer(seq, kind, flags, frame.payload());
+    }
+
+    /** The ADD_CREDIT frame giving back one buffer the reader is done with. */
+    byte[] consumed() {
+        credit++;
+        return Frames.encode(Frames.ADD_CREDIT, ByteBuffer.allocate(12).putLong(receiverId).putInt(1).array());
+    }
+
+    /** The frame cancelling the request (the service then lets go of its view). */
+    byte[] cancel() {
+        ObjectNode msg = MAPPER.createObjectNode();
+        msg.put("receiver_id", receiverId);
+        return Frames.encode(Frames.CANCEL_PARTITION_REQUEST, msg.toString());
+    }
+}

@@ -1,0 +1,324 @@
+"""A Spark application reading exchanges through the JVM catalog (``ExchangeCatalog``), run by
+tests/test_jvm_catalog.py with the plugin jar as argv[1].
+
+It writes exchanges with the Python data source and the same rows as parquet, then runs the checks of the group
+named by $JVM_CATALOG_CHECKS ("plans": plans and answers; "failures": drops, damaged files, secrets) and prints
+one JSON line: check name -> {"ok": bool, "error": text, ...details}. A check compares the catalog's answer
+with parquet's (chispa) or with the Python reader's, and records the plans it looked at.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+import traceback
+from decimal import Decimal
+
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+import sparkflow_exchange
+from sparkflow_exchange.partition.spill import read_index
+
+N = 3000
+GROUP = os.environ.get("JVM_CATALOG_CHECKS", "plans")
+results: dict[str, dict] = {}
+
+
+def check(group: str):
+    """Run one check of ``group`` (when that group runs); a failure is recorded with its message, and the
+    other checks still run."""
+    def run(fn):
+        if group != GROUP:
+            return fn
+        details: dict = {}
+        try:
+            fn(details)
+            results[fn.__name__] = {"ok": True, **details}
+        except Exception as exc:  # noqa: BLE001 - the test asserts on the message
+            results[fn.__name__] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:6000],
+                                    "trace": traceback.format_exc()[-3000:], **details}
+        return fn
+    return run
+
+
+def plan(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+def shuffles(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if "Exchange" in line]
+
+
+def same(actual, expected) -> None:
+    assert_df_equality(actual, expected, ignore_row_order=True, ignore_column_order=True, ignore_nullable=True)
+
+
+spark = (SparkSession.builder.master("local[2]").appName("jvm-catalog")
+         .config("spark.jars", sys.argv[1])
+         .config("spark.sql.catalog.exchange", "org.sparkflow.exchange.catalog.ExchangeCatalog")
+         .config("spark.sql.shuffle.partitions", "4")
+         .config("spark.sql.autoBroadcastJoinThreshold", "-1")  # joins must be planned as joins, not broadcasts
+         .config("spark.sql.adaptive.enabled", "false")  # plans as planned: no coalescing after the fact
+         .config("spark.sql.session.timeZone", "UTC")
+         .config("spark.ui.enabled", "false")
+         .getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+warehouse = tempfile.mkdtemp(prefix="jvm-catalog-parquet-")
+
+base = spark.range(N).select(
+    (F.col("id") % 97).alias("k"), (F.col("id") % 5).alias("j"), F.col("id").alias("v"),
+    F.concat(F.lit("s"), F.col("id").cast("string")).alias("s"))
+
+
+def write(df, name: str, keys: str | None, n: int | None, partitioner: str = "hash") -> None:
+    w = df.write.format("pipelined").mode("overwrite").option("exchange", name).option("partitioner", partitioner)
+    if keys:
+        w = w.option("keys", keys)
+    if n is not None:
+        w = w.option("numSubpartitions", str(n))
+    w.save()
+    df.write.mode("overwrite").parquet(os.path.join(warehouse, name))
+
+
+def parquet(name: str):
+    return spark.read.parquet(os.path.join(warehouse, name))
+
+
+def described(name: str) -> dict:
+    return next(e for e in sparkflow_exchange.list_exchanges(spark) if e["name"] == name)
+
+
+write(base, "t8a", "k", 8)
+if GROUP == "plans":
+    write(base.withColumn("v", F.col("v") * 2), "t8b", "k", 8)
+    write(base.withColumn("v", F.col("v") + 1), "t4", "k", 4)
+    write(base, "two_keys", "k,j", 8)
+    write(base, "coalesced", "k", None)
+
+
+@check("plans")
+def tables(d):
+    names = sorted(r.tableName for r in spark.sql("SHOW TABLES IN exchange").collect())
+    d["names"] = names
+    assert {"t8a", "t8b", "t4", "two_keys", "coalesced"} <= set(names), names
+
+
+@check("plans")
+def group_by_key(d):
+    got = spark.table("exchange.t8a").groupBy("k").agg(F.sum("v").alias("sv"), F.count("*").alias("n"))
+    d["plan"] = plan(got)
+    d["shuffles"] = shuffles(d["plan"])
+    assert not d["shuffles"], d["plan"]
+    same(got, parquet("t8a").groupBy("k").agg(F.sum("v").alias("sv"), F.count("*").alias("n")))
+
+
+@check("plans")
+def join_same_width(d):
+    got = spark.table("exchange.t8a").join(spark.table("exchange.t8b").withColumnRenamed("v", "w")
+                                           .drop("s", "j"), "k")
+    d["plan"] = plan(got)
+    d["shuffles"] = shuffles(d["plan"])
+    assert not d["shuffles"], d["plan"]
+    want = parquet("t8a").join(parquet("t8b").withColumnRenamed("v", "w").drop("s", "j"), "k")
+    same(got, want)
+    d["rows"] = got.count()
+
+
+@check("plans")
+def sql_select(d):
+    got = spark.sql("SELECT k, count(*) AS n, max(s) AS top FROM exchange.t8a WHERE v % 3 = 0 GROUP BY k")
+    d["plan"] = plan(got)
+    assert not shuffles(d["plan"]), d["plan"]
+    parquet("t8a").createOrReplaceTempView("t8a_parquet")
+    same(got, spark.sql("SELECT k, count(*) AS n, max(s) AS top FROM t8a_parquet WHERE v % 3 = 0 GROUP BY k"))
+
+
+@check("plans")
+def partition_ids(d):
+    """Partition i holds subpartition i: the Python reader's partitions, and Spark's own hash placement."""
+    pid = F.spark_partition_id().alias("pid")
+    jvm = spark.table("exchange.t8a").select(pid, "k", "j", "v", "s")
+    python = spark.read.format("pipelined").option("exchange", "t8a").load().select(pid, "k", "j", "v", "s")
+    same(jvm, python)
+    wrong = jvm.where(F.col("pid") != F.expr("pmod(hash(k), 8)")).count()
+    assert wrong == 0, f"{wrong} rows outside pmod(hash(k), 8)"
+    d["partitions"] = spark.table("exchange.t8a").rdd.getNumPartitions()
+    assert d["partitions"] == 8
+
+
+@check("plans")
+def two_keys(d):
+    """Hashed on (k, j): partitions exact, no partitioning claimed (Spark takes one bucket column), answers right."""
+    pid = F.spark_partition_id().alias("pid")
+    jvm = spark.table("exchange.two_keys")
+    same(jvm.select(pid, "k", "j", "v", "s"),
+         spark.read.format("pipelined").option("exchange", "two_keys").load().select(pid, "k", "j", "v", "s"))
+    got = jvm.groupBy("k", "j").agg(F.sum("v").alias("sv"))
+    d["plan"] = plan(got)
+    same(got, parquet("two_keys").groupBy("k", "j").agg(F.sum("v").alias("sv")))
+
+
+@check("plans")
+def different_widths(d):
+    got = spark.table("exchange.t8a").join(spark.table("exchange.t4").select("k", F.col("v").alias("w")), "k")
+    d["plan"] = plan(got)
+    same(got, parquet("t8a").join(parquet("t4").select("k", F.col("v").alias("w")), "k"))
+
+
+@check("plans")
+def coalesced_width(d):
+    """Written without numSubpartitions: read one partition per subpartition, every row exactly once."""
+    got = spark.table("exchange.coalesced")
+    d["partitions"] = got.rdd.getNumPartitions()
+    same(got, parquet("coalesced"))
+
+
+@check("plans")
+def bucket_function_shuffles_the_other_side(d):
+    """With v2.bucketing.shuffle, Spark places the plain side's rows with our bucket function: must equal the writer."""
+    spark.conf.set("spark.sql.sources.v2.bucketing.shuffle.enabled", "true")
+    try:
+        other = parquet("t8b").select("k", F.col("v").alias("w"))
+        got = spark.table("exchange.t8a").join(other, "k")
+        d["plan"] = plan(got)
+        same(got, parquet("t8a").join(other, "k"))
+    finally:
+        spark.conf.unset("spark.sql.sources.v2.bucketing.shuffle.enabled")
+
+
+@check("plans")
+def statistics_and_pruning(d):
+    desc = described("t8a")
+    spark.conf.set("spark.sql.cbo.enabled", "true")  # Spark keeps a scan's row count only for its cost-based optimizer
+    try:
+        stats = spark.table("exchange.t8a")._jdf.queryExecution().optimizedPlan().stats()
+        d["rows"] = int(stats.rowCount().get().toString())
+        d["bytes"] = int(stats.sizeInBytes().toString())
+    finally:
+        spark.conf.unset("spark.sql.cbo.enabled")
+    d["exchange_bytes"] = sum(desc["subpartition_bytes"])
+    assert d["rows"] == N
+    assert d["bytes"] == d["exchange_bytes"], (d["bytes"], d["exchange_bytes"])
+    pruned = spark.table("exchange.t8a").select("k", "v")
+    scan = next(line for line in plan(pruned).splitlines() if "BatchScan" in line)
+    d["scan"] = scan.strip()
+    read = re.search(r"BatchScan \S+\[([^\]]*)\]", scan).group(1)
+    assert [c.split("#")[0] for c in read.split(", ")] == ["k", "v"], scan
+    same(pruned, parquet("t8a").select("k", "v"))
+
+
+@check("plans")
+def types(d):
+    rows = [(i, f"key{i % 13}", i * 1.5, Decimal(i) / 100, i % 2 == 0, bytes([i % 256]), [i, i + 1],
+             None if i % 7 == 0 else f"x{i}") for i in range(500)]
+    df = spark.createDataFrame(rows, "i int, key string, d double, m decimal(12,2), b boolean, bin binary, "
+                                     "arr array<int>, maybe string") \
+        .withColumn("day", F.expr("date_add(DATE'2024-01-01', i)")) \
+        .withColumn("ts", F.expr("timestamp_seconds(i * 3600)"))
+    write(df, "typed", "key", 5)
+    got = spark.table("exchange.typed")
+    same(got, parquet("typed"))
+    pid = F.spark_partition_id()
+    assert got.where(pid != F.expr("pmod(hash(key), 5)")).count() == 0
+    agg = got.groupBy("key").agg(F.sum("d").alias("sd"))
+    d["plan"] = plan(agg)
+    assert not shuffles(d["plan"]), d["plan"]
+
+
+@check("failures")
+def drop_table(d):
+    write(base, "dropped", "k", 2)
+    spark.sql("DROP TABLE exchange.dropped")
+    d["left"] = [e["name"] for e in sparkflow_exchange.list_exchanges(spark)]
+    assert "dropped" not in d["left"]
+    try:
+        spark.table("exchange.dropped").count()
+    except Exception as exc:  # noqa: BLE001
+        d["error_after_drop"] = str(exc)[:500]
+    assert "TABLE_OR_VIEW_NOT_FOUND" in d.get("error_after_drop", ""), d
+
+
+def flip_first_data_byte(name: str) -> tuple[dict, int]:
+    """Damage one byte of the first data buffer of the first committed producer: (producer, subpartition)."""
+    desc = described(name)
+    producer = next(p for p in desc["producers"] if p["partition"] == desc["committed"][0])
+    spill = producer["spill"]
+    index = spill[:-5] + ".index" if spill.endswith(".data") else spill.rsplit(".", 1)[0] + ".index"
+    for sub in range(desc["num_subpartitions"]):
+        data = [e for e in read_index(index, sub) if e[3] == 0]
+        if data:
+            _seq, offset, length, _kind, _flags = data[0]
+            with open(spill, "r+b") as f:
+                f.seek(offset + length // 2)
+                byte = f.read(1)
+                f.seek(offset + length // 2)
+                f.write(bytes([byte[0] ^ 0xFF]))
+            return producer, sub
+    raise AssertionError("no data buffer to damage")
+
+
+def faraway() -> str:
+    """A second catalog that believes it runs on another host: every producer is read from its service (TCP)."""
+    spark.conf.set("spark.sql.catalog.faraway", "org.sparkflow.exchange.catalog.ExchangeCatalog")
+    spark.conf.set("spark.sql.catalog.faraway.hostId", "another-host")
+    return "faraway"
+
+
+@check("failures")
+def remote_read(d):
+    """Producers on "another host" are read from their services under credit: the same rows in the same partitions."""
+    pid = F.spark_partition_id().alias("pid")
+    remote = spark.table(f"{faraway()}.t8a").select(pid, "k", "j", "v", "s")
+    same(remote, spark.table("exchange.t8a").select(pid, "k", "j", "v", "s"))
+    d["rows"] = remote.count()
+
+
+@check("failures")
+def corrupt_spill_file(d):
+    write(base, "damaged", "k", 4)
+    producer, sub = flip_first_data_byte("damaged")
+    d["expected"] = f"exchange 'damaged', producer {producer['index']} (partition {producer['partition']}), " \
+                    f"subpartition {sub}"
+    for catalog, key in (("exchange", "message"), (faraway(), "remote_message")):
+        try:
+            spark.table(f"{catalog}.damaged").collect()
+        except Exception as exc:  # noqa: BLE001
+            d[key] = str(exc)[:3000]
+
+
+@check("failures")
+def missing_spill_file(d):
+    write(base, "vanished", "k", 4)
+    desc = described("vanished")
+    producer = next(p for p in desc["producers"] if p["partition"] == desc["committed"][0])
+    os.unlink(producer["spill"])
+    d["producer"] = f"producer {producer['index']} (partition {producer['partition']})"
+    try:
+        spark.table("exchange.vanished").collect()
+    except Exception as exc:  # noqa: BLE001
+        d["message"] = str(exc)[:3000]
+
+
+@check("failures")
+def wrong_secret(d):
+    embedded = json.loads(open(os.path.join(os.environ["SPARKFLOW_EXCHANGE_RUNTIME_DIR"], "embedded.json")).read())
+    d["has_secret"] = bool(embedded.get("secret"))
+    spark.conf.set("spark.sql.catalog.strangers", "org.sparkflow.exchange.catalog.ExchangeCatalog")
+    spark.conf.set("spark.sql.catalog.strangers.coordinator", embedded["unix"])
+    spark.conf.set("spark.sql.catalog.strangers.secret", "not-the-secret")
+    try:
+        spark.sql("SHOW TABLES IN strangers").collect()
+    except Exception as exc:  # noqa: BLE001
+        d["message"] = str(exc)[:2000]
+    spark.conf.set("spark.sql.catalog.friends", "org.sparkflow.exchange.catalog.ExchangeCatalog")
+    spark.conf.set("spark.sql.catalog.friends.coordinator", embedded["unix"])
+    spark.conf.set("spark.sql.catalog.friends.secret", embedded.get("secret") or "")
+    d["friends_rows"] = spark.table("friends.t8a").count()
+
+
+print(json.dumps(results))
+spark.stop()
