@@ -49,6 +49,11 @@ def plan(df) -> str:
     return df._jdf.queryExecution().executedPlan().toString()
 
 
+def as_int(value) -> int:
+    """A Scala BigInt (py4j hands some over as Python ints already)."""
+    return value if isinstance(value, int) else int(value.toString())
+
+
 def shuffles(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if "Exchange" in line]
 
@@ -196,8 +201,8 @@ def statistics_and_pruning(d):
     spark.conf.set("spark.sql.cbo.enabled", "true")  # Spark keeps a scan's row count only for its cost-based optimizer
     try:
         stats = spark.table("exchange.t8a")._jdf.queryExecution().optimizedPlan().stats()
-        d["rows"] = int(stats.rowCount().get().toString())
-        d["bytes"] = int(stats.sizeInBytes().toString())
+        d["rows"] = as_int(stats.rowCount().get())
+        d["bytes"] = as_int(stats.sizeInBytes())
     finally:
         spark.conf.unset("spark.sql.cbo.enabled")
     d["exchange_bytes"] = sum(desc["subpartition_bytes"])

@@ -36,7 +36,6 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
     static final String[] KEYS = {"coordinator", "secret", "secretFile", "hostId", "tls.caFile", "tls.certFile"};
     private String name;
     private Map<String, String> settings;
-    private volatile Endpoint endpoint;
 
     @Override
     public void initialize(String name, CaseInsensitiveStringMap options) {
@@ -60,20 +59,23 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
         return name;
     }
 
-    /** Found on first use, not at initialisation: a local-mode coordinator may start after the session. */
-    CoordinatorClient client() {
-        Endpoint found = endpoint;
-        if (found == null) {
-            found = Discovery.find(settings, RuntimeDir.standard());
-            boolean tls = settings.containsKey("tls.caFile") || settings.containsKey("tls.certFile");
-            if (tls && !found.coordinator().startsWith("unix:")) {
-                throw new UnsupportedOperationException("the exchange catalog speaks no TLS, and TLS is configured "
-                        + "(tls.caFile/tls.certFile) for the coordinator at " + found + ": give it the coordinator's "
-                        + "Unix socket on its host (coordinator=unix:/path), or read with spark.read.format(\"pipelined\")");
-            }
-            endpoint = found;
+    /**
+     * Found at each use, not at initialisation: a local-mode coordinator may start after the session, and an
+     * embedded service that restarted has a new secret (finding it reads a few small files).
+     */
+    Endpoint endpoint() {
+        Endpoint found = Discovery.find(settings, RuntimeDir.standard());
+        boolean tls = settings.containsKey("tls.caFile") || settings.containsKey("tls.certFile");
+        if (tls && !found.coordinator().startsWith("unix:")) {
+            throw new UnsupportedOperationException("the exchange catalog speaks no TLS, and TLS is configured "
+                    + "(tls.caFile/tls.certFile) for the coordinator at " + found + ": give it the coordinator's "
+                    + "Unix socket on its host (coordinator=unix:/path), or read with spark.read.format(\"pipelined\")");
         }
-        return new CoordinatorClient(found);
+        return found;
+    }
+
+    CoordinatorClient client() {
+        return new CoordinatorClient(endpoint());
     }
 
     private static void requireRoot(String[] namespace) throws NoSuchNamespaceException {
@@ -97,13 +99,12 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
         if (ident.namespace().length != 0) {
             throw new NoSuchTableException(ident);
         }
-        CoordinatorClient client = client();
-        ExchangeDescription desc = client.describe(ident.name());
+        Endpoint found = endpoint();
+        ExchangeDescription desc = new CoordinatorClient(found).describe(ident.name());
         if (desc == null) {
             throw new NoSuchTableException(ident);
         }
-        String hostId = settings.getOrDefault("hostId", "");
-        return new ExchangeTable(desc, new ReadSettings(hostId, endpoint.secret()));
+        return new ExchangeTable(desc, new ReadSettings(settings.getOrDefault("hostId", ""), found.secret()));
     }
 
     @Override

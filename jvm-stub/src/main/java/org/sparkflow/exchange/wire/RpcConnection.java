@@ -146,7 +146,7 @@ public final class RpcConnection implements AutoCloseable {
     private int readSome() throws IOException {
         ByteBuffer in = ByteBuffer.wrap(readBuffer);
         int n = channel.read(in);
-        if (n == 0) {
+        while (n == 0) {
             await(SelectionKey.OP_READ, "an answer");
             n = channel.read(in);
         }
