@@ -20,7 +20,8 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-import sparkflow_exchange
+from sparkflow_exchange.config import ExchangeConfig
+from sparkflow_exchange.exchange import list_exchanges as coordinator_records
 from sparkflow_exchange.partition.spill import read_index
 
 N = 3000
@@ -94,7 +95,8 @@ def parquet(name: str):
 
 
 def described(name: str) -> dict:
-    return next(e for e in sparkflow_exchange.list_exchanges(spark) if e["name"] == name)
+    """The coordinator's record of the exchange (its producers' spill files, its sizes)."""
+    return next(e for e in coordinator_records(ExchangeConfig.load()) if e["name"] == name)
 
 
 write(base, "t8a", "k", 8)
@@ -238,7 +240,7 @@ def types(d):
 def drop_table(d):
     write(base, "dropped", "k", 2)
     spark.sql("DROP TABLE exchange.dropped")
-    d["left"] = [e["name"] for e in sparkflow_exchange.list_exchanges(spark)]
+    d["left"] = [e["name"] for e in coordinator_records(ExchangeConfig.load())]
     assert "dropped" not in d["left"]
     try:
         spark.table("exchange.dropped").count()
