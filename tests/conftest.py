@@ -93,10 +93,11 @@ def jar() -> Path:
     return PLUGIN_JAR
 
 
-def run_app_with_jar(tmp_path: Path, source: str, jar: Path, defaults: str = "") -> tuple[dict, subprocess.CompletedProcess]:
+def run_app_with_jar(tmp_path: Path, source: str, jar: Path, defaults: str = "",
+                     timeout: float = 400) -> tuple[dict, subprocess.CompletedProcess]:
     """Run ``source`` as a Spark application given the plugin jar (``defaults``: its spark-defaults.conf,
     none from the environment; its own runtime directory, ``tmp_path/runtime``); its last stdout line,
-    parsed as JSON, and the process."""
+    parsed as JSON, and the process. ``timeout``: seconds the application may take in all."""
     app = tmp_path / "app.py"
     app.write_text(source)
     conf_dir = tmp_path / "spark-conf"
@@ -104,6 +105,6 @@ def run_app_with_jar(tmp_path: Path, source: str, jar: Path, defaults: str = "")
     (conf_dir / "spark-defaults.conf").write_text(defaults)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "SPARK_CONF_DIR": str(conf_dir), "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(tmp_path / "runtime")}
-    proc = subprocess.run([sys.executable, str(app), str(jar)], capture_output=True, text=True, timeout=400, env=env)
+    proc = subprocess.run([sys.executable, str(app), str(jar)], capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc
