@@ -18,7 +18,13 @@ APP = (Path(__file__).parent / "app_jvm_catalog.py").read_text()
 
 def run_group(group: str, tmp_path_factory, jar: Path, monkeypatch_env) -> dict:
     monkeypatch_env.setenv("JVM_CATALOG_CHECKS", group)
-    result, _proc = run_app_with_jar(tmp_path_factory.mktemp(f"jvm-catalog-{group}"), APP, jar, timeout=1200)
+    from sparkflow_exchange.service.process import stop_embedded
+
+    work = tmp_path_factory.mktemp(f"jvm-catalog-{group}")
+    try:
+        result, _proc = run_app_with_jar(work, APP, jar, timeout=1200)
+    finally:
+        stop_embedded(work / "runtime")  # the application's service keeps its exchanges for later readers
     return result
 
 
