@@ -311,17 +311,16 @@ class Verdict:
         if r.get("ptype") == "PIPELINED_BOUNDED" and "already consumed" in r.get("error", ""):
             return  # a PIPELINED_BOUNDED subpartition is read once: a second reader is told so
         name, epoch, failed_at = r["name"], r.get("epoch"), r["t"]
+        # a write begun before the failure that got a later epoch, or an overwrite whose epoch is unknown
+        # (its writer was killed before it logged the declare)
         replacing = [w for w in self.h.writes.values()
-                     if w.name == name and w.t_begin < failed_at and w.mode == "overwrite"
-                     and (w.epoch is None or epoch is None or w.epoch > epoch)]
-        later_epoch = [w for w in self.h.writes.values()
-                       if w.name == name and w.epoch is not None and epoch is not None and w.epoch > epoch
-                       and w.t_begin < failed_at]
+                     if w.name == name and w.t_begin < failed_at
+                     and (w.epoch > epoch if w.epoch is not None and epoch is not None else w.mode == "overwrite")]
         drops = [d for d in self.h.drop_begins if d["name"] == name and d["t"] < failed_at]
         # a write of the read's own epoch that failed, was aborted or was killed: a pipelined read of it fails
         broken = [w for w in self.h.writes.values()
                   if w.name == name and w.epoch == epoch and w.failed_before(failed_at)]
-        if replacing or later_epoch or drops or broken:
+        if replacing or drops or broken:
             return
         self.violation("read_failed_without_cause",
                        f"{self.describe_read(r)}: failed {self.h.rel(failed_at)} with {r.get('error_class')}: "
