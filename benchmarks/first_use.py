@@ -7,10 +7,13 @@ first application does). After the session is up, it times:
 * the first write of 100,000 rows (4 tasks), then a second write of the same rows (warm);
 * the first read of what it wrote (4 tasks, into ``format("noop")``), then a second read.
 
-Routes: the exchange (``format("pipelined")``); the floor, a no-op Python data source (an Arrow sink that
-drops every batch, a source yielding prepared Arrow batches: what any Python data source pays Spark); and
-parquet. The exchange's fixed cost is its first write or read minus the floor's, measured in the same run
-in interleaved rounds (best of ``--repeat``). Session start is not counted (the same for every route).
+Routes: the exchange (``format("pipelined")``); two floors, no-op Python data sources (an Arrow sink that
+drops every batch, a source yielding prepared Arrow batches: what any Python data source pays Spark): the
+bare floor, whose module imports nothing but pyspark's data source API (``bare_floor.py``, the strict
+baseline), and the floor of the other benchmarks, whose module imports Arrow and NumPy at load
+(``spark_common.py``, as a typical Python source does); and parquet. The exchange's fixed cost is its first
+write or read minus the bare floor's, measured in the same run in interleaved rounds (best of ``--repeat``).
+Session start is not counted (the same for every route).
 
 Run: .venv/bin/python benchmarks/first_use.py [--repeat 3]
 Writes benchmarks/first_use-latest.json.
@@ -28,7 +31,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROUTES = ("floor", "pipelined", "parquet")
+ROUTES = ("bare", "floor", "pipelined", "parquet")
 ROWS, PARTS = 100_000, 4
 
 
@@ -48,7 +51,19 @@ def _child(route: str, work: Path) -> dict:
     spark.sparkContext.setLogLevel("ERROR")
     df = bench_rows(spark, ROWS, PARTS)
     df.count()  # the session's own first job, the same for every route
-    if route == "floor":
+    if route == "bare":
+        from bare_floor import BareSink, BareSource
+        spark.dataSource.register(BareSink)
+        spark.dataSource.register(BareSource)
+        prepare_floor_files(ROWS, work / "bare", 1 << 20, PARTS)
+
+        def write() -> None:
+            df.write.format("bare_sink").mode("append").save()
+
+        def read() -> None:
+            (spark.read.format("bare_source").option("dir", str(work / "bare")).option("parts", str(PARTS)).load()
+             .write.format("noop").mode("overwrite").save())
+    elif route == "floor":
         spark.dataSource.register(NoopArrowSink)
         spark.dataSource.register(PreparedBatches)
         prepare_floor_files(ROWS, work / "floor", 1 << 20, PARTS)
@@ -111,10 +126,10 @@ def main() -> None:
     best = {route: {k: min(r[k] for r in rs) for k in rs[0]} for route, rs in runs.items()}
     print(f"\nbest of {args.repeat}, seconds (load average before {load_before[0]:.1f}, after "
           f"{os.getloadavg()[0]:.1f}):")
-    print(f"{'action':<14}" + "".join(f"{r:>11}" for r in ROUTES) + f"{'pipelined - floor':>20}")
-    for action in best["floor"]:
+    print(f"{'action':<14}" + "".join(f"{r:>11}" for r in ROUTES) + f"{'pipelined - bare':>20}")
+    for action in best["bare"]:
         print(f"{action:<14}" + "".join(f"{best[r][action]:>11.2f}" for r in ROUTES)
-              + f"{best['pipelined'][action] - best['floor'][action]:>+20.2f}")
+              + f"{best['pipelined'][action] - best['bare'][action]:>+20.2f}")
     result = {"rows": ROWS, "tasks": PARTS, "repeat": args.repeat, "best": best, "runs": runs,
               "load_before": load_before, "load_after": os.getloadavg()}
     (HERE / "first_use-latest.json").write_text(json.dumps(result, indent=1))
