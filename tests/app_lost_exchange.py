@@ -22,13 +22,22 @@ spark = SparkSession.builder.master("local[2]").appName("lost-exchange").config(
    .option("keys", "id").option("numSubpartitions", "2").save())
 victim = json.loads((runtime_dir() / "embedded.json").read_text())["pid"]
 os.kill(victim, signal.SIGKILL)
-while os.path.exists(f"/proc/{victim}"):
-    try:  # the service was started detached; it is reaped by init, or is a zombie of this process
-        if os.waitpid(victim, os.WNOHANG)[0]:
-            break
-    except ChildProcessError:
-        pass
+
+
+def gone(pid: int) -> bool:
+    """Dead: no such process, or a zombie (the service may be the child of the Spark planning worker that
+    started it, which reaps it only when Spark ends that worker, a minute later)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+deadline = time.monotonic() + 60
+while not gone(victim) and time.monotonic() < deadline:
     time.sleep(0.05)
+assert gone(victim), f"the killed service {victim} still runs"
 start = time.monotonic()
 error = ""
 try:
