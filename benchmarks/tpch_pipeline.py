@@ -1,0 +1,548 @@
+"""TPC-H queries split into two applications joined by an exchange, against parquet between them and one application.
+
+Each query is cut at its biggest shuffle. A **producer** application scans the TPC-H parquet files, filters
+and joins up to that shuffle and writes the rows hashed on ONE column, the key of the consumer's next join
+or groupBy (``partitioner=hash``, ``keys=K``, ``numSubpartitions=N``, N = ``spark.sql.shuffle.partitions``);
+a **consumer** application reads them and finishes the query. The halves are SQL written once
+(``QUERIES``), shared by every route; the consumer's input is the temporary view ``exchanged``.
+
+| query | producer | exchange hashed on | consumer's next step on it |
+|---|---|---|---|
+| Q3 | lineitem shipped after 1995-03-15 | ``l_orderkey`` | join with orders of BUILDING customers, groupBy ``l_orderkey`` |
+| Q5 | lineitem ⋈ orders of 1994 | ``o_custkey`` | join with customer, then supplier, nation, region (ASIA) |
+| Q9 | lineitem ⋈ part (green) ⋈ partsupp ⋈ supplier ⋈ nation | ``l_orderkey`` | join with orders, groupBy nation, year |
+| Q10 | returned lineitem ⋈ orders of 1993 Q4 | ``o_custkey`` | join with customer and nation, groupBy customer |
+| Q18 | lineitem (order key, quantity) | ``l_orderkey`` | groupBy ``l_orderkey`` having sum > 300, joins on ``l_orderkey`` |
+
+Routes; every application is a fresh Python process with a fresh SparkSession (``local[2]``,
+``sparkflow_exchange.SPARK_SETTINGS``, Spark's defaults otherwise: adaptive execution on), timed by its
+wall clock from process start to exit, so interpreter, JVM and session start count:
+
+* ``pipelined``: the producer writes ``format("pipelined")``, then the consumer reads it with
+  ``spark.read.format("pipelined")`` (Spark re-shuffles for the consumer's join or groupBy on the key:
+  a Python data source cannot report its partitioning).
+* ``pipelined-jvm``: the same producer; the consumer reads through the JVM catalog,
+  ``spark.table("exchange.<name>")``, which reports ``bucket(N, K)`` partitioning, so a groupBy or a join on
+  K does not shuffle the exchange's side (the consumer sets
+  ``spark.sql.sources.v2.bucketing.shuffle.enabled=true``: the other side of such a join is shuffled into
+  the exchange's layout, as a bucketed table's would be).
+* ``pipelined-concurrent``: producer and consumer started together; the consumer's Python read waits for
+  the exchange to be declared (``declareTimeout``) and reads it while it is written. Seconds until both exited.
+* ``parquet``: the producer writes the same rows as parquet to a temporary directory (as they are, no
+  repartition), the consumer reads them and runs the same consumer half.
+* ``one-app``: the whole query in one application (producer half, then consumer half, no write).
+
+The exchange routes' producer starts this run's embedded exchange service (its runtime directory is the
+run's own); after each route's consumer the exchange is dropped and the service stopped by its pid, so every
+route starts from the same state: the first application of a pipeline pays the service's start, as a
+user's first application does.
+
+N is ``spark.sql.shuffle.partitions`` of every application, Spark's default 200 unless
+``--shuffle-partitions`` says otherwise: the width an untuned application shuffles to, and the one the
+JVM catalog needs given explicitly to report the partitioning. Adaptive execution coalesces Spark's own
+shuffles (parquet, one-app) into fewer tasks; an exact-width exchange is read by N tasks.
+
+Every route's answer is checked against DuckDB running the original TPC-H query on the same parquet files
+(rows sorted, decimals and doubles within 1e-6 relative); a wrong answer stops the run. The consumers'
+plans are kept: the shuffles each one ran (``Exchange`` nodes of the final plan) are counted in the table
+and listed in the JSON. The catalog reports the exchange's size too, so Spark may broadcast a small
+exchange instead of joining on its key; ``--conf spark.sql.autoBroadcastJoinThreshold=-1`` shows the joins
+planned on the key. Before each route the previous one's dirty pages are synced (``os.sync``).
+
+Data: ``tpchgen-cli`` (``.venv/bin/python -m pip install tpchgen-cli``) writes the eight tables as parquet
+into ``benchmarks/.tpch/sf<N>`` once (ignored by git); later runs reuse them.
+
+Run: .venv/bin/python benchmarks/tpch_pipeline.py --sf 1 5 [--queries 3,5,9,10,18] [--repeat 2]
+         [--routes pipelined,pipelined-jvm,pipelined-concurrent,parquet,one-app] [--shuffle-partitions 200]
+         [--conf KEY=VALUE ...]
+Quick check: .venv/bin/python benchmarks/tpch_pipeline.py --sf 0.1 --queries 3 --repeat 1
+Writes benchmarks/tpch_pipeline-latest.json.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import decimal
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / ".tpch"
+TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
+ROUTES = ("pipelined", "pipelined-jvm", "pipelined-concurrent", "parquet", "one-app")
+CATALOG = "org.sparkflow.exchange.catalog.ExchangeCatalog"
+APP_TIMEOUT = 3600  # seconds for one application
+
+# Each query: the original TPC-H text (DuckDB's reference answer), the producer half, the key the exchange
+# is hashed on, and the consumer half, which reads the producer's rows as the view ``exchanged``.
+QUERIES: dict[int, dict[str, str]] = {
+    3: {
+        "tpch": """
+            select l_orderkey, sum(l_extendedprice * (1 - l_discount)) as revenue, o_orderdate, o_shippriority
+            from customer, orders, lineitem
+            where c_mktsegment = 'BUILDING' and c_custkey = o_custkey and l_orderkey = o_orderkey
+              and o_orderdate < date '1995-03-15' and l_shipdate > date '1995-03-15'
+            group by l_orderkey, o_orderdate, o_shippriority
+            order by revenue desc, o_orderdate
+            limit 10""",
+        "producer": """
+            select l_orderkey, l_extendedprice * (1 - l_discount) as volume
+            from lineitem
+            where l_shipdate > date '1995-03-15'""",
+        "key": "l_orderkey",
+        "consumer": """
+            select l_orderkey, sum(volume) as revenue, o_orderdate, o_shippriority
+            from customer, orders, exchanged
+            where c_mktsegment = 'BUILDING' and c_custkey = o_custkey and l_orderkey = o_orderkey
+              and o_orderdate < date '1995-03-15'
+            group by l_orderkey, o_orderdate, o_shippriority
+            order by revenue desc, o_orderdate
+            limit 10""",
+    },
+    5: {
+        "tpch": """
+            select n_name, sum(l_extendedprice * (1 - l_discount)) as revenue
+            from customer, orders, lineitem, supplier, nation, region
+            where c_custkey = o_custkey and l_orderkey = o_orderkey and l_suppkey = s_suppkey
+              and c_nationkey = s_nationkey and s_nationkey = n_nationkey and n_regionkey = r_regionkey
+              and r_name = 'ASIA' and o_orderdate >= date '1994-01-01' and o_orderdate < date '1995-01-01'
+            group by n_name
+            order by revenue desc""",
+        "producer": """
+            select o_custkey, l_suppkey, l_extendedprice * (1 - l_discount) as volume
+            from orders, lineitem
+            where l_orderkey = o_orderkey and o_orderdate >= date '1994-01-01' and o_orderdate < date '1995-01-01'""",
+        "key": "o_custkey",
+        "consumer": """
+            select n_name, sum(volume) as revenue
+            from customer, exchanged, supplier, nation, region
+            where c_custkey = o_custkey and l_suppkey = s_suppkey and c_nationkey = s_nationkey
+              and s_nationkey = n_nationkey and n_regionkey = r_regionkey and r_name = 'ASIA'
+            group by n_name
+            order by revenue desc""",
+    },
+    9: {
+        "tpch": """
+            select nation, o_year, sum(amount) as sum_profit
+            from (select n_name as nation, extract(year from o_orderdate) as o_year,
+                         l_extendedprice * (1 - l_discount) - ps_supplycost * l_quantity as amount
+                  from part, supplier, lineitem, partsupp, orders, nation
+                  where s_suppkey = l_suppkey and ps_suppkey = l_suppkey and ps_partkey = l_partkey
+                    and p_partkey = l_partkey and o_orderkey = l_orderkey and s_nationkey = n_nationkey
+                    and p_name like '%green%') as profit
+            group by nation, o_year
+            order by nation, o_year desc""",
+        "producer": """
+            select l_orderkey, n_name as nation,
+                   l_extendedprice * (1 - l_discount) - ps_supplycost * l_quantity as amount
+            from part, supplier, lineitem, partsupp, nation
+            where s_suppkey = l_suppkey and ps_suppkey = l_suppkey and ps_partkey = l_partkey
+              and p_partkey = l_partkey and s_nationkey = n_nationkey and p_name like '%green%'""",
+        "key": "l_orderkey",
+        "consumer": """
+            select nation, o_year, sum(amount) as sum_profit
+            from (select nation, extract(year from o_orderdate) as o_year, amount
+                  from orders, exchanged
+                  where o_orderkey = l_orderkey) as profit
+            group by nation, o_year
+            order by nation, o_year desc""",
+    },
+    10: {
+        "tpch": """
+            select c_custkey, c_name, sum(l_extendedprice * (1 - l_discount)) as revenue, c_acctbal, n_name,
+                   c_address, c_phone, c_comment
+            from customer, orders, lineitem, nation
+            where c_custkey = o_custkey and l_orderkey = o_orderkey and o_orderdate >= date '1993-10-01'
+              and o_orderdate < date '1994-01-01' and l_returnflag = 'R' and c_nationkey = n_nationkey
+            group by c_custkey, c_name, c_acctbal, c_phone, n_name, c_address, c_comment
+            order by revenue desc
+            limit 20""",
+        "producer": """
+            select o_custkey, l_extendedprice * (1 - l_discount) as volume
+            from orders, lineitem
+            where l_orderkey = o_orderkey and o_orderdate >= date '1993-10-01' and o_orderdate < date '1994-01-01'
+              and l_returnflag = 'R'""",
+        "key": "o_custkey",
+        "consumer": """
+            select c_custkey, c_name, sum(volume) as revenue, c_acctbal, n_name, c_address, c_phone, c_comment
+            from customer, exchanged, nation
+            where c_custkey = o_custkey and c_nationkey = n_nationkey
+            group by c_custkey, c_name, c_acctbal, c_phone, n_name, c_address, c_comment
+            order by revenue desc
+            limit 20""",
+    },
+    18: {
+        "tpch": """
+            select c_name, c_custkey, o_orderkey, o_orderdate, o_totalprice, sum(l_quantity) as sum_qty
+            from customer, orders, lineitem
+            where o_orderkey in (select l_orderkey from lineitem group by l_orderkey having sum(l_quantity) > 300)
+              and c_custkey = o_custkey and o_orderkey = l_orderkey
+            group by c_name, c_custkey, o_orderkey, o_orderdate, o_totalprice
+            order by o_totalprice desc, o_orderdate
+            limit 100""",
+        "producer": """
+            select l_orderkey, l_quantity
+            from lineitem""",
+        "key": "l_orderkey",
+        "consumer": """
+            select c_name, c_custkey, o_orderkey, o_orderdate, o_totalprice, sum(l_quantity) as sum_qty
+            from customer, orders, exchanged
+            where o_orderkey in (select l_orderkey from exchanged group by l_orderkey having sum(l_quantity) > 300)
+              and c_custkey = o_custkey and o_orderkey = l_orderkey
+            group by c_name, c_custkey, o_orderkey, o_orderdate, o_totalprice
+            order by o_totalprice desc, o_orderdate
+            limit 100""",
+    },
+}
+
+
+# ---------------------------------------------------------------- one application (a child process)
+
+def _plain(value):
+    """A result value as JSON: decimals and doubles as floats, dates as ISO text."""
+    if isinstance(value, (decimal.Decimal, float)):
+        return float(value)
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return value.isoformat()
+    return value
+
+
+def _shuffles(df) -> list[str]:
+    """The shuffles of ``df``'s executed plan (``Exchange`` nodes; broadcasts and reuses not counted); of an
+    adaptive plan, its final plan."""
+    text = df._jdf.queryExecution().executedPlan().toString().split("== Initial Plan ==")[0]
+    return [line.strip() for line in text.splitlines() if re.search(r"\bExchange\s", line)]
+
+
+def _child(args) -> dict:
+    """One application: ``role`` produce (into ``--io``), consume (from ``--io``) or whole."""
+    from pyspark.sql import SparkSession
+
+    import sparkflow_exchange
+    from sparkflow_exchange import SPARK_SETTINGS
+
+    started = time.perf_counter()
+    query = QUERIES[args.query]
+    builder = (SparkSession.builder.master("local[2]").appName(f"tpch-q{args.query}-{args.role}-{args.io}")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.memory", args.driver_memory)
+               .config("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
+               .config(map=SPARK_SETTINGS))
+    for setting in args.conf:
+        key, _, value = setting.partition("=")
+        builder = builder.config(key, value)
+    if args.role == "consume" and args.io == "jvm":
+        builder = (builder.config("spark.jars", sparkflow_exchange.plugin_jar())
+                   .config("spark.sql.catalog.exchange", CATALOG)
+                   .config("spark.sql.sources.v2.bucketing.shuffle.enabled", "true"))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    session_s = time.perf_counter() - started
+    for table in TABLES:
+        spark.read.parquet(str(Path(args.data) / f"{table}.parquet")).createOrReplaceTempView(table)
+    out: dict = {"session_s": session_s}
+    if args.role == "produce":
+        df = spark.sql(query["producer"])
+        if args.io == "parquet":
+            df.write.mode("overwrite").parquet(args.path)
+        else:
+            (df.write.format("pipelined").mode("overwrite").option("exchange", args.exchange)
+             .option("partitioner", "hash").option("keys", query["key"])
+             .option("numSubpartitions", str(args.shuffle_partitions)).save())
+        out["shuffles"] = _shuffles(df)
+    else:
+        if args.role == "whole":
+            spark.sql(query["producer"]).createOrReplaceTempView("exchanged")
+        elif args.io == "parquet":
+            spark.read.parquet(args.path).createOrReplaceTempView("exchanged")
+        elif args.io == "jvm":
+            spark.table(f"exchange.{args.exchange}").createOrReplaceTempView("exchanged")
+        else:
+            reader = spark.read.format("pipelined").option("exchange", args.exchange)
+            if args.io == "concurrent":
+                reader = reader.option("declareTimeout", str(APP_TIMEOUT))
+            reader.load().createOrReplaceTempView("exchanged")
+        df = spark.sql(query["consumer"])
+        out["rows"] = [[_plain(v) for v in row] for row in df.collect()]
+        out["shuffles"] = _shuffles(df)
+    out["work_s"] = time.perf_counter() - started - session_s
+    spark.stop()
+    return out
+
+
+# ---------------------------------------------------------------- the driver of the run
+
+def _sf_name(sf: float) -> str:
+    return f"sf{sf:g}"
+
+
+def ensure_data(sf: float) -> Path:
+    """The TPC-H tables at ``sf`` as parquet in benchmarks/.tpch/sf<sf>, generated once."""
+    target = DATA / _sf_name(sf)
+    if all((target / f"{t}.parquet").exists() for t in TABLES):
+        return target
+    tool = Path(sys.executable).parent / "tpchgen-cli"
+    if not tool.exists():
+        tool = shutil.which("tpchgen-cli")
+        if tool is None:
+            sys.exit("tpchgen-cli is missing: .venv/bin/python -m pip install tpchgen-cli")
+    partial = DATA / (_sf_name(sf) + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    print(f"generating TPC-H sf {sf:g} into {target} ...", flush=True)
+    start = time.perf_counter()
+    subprocess.run([str(tool), "parquet", "--scale-factor", f"{sf:g}", "--output-dir", str(partial)], check=True)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    print(f"generated in {time.perf_counter() - start:.1f} s", flush=True)
+    return target
+
+
+def reference(data: Path, query: int) -> list[list]:
+    """DuckDB's answer to the original TPC-H query on the same files."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        for table in TABLES:
+            con.execute(f"create view {table} as select * from read_parquet('{data / (table + '.parquet')}')")
+        return [[_plain(v) for v in row] for row in con.execute(QUERIES[query]["tpch"]).fetchall()]
+    finally:
+        con.close()
+
+
+def _sort_key(row: list):
+    """Rows in order of their non-numeric and integer values (the group keys), then their floats."""
+    return ([repr(v) for v in row if not isinstance(v, float)], [v for v in row if isinstance(v, float)])
+
+
+def differences(got: list[list], want: list[list]) -> list[str]:
+    """What differs between two answers, compared as sorted rows, floats within 1e-6 relative."""
+    if len(got) != len(want):
+        return [f"{len(got)} rows, DuckDB has {len(want)}"]
+    problems = []
+    for index, (a, b) in enumerate(zip(sorted(got, key=_sort_key), sorted(want, key=_sort_key))):
+        same = len(a) == len(b) and all(
+            math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9) if isinstance(x, float) and isinstance(y, (int, float))
+            else x == y for x, y in zip(a, b))
+        if not same:
+            problems.append(f"row {index}: {a} != DuckDB's {b}")
+    return problems[:10]
+
+
+class Run:
+    """The run's processes and directories: every application started here, and its cleanup."""
+
+    def __init__(self, tmp: Path, args) -> None:
+        self.tmp = tmp
+        self.args = args
+        self.logs = tmp / "logs"
+        self.logs.mkdir()
+        self.count = 0
+        self.live: list[subprocess.Popen] = []  # applications started and not yet waited for
+
+    def start(self, data: Path, query: int, role: str, io: str, exchange: str = "", path: str = ""):
+        self.count += 1
+        log = self.logs / f"{self.count:04d}-q{query}-{role}-{io}"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", role, "--io", io, "--query", str(query),
+               "--data", str(data), "--exchange", exchange, "--path", path,
+               "--shuffle-partitions", str(self.args.shuffle_partitions), "--driver-memory", self.args.driver_memory]
+        for setting in self.args.conf:
+            cmd += ["--conf", setting]
+        out, err = open(f"{log}.out", "w"), open(f"{log}.err", "w")
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=self.tmp)
+        self.live.append(proc)
+        out.close()
+        err.close()
+        return proc, log, start
+
+    def finish(self, started) -> dict:
+        proc, log, start = started
+        try:
+            proc.wait(APP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # our own child, by its pid
+            proc.wait()
+        seconds = time.perf_counter() - start
+        self.live.remove(proc)
+        text = Path(f"{log}.out").read_text()
+        line = next((x for x in text.splitlines() if x.startswith("RESULT ")), None)
+        if proc.returncode != 0 or line is None:
+            sys.exit(f"{log.name} failed (exit {proc.returncode}):\n{text[-2000:]}\n"
+                     f"{Path(f'{log}.err').read_text()[-6000:]}")
+        return {**json.loads(line[7:]), "wall_s": seconds}
+
+    def app(self, *a, **kw) -> dict:
+        return self.finish(self.start(*a, **kw))
+
+    def route(self, data: Path, query: int, route: str, name: str) -> dict:
+        """One route of one query: its applications' seconds, answer and plans."""
+        os.sync()  # the previous route's dirty pages are not this one's to write back
+        if route == "one-app":
+            whole = self.app(data, query, "whole", "none")
+            return {"seconds": whole["wall_s"], "apps": [whole], "rows": whole["rows"], "shuffles": whole["shuffles"]}
+        parquet = self.tmp / name
+        try:
+            if route == "pipelined-concurrent":
+                consumer = self.start(data, query, "consume", "concurrent", exchange=name)
+                producer = self.start(data, query, "produce", "pipelined", exchange=name)
+                start = consumer[2]
+                apps = [self.finish(producer), self.finish(consumer)]
+                seconds = time.perf_counter() - start
+            else:
+                sink, source = {"pipelined": ("pipelined", "pipelined"), "pipelined-jvm": ("pipelined", "jvm"),
+                                "parquet": ("parquet", "parquet")}[route]
+                apps = [self.app(data, query, "produce", sink, exchange=name, path=str(parquet)),
+                        self.app(data, query, "consume", source, exchange=name, path=str(parquet))]
+                seconds = sum(a["wall_s"] for a in apps)
+            result = {"seconds": seconds, "apps": apps, "rows": apps[1]["rows"], "shuffles": apps[1]["shuffles"],
+                      "producer_shuffles": apps[0]["shuffles"]}
+            if route != "parquet":
+                result["exchange"] = self.drop(name)
+            else:
+                result["parquet_bytes"] = sum(f.stat().st_size for f in parquet.rglob("*") if f.is_file())
+            return result
+        finally:
+            shutil.rmtree(parquet, ignore_errors=True)
+            if route != "parquet":
+                self.stop_service()
+
+    def end(self) -> None:
+        """Stop the applications still running (a failed run), each by its pid."""
+        for proc in self.live:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            proc.wait()
+        self.live.clear()
+
+    def drop(self, name: str) -> dict:
+        """Drop the route's exchange (after its consumer); returns its size."""
+        import sparkflow_exchange
+
+        summary = next((s for s in sparkflow_exchange.list_exchanges() if s.name == name), None)
+        sparkflow_exchange.drop_exchange(name)
+        return {} if summary is None else {"rows": summary.rows, "bytes": summary.bytes, "producers": summary.producers,
+                                          "subpartitions": summary.num_subpartitions}
+
+    def stop_service(self) -> None:
+        """Stop the embedded service the route's producer started (by the pid in its state file)."""
+        from sparkflow_exchange.service.process import stop_embedded
+
+        stop_embedded(self.tmp / "runtime")
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sf", type=float, nargs="+", default=[1.0], help="scale factor(s), e.g. --sf 1 5")
+    parser.add_argument("--queries", default=",".join(map(str, QUERIES)), help="e.g. 3,9,10,18")
+    parser.add_argument("--repeat", type=int, default=2, help="rounds; the best is reported")
+    parser.add_argument("--routes", default=",".join(ROUTES))
+    parser.add_argument("--shuffle-partitions", type=int, default=200,
+                        help="spark.sql.shuffle.partitions of every application and the exchange's numSubpartitions")
+    parser.add_argument("--driver-memory", default="2g")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for every application (repeatable)")
+    parser.add_argument("--child", choices=("produce", "consume", "whole"), help=argparse.SUPPRESS)
+    parser.add_argument("--io", help=argparse.SUPPRESS)
+    parser.add_argument("--query", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    parser.add_argument("--exchange", help=argparse.SUPPRESS)
+    parser.add_argument("--path", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        args.role = args.child
+        print("RESULT " + json.dumps(_child(args)), flush=True)
+        return
+    queries = [int(q) for q in args.queries.split(",") if q.strip()]
+    routes = [r.strip() for r in args.routes.split(",") if r.strip()]
+    for q in queries:
+        if q not in QUERIES:
+            parser.error(f"query {q} is not written here: {sorted(QUERIES)}")
+    for r in routes:
+        if r not in ROUTES:
+            parser.error(f"unknown route {r!r}: {', '.join(ROUTES)}")
+
+    sys.path.insert(0, str(HERE))
+    from spark_common import bench_environment, end_run
+
+    datasets = {sf: ensure_data(sf) for sf in args.sf}
+    expected = {}
+    for sf, data in datasets.items():
+        for q in queries:
+            expected[sf, q] = reference(data, q)
+            print(f"sf {sf:g} Q{q}: DuckDB's answer has {len(expected[sf, q])} rows", flush=True)
+    tmp = bench_environment("tpch")
+    run = Run(tmp, args)
+    load_before = os.getloadavg()
+    results: dict = {}
+    try:
+        for sf, data in datasets.items():
+            for round_ in range(args.repeat):
+                for q in queries:
+                    for route in routes:  # interleaved: a slow spell of the machine falls on every route
+                        name = f"tpch_sf{sf:g}_q{q}_{route}_{round_}".replace(".", "_").replace("-", "_")
+                        outcome = run.route(data, q, route, name)
+                        wrong = differences(outcome.pop("rows"), expected[sf, q])
+                        if wrong:
+                            sys.exit(f"WRONG ANSWER: sf {sf:g} Q{q} route {route}, round {round_ + 1}:\n  "
+                                     + "\n  ".join(wrong))
+                        for a in outcome["apps"]:
+                            a.pop("rows", None)
+                        results.setdefault(f"{sf:g}", {}).setdefault(f"Q{q}", {}).setdefault(route, []).append(outcome)
+                        parts = " + ".join(f"{a['wall_s']:.1f}" for a in outcome["apps"])
+                        print(f"sf {sf:g} round {round_ + 1} Q{q} {route}: {outcome['seconds']:.1f} s ({parts}); "
+                              f"consumer shuffles {len(outcome['shuffles'])}; answer checked", flush=True)
+    finally:
+        run.end()
+        end_run(None, tmp)
+    load_after = os.getloadavg()
+
+    summary: dict = {}
+    header = ("| sf | query | " + " | ".join(routes) + " | pipelined/parquet | pipelined-jvm/parquet | "
+              "pipelined-concurrent/parquet | pipelined/one-app | consumer shuffles (pipelined / jvm / parquet) |")
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for sf_name, by_query in results.items():
+        for q_name, by_route in by_query.items():
+            best = {r: min(o["seconds"] for o in outs) for r, outs in by_route.items()}
+            shuffles = {r: len(outs[0]["shuffles"]) for r, outs in by_route.items()}
+            ratios = {"pipelined/parquet": _ratio(best.get("pipelined"), best.get("parquet")),
+                      "pipelined-jvm/parquet": _ratio(best.get("pipelined-jvm"), best.get("parquet")),
+                      "pipelined-concurrent/parquet": _ratio(best.get("pipelined-concurrent"), best.get("parquet")),
+                      "pipelined/one-app": _ratio(best.get("pipelined"), best.get("one-app"))}
+            summary.setdefault(sf_name, {})[q_name] = {"best_s": best, "ratios": ratios, "consumer_shuffles": shuffles}
+            lines.append(f"| {sf_name} | {q_name} | " + " | ".join(_cell(best.get(r), ".1f") for r in routes) + " | "
+                         + " | ".join(_cell(v, ".2f") for v in ratios.values()) + " | "
+                         + " / ".join(str(shuffles.get(r, "–")) for r in ("pipelined", "pipelined-jvm", "parquet"))
+                         + " |")
+    print(f"\nbest of {args.repeat}, seconds per route (every application's wall clock, session start included); "
+          f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}; "
+          f"spark.sql.shuffle.partitions = numSubpartitions = {args.shuffle_partitions}\n")
+    print("\n".join(lines))
+    out = {"sf": args.sf, "queries": queries, "routes": routes, "repeat": args.repeat,
+           "shuffle_partitions": args.shuffle_partitions, "driver_memory": args.driver_memory, "conf": args.conf,
+           "summary": summary, "runs": results, "load_before": load_before, "load_after": load_after}
+    (HERE / "tpch_pipeline-latest.json").write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
