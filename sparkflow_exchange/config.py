@@ -14,7 +14,6 @@ planning used, or the tasks and the driver would disagree on the exchange).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
 import re
@@ -356,6 +355,8 @@ class ExchangeConfig:
 def _canonical(key: str, source: str = "setting") -> str:
     canon = _BY_LOWER.get(key.lower())
     if canon is None:
+        import difflib  # only for a misspelt key's hint
+
         close = difflib.get_close_matches(key.lower(), list(_BY_LOWER), n=1)
         hint = f" (did you mean {_BY_LOWER[close[0]]!r}?)" if close else ""
         raise ConfigError(f"unknown {source} {key!r}{hint}; known keys: {', '.join(sorted(_KEYS))}")

@@ -16,6 +16,7 @@ plan), most of which never talk to the service: the client, Arrow and NumPy are 
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
@@ -37,9 +38,9 @@ from .spark_errors import guarded, user_errors
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from . import exchange as ex
     from .stream_sink import PipelinedStreamWriter
     from .tasks import PartitionCommit
+    from .write_handle import WriteHandle
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:
@@ -86,8 +87,11 @@ class PipelinedDataSource(DataSource):
 
     @user_errors
     def writer(self, schema: StructType, overwrite: bool) -> "PipelinedWriter":
+        finding = _ServiceLookup(self.config)  # a first write may start the embedded service meanwhile
         from . import exchange as ex
-        handle = ex.declare_write(self.config, _arrow_schema(schema), overwrite)
+        arrow_schema = _arrow_schema(schema)
+        finding.result()
+        handle = ex.declare_write(self.config, arrow_schema, overwrite)
         return PipelinedWriter(handle, dict(self.options))
 
     @user_errors
@@ -103,6 +107,31 @@ class PipelinedDataSource(DataSource):
         desc = st.describe_stream(self.config)
         _check_schema(self.config.exchange, _arrow_schema(schema), desc["arrow_schema"])
         return PipelinedStreamReader(self.config, desc["schema"], dict(self.options))
+
+
+class _ServiceLookup(threading.Thread):
+    """Find (or start) the service in the background while the caller imports Arrow and the data path: a
+    fresh application's first write pays the embedded service's start and those imports at once, not one
+    after the other. ``result()`` waits for it and raises what the lookup raised."""
+
+    def __init__(self, config: ExchangeConfig) -> None:
+        super().__init__(name="sparkflow-find-service", daemon=True)
+        self.config = config
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        from .service.discovery import resolve
+
+        try:
+            resolve(self.config)
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread by result()
+            self.error = exc
+
+    def result(self) -> None:
+        self.join()
+        if self.error is not None:
+            raise self.error
 
 
 def _check_schema(name: str | None, given: pa.Schema, expected: pa.Schema) -> None:
@@ -168,7 +197,7 @@ class PipelinedReader(DataSourceReader):
 
 
 class PipelinedWriter(DataSourceArrowWriter):
-    def __init__(self, handle: ex.WriteHandle, options: dict | None = None) -> None:
+    def __init__(self, handle: WriteHandle, options: dict | None = None) -> None:
         self.handle = handle
         self.options = options or {}  # the write's own options: they beat the task's session settings
 
@@ -180,13 +209,13 @@ class PipelinedWriter(DataSourceArrowWriter):
 
     @user_errors
     def commit(self, messages: list[PartitionCommit | None]) -> None:
-        from . import exchange as ex
+        from .write_handle import commit_write  # light: Spark commits in a fresh planning worker
         done = [m for m in messages if m is not None]
-        ex.commit_write(self.handle, [m.partition for m in done], {m.partition: m.rows for m in done})
+        commit_write(self.handle, [m.partition for m in done], {m.partition: m.rows for m in done})
 
     def abort(self, messages: list[PartitionCommit | None]) -> None:
-        from . import exchange as ex
-        ex.abort_write(self.handle, "the Spark write job failed")
+        from .write_handle import abort_write
+        abort_write(self.handle, "the Spark write job failed")
 
 
 # ------------------------------------------------------------------ Structured Streaming (the sink: stream_sink.py)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
@@ -23,6 +22,7 @@ from .service.discovery import Endpoints, coordinators, no_service_message, reso
 from .writer.partition_writer import PartitionWriter
 from .writer.record_writer import SINGLE_SUBPARTITION, RecordWriter
 from .writer.selectors import SelectorError, make_selector
+from .write_handle import WriteHandle, abort_write, commit_write  # noqa: F401 - the lifecycle in one place
 
 log = logging.getLogger(__name__)
 
@@ -51,28 +51,6 @@ def validate_write(config: ExchangeConfig, schema: pa.Schema) -> None:
                       num_producers=config.num_producers, custom=config.custom)
     except SelectorError as exc:
         raise ConfigError(str(exc)) from None
-
-
-@dataclass
-class WriteHandle:
-    """What the driver's writer hands to every task (pickled) and gets back at commit."""
-
-    config: ExchangeConfig
-    name: str
-    epoch: int
-    write_id: str
-    schema_b64: str
-    num_subpartitions: int | None
-    partitioner: str
-
-    @property
-    def width_open(self) -> bool:
-        """The width was not given: each task brings its session's spark.sql.shuffle.partitions."""
-        return self.num_subpartitions is None and self.partitioner not in SINGLE_SUBPARTITION
-
-    @property
-    def schema(self) -> pa.Schema:
-        return schema_from_b64(self.schema_b64)
 
 
 def declare_write(config: ExchangeConfig, schema: pa.Schema, overwrite: bool) -> WriteHandle:
@@ -185,20 +163,6 @@ class ProducerTask:
             pass
         finally:
             self.conn.close()
-
-
-def commit_write(handle: WriteHandle, partitions: list[str], rows: dict[str, int] | None = None) -> dict:
-    """Seal the write; ``rows`` (rows each partition's task wrote) are checked against what its producer pushed."""
-    extra = {} if rows is None else {"rows": rows}
-    return call(handle.config, "commit", name=handle.name, epoch=handle.epoch, write_id=handle.write_id,
-                 partitions=partitions, **extra)
-
-
-def abort_write(handle: WriteHandle, reason: str = "") -> None:
-    try:
-        call(handle.config, "abort", name=handle.name, epoch=handle.epoch, write_id=handle.write_id, reason=reason)
-    except ExchangeError:
-        pass
 
 
 def describe_exchange(config: ExchangeConfig, *, wait: bool = True, allow_stream: bool = False) -> dict:

@@ -23,7 +23,7 @@ from .errors import ExchangeError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from .exchange import WriteHandle
+    from .write_handle import WriteHandle
 
 WAIT_ROUND = 5.0  # seconds one begin-epoch call waits on the service before the writer checks its deadline
 
@@ -66,7 +66,7 @@ def begin_epoch(handle: StreamHandle, epoch: int, query: str) -> "WriteHandle | 
 
     Waits while the stream retains more than ``stream.maxRetainedBytes``; fails after ``readerTimeout``
     without any consumer group moving on (a reader gone for good)."""
-    from .exchange import WriteHandle
+    from .write_handle import WriteHandle
 
     config = handle.config
     deadline = time.monotonic() + config.reader_timeout

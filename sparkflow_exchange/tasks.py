@@ -18,7 +18,7 @@ from .worker_heap import freeze_after_first
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from .exchange import WriteHandle
+    from .write_handle import WriteHandle
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 

@@ -8,7 +8,6 @@ then the last refusal is raised, saying how long it was tried. Any other error i
 """
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from typing import Awaitable, Callable, TypeVar
@@ -53,6 +52,8 @@ def connect_retrying(connect: Callable[[], T], budget: float) -> T:
 
 async def connect_retrying_async(connect: Callable[[], Awaitable[T]], budget: float) -> T:
     """The same, for a coroutine."""
+    import asyncio  # here: the blocking clients that import this module never load asyncio
+
     tries = 0
     for pause in _pauses(budget):
         tries += 1
