@@ -19,7 +19,7 @@ from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.errors import ExchangeError, ExchangeReplaced
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
-QUICK = 10.0  # what "at once" means here, generously (the acceptance is 2 s on a quiet machine)
+QUICK = 10.0  # what "at once" means here, generously: about 2 s on a quiet machine, much longer under load
 BOUND = 60.0  # how long the test waits for a writer at all
 
 
