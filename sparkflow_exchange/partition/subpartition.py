@@ -11,13 +11,18 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable, Protocol
 
 from ..buffer_kinds import BufferKind
 from .buffer_pool import StoredBuffer
 
-if TYPE_CHECKING:
-    from .result_partition import ResultPartition
+
+class BufferOwner(Protocol):
+    """What a subpartition asks of the result partition that holds its buffers (``ResultPartition``)."""
+
+    consume_once: bool
+
+    def release_ref(self, buf: StoredBuffer) -> None: ...
 
 ERROR_KIND = 255  # internal: the partition failed; the server turns this into an ErrorResponse
 
@@ -27,7 +32,7 @@ class Item:
     kind: int
     flags: int
     payload: bytes | memoryview
-    shared: tuple["ResultPartition", StoredBuffer] | None = None  # pinned in its arena slot, sent by reference
+    shared: tuple[Any, StoredBuffer] | None = None  # (its ResultPartition, the buffer) pinned in an arena slot, sent by reference
 
 
 class ConsumeOnceError(RuntimeError):
@@ -35,7 +40,7 @@ class ConsumeOnceError(RuntimeError):
 
 
 class Subpartition:
-    def __init__(self, partition: "ResultPartition", index: int) -> None:
+    def __init__(self, partition: BufferOwner, index: int) -> None:
         self.partition = partition
         self.index = index
         self.entries: deque[StoredBuffer] = deque()

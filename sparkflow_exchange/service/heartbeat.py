@@ -11,19 +11,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from ..config import ExchangeConfig
 from ..errors import ServiceError
 from ..network import auth
 from ..network.aio_client import ClientConnection, open_connection
 
-if TYPE_CHECKING:
-    from .exchange_service import ExchangeService
-
 log = logging.getLogger(__name__)
 
 
-async def report_to_coordinator(service: "ExchangeService", address: str) -> None:
+class ReportingService(Protocol):
+    """What the heartbeat needs of the service it reports for (``ExchangeService``)."""
+
+    config: ExchangeConfig
+    stopping: asyncio.Event
+    secret: str | None
+    host_id: str
+    service_id: str
+
+    def addresses(self) -> dict: ...
+
+    def release_unknown(self, known: set[str], coordinator: str) -> list[str]: ...
+
+
+async def report_to_coordinator(service: ReportingService, address: str) -> None:
     config = service.config
     interval = config.heartbeat_interval
     conn: ClientConnection | None = None
