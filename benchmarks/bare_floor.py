@@ -23,11 +23,15 @@ class BareSink(DataSource):
         return "bare_sink"
 
     def writer(self, schema, overwrite):
-        return _BareWriter()
+        return BareWriter()
 
 
-class _BareWriter(DataSourceArrowWriter):
+class BareWriter(DataSourceArrowWriter):
     def write(self, iterator):
+        return self.drain(iterator)
+
+    @staticmethod
+    def drain(iterator):
         for _batch in iterator:
             pass
         return WriterCommitMessage()
@@ -47,23 +51,26 @@ class BareSource(DataSource):
         return SCHEMA
 
     def reader(self, schema):
-        return _BareReader(self.options["dir"], int(self.options["parts"]))
+        return BareReader(self.options["dir"], int(self.options["parts"]))
 
 
-class _BareSplit(InputPartition):
+class BareSplit(InputPartition):
     def __init__(self, index: int) -> None:
         self.index = index
 
 
-class _BareReader(DataSourceReader):
+class BareReader(DataSourceReader):
     def __init__(self, directory: str, parts: int) -> None:
         self.directory = directory
         self.parts = parts
 
     def partitions(self):
-        return [_BareSplit(i) for i in range(self.parts)]
+        return [BareSplit(i) for i in range(self.parts)]
 
     def read(self, partition):
+        return self.batches(partition)
+
+    def batches(self, partition):
         import pyarrow as pa
 
         with pa.memory_map(f"{self.directory}/part-{partition.index}.arrow") as source:

@@ -21,15 +21,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceReader,
-    DataSourceStreamArrowWriter,
-    DataSourceStreamReader,
-    InputPartition,
-    WriterCommitMessage,
-)
+from bare_floor import BareReader, BareWriter  # the floor's sink and source, plus what each task does here
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, DataSourceStreamReader
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from sparkflow_exchange.service.process import stop_embedded
@@ -72,16 +65,10 @@ class NoopArrowSink(DataSource):
         return _NoopWriter()
 
 
-class _NoopWriter(DataSourceArrowWriter):
+class _NoopWriter(BareWriter):
     def write(self, iterator):
         gc.unfreeze()  # the frozen floor shares these workers: see _frozen_again
         return self.drain(iterator)
-
-    @staticmethod
-    def drain(iterator):
-        for _batch in iterator:
-            pass
-        return WriterCommitMessage()
 
     def commit(self, messages):
         pass
@@ -101,28 +88,10 @@ class PreparedBatches(DataSource):
         return _PreparedReader(self.options["dir"], int(self.options["parts"]))
 
 
-class _Split(InputPartition):
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-
-class _PreparedReader(DataSourceReader):
-    def __init__(self, directory: str, parts: int) -> None:
-        self.directory = directory
-        self.parts = parts
-
-    def partitions(self):
-        return [_Split(i) for i in range(self.parts)]
-
+class _PreparedReader(BareReader):
     def read(self, partition):
         gc.unfreeze()  # the frozen floor shares these workers: see _frozen_again
         return self.batches(partition)
-
-    def batches(self, partition):
-        with pa.memory_map(f"{self.directory}/part-{partition.index}.arrow") as source:
-            reader = pa.ipc.open_file(source)
-            for i in range(reader.num_record_batches):
-                yield reader.get_batch(i)
 
 
 def _frozen_again() -> None:
