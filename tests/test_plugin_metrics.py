@@ -9,7 +9,8 @@ from conftest import run_app_with_jar
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
 
-APP = r'''
+# a local application with the plugin and the driver's Prometheus servlet (the jar's path is argv[1])
+SESSION = r'''
 import json, re, sys, urllib.request
 import sparkflow_exchange
 from pyspark.sql import SparkSession
@@ -22,6 +23,9 @@ spark = (SparkSession.builder.master("local[2]").appName("plugin-metrics")
          .config("spark.metrics.conf.*.sink.prometheusServlet.class", "org.apache.spark.metrics.sink.PrometheusServlet")
          .config("spark.metrics.conf.*.sink.prometheusServlet.path", "/metrics/prometheus")
          .getOrCreate())
+'''
+
+APP = SESSION + r'''
 spark.range(0, 20000, 1, 2).write.format("pipelined").mode("overwrite").option("exchange", "metered") \
     .option("keys", "id").option("numSubpartitions", "2").save()
 scrape = urllib.request.urlopen(spark.sparkContext.uiWebUrl + "/metrics/prometheus", timeout=60).read().decode()
@@ -51,19 +55,8 @@ def test_the_drivers_prometheus_servlet_lists_the_exchange_metrics(tmp_path, jar
     assert result["rows"] == 20000
 
 
-DURING = r'''
-import json, os, re, sys, tempfile, threading, time, urllib.request
-import sparkflow_exchange
-from pyspark.sql import SparkSession
-jar = sys.argv[1]
-spark = (SparkSession.builder.master("local[2]").appName("plugin-metrics-during")
-         .config("spark.jars", jar).config("spark.plugins", "org.sparkflow.exchange.ExchangePlugin")
-         .config("spark.pyspark.python", sys.executable)
-         .config("spark.ui.enabled", "true").config("spark.ui.port", "0")
-         .config("spark.ui.prometheus.enabled", "true")
-         .config("spark.metrics.conf.*.sink.prometheusServlet.class", "org.apache.spark.metrics.sink.PrometheusServlet")
-         .config("spark.metrics.conf.*.sink.prometheusServlet.path", "/metrics/prometheus")
-         .getOrCreate())
+DURING = SESSION + r'''
+import os, tempfile, threading, time
 marker = os.path.join(tempfile.mkdtemp(), "go-on")
 
 def held(batches):  # Spark's partition 1 writes nothing until the marker exists: the write is still running
