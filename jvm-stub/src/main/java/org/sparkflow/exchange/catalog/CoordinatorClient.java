@@ -17,7 +17,8 @@ public final class CoordinatorClient {
         this.endpoint = endpoint;
     }
 
-    private JsonNode call(String method, Map<String, Object> args) {
+    /** One call on a fresh connection; its result, or a {@link WireException} with the coordinator's code. */
+    public JsonNode call(String method, Map<String, Object> args) {
         try (RpcConnection conn = new RpcConnection(endpoint.coordinator(), endpoint.secret(), endpoint.hostId(),
                 TIMEOUT_MILLIS)) {
             return conn.call(method, args);

@@ -9,31 +9,36 @@ import org.apache.spark.SparkEnv;
 import org.apache.spark.sql.catalyst.analysis.NoSuchFunctionException;
 import org.apache.spark.sql.catalyst.analysis.NoSuchNamespaceException;
 import org.apache.spark.sql.catalyst.analysis.NoSuchTableException;
+import org.apache.spark.sql.connector.catalog.CatalogV2Util;
+import org.apache.spark.sql.connector.catalog.Column;
 import org.apache.spark.sql.connector.catalog.FunctionCatalog;
 import org.apache.spark.sql.connector.catalog.Identifier;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCatalog;
 import org.apache.spark.sql.connector.catalog.TableChange;
 import org.apache.spark.sql.connector.catalog.functions.UnboundFunction;
+import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.sparkflow.exchange.discovery.Discovery;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.discovery.RuntimeDir;
 import org.sparkflow.exchange.functions.BucketFunction;
 import org.sparkflow.exchange.read.ReadSettings;
+import org.sparkflow.exchange.write.WriteSettings;
 
 /**
- * The exchanges of a coordinator as the tables of a Spark catalog, read by the JVM:
+ * The exchanges of a coordinator as the tables of a Spark catalog, read and written by the JVM:
  * <pre>
  * spark.sql.catalog.exchange  org.sparkflow.exchange.catalog.ExchangeCatalog
  * </pre>
  * Settings: {@code spark.sql.catalog.<name>.<key>}, else {@code spark.sparkflow.exchange.<key>}, for
- * {@code coordinator}, {@code secret}, {@code secretFile}, {@code hostId}; without a coordinator the runtime
+ * {@code coordinator}, {@code service} (a writer's service), {@code secret}, {@code secretFile}, {@code hostId}; without a coordinator the runtime
  * directory's state files name it (see {@link Discovery}). Tables live in the catalog's root namespace; the
  * function {@code bucket} is what a hash exchange on one key reports its layout with.
  */
 public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
-    static final String[] KEYS = {"coordinator", "secret", "secretFile", "hostId", "tls.caFile", "tls.certFile"};
+    static final String[] KEYS = {"coordinator", "service", "secret", "secretFile", "hostId", "tls.caFile",
+        "tls.certFile"};
     private String name;
     private Map<String, String> settings;
 
@@ -104,7 +109,22 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
         if (desc == null) {
             throw new NoSuchTableException(ident);
         }
-        return new ExchangeTable(desc, new ReadSettings(settings.getOrDefault("hostId", ""), found.secret()));
+        return new ExchangeTable(desc, new ReadSettings(settings.getOrDefault("hostId", ""), found.secret()),
+                new CoordinatorClient(found), settings);
+    }
+
+    /**
+     * A new exchange for {@code writeTo(...).create()} / {@code createOrReplace()}: nothing is declared until the
+     * write runs (a CREATE TABLE without a query creates no exchange). Its settings: the table properties (or
+     * options), and {@code partitionedBy(bucket(n, keys...))} for a hash on the keys into n.
+     */
+    @Override
+    public Table createTable(Identifier ident, Column[] columns, Transform[] partitions, Map<String, String> properties)
+            throws NoSuchNamespaceException {
+        requireRoot(ident.namespace());
+        WriteSettings write = WriteSettings.defaults().with(List.of(properties)).withPartitioning(partitions);
+        return new NewExchangeTable(ident.name(), CatalogV2Util.v2ColumnsToStructType(columns), partitions, properties,
+                write, client(), settings);
     }
 
     @Override

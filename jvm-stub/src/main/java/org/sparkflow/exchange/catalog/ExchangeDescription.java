@@ -31,6 +31,7 @@ public final class ExchangeDescription implements Serializable {
     public final String partitioner;
     public final List<String> keys;
     public final boolean coalesce; // the writer gave no numSubpartitions
+    public final String partitionType;
     public final List<Producer> committed; // in commit order
     public final OptionalLong rows;
     public final OptionalLong bytes;
@@ -47,6 +48,7 @@ public final class ExchangeDescription implements Serializable {
         keys = new ArrayList<>();
         p.path("keys").forEach(k -> keys.add(k.asText()));
         coalesce = d.path("coalesce").asBoolean(false);
+        partitionType = d.path("partition_type").asText("HYBRID");
         Map<String, JsonNode> byPartition = new HashMap<>();
         d.path("producers").forEach(x -> byPartition.put(x.path("partition").asText(), x));
         committed = new ArrayList<>();
@@ -82,6 +84,11 @@ public final class ExchangeDescription implements Serializable {
 
     /** The Arrow schema the writer declared (an IPC schema message, base64). */
     public Schema arrowSchema() {
+        return arrowSchema(name, schemaBase64);
+    }
+
+    /** A declared schema (an IPC schema message, base64) of exchange {@code name}. */
+    public static Schema arrowSchema(String name, String schemaBase64) {
         try {
             byte[] bytes = Base64.getDecoder().decode(schemaBase64);
             return MessageSerializer.deserializeSchema(

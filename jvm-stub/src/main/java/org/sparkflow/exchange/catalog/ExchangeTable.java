@@ -1,26 +1,40 @@
 package org.sparkflow.exchange.catalog;
 
 import java.util.EnumSet;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.SupportsWrite;
 import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.expressions.Expressions;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.sparkflow.exchange.read.ExchangeScanBuilder;
 import org.sparkflow.exchange.read.ReadSettings;
+import org.sparkflow.exchange.write.ExchangeWriteBuilder;
+import org.sparkflow.exchange.write.WriteSettings;
 
-/** One exchange as a read-only table; its partitioning is {@code bucket(n, k)} when the writer hashed one key into n. */
-public final class ExchangeTable implements SupportsRead {
+/**
+ * One exchange as a table, read, or appended to with its own layout; its partitioning is {@code bucket(n, k)}
+ * when the writer hashed one key into n.
+ */
+public final class ExchangeTable implements SupportsRead, SupportsWrite {
     private final ExchangeDescription desc;
     private final ReadSettings settings;
+    private final CoordinatorClient coordinator;
+    private final Map<String, String> catalogSettings;
 
-    public ExchangeTable(ExchangeDescription desc, ReadSettings settings) {
+    public ExchangeTable(ExchangeDescription desc, ReadSettings settings, CoordinatorClient coordinator,
+                         Map<String, String> catalogSettings) {
         this.desc = desc;
         this.settings = settings;
+        this.coordinator = coordinator;
+        this.catalogSettings = catalogSettings;
     }
 
     @Override
@@ -48,7 +62,16 @@ public final class ExchangeTable implements SupportsRead {
 
     @Override
     public Set<TableCapability> capabilities() {
-        return EnumSet.of(TableCapability.BATCH_READ);
+        return EnumSet.of(TableCapability.BATCH_READ, TableCapability.BATCH_WRITE, TableCapability.TRUNCATE);
+    }
+
+    /** An append (the exchange's schema, partitioner, keys, width and partition type), or a replace (truncate). */
+    @Override
+    public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
+        WriteSettings d = WriteSettings.defaults();
+        WriteSettings layout = new WriteSettings(desc.partitioner, List.copyOf(desc.keys), desc.numSubpartitions,
+                desc.partitionType, d.bufferSize(), d.sortBufferSize(), d.buffers());
+        return new ExchangeWriteBuilder(desc.name, layout, desc.schemaBase64, info, coordinator, catalogSettings);
     }
 
     @Override

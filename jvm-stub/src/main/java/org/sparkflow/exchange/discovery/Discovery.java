@@ -46,6 +46,35 @@ public final class Discovery {
                 + "Spark plugin's; write an exchange first, or set the coordinator");
     }
 
+    /**
+     * This host's exchange service, which a writer pushes its partition to ({@code resolve} in
+     * {@code service/discovery.py}): the {@code service} setting; else the Spark plugin's service for this JVM;
+     * else the service of {@code sparkflow-exchange serve} reporting to the configured coordinator; else the
+     * coordinator's own service (the embedded one of local mode).
+     */
+    public static Endpoint service(Map<String, String> settings, RuntimeDir runtime) {
+        String service = settings.get("service");
+        if (service != null && !service.isBlank()) {
+            Endpoint c = find(settings, runtime);
+            return new Endpoint(service.trim(), c.secret(), c.hostId(), "the service setting");
+        }
+        String secret = secret(settings);
+        String hostId = settings.getOrDefault("hostId", "");
+        JsonNode plugin = runtime.state(runtime.path().resolve("jvm-" + ProcessHandle.current().pid() + ".json"));
+        if (plugin != null && plugin.hasNonNull("unix")) {
+            return endpoint(plugin, plugin.get("unix").asText(), secret, hostId, "the Spark plugin's state file");
+        }
+        String coordinator = settings.get("coordinator");
+        if (coordinator != null && !coordinator.isBlank()) {
+            for (JsonNode info : runtime.states("serve-*.json")) {
+                if (coordinator.trim().equals(info.path("reports_to").asText())) {
+                    return endpoint(info, info.get("unix").asText(), secret, hostId, "this host's service's state file");
+                }
+            }
+        }
+        return find(settings, runtime);
+    }
+
     private static Endpoint endpoint(JsonNode info, String address, String secret, String hostId, String source) {
         String s = secret != null ? secret : info.path("secret").asText(null);
         String h = !hostId.isEmpty() ? hostId : info.path("host_id").asText("");

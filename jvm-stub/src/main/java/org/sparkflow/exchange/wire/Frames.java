@@ -22,9 +22,17 @@ public final class Frames {
     public static final int CANCEL_PARTITION_REQUEST = 13;
     public static final int BUFFER_RESPONSE = 15;
     public static final int ERROR_RESPONSE = 16;
+    public static final int REGISTER_PARTITION = 20;
+    public static final int PARTITION_REGISTERED = 21;
+    public static final int PUSH_BUFFER = 22;
+    public static final int PRODUCER_CREDIT = 23;
+    public static final int FINISH_PARTITION = 24;
+    public static final int FAIL_PARTITION = 25;
+    public static final int PARTITION_FINISHED = 26;
     public static final int RPC_REQUEST = 30;
     public static final int RPC_RESPONSE = 31;
     public static final int NOTIFY = 32;
+    public static final int PARTITION_RELEASED = 35;
 
     private Frames() {}
 
@@ -42,8 +50,13 @@ public final class Frames {
 
     /** A message with a binary header (data messages: credit), no payload. */
     public static byte[] encode(int type, byte[] header) {
+        return encode(type, header, 0);
+    }
+
+    /** Prefix and binary header of a message whose {@code payloadLength} bytes are sent right after them. */
+    public static byte[] encode(int type, byte[] header, int payloadLength) {
         ByteBuffer out = ByteBuffer.allocate(PREFIX_SIZE + header.length);
-        out.putInt(PREFIX_SIZE - 4 + header.length).putInt(MAGIC).put(VERSION).put((byte) type)
+        out.putInt(PREFIX_SIZE - 4 + header.length + payloadLength).putInt(MAGIC).put(VERSION).put((byte) type)
                 .putInt(header.length).put(header);
         return out.array();
     }

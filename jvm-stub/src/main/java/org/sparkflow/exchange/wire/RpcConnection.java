@@ -107,12 +107,34 @@ public final class RpcConnection implements AutoCloseable {
         }
     }
 
-    /** Send one encoded frame. */
-    public void send(byte[] frame) {
+    /** Send one frame as its pieces, in order (a prefix and header, then a payload: no copy joins them). */
+    public void send(byte[]... pieces) {
         try {
-            write(frame);
+            for (byte[] piece : pieces) {
+                write(piece);
+            }
         } catch (IOException e) {
             throw new WireException("connection to the exchange service at " + address + " failed while sending: " + e,
+                    "connection_lost");
+        }
+    }
+
+    /** A frame that has arrived already, or null: never waits (a writer with credit looks for news). */
+    public Frames.Frame poll() {
+        try {
+            if (inbox.isEmpty()) {
+                int n = channel.read(ByteBuffer.wrap(readBuffer));
+                if (n < 0) {
+                    throw new WireException("the exchange service at " + address + " closed the connection",
+                            "connection_lost");
+                }
+                if (n > 0) {
+                    inbox.addAll(decoder.feed(readBuffer, n));
+                }
+            }
+            return inbox.poll();
+        } catch (IOException e) {
+            throw new WireException("connection to the exchange service at " + address + " failed: " + e,
                     "connection_lost");
         }
     }

@@ -1,0 +1,161 @@
+package org.sparkflow.exchange.write;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
+import org.apache.spark.sql.connector.write.DataWriter;
+import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.sparkflow.exchange.catalog.CoordinatorClient;
+import org.sparkflow.exchange.catalog.ExchangeDescription;
+import org.sparkflow.exchange.discovery.Discovery;
+import org.sparkflow.exchange.discovery.Endpoint;
+import org.sparkflow.exchange.discovery.RuntimeDir;
+
+/**
+ * One task attempt's producer ({@code exchange.ProducerTask}): its result partition registered with this host's
+ * service and its producer with the coordinator; rows routed to their targets and held as compact copies until a
+ * target holds {@code bufferSize} bytes (or all of them {@code sortBufferSize}), then encoded and pushed; at
+ * commit the rest pushed, the partition finished with its counts and reported to the coordinator.
+ */
+final class ExchangeDataWriter implements DataWriter<InternalRow> {
+    private final WriteHandle handle;
+    private final int index;
+    private final String partition;
+    private final RowRouter router;
+    private final UnsafeProjection compact;
+    private final BufferEncoder encoder;
+    private final CoordinatorClient coordinator;
+    private final ProducerConnection producer;
+    private final List<List<InternalRow>> held;
+    private final long[] heldBytes;
+    private final long[] sentBuffers;
+    private final long[] sentRows;
+    private long totalHeld;
+    private long rows;
+
+    ExchangeDataWriter(WriteHandle handle, int index, String attempt) {
+        this.handle = handle;
+        this.index = index;
+        this.partition = handle.name() + "." + handle.epoch() + "." + index + "." + attempt + "."
+                + UUID.randomUUID().toString().replace("-", "").substring(0, 8);
+        this.router = new RowRouter(handle, index);
+        this.compact = UnsafeProjection.create(handle.schema());
+        int width = router.width();
+        held = new ArrayList<>(width);
+        for (int i = 0; i < width; i++) {
+            held.add(new ArrayList<>());
+        }
+        heldBytes = new long[width];
+        sentBuffers = new long[width];
+        sentRows = new long[width];
+        RuntimeDir runtime = RuntimeDir.standard();
+        Endpoint service = Discovery.service(handle.discovery(), runtime);
+        coordinator = new CoordinatorClient(Discovery.find(handle.discovery(), runtime));
+        WriteSettings s = handle.settings();
+        encoder = new BufferEncoder(ExchangeDescription.arrowSchema(handle.name(), handle.schemaBase64()));
+        ProducerConnection conn = null;
+        try {
+            conn = new ProducerConnection(service, partition, handle.registeredSubpartitions(), s.partitionType(),
+                    handle.name(), attempt, s.bufferSize(), s.buffers());
+            Map<String, Object> args = new LinkedHashMap<>();
+            args.put("name", handle.name());
+            args.put("epoch", handle.epoch());
+            args.put("write_id", handle.writeId());
+            args.put("index", index);
+            args.put("attempt", attempt);
+            args.put("partition", partition);
+            args.put("location", conn.location());
+            coordinator.call("register_producer", args);
+        } catch (RuntimeException e) {
+            if (conn != null) {
+                conn.close();
+            }
+            encoder.close();
+            throw e;
+        }
+        producer = conn;
+    }
+
+    @Override
+    public void write(InternalRow row) {
+        int target = router.target(row);
+        UnsafeRow copy = compact.apply(row).copy();
+        held.get(target).add(copy);
+        long size = copy.getSizeInBytes();
+        heldBytes[target] += size;
+        totalHeld += size;
+        rows++;
+        if (heldBytes[target] >= handle.settings().bufferSize()) {
+            push(target);
+        }
+        if (totalHeld >= handle.settings().sortBufferSize()) {
+            pushAll();
+        }
+    }
+
+    private void push(int target) {
+        List<InternalRow> batch = held.get(target);
+        if (batch.isEmpty()) {
+            return;
+        }
+        producer.push(router.subpartition(target), encoder.encode(batch));
+        sentBuffers[target]++;
+        sentRows[target] += batch.size();
+        totalHeld -= heldBytes[target];
+        heldBytes[target] = 0;
+        held.set(target, new ArrayList<>());
+    }
+
+    private void pushAll() {
+        for (int t = 0; t < held.size(); t++) {
+            push(t);
+        }
+    }
+
+    @Override
+    public WriterCommitMessage commit() {
+        pushAll();
+        JsonNode stats = producer.finish(sentBuffers, sentRows);
+        long pushed = 0;
+        List<Long> subRows = new ArrayList<>();
+        for (long r : sentRows) {
+            pushed += r;
+            subRows.add(r);
+        }
+        Map<String, Object> args = new LinkedHashMap<>();
+        args.put("name", handle.name());
+        args.put("epoch", handle.epoch());
+        args.put("partition", partition);
+        args.put("spill", stats.path("spill_path").asText(""));
+        args.put("subpartition_bytes", stats.get("subpartition_bytes"));
+        args.put("subpartition_rows", subRows);
+        args.put("rows", pushed);
+        args.put("bytes", stats.path("bytes").asLong(0));
+        coordinator.call("producer_finished", args);
+        return new ProducerCommit(partition, index, rows);
+    }
+
+    @Override
+    public void abort() {
+        String reason = "the Spark task attempt failed";
+        producer.fail(reason);
+        try {
+            coordinator.call("producer_failed", Map.of("name", handle.name(), "epoch", handle.epoch(),
+                    "partition", partition, "reason", reason));
+        } catch (RuntimeException ignored) {
+            // the write's abort releases it anyway
+        }
+    }
+
+    @Override
+    public void close() {
+        producer.close();
+        encoder.close();
+    }
+}

@@ -1,0 +1,93 @@
+package org.sparkflow.exchange.write;
+
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.BoundReference;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
+import org.apache.spark.sql.catalyst.plans.physical.HashPartitioning;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import scala.jdk.javaapi.CollectionConverters;
+
+/**
+ * Which of the producer's targets a row goes to ({@code writer/selectors.py}). Hash: Spark's own
+ * {@code HashPartitioning(keys, n).partitionIdExpression}, {@code pmod(murmur3_hash(keys, 42), n)}, compiled once,
+ * so a row lands where {@code repartition(n, keys)} puts it by construction. Rebalance: round robin from the
+ * producer's index. Forward and broadcast: one target, pushed to the producer's own subpartition (forward) or
+ * to every subpartition at once (broadcast, with more than one).
+ */
+final class RowRouter {
+    static final int BROADCAST = -1; // buffer_kinds.BROADCAST: a buffer for every subpartition
+    private final boolean single;
+    private final int width;
+    private final int pushedAs; // single targets: the subpartition index pushed
+    private final UnsafeProjection hash;
+    private int next;
+
+    RowRouter(WriteHandle handle, int producerIndex) {
+        WriteSettings s = handle.settings();
+        single = s.single();
+        Integer n = handle.numSubpartitions();
+        if (single) {
+            if ("forward".equals(s.partitioner()) && n != null && producerIndex >= n) {
+                throw new IllegalStateException("forward needs equal parallelism: producer " + producerIndex
+                        + " has no subpartition among numSubpartitions=" + n + "; repartition the DataFrame to that "
+                        + "many partitions or drop the numSubpartitions option");
+            }
+            width = 1;
+            pushedAs = "broadcast".equals(s.partitioner()) && n != null && n > 1 ? BROADCAST : 0;
+            hash = null;
+            return;
+        }
+        width = n;
+        pushedAs = 0;
+        next = producerIndex % n;
+        hash = "hash".equals(s.partitioner()) ? UnsafeProjection.create(new HashPartitioning(
+                CollectionConverters.asScala(keyReferences(handle.schema(), s.keys())).toList(), n)
+                .partitionIdExpression()) : null;
+    }
+
+    private static List<Expression> keyReferences(StructType schema, List<String> keys) {
+        List<Expression> refs = new ArrayList<>();
+        StructField[] fields = schema.fields();
+        for (String key : keys) {
+            int found = -1;
+            for (int i = 0; i < fields.length && found < 0; i++) {
+                found = fields[i].name().equals(key) ? i : -1;
+            }
+            for (int i = 0; i < fields.length && found < 0; i++) {
+                found = fields[i].name().equalsIgnoreCase(key) ? i : -1;
+            }
+            if (found < 0) {
+                throw new IllegalArgumentException("hash key '" + key + "' is not a column; available columns: "
+                        + String.join(", ", schema.fieldNames()));
+            }
+            refs.add(new BoundReference(found, fields[found].dataType(), fields[found].nullable()));
+        }
+        return refs;
+    }
+
+    /** Targets (row accumulators) of this producer. */
+    int width() {
+        return width;
+    }
+
+    /** The subpartition index a target's buffers are pushed to. */
+    int subpartition(int target) {
+        return single ? pushedAs : target;
+    }
+
+    int target(InternalRow row) {
+        if (hash != null) {
+            return hash.apply(row).getInt(0);
+        }
+        if (width == 1) {
+            return 0;
+        }
+        int t = next;
+        next = next + 1 == width ? 0 : next + 1;
+        return t;
+    }
+}

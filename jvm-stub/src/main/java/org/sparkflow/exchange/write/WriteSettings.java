@@ -1,0 +1,129 @@
+package org.sparkflow.exchange.write;
+
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import org.apache.spark.sql.connector.expressions.BucketTransform;
+import org.apache.spark.sql.connector.expressions.NamedReference;
+import org.apache.spark.sql.connector.expressions.Transform;
+
+/**
+ * How a catalog write routes and cuts its rows, under the Python options' names ({@code config.py}):
+ * {@code partitioner} (hash, broadcast, forward, rebalance), {@code keys}, {@code numSubpartitions},
+ * {@code partitionType}, {@code bufferSize}, {@code sortBufferSize}, {@code buffersPerPartition}. Keys are
+ * case-insensitive; a table property may also carry Spark's {@code option.} prefix.
+ */
+public record WriteSettings(String partitioner, List<String> keys, Integer numSubpartitions, String partitionType,
+                            int bufferSize, long sortBufferSize, int buffers) implements Serializable {
+    public static final List<String> PARTITIONERS = List.of("hash", "broadcast", "forward", "rebalance");
+    static final List<String> PARTITION_TYPES = List.of("HYBRID", "BLOCKING", "PIPELINED_BOUNDED");
+
+    /** The Python writer's defaults: hash, HYBRID, 1 MiB buffers, a 32 MiB sort buffer, 16 pool buffers. */
+    public static WriteSettings defaults() {
+        return new WriteSettings("hash", List.of(), null, "HYBRID", 1 << 20, 32L << 20, 16);
+    }
+
+    /** These settings with {@code options} applied over them (later maps win); {@link #checked} says if they hold. */
+    public WriteSettings with(List<Map<String, String>> options) {
+        Map<String, String> o = new HashMap<>();
+        for (Map<String, String> layer : options) {
+            layer.forEach((k, v) -> o.put(k.toLowerCase(Locale.ROOT).replaceFirst("^option\\.", ""), v));
+        }
+        String p = o.getOrDefault("partitioner", partitioner).toLowerCase(Locale.ROOT);
+        List<String> k = o.containsKey("keys") ? splitKeys(o.get("keys")) : keys;
+        Integer n = o.containsKey("numsubpartitions") ? Integer.valueOf(positive("numSubpartitions", o.get("numsubpartitions")))
+                : numSubpartitions;
+        String type = o.getOrDefault("partitiontype", partitionType).toUpperCase(Locale.ROOT);
+        int size = o.containsKey("buffersize") ? (int) size("bufferSize", o.get("buffersize")) : bufferSize;
+        long sort = o.containsKey("sortbuffersize") ? size("sortBufferSize", o.get("sortbuffersize")) : sortBufferSize;
+        int pool = o.containsKey("buffersperpartition")
+                ? positive("buffersPerPartition", o.get("buffersperpartition")) : buffers;
+        String compression = o.getOrDefault("compression", "none").toLowerCase(Locale.ROOT);
+        if (!compression.equals("none")) {
+            throw new IllegalArgumentException("compression '" + compression + "' is not written by the JVM writer "
+                    + "(only none); write with df.write.format(\"pipelined\") to compress");
+        }
+        return new WriteSettings(p, k, n, type, size, sort, pool);
+    }
+
+    /** {@code partitionedBy(bucket(n, k...))}: hash on k into n, the bucket function's own layout. */
+    public WriteSettings withPartitioning(Transform[] partitions) {
+        if (partitions == null || partitions.length == 0) {
+            return this;
+        }
+        if (partitions.length != 1 || !(partitions[0] instanceof BucketTransform bucket)) {
+            throw new IllegalArgumentException("an exchange is partitioned by one bucket(n, keys...) transform only, "
+                    + "got " + java.util.Arrays.toString(partitions));
+        }
+        List<String> k = new ArrayList<>();
+        for (NamedReference ref : bucket.references()) {
+            k.add(String.join(".", ref.fieldNames()));
+        }
+        return new WriteSettings("hash", k, (Integer) bucket.numBuckets().value(), partitionType, bufferSize,
+                sortBufferSize, buffers);
+    }
+
+    /** These settings, when they make a write; else an IllegalArgumentException saying what is wrong. */
+    public WriteSettings checked() {
+        if (!PARTITIONERS.contains(partitioner)) {
+            throw new IllegalArgumentException("partitioner '" + partitioner + "' is not written by the JVM writer; "
+                    + "use one of " + String.join(", ", PARTITIONERS) + " (others: df.write.format(\"pipelined\"))");
+        }
+        if (!PARTITION_TYPES.contains(partitionType)) {
+            throw new IllegalArgumentException("unknown partitionType '" + partitionType + "'; use one of "
+                    + String.join(", ", PARTITION_TYPES));
+        }
+        if ("hash".equals(partitioner) && keys.isEmpty()) {
+            throw new IllegalArgumentException("the hash partitioner needs the 'keys' option (comma-separated columns)");
+        }
+        if ("broadcast".equals(partitioner) && "PIPELINED_BOUNDED".equals(partitionType) && numSubpartitions == null) {
+            throw new IllegalArgumentException("broadcast with partitionType PIPELINED_BOUNDED needs numSubpartitions");
+        }
+        return this;
+    }
+
+    /** One subpartition per producer: its own (forward) or every reader's (broadcast). */
+    public boolean single() {
+        return "forward".equals(partitioner) || "broadcast".equals(partitioner);
+    }
+
+    private static List<String> splitKeys(String text) {
+        List<String> out = new ArrayList<>();
+        for (String k : text.split(",")) {
+            if (!k.isBlank()) {
+                out.add(k.strip());
+            }
+        }
+        return out;
+    }
+
+    private static int positive(String key, String value) {
+        try {
+            int n = Integer.parseInt(value.strip());
+            if (n >= 1) {
+                return n;
+            }
+        } catch (NumberFormatException ignored) {
+            // said below
+        }
+        throw new IllegalArgumentException(key + " must be a positive integer, got '" + value + "'");
+    }
+
+    /** Bytes: a number with an optional k/m/g suffix (KiB, MiB, GiB). */
+    static long size(String key, String value) {
+        String t = value.strip().toLowerCase(Locale.ROOT).replaceAll("i?b$", "");
+        long unit = t.endsWith("k") ? 1L << 10 : t.endsWith("m") ? 1L << 20 : t.endsWith("g") ? 1L << 30 : 1;
+        try {
+            long n = Long.parseLong(unit == 1 ? t : t.substring(0, t.length() - 1).strip()) * unit;
+            if (n >= 1 && n <= Integer.MAX_VALUE) {
+                return n;
+            }
+        } catch (NumberFormatException ignored) {
+            // said below
+        }
+        throw new IllegalArgumentException(key + " must be a size in bytes (e.g. 1m), got '" + value + "'");
+    }
+}

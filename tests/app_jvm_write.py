@@ -1,0 +1,252 @@
+"""A Spark application writing exchanges through the JVM catalog (``df.writeTo("exchange.<name>")``), run by
+tests/test_jvm_write.py with the plugin jar as argv[1].
+
+First, while no Python data source has run in it: a JVM write and a JVM read, watched for Python workers (Spark's
+own table of worker factories, and the JVM's child processes, sampled throughout). Then the checks comparing JVM
+writes with the source rows, with ``repartition``'s placement and with the Python writer, read by every reader.
+Prints one JSON line: check name -> {"ok": bool, "error": text, ...details}.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from decimal import Decimal
+
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.functions import partitioning as P
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from sparkflow_exchange.buffer import schema_from_b64
+from sparkflow_exchange.config import ExchangeConfig
+from sparkflow_exchange.exchange import list_exchanges
+from sparkflow_exchange.service.discovery import resolve
+
+N = 3000
+results: dict[str, dict] = {}
+
+
+def check(fn):
+    """Run one check now; a failure is recorded with its message, and the other checks still run."""
+    details: dict = {}
+    started = time.monotonic()
+    try:
+        fn(details)
+        results[fn.__name__] = {"ok": True, **details}
+    except Exception as exc:  # noqa: BLE001 - the test asserts on the message
+        results[fn.__name__] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:6000],
+                                "trace": traceback.format_exc()[-3000:], **details}
+    results[fn.__name__]["seconds"] = round(time.monotonic() - started, 2)
+    return fn
+
+
+def same(actual, expected) -> None:
+    assert_df_equality(actual, expected, ignore_row_order=True, ignore_column_order=True, ignore_nullable=True)
+
+
+def python_read(name: str):
+    return spark.read.format("pipelined").option("exchange", name).load()
+
+
+def described(name: str) -> dict:
+    return next(e for e in list_exchanges(ExchangeConfig.load()) if e["name"] == name)
+
+
+resolve(ExchangeConfig.load())  # the embedded service, started by this driver process (no Spark worker)
+spark = (SparkSession.builder.master("local[2]").appName("jvm-write")
+         .config("spark.jars", sys.argv[1])
+         .config("spark.sql.catalog.exchange", "org.sparkflow.exchange.catalog.ExchangeCatalog")
+         .config("spark.sql.shuffle.partitions", "4")
+         .config("spark.sql.adaptive.enabled", "false")
+         .config("spark.sql.session.timeZone", "UTC")
+         .config("spark.ui.enabled", "false")
+         .getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+jvm = spark.sparkContext._jvm
+
+base = spark.range(N).select(
+    (F.col("id") % 97).alias("k"), (F.col("id") % 5).alias("j"), F.col("id").alias("v"),
+    F.concat(F.lit("s"), F.col("id").cast("string")).alias("s"),
+    F.when(F.col("id") % 11 == 0, None).otherwise((F.col("id") / 8).cast("decimal(12,3)")).alias("m"),
+    F.expr("timestamp_seconds(id * 3600)").alias("ts"), F.expr("date_add(DATE'2024-01-01', CAST(id AS INT))").alias("day"))
+
+
+class PythonWorkerWatch(threading.Thread):
+    """Samples the JVM's child processes every 20 ms for Spark's Python workers (pyspark.daemon, pyspark.worker,
+    the planning workers pyspark.sql.worker.*)."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = str(pid)
+        self.seen: set[str] = set()
+        self.samples = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for entry in os.listdir("/proc"):
+                if not entry.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        ppid = f.read().rsplit(")", 1)[1].split()[1]
+                    if ppid != self.pid:
+                        continue
+                    with open(f"/proc/{entry}/cmdline", "rb") as f:
+                        cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    continue
+                if "pyspark." in cmd:
+                    self.seen.add(cmd.strip())
+            self.samples += 1
+            self.stop.wait(0.02)
+
+
+def python_worker_factories() -> int:
+    """Spark's Python worker factories (SparkEnv.pythonWorkers, read by reflection: it is private): one appears
+    with the first Python worker of any kind (a UDF's, a Python data source's planning or task worker) and stays
+    for the application."""
+    def field(cls: str, name: str, obj):
+        f = jvm.java.lang.Class.forName(cls).getDeclaredField(name)
+        f.setAccessible(True)
+        return f.get(obj)
+
+    env = field("org.apache.spark.SparkEnv$", "env", field("org.apache.spark.SparkEnv$", "MODULE$", None))
+    return field("org.apache.spark.SparkEnv", "pythonWorkers", env).size()
+
+
+@check
+def no_python_worker(d):
+    """A JVM write then a JVM read start no Python worker (checked first: nothing Python has run yet)."""
+    watch = PythonWorkerWatch(jvm.java.lang.ProcessHandle.current().pid())
+    watch.start()
+    d["factories_before"] = python_worker_factories()
+    spark.sql("SELECT id AS k, id * 2 AS v FROM range(2000)").writeTo("exchange.jvm_only") \
+        .tableProperty("keys", "k").tableProperty("numSubpartitions", "4").create()
+    d["rows"] = spark.table("exchange.jvm_only").where("v % 2 = 0").count()
+    time.sleep(0.2)
+    watch.stop.set()
+    watch.join()
+    d["factories_after"] = python_worker_factories()
+    d["samples"] = watch.samples
+    d["workers_seen"] = sorted(watch.seen)
+    assert d["rows"] == 2000, d["rows"]
+    assert watch.samples > 5, watch.samples
+    assert d["factories_before"] == d["factories_after"] == 0, d
+    assert not watch.seen, watch.seen
+
+
+def placement_equals_repartition(got, source, n: int, *keys: str) -> None:
+    """Read partition i holds exactly the rows ``source.repartition(n, *keys)`` puts in partition i."""
+    pid = F.spark_partition_id().alias("pid")
+    cols = source.columns
+    same(got.select(pid, *cols), source.repartition(n, *keys).select(pid, *cols))
+
+
+@check
+def create_hash_one_key(d):
+    base.writeTo("exchange.w1").tableProperty("keys", "k").tableProperty("numSubpartitions", "8").create()
+    got = python_read("w1")
+    same(got, base)
+    assert got.rdd.getNumPartitions() == 8
+    placement_equals_repartition(got, base, 8, "k")
+    desc = described("w1")
+    d["partitioner"] = desc["partitioner"]
+    assert desc["partitioner"]["name"] == "hash" and desc["partitioner"]["keys"] == ["k"], desc["partitioner"]
+    assert desc["num_subpartitions"] == 8 and desc["rows"] == N, desc
+
+
+@check
+def two_keys_append_and_create_or_replace(d):
+    first = base.where("v < 2000")
+    second = base.where("v >= 2000").withColumn("v", F.col("v") * 10)
+    first.writeTo("exchange.w2").option("keys", "k, j").option("numSubpartitions", "8").create()
+    second.writeTo("exchange.w2").append()
+    both = first.unionByName(second)
+    got = python_read("w2")
+    same(got, both)
+    placement_equals_repartition(got, both, 8, "k", "j")
+    d["rows_after_append"] = described("w2")["rows"]
+    assert d["rows_after_append"] == N
+    third = base.where("v % 3 = 0").withColumn("s", F.upper("s"))
+    third.writeTo("exchange.w2").option("keys", "k,j").option("numSubpartitions", "8").createOrReplace()
+    got = python_read("w2")
+    same(got, third)
+    placement_equals_repartition(got, third, 8, "k", "j")
+
+
+@check
+def bucket_transform_is_a_hash(d):
+    """partitionedBy(bucket(n, k)) writes the hash on k into n."""
+    base.writeTo("exchange.w3").partitionedBy(P.bucket(6, "j")).create()
+    got = python_read("w3")
+    same(got, base)
+    placement_equals_repartition(got, base, 6, "j")
+
+
+@check
+def python_and_jvm_writes_read_through_the_catalog(d):
+    base.write.format("pipelined").mode("overwrite").option("exchange", "py1").option("keys", "k") \
+        .option("numSubpartitions", "8").save()
+    for name in ("py1", "w1"):
+        same(spark.table(f"exchange.{name}"), base)
+    pid = F.spark_partition_id().alias("pid")
+    same(spark.table("exchange.w1").select(pid, *base.columns), spark.table("exchange.py1").select(pid, *base.columns))
+    py_schema, jvm_schema = (schema_from_b64(described(n)["schema"]) for n in ("py1", "w1"))
+    d["same_schema_bytes"] = described("py1")["schema"] == described("w1")["schema"]
+    assert py_schema.equals(jvm_schema, check_metadata=True), (py_schema, jvm_schema)
+    # the same rows through the Python writer's own reader: open_reader
+    from sparkflow_exchange import open_reader  # noqa: PLC0415
+
+    with open_reader("w1") as reader:
+        table = reader.read_all()
+    assert sorted(table.column("v").to_pylist()) == list(range(N))
+    assert table.schema.equals(to_arrow_schema(base.schema, timezone="UTC")), table.schema
+
+
+@check
+def jvm_append_to_a_python_exchange(d):
+    """An append keeps the exchange's schema as declared: a JVM write may extend a Python-written exchange."""
+    extra = base.where("v < 100").withColumn("v", F.col("v") + N)
+    extra.writeTo("exchange.py1").append()
+    same(spark.table("exchange.py1"), base.unionByName(extra))
+    placement_equals_repartition(python_read("py1"), base.unionByName(extra), 8, "k")
+
+
+@check
+def other_partitioners(d):
+    """broadcast: every reader gets every row; rebalance: an even spread; forward: producer i is reader i."""
+    small = base.where("v < 400")
+    small.writeTo("exchange.bc").tableProperty("partitioner", "broadcast") \
+        .tableProperty("numSubpartitions", "3").create()
+    got = python_read("bc")
+    assert got.rdd.getNumPartitions() == 3
+    same(got, small.union(small).union(small))
+    small.writeTo("exchange.rb").tableProperty("partitioner", "rebalance") \
+        .tableProperty("numSubpartitions", "5").create()
+    counts = python_read("rb").groupBy(F.spark_partition_id()).count().collect()
+    d["rebalance_counts"] = sorted(r["count"] for r in counts)
+    assert max(d["rebalance_counts"]) - min(d["rebalance_counts"]) <= 2 * small.rdd.getNumPartitions()
+    same(python_read("rb"), small)
+    small.repartition(3).writeTo("exchange.fw").tableProperty("partitioner", "forward").create()
+    same(python_read("fw"), small)
+
+
+@check
+def bad_options_fail_at_planning(d):
+    try:
+        base.writeTo("exchange.bad").tableProperty("keys", "nope").tableProperty("numSubpartitions", "4").create()
+        raise AssertionError("a write hashed on a missing column went through")
+    except Exception as exc:  # noqa: BLE001
+        d["message"] = str(exc)[:1000]
+    assert "hash key 'nope' is not a column" in d["message"], d["message"]
+    assert "bad" not in [e["name"] for e in list_exchanges(ExchangeConfig.load())]
+
+
+print(json.dumps(results))
+spark.stop()
