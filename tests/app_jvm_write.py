@@ -248,5 +248,60 @@ def bad_options_fail_at_planning(d):
     assert "bad" not in [e["name"] for e in list_exchanges(ExchangeConfig.load())]
 
 
+@check
+def a_write_in_progress_is_read_as_it_goes(d):
+    """A reader of a JVM write still running gets rows before the write ends: a partly filled buffer leaves once
+    its rows have waited bufferTimeout (the one task below trickles 200,000 rows, then waits for a marker; its
+    batches are larger than the Python worker's 64 KiB output buffer, so each reaches the JVM as it is made)."""
+    import tempfile
+
+    from sparkflow_exchange import open_reader  # noqa: PLC0415
+
+    marker = os.path.join(tempfile.mkdtemp(), "go-on")
+
+    def trickle(batches):
+        for batch in batches:
+            for start in range(0, batch.num_rows, 5000):
+                yield batch.slice(start, 5000)
+                time.sleep(0.02)
+        deadline = time.monotonic() + 300
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    source = spark.range(0, 200_000, 1, 1).withColumn("k", F.col("id") % 13)
+    failure: list = []
+
+    def write():
+        try:
+            source.mapInArrow(trickle, source.schema).writeTo("exchange.live") \
+                .tableProperty("keys", "k").tableProperty("numSubpartitions", "4").create()
+        except Exception as exc:  # noqa: BLE001 - reported below
+            failure.append(exc)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    got: list = []
+    first = threading.Event()
+
+    def read():
+        with open_reader("live", declareTimeout="300") as reader:
+            for batch in reader:
+                got.append(batch.num_rows)
+                first.set()
+
+    reading = threading.Thread(target=read, daemon=True)
+    reading.start()
+    # the task holds its last rows until the marker exists: rows seen before it left while the write ran
+    arrived = first.wait(240)
+    d["writing_at_first_rows"] = arrived and writer.is_alive()
+    open(marker, "w").close()
+    writer.join(300)
+    reading.join(300)
+    assert not failure, failure
+    d["rows"] = sum(got)
+    assert d["rows"] == 200_000
+    assert d["writing_at_first_rows"], "no rows reached the reader while the write ran"
+
+
 print(json.dumps(results))
 spark.stop()

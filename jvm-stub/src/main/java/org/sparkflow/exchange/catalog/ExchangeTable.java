@@ -68,9 +68,8 @@ public final class ExchangeTable implements SupportsRead, SupportsWrite {
     /** An append (the exchange's schema, partitioner, keys, width and partition type), or a replace (truncate). */
     @Override
     public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
-        WriteSettings d = WriteSettings.defaults();
-        WriteSettings layout = new WriteSettings(desc.partitioner, List.copyOf(desc.keys), desc.numSubpartitions,
-                desc.partitionType, d.bufferSize(), d.sortBufferSize(), d.buffers());
+        WriteSettings layout = WriteSettings.defaults().withLayout(desc.partitioner, List.copyOf(desc.keys),
+                desc.numSubpartitions, desc.partitionType);
         return new ExchangeWriteBuilder(desc.name, layout, desc.schemaBase64, info, coordinator, catalogSettings);
     }
 

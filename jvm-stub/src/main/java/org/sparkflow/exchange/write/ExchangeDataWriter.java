@@ -20,10 +20,17 @@ import org.sparkflow.exchange.discovery.RuntimeDir;
 /**
  * One task attempt's producer ({@code exchange.ProducerTask}): its result partition registered with this host's
  * service and its producer with the coordinator; rows routed to their targets and held as compact copies until a
- * target holds {@code bufferSize} bytes (or all of them {@code sortBufferSize}), then encoded and pushed; at
- * commit the rest pushed, the partition finished with its counts and reported to the coordinator.
+ * target holds {@code bufferSize} bytes (or all of them {@code sortBufferSize}), or the oldest held row has waited
+ * {@code bufferTimeout} (the output flusher's rule: a reader of a write in progress gets rows while the task runs),
+ * then encoded and pushed; at commit the rest pushed, the partition finished with its counts and reported to the
+ * coordinator. The wait is checked as rows arrive (every {@link #CLOCK_EVERY} rows): a task whose input stalls
+ * holds what it has until its next rows or its end.
  */
 final class ExchangeDataWriter implements DataWriter<InternalRow> {
+    static final int CLOCK_EVERY = 256;
+    /** A timed flush waits at least this many times what the last one took: flushing many small buffers must not
+     *  become the writer's main work (the Python writer's rule, FLUSH_COST_FACTOR). */
+    static final int FLUSH_COST_FACTOR = 10;
     private final WriteHandle handle;
     private final int index;
     private final String partition;
@@ -38,6 +45,8 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
     private final long[] sentRows;
     private long totalHeld;
     private long rows;
+    private long oldestHeldAt; // System.nanoTime() when the first row now held arrived
+    private long lastTimedFlushNanos; // what the last timed flush took
 
     ExchangeDataWriter(WriteHandle handle, int index, String attempt) {
         this.handle = handle;
@@ -88,6 +97,9 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
         UnsafeRow copy = compact.apply(row).copy();
         held.get(target).add(copy);
         long size = copy.getSizeInBytes();
+        if (totalHeld == 0) {
+            oldestHeldAt = System.nanoTime();
+        }
         heldBytes[target] += size;
         totalHeld += size;
         rows++;
@@ -96,6 +108,13 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
         }
         if (totalHeld >= handle.settings().sortBufferSize()) {
             pushAll();
+        } else if (rows % CLOCK_EVERY == 0 && totalHeld > 0) {
+            long now = System.nanoTime();
+            if (now - oldestHeldAt >= Math.max(handle.settings().bufferTimeoutNanos(),
+                    FLUSH_COST_FACTOR * lastTimedFlushNanos)) {
+                pushAll();
+                lastTimedFlushNanos = System.nanoTime() - now;
+            }
         }
     }
 

@@ -62,8 +62,7 @@ public final class ExchangeWriteBuilder implements SupportsTruncate, Write {
                     + s.numSubpartitions() + " (write it again with createOrReplace to change it)");
         }
         if (!s.single() && s.numSubpartitions() == null) { // the width of a shuffle of this session
-            s = new WriteSettings(s.partitioner(), s.keys(), SQLConf.get().numShufflePartitions(), s.partitionType(),
-                    s.bufferSize(), s.sortBufferSize(), s.buffers());
+            s = s.withLayout(s.partitioner(), s.keys(), SQLConf.get().numShufflePartitions(), s.partitionType());
         }
         // the keys are columns, their types hashable: fails here, not in every task
         new RowRouter(new WriteHandle(name, 0, "", "", schema, s.numSubpartitions(), s, new HashMap<>()), 0);

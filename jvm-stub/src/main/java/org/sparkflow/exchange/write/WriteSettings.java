@@ -13,17 +13,24 @@ import org.apache.spark.sql.connector.expressions.Transform;
 /**
  * How a catalog write routes and cuts its rows, under the Python options' names ({@code config.py}):
  * {@code partitioner} (hash, broadcast, forward, rebalance), {@code keys}, {@code numSubpartitions},
- * {@code partitionType}, {@code bufferSize}, {@code sortBufferSize}, {@code buffersPerPartition}. Keys are
+ * {@code partitionType}, {@code bufferSize}, {@code sortBufferSize}, {@code buffersPerPartition},
+ * {@code bufferTimeout} (a partly filled buffer leaves after this: what a reader of a write in progress waits). Keys are
  * case-insensitive; a table property may also carry Spark's {@code option.} prefix.
  */
 public record WriteSettings(String partitioner, List<String> keys, Integer numSubpartitions, String partitionType,
-                            int bufferSize, long sortBufferSize, int buffers) implements Serializable {
+                            int bufferSize, long sortBufferSize, int buffers, long bufferTimeoutNanos)
+        implements Serializable {
     public static final List<String> PARTITIONERS = List.of("hash", "broadcast", "forward", "rebalance");
     static final List<String> PARTITION_TYPES = List.of("HYBRID", "BLOCKING", "PIPELINED_BOUNDED");
 
-    /** The Python writer's defaults: hash, HYBRID, 1 MiB buffers, a 32 MiB sort buffer, 16 pool buffers. */
+    /** The Python writer's defaults: hash, HYBRID, 1 MiB buffers, a 32 MiB sort buffer, 16 pool buffers, 100 ms. */
     public static WriteSettings defaults() {
-        return new WriteSettings("hash", List.of(), null, "HYBRID", 1 << 20, 32L << 20, 16);
+        return new WriteSettings("hash", List.of(), null, "HYBRID", 1 << 20, 32L << 20, 16, 100_000_000L);
+    }
+
+    /** These settings with another layout (partitioner, keys, width, partition type), the buffers' settings kept. */
+    public WriteSettings withLayout(String p, List<String> k, Integer n, String type) {
+        return new WriteSettings(p, k, n, type, bufferSize, sortBufferSize, buffers, bufferTimeoutNanos);
     }
 
     /** These settings with {@code options} applied over them (later maps win); {@link #checked} says if they hold. */
@@ -41,12 +48,14 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
         long sort = o.containsKey("sortbuffersize") ? size("sortBufferSize", o.get("sortbuffersize")) : sortBufferSize;
         int pool = o.containsKey("buffersperpartition")
                 ? positive("buffersPerPartition", o.get("buffersperpartition")) : buffers;
+        long timeout = o.containsKey("buffertimeout") ? duration("bufferTimeout", o.get("buffertimeout"))
+                : bufferTimeoutNanos;
         String compression = o.getOrDefault("compression", "none").toLowerCase(Locale.ROOT);
         if (!compression.equals("none")) {
             throw new IllegalArgumentException("compression '" + compression + "' is not written by the JVM writer "
                     + "(only none); write with df.write.format(\"pipelined\") to compress");
         }
-        return new WriteSettings(p, k, n, type, size, sort, pool);
+        return new WriteSettings(p, k, n, type, size, sort, pool, timeout);
     }
 
     /** {@code partitionedBy(bucket(n, k...))}: hash on k into n, the bucket function's own layout. */
@@ -62,8 +71,7 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
         for (NamedReference ref : bucket.references()) {
             k.add(String.join(".", ref.fieldNames()));
         }
-        return new WriteSettings("hash", k, (Integer) bucket.numBuckets().value(), partitionType, bufferSize,
-                sortBufferSize, buffers);
+        return withLayout("hash", k, (Integer) bucket.numBuckets().value(), partitionType);
     }
 
     /** These settings, when they make a write; else an IllegalArgumentException saying what is wrong. */
@@ -110,6 +118,26 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
             // said below
         }
         throw new IllegalArgumentException(key + " must be a positive integer, got '" + value + "'");
+    }
+
+    /** Nanoseconds of a duration: seconds, or a number with a suffix ms, s, min or h (as the Python settings). */
+    static long duration(String key, String value) {
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\\s*(\\d+(?:\\.\\d+)?)\\s*([a-zA-Z]*)\\s*")
+                .matcher(value);
+        if (m.matches()) {
+            double unit = switch (m.group(2).toLowerCase(Locale.ROOT)) {
+                case "ms" -> 1e6;
+                case "", "s", "sec" -> 1e9;
+                case "m", "min" -> 60e9;
+                case "h" -> 3600e9;
+                default -> -1;
+            };
+            if (unit > 0) {
+                return (long) (Double.parseDouble(m.group(1)) * unit);
+            }
+        }
+        throw new IllegalArgumentException(key + " must be a duration (seconds, or a suffix ms, s, min, h), got '"
+                + value + "'");
     }
 
     /** Bytes: a number with an optional k/m/g suffix (KiB, MiB, GiB). */
