@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import ErrorCode, ServiceError
 from ..kinds import ExchangeState, PartitionState, ServiceState
+from .clock import wall_time
 from .journal import Journal
 from .registry import ServiceRecord, ServiceRegistry
 
@@ -161,7 +162,7 @@ class Exchange:
             "subpartition_rows": self.subpartition_rows(),
             "owner": self.owner,
             "created_at": self.created,
-            "last_used_at": time.time() - (time.monotonic() - self.last_used),
+            "last_used_at": wall_time(self.last_used),
         }
 
     def header(self) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import ErrorCode, ServiceError
 from ..kinds import RE_READABLE, ExchangeState
+from .clock import wall_time
 from .coordinator import FORWARD_LIKE, Coordinator
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class Stream:
             "groups": {g.name: {"position": g.position, "idle_s": round(now - g.seen, 3), "confirmed": g.confirmed}
                        for g in self.groups.values()},
             "created_at": self.created,
-            "last_used_at": self.created if used is None else time.time() - (now - used),
+            "last_used_at": self.created if used is None else wall_time(used),
         }
 
 
