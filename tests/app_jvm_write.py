@@ -251,8 +251,10 @@ def bad_options_fail_at_planning(d):
 @check
 def a_write_in_progress_is_read_as_it_goes(d):
     """A reader of a JVM write still running gets rows before the write ends: a partly filled buffer leaves once
-    its rows have waited bufferTimeout (the one task below trickles 200,000 rows, then waits for a marker; its
-    batches are larger than the Python worker's 64 KiB output buffer, so each reaches the JVM as it is made)."""
+    its rows have waited bufferTimeout. The one task below trickles 100,000 rows, then waits for a marker: its
+    batches are larger than the Python worker's 64 KiB output buffer, so each reaches the JVM as it is made, and
+    its 16 subpartitions get about 150 KB each, so no buffer (1 MiB) ever fills: only a timed flush sends rows
+    before the marker."""
     import tempfile
 
     from sparkflow_exchange import open_reader  # noqa: PLC0415
@@ -268,13 +270,13 @@ def a_write_in_progress_is_read_as_it_goes(d):
         while not os.path.exists(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    source = spark.range(0, 200_000, 1, 1).withColumn("k", F.col("id") % 13)
+    source = spark.range(0, 100_000, 1, 1).withColumn("k", F.col("id") % 1009)
     failure: list = []
 
     def write():
         try:
             source.mapInArrow(trickle, source.schema).writeTo("exchange.live") \
-                .tableProperty("keys", "k").tableProperty("numSubpartitions", "4").create()
+                .tableProperty("keys", "k").tableProperty("numSubpartitions", "16").create()
         except Exception as exc:  # noqa: BLE001 - reported below
             failure.append(exc)
 
@@ -299,7 +301,7 @@ def a_write_in_progress_is_read_as_it_goes(d):
     reading.join(300)
     assert not failure, failure
     d["rows"] = sum(got)
-    assert d["rows"] == 200_000
+    assert d["rows"] == 100_000
     assert d["writing_at_first_rows"], "no rows reached the reader while the write ran"
 
 
