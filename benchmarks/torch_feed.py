@@ -2,8 +2,11 @@
 
 The same Spark job makes the same rows (an id, 8 float features, a float label) for both routes:
 
-* exchange: the job writes a HYBRID exchange (hash on id, 16 subpartitions) while the training process,
-  started and waiting beforehand, reads it (``balance="pad"``: the first epoch starts before the commit).
+* exchange: the job writes a HYBRID exchange (hash on id, 16 subpartitions) with ``format("pipelined")``
+  while the training process, started and waiting beforehand, reads it (``balance="pad"``: the first epoch
+  starts before the commit).
+* exchange-jvm: the same exchange written by the JVM catalog's writer (``df.writeTo("exchange.<name>")``):
+  no Python worker in the job.
 * parquet: the job writes parquet files; the training process, started and waiting beforehand, sees the
   job's ``_SUCCESS`` file and reads the files with ``pyarrow.dataset`` in a DataLoader (each worker its
   share of the files, ``to_batches(batch_size)``).
@@ -24,6 +27,7 @@ tensors). Measured per route, in one run:
   bytes the service counts as read.
 
 Run: .venv/bin/python benchmarks/torch_feed.py [--rows 4000000] [--batch 1024] [--workers 2] [--quick]
+         [--routes exchange,exchange-jvm]
 (``--quick``: 500,000 rows, to check that it runs). Writes benchmarks/torch_feed-latest.json.
 """
 from __future__ import annotations
@@ -42,7 +46,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 FEATURES = 8
-EXCHANGE = "bench-torch-feed"
+EXCHANGES = {"exchange": "bench_torch_feed", "exchange-jvm": "bench_torch_feed_jvm"}  # route -> exchange
+ROUTES = ("parquet", "exchange", "exchange-jvm")
 
 
 # ------------------------------------------------------------------ the training process (a subprocess)
@@ -75,10 +80,10 @@ def _loop(route: str, work: Path, batch: int, workers: int) -> None:
     from torch.utils.data import DataLoader, IterableDataset
 
     columns = [f"f{i}" for i in range(FEATURES)] + ["y"]
-    if route == "exchange":
+    if route in EXCHANGES:
         from sparkflow_exchange.torch import ExchangeDataset
 
-        ds = ExchangeDataset(EXCHANGE, batch, columns=columns, balance="pad", seed=1, declareTimeout=600)
+        ds = ExchangeDataset(EXCHANGES[route], batch, columns=columns, balance="pad", seed=1, declareTimeout=600)
         loader = ds.loader(num_workers=workers)
     else:
         feed = type("Feed", (ParquetFeed, IterableDataset), {})(str(work / "parquet"), batch, columns)
@@ -92,8 +97,8 @@ def _loop(route: str, work: Path, batch: int, workers: int) -> None:
     out: dict = {}
     for epoch, step in enumerate(("first", "noop", "model", "noop_inproc", "model_inproc")):
         if step == "noop_inproc":  # the same reads in the training process itself: no worker hands batches over
-            if route == "exchange":
-                ds = ExchangeDataset(EXCHANGE, batch, columns=columns, balance="pad", seed=1)
+            if route in EXCHANGES:
+                ds = ExchangeDataset(EXCHANGES[route], batch, columns=columns, balance="pad", seed=1)
                 loader = ds.loader(num_workers=0)
             else:
                 loader = DataLoader(feed, batch_size=None, num_workers=0)
@@ -136,9 +141,10 @@ class Phases(threading.Thread):
     """Seconds from ``start`` to each step of the exchange's write that its first batch may wait for, polled
     from the coordinator and the service every 50 ms."""
 
-    def __init__(self, start: float) -> None:
+    def __init__(self, start: float, exchange: str) -> None:
         super().__init__(daemon=True)
         self.start_at, self.seen, self.done, self.error = start, {}, threading.Event(), ""
+        self.exchange = exchange
 
     def _mark(self, what: str) -> None:
         self.seen.setdefault(what, round(time.time() - self.start_at, 2))
@@ -153,7 +159,7 @@ class Phases(threading.Thread):
             try:
                 config = config or ExchangeConfig.load()
                 for d in list_exchanges(config):
-                    if d["name"] != EXCHANGE:
+                    if d["name"] != self.exchange:
                         continue
                     self._mark("declared")
                     states = [p["state"] for p in d["producers"]]
@@ -165,7 +171,7 @@ class Phases(threading.Thread):
                         self._mark("committed")
                 for ep in coordinators(config):
                     with ep.connect(ep.coordinator, config) as conn:
-                        traffic = conn.call("status").get("exchange_traffic", {}).get(EXCHANGE)
+                        traffic = conn.call("status").get("exchange_traffic", {}).get(self.exchange)
                     if traffic and traffic["bytes_read"] + traffic["file_bytes_read"] > 0:
                         self._mark("first_bytes_read")
             except Exception as exc:  # noqa: BLE001 - a poll between the services' start and the declaration
@@ -179,10 +185,14 @@ def _route(route: str, spark, work: Path, args) -> dict:
     proc = _start_loop(route, work, args)
     try:
         start = time.time()
-        phases = Phases(start)
+        phases = Phases(start, EXCHANGES.get(route, ""))
         if route == "exchange":
             phases.start()
-            sparkflow_exchange.write(df, EXCHANGE, partitioner="hash", keys="id", numSubpartitions=16)
+            sparkflow_exchange.write(df, EXCHANGES[route], partitioner="hash", keys="id", numSubpartitions=16)
+        elif route == "exchange-jvm":  # the JVM catalog's writer: no Python worker
+            phases.start()
+            df.writeTo(f"exchange.{EXCHANGES[route]}").tableProperty("keys", "id") \
+                .tableProperty("numSubpartitions", "16").createOrReplace()
         else:
             df.write.mode("overwrite").parquet(str(work / "parquet"))
         written = time.time()
@@ -215,7 +225,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1024)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="500,000 rows: check that it runs")
-    parser.add_argument("--loop", choices=("exchange", "parquet"), help=argparse.SUPPRESS)
+    parser.add_argument("--routes", default=",".join(ROUTES), help="parquet (the baseline, always first) and the "
+                        "exchange's routes: exchange (the Python writer), exchange-jvm (the JVM catalog's writer)")
+    parser.add_argument("--loop", choices=ROUTES, help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
@@ -232,53 +244,55 @@ def main() -> None:
 
     load_before = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="torch-feed-"))
+    from sparkflow_exchange.config import ExchangeConfig
+    from sparkflow_exchange.service.discovery import resolve
+
+    resolve(ExchangeConfig.load())  # the embedded service, for the JVM writer too (which starts none)
     spark = (SparkSession.builder.master("local[2]").appName("torch-feed")
-             .config(map=sparkflow_exchange.SPARK_SETTINGS).config("spark.ui.enabled", "false").getOrCreate())
+             .config(map=sparkflow_exchange.SPARK_SETTINGS).config("spark.ui.enabled", "false")
+             .config("spark.jars", str(sparkflow_exchange.plugin_jar()))
+             .config("spark.sql.catalog.exchange", "org.sparkflow.exchange.catalog.ExchangeCatalog").getOrCreate())
     try:
         _features(spark, 100_000).write.format("noop").mode("overwrite").save()  # JVM and workers warm
-        results = {"parquet": _route("parquet", spark, work, args), "exchange": _route("exchange", spark, work, args)}
+        routes = ["parquet"] + [r for r in args.routes.split(",") if r != "parquet"]
+        unknown = set(routes) - set(ROUTES)
+        if unknown:
+            raise SystemExit(f"unknown route(s) {sorted(unknown)}: choose among {', '.join(ROUTES)}")
+        results = {route: _route(route, spark, work, args) for route in routes}
     finally:
-        try:
-            sparkflow_exchange.drop_exchange(EXCHANGE)
-        except Exception:  # noqa: BLE001 - nothing to drop when the write never started
-            pass
+        for name in EXCHANGES.values():
+            try:
+                sparkflow_exchange.drop_exchange(name)
+            except Exception:  # noqa: BLE001 - nothing to drop when the write never started
+                pass
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
-    ex, pq = results["exchange"], results["parquet"]
-    best = {k: {"noop": max(r["noop_rows_per_s"], r["noop_inproc_rows_per_s"]),
-                "model": max(r["model_rows_per_s"], r["model_inproc_rows_per_s"])} for k, r in results.items()}
-    for k, r in results.items():
-        r["best_noop_rows_per_s"], r["best_model_rows_per_s"] = best[k]["noop"], best[k]["model"]
-    ratios = {"noop_throughput": ex["noop_rows_per_s"] / pq["noop_rows_per_s"],
-              "model_throughput": ex["model_rows_per_s"] / pq["model_rows_per_s"],
-              "noop_inproc_throughput": ex["noop_inproc_rows_per_s"] / pq["noop_inproc_rows_per_s"],
-              "model_inproc_throughput": ex["model_inproc_rows_per_s"] / pq["model_inproc_rows_per_s"],
-              "best_noop_throughput": best["exchange"]["noop"] / best["parquet"]["noop"],
-              "best_model_throughput": best["exchange"]["model"] / best["parquet"]["model"],
-              "time_to_first_batch": ex["first_batch_s"] / pq["first_batch_s"],
-              "peak_rss": ex["peak_rss_mb"] / pq["peak_rss_mb"]}
+    pq = results["parquet"]
+    for r in results.values():
+        r["best_noop_rows_per_s"] = max(r["noop_rows_per_s"], r["noop_inproc_rows_per_s"])
+        r["best_model_rows_per_s"] = max(r["model_rows_per_s"], r["model_inproc_rows_per_s"])
+    rows = (("first_batch_s", "time to first batch (s)"), ("first_epoch_end_s", "first epoch done (s)"),
+            ("noop_rows_per_s", "rows/s, no-op step"), ("model_rows_per_s", "rows/s, small model"),
+            ("noop_inproc_rows_per_s", "rows/s, no-op, no workers"),
+            ("model_inproc_rows_per_s", "rows/s, model, no workers"),
+            ("best_noop_rows_per_s", "rows/s, no-op, best"), ("best_model_rows_per_s", "rows/s, model, best"),
+            ("peak_rss_mb", "peak RSS, loop (MB)"), ("peak_worker_rss_mb", "peak RSS, a worker (MB)"))
+    exchanges = [r for r in results if r != "parquet"]
+    ratios = {route: {key: results[route][key] / pq[key] for key, _ in rows if pq[key]} for route in exchanges}
     report = {"rows": args.rows, "batch": args.batch, "workers": args.workers, "results": results,
-              "ratios": ratios, "load": [load_before, os.getloadavg()[0]],
+              "ratios_to_parquet": ratios, "load": [load_before, os.getloadavg()[0]],
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     (HERE / "torch_feed-latest.json").write_text(json.dumps(report, indent=2))
-    print(f"{'':30}{'exchange':>12}{'parquet':>12}{'ratio':>8}")
-    for key, label, ratio in (("first_batch_s", "time to first batch (s)", "time_to_first_batch"),
-                              ("first_epoch_end_s", "first epoch done (s)", None),
-                              ("noop_rows_per_s", "rows/s, no-op step", "noop_throughput"),
-                              ("model_rows_per_s", "rows/s, small model", "model_throughput"),
-                              ("noop_inproc_rows_per_s", "rows/s, no-op, no workers", "noop_inproc_throughput"),
-                              ("model_inproc_rows_per_s", "rows/s, model, no workers", "model_inproc_throughput"),
-                              ("best_noop_rows_per_s", "rows/s, no-op, best", "best_noop_throughput"),
-                              ("best_model_rows_per_s", "rows/s, model, best", "best_model_throughput"),
-                              ("peak_rss_mb", "peak RSS, loop (MB)", "peak_rss"),
-                              ("peak_worker_rss_mb", "peak RSS, a worker (MB)", None)):
-        r = f"{ratios[ratio]:8.2f}" if ratio else ""
-        print(f"{label:30}{ex[key]:12.2f}{pq[key]:12.2f}{r}")
-    print("exchange's first batch, from the job's start (s): "
-          + ", ".join(f"{k} {v}" for k, v in sorted(ex["phases"].items(), key=lambda kv: kv[1]))
-          + f", first batch {ex['first_batch_s']:.2f}")
+    print(f"{'':28}" + "".join(f"{r:>14}" for r in results) + "".join(f"{r + '/pq':>18}" for r in exchanges))
+    for key, label in rows:
+        print(f"{label:28}" + "".join(f"{results[r][key]:14.2f}" for r in results)
+              + "".join(f"{ratios[r].get(key, float('nan')):18.2f}" for r in exchanges))
+    for route in exchanges:
+        ex = results[route]
+        print(f"{route}'s first batch, from the job's start (s): "
+              + ", ".join(f"{k} {v}" for k, v in sorted(ex["phases"].items(), key=lambda kv: kv[1]))
+              + f", first batch {ex['first_batch_s']:.2f}")
     print(f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}")
-
 
 if __name__ == "__main__":
     main()
