@@ -26,6 +26,9 @@ wall clock from process start to exit, so interpreter, JVM and session start cou
   K does not shuffle the exchange's side (the consumer sets
   ``spark.sql.sources.v2.bucketing.shuffle.enabled=true``: the other side of such a join is shuffled into
   the exchange's layout, as a bucketed table's would be).
+* ``jvm``: the producer writes through the JVM catalog (``df.writeTo("exchange.<name>")``, hashed on K into
+  N, no Python worker) and the consumer reads through it as ``pipelined-jvm`` does: no Python worker in
+  either application.
 * ``pipelined-concurrent``: producer and consumer started together; the consumer's Python read waits for
   the exchange to be declared (``declareTimeout``) and reads it while it is written. Seconds until both exited.
 * ``parquet``: the producer writes the same rows as parquet to a temporary directory (as they are, no
@@ -53,7 +56,7 @@ Data: ``tpchgen-cli`` (``.venv/bin/python -m pip install tpchgen-cli``) writes t
 into ``benchmarks/.tpch/sf<N>`` once (ignored by git); later runs reuse them.
 
 Run: .venv/bin/python benchmarks/tpch_pipeline.py --sf 1 5 [--queries 3,5,9,10,18] [--repeat 2]
-         [--routes pipelined,pipelined-jvm,pipelined-concurrent,parquet,one-app] [--shuffle-partitions 200]
+         [--routes pipelined,pipelined-jvm,jvm,pipelined-concurrent,parquet,one-app] [--shuffle-partitions 200]
          [--conf KEY=VALUE ...]
 Quick check: .venv/bin/python benchmarks/tpch_pipeline.py --sf 0.1 --queries 3 --repeat 1
 Writes benchmarks/tpch_pipeline-latest.json.
@@ -76,7 +79,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DATA = HERE / ".tpch"
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
-ROUTES = ("pipelined", "pipelined-jvm", "pipelined-concurrent", "parquet", "one-app")
+ROUTES = ("pipelined", "pipelined-jvm", "jvm", "pipelined-concurrent", "parquet", "one-app")
 CATALOG = "org.sparkflow.exchange.catalog.ExchangeCatalog"
 APP_TIMEOUT = 3600  # seconds for one application
 
@@ -238,7 +241,7 @@ def _child(args) -> dict:
     for setting in args.conf:
         key, _, value = setting.partition("=")
         builder = builder.config(key, value)
-    if args.role == "consume" and args.io == "jvm":
+    if args.io == "jvm":  # the JVM catalog: reads (and the jvm route's writes) with no Python worker
         builder = (builder.config("spark.jars", sparkflow_exchange.plugin_jar())
                    .config("spark.sql.catalog.exchange", CATALOG)
                    .config("spark.sql.sources.v2.bucketing.shuffle.enabled", "true"))
@@ -252,6 +255,13 @@ def _child(args) -> dict:
         df = spark.sql(query["producer"])
         if args.io == "parquet":
             df.write.mode("overwrite").parquet(args.path)
+        elif args.io == "jvm":  # the JVM writer finds the host's service and starts none: this driver starts it
+            from sparkflow_exchange.config import ExchangeConfig
+            from sparkflow_exchange.service.discovery import resolve
+
+            resolve(ExchangeConfig.load())
+            df.writeTo(f"exchange.{args.exchange}").tableProperty("keys", query["key"]) \
+                .tableProperty("numSubpartitions", str(args.shuffle_partitions)).createOrReplace()
         else:
             (df.write.format("pipelined").mode("overwrite").option("exchange", args.exchange)
              .option("partitioner", "hash").option("keys", query["key"])
@@ -399,7 +409,7 @@ class Run:
                 seconds = time.perf_counter() - start
             else:
                 sink, source = {"pipelined": ("pipelined", "pipelined"), "pipelined-jvm": ("pipelined", "jvm"),
-                                "parquet": ("parquet", "parquet")}[route]
+                                "jvm": ("jvm", "jvm"), "parquet": ("parquet", "parquet")}[route]
                 apps = [self.app(data, query, "produce", sink, exchange=name, path=str(parquet)),
                         self.app(data, query, "consume", source, exchange=name, path=str(parquet))]
                 seconds = sum(a["wall_s"] for a in apps)
@@ -518,8 +528,8 @@ def main() -> None:
     load_after = os.getloadavg()
 
     summary: dict = {}
-    header = ("| sf | query | " + " | ".join(routes) + " | pipelined/parquet | pipelined-jvm/parquet | "
-              "pipelined-concurrent/parquet | pipelined/one-app | consumer shuffles (pipelined / jvm / parquet) |")
+    header = ("| sf | query | " + " | ".join(routes) + " | pipelined/parquet | pipelined-jvm/parquet | jvm/parquet | "
+              "pipelined-concurrent/parquet | pipelined/one-app | jvm/one-app | consumer shuffles (pipelined / jvm / parquet) |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for sf_name, by_query in results.items():
         for q_name, by_route in by_query.items():
@@ -527,12 +537,14 @@ def main() -> None:
             shuffles = {r: len(outs[0]["shuffles"]) for r, outs in by_route.items()}
             ratios = {"pipelined/parquet": _ratio(best.get("pipelined"), best.get("parquet")),
                       "pipelined-jvm/parquet": _ratio(best.get("pipelined-jvm"), best.get("parquet")),
+                      "jvm/parquet": _ratio(best.get("jvm"), best.get("parquet")),
                       "pipelined-concurrent/parquet": _ratio(best.get("pipelined-concurrent"), best.get("parquet")),
-                      "pipelined/one-app": _ratio(best.get("pipelined"), best.get("one-app"))}
+                      "pipelined/one-app": _ratio(best.get("pipelined"), best.get("one-app")),
+                      "jvm/one-app": _ratio(best.get("jvm"), best.get("one-app"))}
             summary.setdefault(sf_name, {})[q_name] = {"best_s": best, "ratios": ratios, "consumer_shuffles": shuffles}
             lines.append(f"| {sf_name} | {q_name} | " + " | ".join(_cell(best.get(r), ".1f") for r in routes) + " | "
                          + " | ".join(_cell(v, ".2f") for v in ratios.values()) + " | "
-                         + " / ".join(str(shuffles.get(r, "–")) for r in ("pipelined", "pipelined-jvm", "parquet"))
+                         + " / ".join(str(shuffles.get(r, "–")) for r in ("pipelined", "jvm", "parquet"))
                          + " |")
     print(f"\nbest of {args.repeat}, seconds per route (every application's wall clock, session start included); "
           f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}; "
