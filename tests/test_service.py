@@ -316,3 +316,28 @@ def test_channel_reconnects_and_resumes_after_its_connection_drops(tmp_service):
     assert cut and len(seqs) == 30_000
     assert seqs == list(range(30_000))  # every row once, in order, across the reconnect
     assert runtime._connections[(svc.tcp, svc.secret)].result() is not cut[0], "no new connection was opened"
+
+
+def test_an_append_may_bring_the_same_schema_serialised_otherwise_but_not_another(tmp_service):
+    """Arrow Java and pyarrow serialise an equal schema to different bytes: an append is judged by the schema."""
+    import base64
+
+    from sparkflow_exchange.buffer import schema_to_b64
+    from sparkflow_exchange.calls import call
+    from sparkflow_exchange.errors import SchemaMismatch
+
+    svc = tmp_service()
+    cfg = client_config(svc, exchange="same-schema")
+    schema = pa.schema([("a", pa.int64()), ("b", pa.string())])
+    ex.commit_write(ex.declare_write(cfg.replace(num_subpartitions=2, keys=("a",)), schema, overwrite=True), [])
+
+    def append(schema_b64: str) -> dict:
+        return call(cfg, "declare", name="same-schema", schema=schema_b64, num_subpartitions=2,
+                    partitioner={"name": "hash", "keys": ["a"], "custom": None, "shared": False},
+                    partition_type="HYBRID", mode="append", coalesce=False)
+
+    padded = base64.b64encode(base64.b64decode(schema_to_b64(schema)) + b"\0" * 8).decode()
+    assert padded != schema_to_b64(schema)
+    assert append(padded)["epoch"] >= 1
+    with pytest.raises(SchemaMismatch, match="append to exchange 'same-schema' with another schema"):
+        append(schema_to_b64(pa.schema([("a", pa.int64()), ("b", pa.large_string())])))

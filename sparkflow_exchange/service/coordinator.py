@@ -264,7 +264,7 @@ class Coordinator:
                            "write it: use another name, or drop the stream first", ErrorCode.BAD_REQUEST)
         ex = self.exchanges.get(name)
         if ex is not None and mode == "append" and ex.state != ExchangeState.ABORTED:
-            if ex.schema != schema:
+            if not same_schema(ex.schema, schema):
                 raise ServiceError(
                     f"append to exchange {name!r} with another schema: the exchange holds {_schema_text(ex.schema)}, "
                     f"this write has {_schema_text(schema)}; use mode('overwrite') to replace it",
@@ -689,6 +689,20 @@ class Coordinator:
             if (not ex.open_writes or abandoned_writes) and not self._subscribers.get(name) \
                     and now - ex.last_used > self.ttl:
                 await self._drop(name, f"expired (unused for ttl={self.ttl:g} s)")
+
+
+def same_schema(a_b64: str, b_b64: str) -> bool:
+    """Two serialised Arrow schemas describe the same schema: the same bytes, or equal once read (Arrow Java and
+    pyarrow serialise an equal schema to different bytes: a JVM write may append to a Python-written exchange,
+    and the reverse)."""
+    if a_b64 == b_b64:
+        return True
+    from ..buffer import schema_from_b64
+
+    try:
+        return schema_from_b64(a_b64).equals(schema_from_b64(b_b64), check_metadata=True)
+    except Exception:  # noqa: BLE001 - an unreadable schema is another schema
+        return False
 
 
 def _schema_text(schema_b64: str) -> str:
