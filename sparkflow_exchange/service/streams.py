@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import ErrorCode, ServiceError
 from ..kinds import RE_READABLE, ExchangeState
 from .clock import wall_time
-from .coordinator import FORWARD_LIKE, Coordinator
+from .coordinator import FORWARD_LIKE, Coordinator, same_schema
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ class StreamRegistry:
                                              bool(coalesce) and num_subpartitions is None, owner=owner)
             self.coordinator.lost.pop(name, None)
         else:
-            if st.schema != schema:
+            if not same_schema(st.schema, schema):
                 raise ServiceError(f"stream {name!r} has another schema than this writer query's; write to another "
                                "name, or drop the stream first", ErrorCode.SCHEMA_MISMATCH)
             if partitioner.get("name") != st.partitioner.get("name") or list(partitioner.get("keys", ())) != \
