@@ -148,22 +148,80 @@ def sql_select(d):
 
 @check("plans")
 def partition_ids(d):
-    """Partition i holds subpartition i: the Python reader's partitions, and Spark's own hash placement."""
+    """readPartitions=n: partition i holds subpartition i, the Python reader's partitions and Spark's own hash
+    placement."""
     pid = F.spark_partition_id().alias("pid")
-    jvm = spark.table("exchange.t8a").select(pid, "k", "j", "v", "s")
+    exact = spark.read.option("readPartitions", "8").table("exchange.t8a")
+    jvm = exact.select(pid, "k", "j", "v", "s")
     python = spark.read.format("pipelined").option("exchange", "t8a").load().select(pid, "k", "j", "v", "s")
     same(jvm, python)
     wrong = jvm.where(F.col("pid") != F.expr("pmod(hash(k), 8)")).count()
     assert wrong == 0, f"{wrong} rows outside pmod(hash(k), 8)"
-    d["partitions"] = spark.table("exchange.t8a").rdd.getNumPartitions()
+    d["partitions"] = exact.rdd.getNumPartitions()
     assert d["partitions"] == 8
+
+
+@check("plans")
+def grouped_read_partitions(d):
+    """By default a small exchange is read in fewer partitions than subpartitions, as adaptive execution
+    coalesces a shuffle (without it, one per subpartition); read partition j holds the subpartitions j, j + m, ..., so its rows are bucket(m, k) = j
+    and groupBy(k) still needs no shuffle. The same for every divisor asked for; a non-divisor is refused."""
+    pid = F.spark_partition_id().alias("pid")
+    spark.conf.set("spark.sql.adaptive.enabled", "true")
+    try:
+        d["default_partitions"] = spark.table("exchange.t8a").rdd.getNumPartitions()
+    finally:
+        spark.conf.set("spark.sql.adaptive.enabled", "false")
+    assert d["default_partitions"] < 8, d
+    d["without_adaptive_execution"] = spark.table("exchange.t8a").rdd.getNumPartitions()
+    assert d["without_adaptive_execution"] == 8, d
+    for m in (d["default_partitions"], 2, 4):
+        got = spark.read.option("readPartitions", str(m)).table("exchange.t8a")
+        assert got.rdd.getNumPartitions() == m, (m, got.rdd.getNumPartitions())
+        placed = got.select(pid, "k", "j", "v", "s")
+        wrong = placed.where(F.col("pid") != F.expr(f"pmod(hash(k), {m})")).count()
+        assert wrong == 0, f"{wrong} rows outside pmod(hash(k), {m})"
+        same(got, parquet("t8a"))
+        grouped = got.groupBy("k").agg(F.sum("v").alias("sv"))
+        assert not shuffles(plan(grouped)), plan(grouped)
+        same(grouped, parquet("t8a").groupBy("k").agg(F.sum("v").alias("sv")))
+    try:
+        spark.read.option("readPartitions", "3").table("exchange.t8a").count()
+        raise AssertionError("readPartitions=3 of 8 subpartitions was accepted")
+    except Exception as exc:  # noqa: BLE001 - the message is the check
+        d["refused"] = str(exc)[:600]
+    assert "readPartitions=3 for exchange 't8a' of 8 subpartitions: give a divisor of 8" in d["refused"], d
+
+
+@check("plans")
+def key_filters_prune_subpartitions(d):
+    """An equality or IN filter on the hash key reads only the subpartitions its values hash to; the answers
+    stay those of parquet, for keys present and absent."""
+    t = spark.table("exchange.t8a")
+    keys = [r["k"] for r in parquet("t8a").select("k").distinct().limit(2).collect()]
+    for cond in (F.col("k") == keys[0], F.col("k").isin(*keys), F.col("k").isin(keys[0], -987654321)):
+        got = t.where(cond)
+        d.setdefault("plans", []).append(plan(got))
+        read = {int(x) for x in re.findall(r"subpartitions \((\d+) read\)", plan(got))}
+        assert read and max(read) <= 2, plan(got)
+        same(got, parquet("t8a").where(cond))
+    unpruned = t.where(F.col("v") == 5)
+    assert "read)" not in plan(unpruned), plan(unpruned)
+    same(unpruned, parquet("t8a").where(F.col("v") == 5))
 
 
 @check("layouts")
 def two_keys(d):
-    """Hashed on (k, j): partitions exact, no partitioning claimed (Spark takes one bucket column), answers right."""
+    """Hashed on (k, j): partitions exact, no partitioning claimed (Spark takes one bucket column), answers right;
+    a filter on both keys prunes, one on k alone cannot."""
     pid = F.spark_partition_id().alias("pid")
-    jvm = spark.table("exchange.two_keys")
+    jvm = spark.read.option("readPartitions", "8").table("exchange.two_keys")
+    both = (F.col("k") == 3) & F.col("j").isin(1, 2)
+    d["pruned_plan"] = plan(jvm.where(both))
+    assert re.findall(r"subpartitions \((\d+) read\)", d["pruned_plan"]) in (["1"], ["2"]), d["pruned_plan"]
+    same(jvm.where(both), parquet("two_keys").where(both))
+    assert "read)" not in plan(jvm.where(F.col("k") == 3))
+    same(jvm.where(F.col("k") == 3), parquet("two_keys").where(F.col("k") == 3))
     same(jvm.select(pid, "k", "j", "v", "s"),
          spark.read.format("pipelined").option("exchange", "two_keys").load().select(pid, "k", "j", "v", "s"))
     got = jvm.groupBy("k", "j").agg(F.sum("v").alias("sv"))
@@ -183,6 +241,7 @@ def coalesced_width(d):
     """Written without numSubpartitions: read one partition per subpartition, every row exactly once."""
     got = spark.table("exchange.coalesced")
     d["partitions"] = got.rdd.getNumPartitions()
+    d["subpartitions"] = described("coalesced")["num_subpartitions"]
     same(got, parquet("coalesced"))
 
 
@@ -232,10 +291,20 @@ def types(d):
     got = spark.table("exchange.typed")
     same(got, parquet("typed"))
     pid = F.spark_partition_id()
-    assert got.where(pid != F.expr("pmod(hash(key), 5)")).count() == 0
+    exact = spark.read.option("readPartitions", "5").table("exchange.typed")
+    assert exact.where(pid != F.expr("pmod(hash(key), 5)")).count() == 0
     agg = got.groupBy("key").agg(F.sum("d").alias("sd"))
     d["plan"] = plan(agg)
     assert not shuffles(d["plan"]), d["plan"]
+    # a filter on a key of each type prunes to the one subpartition its value hashes to, rows as parquet's
+    d["pruned"] = {}
+    for key in ("key", "i", "m", "bin", "day", "ts"):  # (b == false is planned as NOT b: no equality)
+        write(df, f"typed_{key}", key, 5)
+        value = df.where("i = 31").select(key).first()[0]
+        got = spark.table(f"exchange.typed_{key}").where(F.col(key) == F.lit(value))
+        d["pruned"][key] = re.findall(r"subpartitions \((\d+) read\)", plan(got))
+        assert d["pruned"][key] == ["1"], (key, plan(got))
+        same(got, parquet(f"typed_{key}").where(F.col(key) == F.lit(value)))
 
 
 @check("failures")

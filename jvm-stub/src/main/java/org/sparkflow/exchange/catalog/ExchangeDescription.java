@@ -35,6 +35,8 @@ public final class ExchangeDescription implements Serializable {
     public final List<Producer> committed; // in commit order
     public final OptionalLong rows;
     public final OptionalLong bytes;
+    /** Bytes of each subpartition over every committed producer; null when the coordinator does not say. */
+    public final long[] subpartitionBytes;
     private transient StructType sparkSchema;
 
     private ExchangeDescription(JsonNode d) {
@@ -65,6 +67,15 @@ public final class ExchangeDescription implements Serializable {
         }
         rows = d.path("rows").canConvertToLong() ? OptionalLong.of(d.get("rows").asLong()) : OptionalLong.empty();
         bytes = sum(d.path("subpartition_bytes"));
+        JsonNode each = d.path("subpartition_bytes");
+        if (each.isArray() && numSubpartitions != null && each.size() == numSubpartitions) {
+            subpartitionBytes = new long[each.size()];
+            for (int i = 0; i < subpartitionBytes.length; i++) {
+                subpartitionBytes[i] = each.get(i).asLong();
+            }
+        } else {
+            subpartitionBytes = null;
+        }
     }
 
     public static ExchangeDescription parse(JsonNode d) {

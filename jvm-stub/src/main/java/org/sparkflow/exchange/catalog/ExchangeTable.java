@@ -75,6 +75,6 @@ public final class ExchangeTable implements SupportsRead, SupportsWrite {
 
     @Override
     public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-        return new ExchangeScanBuilder(desc, settings);
+        return new ExchangeScanBuilder(desc, settings, options);
     }
 }

@@ -3,6 +3,8 @@ package org.sparkflow.exchange.functions;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.Murmur3HashFunction;
 import org.apache.spark.sql.connector.catalog.functions.BoundFunction;
+import org.apache.spark.sql.connector.catalog.functions.Reducer;
+import org.apache.spark.sql.connector.catalog.functions.ReducibleFunction;
 import org.apache.spark.sql.connector.catalog.functions.ScalarFunction;
 import org.apache.spark.sql.connector.catalog.functions.UnboundFunction;
 import org.apache.spark.sql.types.DataType;
@@ -37,8 +39,12 @@ public final class BucketFunction implements UnboundFunction {
         return new Bound(inputType.fields()[1].dataType());
     }
 
-    /** The function bound to one key type. */
-    public static final class Bound implements ScalarFunction<Integer> {
+    /**
+     * The function bound to one key type. {@code bucket(n, k)} of two exchanges read at different widths reduce to
+     * their greatest common divisor g ({@code bucket(n, k) mod g = bucket(g, k)} when g divides n), so with
+     * {@code spark.sql.sources.v2.bucketing.allowCompatibleTransforms} Spark joins them without a shuffle.
+     */
+    public static final class Bound implements ScalarFunction<Integer>, ReducibleFunction<Integer, Integer> {
         private final DataType keyType;
 
         Bound(DataType keyType) {
@@ -77,10 +83,39 @@ public final class BucketFunction implements UnboundFunction {
             return of(key, keyType, n);
         }
 
+        @Override
+        public Reducer<Integer, Integer> reducer(int thisNumBuckets, ReducibleFunction<?, ?> other,
+                                                 int otherNumBuckets) {
+            if (!(other instanceof Bound)) {
+                return null;
+            }
+            int g = java.math.BigInteger.valueOf(thisNumBuckets).gcd(java.math.BigInteger.valueOf(otherNumBuckets))
+                    .intValue();
+            return g > 1 && g != thisNumBuckets ? new Modulo(g) : null;
+        }
+
         /** The bucket of one key value (Spark's internal representation) among {@code n}. */
         public static int of(Object key, DataType type, int n) {
             int hash = (int) Murmur3HashFunction.hash(key, type, SEED);
             return ((hash % n) + n) % n;
+        }
+    }
+
+    /** A bucket among n taken to its bucket among g, a divisor of n. */
+    record Modulo(int g) implements Reducer<Integer, Integer> {
+        @Override
+        public Integer reduce(Integer bucket) {
+            return bucket % g;
+        }
+
+        @Override
+        public DataType resultType() {
+            return DataTypes.IntegerType;
+        }
+
+        @Override
+        public String displayName() {
+            return "mod " + g;
         }
     }
 }

@@ -4,6 +4,8 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.OptionalLong;
+import java.util.SortedSet;
+import java.util.TreeSet;
 import org.apache.spark.sql.connector.expressions.Expression;
 import org.apache.spark.sql.connector.expressions.Expressions;
 import org.apache.spark.sql.connector.read.Batch;
@@ -21,32 +23,52 @@ import org.apache.spark.sql.types.StructType;
 import org.sparkflow.exchange.catalog.ExchangeDescription;
 
 /**
- * A scan of a sealed exchange: one read partition per subpartition (partition i reads subpartition i, as the
- * Python reader does for an explicit width). It tells Spark the rows and bytes the coordinator counted, and, for a
- * hash exchange on one key with an explicit width, {@code KeyGroupedPartitioning([bucket(n, k)], n)}, so
- * {@code groupBy(k)} and joins on {@code k} of exchanges of the same width need no shuffle.
+ * A scan of a sealed exchange: read partitions as {@link ReadLayout} groups the subpartitions (with
+ * {@code readPartitions=n}, partition i reads subpartition i, as the Python reader does for an explicit width),
+ * only those a filter on the hash keys can match ({@link KeyFilter}). It tells Spark the rows and bytes the
+ * coordinator counted, and, for a hash exchange on one key with an explicit width n read in m partitions,
+ * {@code KeyGroupedPartitioning([bucket(m, k)], m)}, so {@code groupBy(k)} and joins on {@code k} of exchanges read
+ * at the same m need no shuffle.
  */
 public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioning, SupportsReportStatistics {
     private final ExchangeDescription desc;
     private final ReadSettings settings;
     private final StructType readSchema;
     private final int[] columns; // positions of the read columns in the exchange's schema
+    private final SortedSet<Integer> kept; // the subpartitions read
+    private final ReadLayout layout;
 
-    ExchangeScan(ExchangeDescription desc, ReadSettings settings, StructType required) {
+    ExchangeScan(ExchangeDescription desc, ReadSettings settings, StructType required, SortedSet<Integer> pruned,
+                 String readPartitions) {
         this.desc = desc;
         this.settings = settings;
         StructType full = desc.sparkSchema();
-        List<StructField> kept = new ArrayList<>();
+        List<StructField> fields = new ArrayList<>();
         List<Integer> positions = new ArrayList<>();
         for (int i = 0; i < full.fields().length; i++) {
             if (Arrays.asList(required.fieldNames()).contains(full.fields()[i].name())) {
-                kept.add(full.fields()[i]);
+                fields.add(full.fields()[i]);
                 positions.add(i);
             }
         }
-        this.readSchema = new StructType(kept.toArray(new StructField[0]));
+        this.readSchema = new StructType(fields.toArray(new StructField[0]));
         this.columns = positions.stream().mapToInt(Integer::intValue).toArray();
         checkReadable();
+        SortedSet<Integer> read = pruned;
+        if (read == null) {
+            read = new TreeSet<>();
+            for (int i = 0; i < desc.numSubpartitions; i++) {
+                read.add(i);
+            }
+        }
+        kept = read;
+        layout = ReadLayout.plan(desc.name, desc.numSubpartitions, kept, desc.subpartitionBytes, readPartitions,
+                desc.bucketedOnOneKey());
+    }
+
+    /** Spark may be told the layout: hash on one key with an explicit width, and the key among the columns read. */
+    private boolean keyGrouped() {
+        return desc.bucketedOnOneKey() && Arrays.asList(readSchema.fieldNames()).contains(desc.keys.get(0));
     }
 
     /** Refuse at planning what this path cannot read exactly, saying what to do instead. */
@@ -80,7 +102,9 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
     public String description() {
         return "sparkflow-exchange " + desc.name + " [" + desc.partitioner
                 + (desc.keys.isEmpty() ? "" : "(" + String.join(", ", desc.keys) + ")") + ", "
-                + desc.numSubpartitions + " subpartitions, " + desc.committed.size() + " producers]";
+                + desc.numSubpartitions + " subpartitions" + (kept.size() < desc.numSubpartitions ? " (" + kept.size()
+                + " read)" : "") + " in " + layout.groups() + " read partitions, " + desc.committed.size()
+                + " producers]";
     }
 
     @Override
@@ -90,11 +114,14 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
 
     @Override
     public InputPartition[] planInputPartitions() {
-        InputPartition[] parts = new InputPartition[desc.numSubpartitions];
-        for (int i = 0; i < parts.length; i++) {
-            parts[i] = new SubpartitionInput(desc.name, i, desc.committed);
+        List<InputPartition> parts = new ArrayList<>();
+        for (int j = 0; j < layout.groups(); j++) {
+            int[] members = layout.members().get(j);
+            if (members.length > 0) {
+                parts.add(new SubpartitionInput(desc.name, j, members, desc.committed));
+            }
         }
-        return parts;
+        return parts.toArray(new InputPartition[0]);
     }
 
     @Override
@@ -104,16 +131,20 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
 
     @Override
     public Partitioning outputPartitioning() {
-        if (desc.bucketedOnOneKey() && Arrays.asList(readSchema.fieldNames()).contains(desc.keys.get(0))) {
-            Expression bucket = Expressions.bucket(desc.numSubpartitions, desc.keys.get(0));
-            return new KeyGroupedPartitioning(new Expression[] {bucket}, desc.numSubpartitions);
+        int read = (int) layout.members().stream().filter(g -> g.length > 0).count();
+        if (keyGrouped()) {
+            Expression bucket = Expressions.bucket(layout.groups(), desc.keys.get(0));
+            return new KeyGroupedPartitioning(new Expression[] {bucket}, read);
         }
-        return new UnknownPartitioning(desc.numSubpartitions);
+        return new UnknownPartitioning(read);
     }
 
     @Override
     public Statistics estimateStatistics() {
         OptionalLong bytes = desc.bytes;
+        if (desc.subpartitionBytes != null && kept.size() < desc.numSubpartitions) {
+            bytes = OptionalLong.of(kept.stream().mapToLong(i -> desc.subpartitionBytes[i]).sum());
+        }
         if (bytes.isPresent() && columns.length < desc.sparkSchema().fields().length) {
             // a pruned scan hands Spark fewer columns: scale by their share of the default sizes
             double all = desc.sparkSchema().defaultSize();
@@ -121,7 +152,7 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
             bytes = OptionalLong.of(Math.max(1, (long) (bytes.getAsLong() * Math.min(1.0, read / Math.max(1, all)))));
         }
         OptionalLong size = bytes;
-        OptionalLong rows = desc.rows;
+        OptionalLong rows = kept.size() < desc.numSubpartitions ? OptionalLong.empty() : desc.rows;
         return new Statistics() {
             @Override
             public OptionalLong sizeInBytes() {

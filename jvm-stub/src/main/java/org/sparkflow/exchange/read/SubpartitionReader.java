@@ -19,7 +19,8 @@ import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
 import org.sparkflow.exchange.wire.WireException;
 
 /**
- * Reads one subpartition of every committed producer, producer after producer: from its spill file when it is on
+ * Reads a read partition's subpartitions of every committed producer, subpartition after subpartition, each
+ * producer after producer: from its spill file when it is on
  * this host, else from its exchange service under credit. Each buffer's checksum and each producer's
  * end-of-partition counts are checked; anything that is not exactly what was written fails the task with an error
  * naming the exchange, producer and subpartition.
@@ -32,7 +33,8 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
     private final BufferAllocator allocator;
     private final VectorSchemaRoot root;
     private final BufferDecoder decoder;
-    private int producerIndex;
+    private int subpartitionIndex; // of input.subpartitions(): the one being read
+    private int producerIndex; // the next producer of that subpartition
     private ProducerSource current;
     private ColumnarBatch batch;
 
@@ -42,7 +44,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
         this.hostId = settings.hostId();
         this.secret = settings.secret();
         this.allocator = ArrowUtils.rootAllocator().newChildAllocator(
-                "sparkflow-exchange " + input.exchange() + "/" + input.subpartition(), 0, Long.MAX_VALUE);
+                "sparkflow-exchange " + input.exchange() + "/" + input.key(), 0, Long.MAX_VALUE);
         try {
             Schema schema = MessageSerializer.deserializeSchema(new ReadChannel(
                     Channels.newChannel(new ByteArrayInputStream(Base64.getDecoder().decode(schemaBase64)))));
@@ -56,7 +58,11 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
 
     private String where(Producer p) {
         return "exchange '" + input.exchange() + "', producer " + p.index() + " (partition " + p.partition()
-                + "), subpartition " + input.subpartition();
+                + "), subpartition " + subpartition();
+    }
+
+    private int subpartition() {
+        return input.subpartitions()[subpartitionIndex];
     }
 
     private ExchangeReadException integrity(Producer p, String what, String detail) {
@@ -69,7 +75,11 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
         while (true) {
             if (current == null) {
                 if (producerIndex == input.producers().size()) {
-                    return false;
+                    if (subpartitionIndex + 1 >= input.subpartitions().length) {
+                        return false;
+                    }
+                    subpartitionIndex++;
+                    producerIndex = 0;
                 }
                 current = open(input.producers().get(producerIndex++));
             }
@@ -117,7 +127,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
                     + p.servicePid() + ") is gone, its spill files are no longer served; re-run the write to recover");
         }
         try {
-            return new ProducerFile(p, input.subpartition());
+            return new ProducerFile(p, subpartition());
         } catch (IOException e) {
             throw integrity(p, "lost", "its spill file " + p.spill() + " cannot be opened: " + e);
         } catch (IllegalStateException e) {
@@ -136,7 +146,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
                     + "speaks TLS, which the catalog does not: read it with spark.read.format(\"pipelined\")");
         }
         try {
-            return new RemoteProducer(p, address, input.subpartition(), secret, hostId);
+            return new RemoteProducer(p, address, subpartition(), secret, hostId);
         } catch (WireException e) {
             throw integrity(p, "lost", "its service at " + address + " cannot be asked for it: " + e.getMessage());
         }

@@ -1,0 +1,105 @@
+package org.sparkflow.exchange.read;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+import java.util.SortedSet;
+import org.apache.spark.network.util.JavaUtils;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.internal.SQLConf;
+
+/**
+ * Which subpartitions each read partition reads. Read partition j of m reads subpartitions {@code j, j + m, ...}
+ * with m a divisor of the width n: since {@code pmod(h, n) mod m = pmod(h, m)} when m divides n, every row of
+ * read partition j is in {@code bucket(m, k)} = j, so a hash exchange stays key-grouped at any such m.
+ *
+ * <p>{@code readPartitions=auto} (the default) picks m as Spark's adaptive execution coalesces a shuffle of the
+ * same size: each read partition at most {@code spark.sql.adaptive.advisoryPartitionSizeInBytes}, and, with
+ * {@code coalescePartitions.parallelismFirst}, at most the size over the default parallelism (not below
+ * {@code minPartitionSize}); the smallest divisor of n that keeps to that. Without adaptive execution or sizes:
+ * one read partition per subpartition. A number asks for exactly that many (a divisor of n for a key-grouped
+ * read).
+ */
+record ReadLayout(int groups, List<int[]> members) {
+    static final String OPTION = "readPartitions";
+
+    /** The layout of a read of subpartitions {@code kept} (ascending) of an exchange of width {@code n}. */
+    static ReadLayout plan(String exchange, int n, SortedSet<Integer> kept, long[] subpartitionBytes,
+                           String requested, boolean keyGrouped) {
+        int m = width(exchange, n, kept, subpartitionBytes, requested, keyGrouped);
+        List<int[]> members = new ArrayList<>();
+        for (int j = 0; j < m; j++) {
+            final int g = j;
+            members.add(kept.stream().filter(i -> i % m == g).mapToInt(Integer::intValue).toArray());
+        }
+        return new ReadLayout(m, members);
+    }
+
+    private static int width(String exchange, int n, SortedSet<Integer> kept, long[] subpartitionBytes,
+                             String requested, boolean keyGrouped) {
+        String value = requested == null ? "auto" : requested.strip().toLowerCase(Locale.ROOT);
+        if (!value.equals("auto")) {
+            int m;
+            try {
+                m = Integer.parseInt(value);
+            } catch (NumberFormatException e) {
+                throw new IllegalArgumentException(OPTION + " of exchange '" + exchange + "' must be auto or a "
+                        + "number of read partitions, got '" + requested + "'");
+            }
+            if (m < 1 || m > n || (keyGrouped && n % m != 0)) {
+                throw new IllegalArgumentException(OPTION + "=" + m + " for exchange '" + exchange + "' of " + n
+                        + " subpartitions: give " + (keyGrouped ? "a divisor of " + n + " (each read partition "
+                        + "then holds whole buckets)" : "a number from 1 to " + n));
+            }
+            return m;
+        }
+        SQLConf conf = SQLConf.get();
+        if (subpartitionBytes == null || !conf.adaptiveExecutionEnabled() || !bool(conf,
+                "spark.sql.adaptive.coalescePartitions.enabled", true)) {
+            return n;
+        }
+        long total = 0;
+        for (int i : kept) {
+            total += subpartitionBytes[i];
+        }
+        long advisory = size(conf, "spark.sql.adaptive.advisoryPartitionSizeInBytes",
+                conf.getConfString("spark.sql.adaptive.shuffle.targetPostShuffleInputSize", "64m"));
+        long target = advisory;
+        if (bool(conf, "spark.sql.adaptive.coalescePartitions.parallelismFirst", true)) {
+            long minimum = size(conf, "spark.sql.adaptive.coalescePartitions.minPartitionSize", "1m");
+            target = Math.max(minimum, Math.min(advisory, total / Math.max(1, parallelism())));
+        }
+        for (int m = 1; m < n; m++) {
+            if (n % m == 0 && largestGroup(m, kept, subpartitionBytes) <= target) {
+                return m;
+            }
+        }
+        return n;
+    }
+
+    private static long largestGroup(int m, SortedSet<Integer> kept, long[] bytes) {
+        long[] sums = new long[m];
+        long largest = 0;
+        for (int i : kept) {
+            sums[i % m] += bytes[i];
+            largest = Math.max(largest, sums[i % m]);
+        }
+        return largest;
+    }
+
+    private static int parallelism() {
+        try {
+            return SparkSession.active().sparkContext().defaultParallelism();
+        } catch (RuntimeException e) {
+            return 1;
+        }
+    }
+
+    private static boolean bool(SQLConf conf, String key, boolean otherwise) {
+        return Boolean.parseBoolean(conf.getConfString(key, String.valueOf(otherwise)).strip());
+    }
+
+    private static long size(SQLConf conf, String key, String otherwise) {
+        return JavaUtils.byteStringAsBytes(conf.getConfString(key, otherwise).strip());
+    }
+}
