@@ -4,7 +4,6 @@ import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.Channels;
-import java.util.List;
 import java.util.zip.CRC32C;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.vector.VectorSchemaRoot;
@@ -20,28 +19,41 @@ import org.apache.spark.sql.util.ArrowUtils;
 /**
  * Rows into data buffers, byte for byte the layout of {@code buffer.BatchEncoder} (uncompressed): one Arrow IPC
  * record-batch message (no schema: the exchange carries it once), then an 8-byte trailer, the message's CRC32C
- * and its length (u32 each, big endian). One Arrow root, refilled for each buffer by Spark's own ArrowWriter.
+ * and its length (u32 each, big endian). Each target fills its own Arrow root through Spark's own ArrowWriter as
+ * rows arrive (no row is copied to be held), made when the target gets its first row; a root's memory is given
+ * back each time its buffer leaves, so what a task holds is what its targets hold, never each target's largest.
  */
 final class BufferEncoder implements AutoCloseable {
     static final int TRAILER = 8;
+    private final Schema schema;
     private final BufferAllocator allocator;
-    private final VectorSchemaRoot root;
-    private final ArrowWriter writer;
+    private final VectorSchemaRoot[] roots;
+    private final ArrowWriter[] writers;
 
-    BufferEncoder(Schema schema) {
+    BufferEncoder(Schema schema, int targets) {
+        this.schema = schema;
         allocator = ArrowUtils.rootAllocator().newChildAllocator("sparkflow-exchange-writer", 0, Long.MAX_VALUE);
-        root = VectorSchemaRoot.create(schema, allocator);
-        writer = ArrowWriter.create(root);
+        roots = new VectorSchemaRoot[targets];
+        writers = new ArrowWriter[targets];
     }
 
-    /** The data buffer holding {@code rows}, in order. */
-    byte[] encode(List<InternalRow> rows) {
+    /** Append {@code row} to target {@code t}'s buffer. */
+    void append(int t, InternalRow row) {
+        ArrowWriter w = writers[t];
+        if (w == null) {
+            roots[t] = VectorSchemaRoot.create(schema, allocator);
+            w = writers[t] = ArrowWriter.create(roots[t]);
+        }
+        w.write(row);
+    }
+
+    /** Target {@code t}'s rows as one data buffer, in order ({@code sizeHint}: about its bytes); then empty. */
+    byte[] encode(int t, long sizeHint) {
+        ArrowWriter w = writers[t];
+        VectorSchemaRoot root = roots[t];
         try {
-            for (InternalRow row : rows) {
-                writer.write(row);
-            }
-            writer.finish();
-            Sink out = new Sink((int) Math.min(Integer.MAX_VALUE - 64, (long) root.getRowCount() * 16 + 4096));
+            w.finish();
+            Sink out = new Sink((int) Math.min(Integer.MAX_VALUE - 64, sizeHint + sizeHint / 8 + 4096));
             try (ArrowRecordBatch batch = new VectorUnloader(root).getRecordBatch()) {
                 MessageSerializer.serialize(new WriteChannel(Channels.newChannel(out)), batch);
             }
@@ -49,7 +61,8 @@ final class BufferEncoder implements AutoCloseable {
         } catch (IOException e) {
             throw new IllegalStateException("cannot serialise a record batch: " + e, e);
         } finally {
-            writer.reset();
+            w.reset();
+            root.clear(); // the memory goes back; the vectors grow again from their first rows
         }
     }
 
@@ -64,13 +77,17 @@ final class BufferEncoder implements AutoCloseable {
             CRC32C crc = new CRC32C();
             crc.update(buf, 0, length);
             write(ByteBuffer.allocate(TRAILER).putInt((int) crc.getValue()).putInt(length).array(), 0, TRAILER);
-            return toByteArray();
+            return buf.length == count ? buf : toByteArray();
         }
     }
 
     @Override
     public void close() {
-        root.close();
+        for (VectorSchemaRoot root : roots) {
+            if (root != null) {
+                root.close();
+            }
+        }
         allocator.close();
     }
 }

@@ -7,7 +7,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.UUID;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
@@ -19,8 +18,9 @@ import org.sparkflow.exchange.discovery.RuntimeDir;
 
 /**
  * One task attempt's producer ({@code exchange.ProducerTask}): its result partition registered with this host's
- * service and its producer with the coordinator; rows routed to their targets and held as compact copies until a
- * target holds {@code bufferSize} bytes (or all of them {@code sortBufferSize}), or the oldest held row has waited
+ * service and its producer with the coordinator; rows routed to their targets and written into each target's Arrow
+ * vectors at once (their size counted as the row's, an UnsafeRow's bytes) until a target holds {@code bufferSize}
+ * bytes (or all of them {@code sortBufferSize}), or the oldest held row has waited
  * {@code bufferTimeout} (the output flusher's rule: a reader of a write in progress gets rows while the task runs),
  * then encoded and pushed; at commit the rest pushed, the partition finished with its counts and reported to the
  * coordinator. The wait is checked as rows arrive (every {@link #CLOCK_EVERY} rows): a task whose input stalls
@@ -35,12 +35,12 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
     private final int index;
     private final String partition;
     private final RowRouter router;
-    private final UnsafeProjection compact;
     private final BufferEncoder encoder;
     private final CoordinatorClient coordinator;
     private final ProducerConnection producer;
-    private final List<List<InternalRow>> held;
+    private final long[] heldRows;
     private final long[] heldBytes;
+    private final long rowEstimate; // bytes counted for a row that is not an UnsafeRow
     private final long[] sentBuffers;
     private final long[] sentRows;
     private long totalHeld;
@@ -54,12 +54,9 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
         this.partition = handle.name() + "." + handle.epoch() + "." + index + "." + attempt + "."
                 + UUID.randomUUID().toString().replace("-", "").substring(0, 8);
         this.router = new RowRouter(handle, index);
-        this.compact = UnsafeProjection.create(handle.schema());
         int width = router.width();
-        held = new ArrayList<>(width);
-        for (int i = 0; i < width; i++) {
-            held.add(new ArrayList<>());
-        }
+        rowEstimate = Math.max(8, handle.schema().defaultSize());
+        heldRows = new long[width];
         heldBytes = new long[width];
         sentBuffers = new long[width];
         sentRows = new long[width];
@@ -67,7 +64,7 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
         Endpoint service = Discovery.service(handle.discovery(), runtime);
         coordinator = new CoordinatorClient(Discovery.find(handle.discovery(), runtime));
         WriteSettings s = handle.settings();
-        encoder = new BufferEncoder(ExchangeDescription.arrowSchema(handle.name(), handle.schemaBase64()));
+        encoder = new BufferEncoder(ExchangeDescription.arrowSchema(handle.name(), handle.schemaBase64()), width);
         ProducerConnection conn = null;
         try {
             conn = new ProducerConnection(service, partition, handle.registeredSubpartitions(), s.partitionType(),
@@ -94,9 +91,9 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
     @Override
     public void write(InternalRow row) {
         int target = router.target(row);
-        UnsafeRow copy = compact.apply(row).copy();
-        held.get(target).add(copy);
-        long size = copy.getSizeInBytes();
+        encoder.append(target, row);
+        heldRows[target]++;
+        long size = row instanceof UnsafeRow u ? u.getSizeInBytes() : rowEstimate;
         if (totalHeld == 0) {
             oldestHeldAt = System.nanoTime();
         }
@@ -119,20 +116,19 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
     }
 
     private void push(int target) {
-        List<InternalRow> batch = held.get(target);
-        if (batch.isEmpty()) {
+        if (heldRows[target] == 0) {
             return;
         }
-        producer.push(router.subpartition(target), encoder.encode(batch));
+        producer.push(router.subpartition(target), encoder.encode(target, heldBytes[target]));
         sentBuffers[target]++;
-        sentRows[target] += batch.size();
+        sentRows[target] += heldRows[target];
+        heldRows[target] = 0;
         totalHeld -= heldBytes[target];
         heldBytes[target] = 0;
-        held.set(target, new ArrayList<>());
     }
 
     private void pushAll() {
-        for (int t = 0; t < held.size(); t++) {
+        for (int t = 0; t < heldRows.length; t++) {
             push(t);
         }
     }
