@@ -172,11 +172,11 @@ class ExchangeDataset(IterableDataset):
         self._resume = 0
         return self._delivered(batches, self._counting and info is None)
 
-    def _delivered(self, batches: Iterator[pa.RecordBatch], count: bool) -> Iterator[Any]:
+    def _delivered(self, batches: Iterator[Any], count: bool) -> Iterator[Any]:
         for batch in batches:
             if count:
                 self.steps += 1
-            yield self.transform(batch)
+            yield batch if isinstance(batch, dict) else self.transform(batch)  # dicts: made tensors already
 
     def _check_write(self, desc: dict) -> None:
         if self._write_epoch is not None and self._resume and desc["epoch"] != self._write_epoch:
@@ -205,8 +205,12 @@ class ExchangeDataset(IterableDataset):
         real = sizes[:len(sizes) - pads]
         skip_rows = sum(real[:skip])
         rows = _rows(config, desc, segments, skip_rows, self.columns)
+        exact = self.balance is not Balance.DROP
         try:  # drop: the reader stops at its last planned batch, its other rows are not read
-            yield from _cut(rows, real[skip:], exact=self.balance is not Balance.DROP)
+            if self.transform is to_tensors and (self.columns is None or self.columns):
+                yield from _cut(_buffer_tensors(rows), real[skip:], exact=exact, rows=_TensorRows)
+            else:
+                yield from _cut(rows, real[skip:], exact=exact)
         finally:
             rows.close()
         pads_done = max(0, skip - len(real))
@@ -334,27 +338,65 @@ def _rows(config, desc: dict, segments: list[Segment], skip: int,
             batches.close()
 
 
-def _cut(batches: Iterator[pa.RecordBatch], sizes: list[int] | None, size: int | None = None,
-         exact: bool = True) -> Iterator[pa.RecordBatch]:
+class _ArrowRows:
+    """How :func:`_cut` measures, slices and joins Arrow record batches."""
+
+    @staticmethod
+    def length(batch: pa.RecordBatch) -> int:
+        return batch.num_rows
+
+    @staticmethod
+    def slice(batch: pa.RecordBatch, start: int, stop: int | None = None) -> pa.RecordBatch:
+        return batch.slice(start, None if stop is None else stop - start)
+
+    @staticmethod
+    def join(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+        return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
+class _TensorRows:
+    """The same for batches already made tensors (``{column: tensor}``): a slice is a view of the tensor."""
+
+    @staticmethod
+    def length(batch: dict) -> int:
+        return len(next(iter(batch.values())))
+
+    @staticmethod
+    def slice(batch: dict, start: int, stop: int | None = None) -> dict:
+        return {name: t[start:stop] for name, t in batch.items()}
+
+    @staticmethod
+    def join(batches: list[dict]) -> dict:
+        return {name: torch.cat([b[name] for b in batches]) for name in batches[0]}
+
+
+def _cut(batches: Iterator[Any], sizes: list[int] | None, size: int | None = None,
+         exact: bool = True, rows: type = _ArrowRows) -> Iterator[Any]:
     """Batches of exactly ``sizes`` rows (or of ``size``, the last one what is left); ``exact``: the rows
-    must be all used (the committed counts planned them), else the rest is left unread."""
-    pending: list[pa.RecordBatch] = []
+    must be all used (the committed counts planned them), else the rest is left unread. ``rows``: the kind
+    of batch (Arrow record batches, or tensor dicts)."""
+    pending: list = []
     held = 0
     wanted = iter(sizes) if sizes is not None else None
     want = next(wanted, None) if wanted is not None else size
     for batch in batches:
+        n = rows.length(batch)
+        if not n:
+            continue
         pending.append(batch)
-        held += batch.num_rows
+        held += n
         while want is not None and held >= want:
-            if pending[0].num_rows >= want:  # the usual case: a slice of one decoded buffer, no copy
-                yield pending[0].slice(0, want)
-                pending[0] = pending[0].slice(want)
-                if not pending[0].num_rows:
+            first = rows.length(pending[0])
+            if first >= want:  # the usual case: a slice of one decoded buffer, no copy
+                yield rows.slice(pending[0], 0, want)
+                if first == want:
                     pending.pop(0)
+                else:
+                    pending[0] = rows.slice(pending[0], want)
             else:
-                table = pa.Table.from_batches(pending).combine_chunks()
-                yield table.slice(0, want).to_batches()[0]
-                pending = table.slice(want).to_batches()
+                joined = rows.join(pending)
+                yield rows.slice(joined, 0, want)
+                pending = [rows.slice(joined, want)] if held > want else []
             held -= want
             want = next(wanted, None) if wanted is not None else size
             if want is None and not exact:
@@ -363,7 +405,15 @@ def _cut(batches: Iterator[pa.RecordBatch], sizes: list[int] | None, size: int |
         if want is not None or held:
             raise ExchangeError(f"read {held} rows more or fewer than the committed counts planned")
     elif held:
-        yield pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
+        yield rows.join(pending) if len(pending) > 1 else pending[0]
+
+
+def _buffer_tensors(batches: Iterator[pa.RecordBatch]) -> Iterator[dict]:
+    """Each decoded buffer made tensors once (:func:`to_tensors`): the loop's batches are then views of them, and
+    a DataLoader worker hands over one shared storage per buffer and column, not one per batch."""
+    for batch in batches:
+        if batch.num_rows:
+            yield to_tensors(batch)
 
 
 def _repeat(rows: pa.RecordBatch, size: int) -> pa.RecordBatch:

@@ -184,3 +184,30 @@ def test_bad_dataset_arguments_get_clear_errors(svc):
         w.write(pa.record_batch([pa.array(["a", "b"]), pa.array([1, 2])], names=["s", "k"]))
     with pytest.raises(ConfigError, match="column 's' of type string has no tensor"):
         next(iter(ExchangeDataset("t-strings", 1, **settings)))
+
+
+def test_batches_cut_from_buffer_tensors_equal_batches_cut_as_arrow():
+    """The default transform makes each decoded buffer tensors once and cuts views of them: the batches must
+    be those of cutting the Arrow rows first and converting each batch, for batches inside one buffer, across
+    buffers and at the end."""
+    from sparkflow_exchange.torch import _ArrowRows, _TensorRows, _buffer_tensors, _cut, to_tensors
+
+    rng = np.random.default_rng(7)
+    lengths = [1, 0, 700, 3, 1500, 64, 999]
+    start = 0
+    buffers = []
+    for n in lengths:
+        ids = np.arange(start, start + n, dtype=np.int64)
+        buffers.append(pa.record_batch({"id": ids, "x": rng.random(n).astype(np.float32),
+                                        "v": pa.FixedSizeListArray.from_arrays(pa.array(np.repeat(ids, 2)), 2)}))
+        start += n
+    total = start
+    for sizes, size in (([100] * (total // 100) + [total % 100], None), ([total], None),
+                        (None, 256), (None, 1)):
+        arrow = [to_tensors(b) for b in _cut(iter(buffers), sizes, size, rows=_ArrowRows)]
+        tensors = list(_cut(_buffer_tensors(iter(buffers)), sizes, size, rows=_TensorRows))
+        assert len(arrow) == len(tensors) and sum(len(b["id"]) for b in tensors) == total
+        for a, t in zip(arrow, tensors):
+            assert a.keys() == t.keys()
+            for name in a:
+                assert torch.equal(a[name], t[name]), name
