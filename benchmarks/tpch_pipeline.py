@@ -43,7 +43,8 @@ user's first application does.
 N is ``spark.sql.shuffle.partitions`` of every application, Spark's default 200 unless
 ``--shuffle-partitions`` says otherwise: the width an untuned application shuffles to, and the one the
 JVM catalog needs given explicitly to report the partitioning. Adaptive execution coalesces Spark's own
-shuffles (parquet, one-app) into fewer tasks; an exact-width exchange is read by N tasks.
+shuffles (parquet, one-app) into fewer tasks; the JVM catalog groups the N subpartitions into as few read
+partitions by the same rule (``readPartitions=auto``, still key-grouped), the Python reader reads N.
 
 Every route's answer is checked against DuckDB running the original TPC-H query on the same parquet files
 (rows sorted, decimals and doubles within 1e-6 relative); a wrong answer stops the run. The consumers'
