@@ -237,6 +237,22 @@ def different_widths(d):
 
 
 @check("layouts")
+def different_read_partitions_reduce_to_a_common_divisor(d):
+    """Two exchanges of width 8 read in 4 and 2 partitions: bucket(4, k) and bucket(2, k) reduce to bucket(2, k)
+    under allowCompatibleTransforms, so the join shuffles neither side, and the answer is parquet's."""
+    spark.conf.set("spark.sql.sources.v2.bucketing.allowCompatibleTransforms.enabled", "true")
+    try:
+        left = spark.read.option("readPartitions", "4").table("exchange.t8a")
+        right = spark.read.option("readPartitions", "2").table("exchange.t8b").select("k", F.col("v").alias("w"))
+        got = left.join(right, "k")
+        d["plan"] = plan(got)
+        assert not shuffles(d["plan"]), d["plan"]
+        same(got, parquet("t8a").join(parquet("t8b").select("k", F.col("v").alias("w")), "k"))
+    finally:
+        spark.conf.unset("spark.sql.sources.v2.bucketing.allowCompatibleTransforms.enabled")
+
+
+@check("layouts")
 def coalesced_width(d):
     """Written without numSubpartitions: read one partition per subpartition, every row exactly once."""
     got = spark.table("exchange.coalesced")

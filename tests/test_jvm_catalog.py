@@ -101,6 +101,10 @@ def test_join_of_different_widths_is_correct(layouts):
     passed(layouts, "different_widths")
 
 
+def test_exchanges_read_at_different_widths_join_without_shuffle_when_compatible(layouts):
+    assert "SortMergeJoin" in passed(layouts, "different_read_partitions_reduce_to_a_common_divisor")["plan"]
+
+
 def test_exchange_without_explicit_width_reads_every_row_once(layouts):
     outcome = passed(layouts, "coalesced_width")
     assert 1 <= outcome["partitions"] <= outcome["subpartitions"] == 4

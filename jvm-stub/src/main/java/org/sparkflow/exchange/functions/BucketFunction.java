@@ -42,7 +42,7 @@ public final class BucketFunction implements UnboundFunction {
     /**
      * The function bound to one key type. {@code bucket(n, k)} of two exchanges read at different widths reduce to
      * their greatest common divisor g ({@code bucket(n, k) mod g = bucket(g, k)} when g divides n), so with
-     * {@code spark.sql.sources.v2.bucketing.allowCompatibleTransforms} Spark joins them without a shuffle.
+     * {@code spark.sql.sources.v2.bucketing.allowCompatibleTransforms.enabled} Spark joins them without a shuffle.
      */
     public static final class Bound implements ScalarFunction<Integer>, ReducibleFunction<Integer, Integer> {
         private final DataType keyType;
