@@ -29,6 +29,9 @@ wall clock from process start to exit, so interpreter, JVM and session start cou
 * ``jvm``: the producer writes through the JVM catalog (``df.writeTo("exchange.<name>")``, hashed on K into
   N, no Python worker) and the consumer reads through it as ``pipelined-jvm`` does: no Python worker in
   either application.
+* ``jvm-concurrent``: the ``jvm`` route's two applications started together; the consumer's catalog waits for
+  the exchange's commit (``spark.sql.catalog.exchange.commitTimeout``) and then reads it, so its session start
+  and planning overlap the producer's run. Seconds until both exited.
 * ``pipelined-concurrent``: producer and consumer started together; the consumer's Python read waits for
   the exchange to be declared (``declareTimeout``) and reads it while it is written. Seconds until both exited.
 * ``parquet``: the producer writes the same rows as parquet to a temporary directory (as they are, no
@@ -57,7 +60,7 @@ Data: ``tpchgen-cli`` (``.venv/bin/python -m pip install tpchgen-cli``) writes t
 into ``benchmarks/.tpch/sf<N>`` once (ignored by git); later runs reuse them.
 
 Run: .venv/bin/python benchmarks/tpch_pipeline.py --sf 1 5 [--queries 3,5,9,10,18] [--repeat 2]
-         [--routes pipelined,pipelined-jvm,jvm,pipelined-concurrent,parquet,one-app] [--shuffle-partitions 200]
+         [--routes pipelined,pipelined-jvm,jvm,jvm-concurrent,pipelined-concurrent,parquet,one-app] [--shuffle-partitions 200]
          [--conf KEY=VALUE ...]
 Quick check: .venv/bin/python benchmarks/tpch_pipeline.py --sf 0.1 --queries 3 --repeat 1
 Writes benchmarks/tpch_pipeline-latest.json.
@@ -80,7 +83,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DATA = HERE / ".tpch"
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
-ROUTES = ("pipelined", "pipelined-jvm", "jvm", "pipelined-concurrent", "parquet", "one-app")
+ROUTES = ("pipelined", "pipelined-jvm", "jvm", "jvm-concurrent", "pipelined-concurrent", "parquet", "one-app")
 CATALOG = "org.sparkflow.exchange.catalog.ExchangeCatalog"
 APP_TIMEOUT = 3600  # seconds for one application
 
@@ -242,10 +245,12 @@ def _child(args) -> dict:
     for setting in args.conf:
         key, _, value = setting.partition("=")
         builder = builder.config(key, value)
-    if args.io == "jvm":  # the JVM catalog: reads (and the jvm route's writes) with no Python worker
+    if args.io in ("jvm", "jvm-wait"):  # the JVM catalog: reads (and the jvm route's writes), no Python worker
         builder = (builder.config("spark.jars", sparkflow_exchange.plugin_jar())
                    .config("spark.sql.catalog.exchange", CATALOG)
                    .config("spark.sql.sources.v2.bucketing.shuffle.enabled", "true"))
+    if args.io == "jvm-wait":  # started with its producer: loading the table waits for the exchange's commit
+        builder = builder.config("spark.sql.catalog.exchange.commitTimeout", str(APP_TIMEOUT))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     session_s = time.perf_counter() - started
@@ -273,7 +278,7 @@ def _child(args) -> dict:
             spark.sql(query["producer"]).createOrReplaceTempView("exchanged")
         elif args.io == "parquet":
             spark.read.parquet(args.path).createOrReplaceTempView("exchanged")
-        elif args.io == "jvm":
+        elif args.io in ("jvm", "jvm-wait"):
             spark.table(f"exchange.{args.exchange}").createOrReplaceTempView("exchanged")
         else:
             reader = spark.read.format("pipelined").option("exchange", args.exchange)
@@ -402,9 +407,10 @@ class Run:
             return {"seconds": whole["wall_s"], "apps": [whole], "rows": whole["rows"], "shuffles": whole["shuffles"]}
         parquet = self.tmp / name
         try:
-            if route == "pipelined-concurrent":
-                consumer = self.start(data, query, "consume", "concurrent", exchange=name)
-                producer = self.start(data, query, "produce", "pipelined", exchange=name)
+            if route in ("pipelined-concurrent", "jvm-concurrent"):
+                sink, source = ("pipelined", "concurrent") if route == "pipelined-concurrent" else ("jvm", "jvm-wait")
+                consumer = self.start(data, query, "consume", source, exchange=name)
+                producer = self.start(data, query, "produce", sink, exchange=name)
                 start = consumer[2]
                 apps = [self.finish(producer), self.finish(consumer)]
                 seconds = time.perf_counter() - start
@@ -530,7 +536,8 @@ def main() -> None:
 
     summary: dict = {}
     header = ("| sf | query | " + " | ".join(routes) + " | pipelined/parquet | pipelined-jvm/parquet | jvm/parquet | "
-              "pipelined-concurrent/parquet | pipelined/one-app | jvm/one-app | consumer shuffles (pipelined / jvm / parquet) |")
+              "jvm-concurrent/parquet | pipelined-concurrent/parquet | pipelined/one-app | jvm/one-app | "
+              "jvm-concurrent/one-app | consumer shuffles (pipelined / jvm / parquet) |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for sf_name, by_query in results.items():
         for q_name, by_route in by_query.items():
@@ -539,9 +546,11 @@ def main() -> None:
             ratios = {"pipelined/parquet": _ratio(best.get("pipelined"), best.get("parquet")),
                       "pipelined-jvm/parquet": _ratio(best.get("pipelined-jvm"), best.get("parquet")),
                       "jvm/parquet": _ratio(best.get("jvm"), best.get("parquet")),
+                      "jvm-concurrent/parquet": _ratio(best.get("jvm-concurrent"), best.get("parquet")),
                       "pipelined-concurrent/parquet": _ratio(best.get("pipelined-concurrent"), best.get("parquet")),
                       "pipelined/one-app": _ratio(best.get("pipelined"), best.get("one-app")),
-                      "jvm/one-app": _ratio(best.get("jvm"), best.get("one-app"))}
+                      "jvm/one-app": _ratio(best.get("jvm"), best.get("one-app")),
+                      "jvm-concurrent/one-app": _ratio(best.get("jvm-concurrent"), best.get("one-app"))}
             summary.setdefault(sf_name, {})[q_name] = {"best_s": best, "ratios": ratios, "consumer_shuffles": shuffles}
             lines.append(f"| {sf_name} | {q_name} | " + " | ".join(_cell(best.get(r), ".1f") for r in routes) + " | "
                          + " | ".join(_cell(v, ".2f") for v in ratios.values()) + " | "

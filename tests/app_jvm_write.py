@@ -305,5 +305,37 @@ def a_write_in_progress_is_read_as_it_goes(d):
     assert d["writing_at_first_rows"], "no rows reached the reader while the write ran"
 
 
+@check
+def a_catalog_with_commit_timeout_waits_for_the_commit(d):
+    """A consumer's catalog with commitTimeout loads an exchange not declared yet once its write commits, and
+    reads that commit; a create through the same catalog does not wait."""
+    spark.conf.set("spark.sql.catalog.waiting", "org.sparkflow.exchange.catalog.ExchangeCatalog")
+    spark.conf.set("spark.sql.catalog.waiting.commitTimeout", "120s")
+    delay = 3.0
+    failure: list = []
+
+    def write_later():
+        try:
+            time.sleep(delay)
+            base.writeTo("exchange.later").tableProperty("keys", "k").tableProperty("numSubpartitions", "4").create()
+        except Exception as exc:  # noqa: BLE001 - reported below
+            failure.append(exc)
+
+    writer = threading.Thread(target=write_later, daemon=True)
+    started = time.monotonic()
+    writer.start()
+    got = spark.table("waiting.later")
+    d["waited_s"] = round(time.monotonic() - started, 2)
+    writer.join(120)
+    assert not failure, failure
+    assert d["waited_s"] >= delay, d
+    same(got, base)
+    started = time.monotonic()
+    base.where("v < 10").writeTo("waiting.fresh").tableProperty("keys", "k").create()
+    d["create_s"] = round(time.monotonic() - started, 2)
+    assert d["create_s"] < 60, d  # far below commitTimeout: the create asked once whether the table exists
+    same(python_read("fresh"), base.where("v < 10"))
+
+
 print(json.dumps(results))
 spark.stop()

@@ -69,3 +69,8 @@ def test_a_missing_key_fails_at_planning_and_declares_nothing(results):
 def test_a_reader_gets_the_rows_of_a_write_still_running(results):
     outcome = passed(results, "a_write_in_progress_is_read_as_it_goes")
     assert outcome["rows"] == 100_000 and outcome["writing_at_first_rows"]
+
+
+def test_a_catalog_with_commit_timeout_reads_an_exchange_once_its_write_commits(results):
+    outcome = passed(results, "a_catalog_with_commit_timeout_waits_for_the_commit")
+    assert outcome["waited_s"] >= 3.0

@@ -34,13 +34,17 @@ import org.sparkflow.exchange.write.WriteSettings;
  * Settings: {@code spark.sql.catalog.<name>.<key>}, else {@code spark.sparkflow.exchange.<key>}, for
  * {@code coordinator}, {@code service} (a writer's service), {@code secret}, {@code secretFile}, {@code hostId}; without a coordinator the runtime
  * directory's state files name it (see {@link Discovery}). Tables live in the catalog's root namespace; the
- * function {@code bucket} is what a hash exchange on one key reports its layout with.
+ * function {@code bucket} is what a hash exchange on one key reports its layout with. {@code commitTimeout}
+ * (catalog setting only; default 0): how long loading a table waits for its exchange to be declared and committed,
+ * so a consumer application may start with its producer and read once the write commits.
  */
 public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
     static final String[] KEYS = {"coordinator", "service", "secret", "secretFile", "hostId", "tls.caFile",
         "tls.certFile"};
+    static final long POLL_MILLIS = 100;
     private String name;
     private Map<String, String> settings;
+    private long commitTimeoutNanos;
 
     @Override
     public void initialize(String name, CaseInsensitiveStringMap options) {
@@ -57,6 +61,9 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
                 settings.put(key, value);
             }
         }
+        String wait = options.get("commitTimeout");
+        commitTimeoutNanos = wait == null ? 0 : WriteSettings.duration("spark.sql.catalog." + name + ".commitTimeout",
+                wait);
     }
 
     @Override
@@ -104,13 +111,60 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
         if (ident.namespace().length != 0) {
             throw new NoSuchTableException(ident);
         }
-        Endpoint found = endpoint();
-        ExchangeDescription desc = new CoordinatorClient(found).describe(ident.name());
+        long deadline = System.nanoTime() + commitTimeoutNanos;
+        Endpoint found = untilFound(deadline);
+        ExchangeDescription desc = untilCommitted(new CoordinatorClient(found), ident.name(), deadline);
         if (desc == null) {
             throw new NoSuchTableException(ident);
         }
         return new ExchangeTable(desc, new ReadSettings(settings.getOrDefault("hostId", ""), found.secret()),
                 new CoordinatorClient(found), settings);
+    }
+
+    /** Whether the exchange is declared now: never waits (a create asks this before writing). */
+    @Override
+    public boolean tableExists(Identifier ident) {
+        return ident.namespace().length == 0 && new CoordinatorClient(endpoint()).describe(ident.name()) != null;
+    }
+
+    /**
+     * The exchange's description once it is declared and committed (or aborted), waiting up to {@code commitTimeout}
+     * for that; after it, as it is (null: not declared). A committed exchange that a new write is replacing is read
+     * as committed: a read reads one committed state.
+     */
+    private ExchangeDescription untilCommitted(CoordinatorClient coordinator, String table, long deadline) {
+        ExchangeDescription desc = coordinator.describe(table);
+        while ((desc == null || !(desc.sealed || "aborted".equals(desc.state))) && pause(deadline)) {
+            desc = coordinator.describe(table);
+        }
+        return desc;
+    }
+
+    /** The coordinator, waiting up to the deadline for one to be found (a producer may be starting it). */
+    private Endpoint untilFound(long deadline) {
+        while (true) {
+            try {
+                return endpoint();
+            } catch (IllegalStateException e) {
+                if (!pause(deadline)) {
+                    throw e;
+                }
+            }
+        }
+    }
+
+    /** Wait a poll interval if the deadline allows; false when it has passed (or the thread is interrupted). */
+    private static boolean pause(long deadline) {
+        if (System.nanoTime() >= deadline) {
+            return false;
+        }
+        try {
+            Thread.sleep(POLL_MILLIS);
+            return true;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return false;
+        }
     }
 
     /**

@@ -79,8 +79,8 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
         }
         if (!desc.sealed) {
             throw new ExchangeReadException(ex + " is still being written (state " + desc.state + "): the catalog reads "
-                    + "sealed exchanges only; read it after its write commits, or read it while it is written with "
-                    + "spark.read.format(\"pipelined\")");
+                    + "sealed exchanges only; read it after its write commits (the catalog setting commitTimeout waits "
+                    + "for the commit), or read it while it is written with spark.read.format(\"pipelined\")");
         }
         if (desc.numSubpartitions == null) {
             throw new ExchangeReadException(ex + " does not know its number of subpartitions");

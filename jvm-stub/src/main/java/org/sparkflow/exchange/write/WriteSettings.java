@@ -121,7 +121,7 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
     }
 
     /** Nanoseconds of a duration: seconds, or a number with a suffix ms, s, min or h (as the Python settings). */
-    static long duration(String key, String value) {
+    public static long duration(String key, String value) {
         java.util.regex.Matcher m = java.util.regex.Pattern.compile("\\s*(\\d+(?:\\.\\d+)?)\\s*([a-zA-Z]*)\\s*")
                 .matcher(value);
         if (m.matches()) {
