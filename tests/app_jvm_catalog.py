@@ -302,7 +302,8 @@ def types(d):
     df = spark.createDataFrame(rows, "i int, key string, d double, m decimal(12,2), b boolean, bin binary, "
                                      "arr array<int>, maybe string") \
         .withColumn("day", F.expr("date_add(DATE'2024-01-01', i)")) \
-        .withColumn("ts", F.expr("timestamp_seconds(i * 3600)"))
+        .withColumn("ts", F.expr("timestamp_seconds(i * 3600)")) \
+        .withColumn("st", F.expr("named_struct('x', i, 'y', key, 'inner', named_struct('z', d))"))
     write(df, "typed", "key", 5)
     got = spark.table("exchange.typed")
     same(got, parquet("typed"))

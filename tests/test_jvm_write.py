@@ -71,6 +71,11 @@ def test_a_reader_gets_the_rows_of_a_write_still_running(results):
     assert outcome["rows"] == 100_000 and outcome["writing_at_first_rows"]
 
 
+def test_nested_types_written_in_many_buffers_read_back_exactly(results):
+    outcome = passed(results, "nested_types_in_many_buffers")
+    assert outcome["catalog"] == outcome["python"] == 4000
+
+
 def test_a_catalog_with_commit_timeout_reads_an_exchange_once_its_write_commits(results):
     outcome = passed(results, "a_catalog_with_commit_timeout_waits_for_the_commit")
     assert outcome["waited_s"] >= 3.0

@@ -109,7 +109,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
             }
             ColumnVector[] vectors = new ColumnVector[columns.length];
             for (int i = 0; i < columns.length; i++) {
-                vectors[i] = new ArrowColumnVector(root.getVector(columns[i]));
+                vectors[i] = new RootColumn(root.getVector(columns[i]));
             }
             batch = new ColumnarBatch(vectors, rows);
             return true;
@@ -166,5 +166,21 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
         }
         root.close();
         allocator.close();
+    }
+
+    /**
+     * A column of the reader's root as Spark sees it. Spark may close a batch it has consumed; closing an Arrow
+     * struct or map vector removes its children, and the next buffer could not be loaded into the root. The root's
+     * vectors are the reader's: it closes them itself, at its end.
+     */
+    private static final class RootColumn extends ArrowColumnVector {
+        RootColumn(org.apache.arrow.vector.ValueVector vector) {
+            super(vector);
+        }
+
+        @Override
+        public void close() {
+            // the reader's root owns the vector
+        }
     }
 }
