@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from . import client
 from . import exchange as ex
-from .errors import ConfigError, ExchangeError
+from .errors import ConfigError, ExchangeError, ExchangeNotFound
 from .training_plan import Balance, EpochPlan, Segment, delivered, even_segments, plan_epoch, subpartition_order, \
     whole_subpartitions
 
@@ -271,7 +271,7 @@ class ExchangeLoader(DataLoader):
     def __iter__(self) -> Iterator[Any]:
         ds: ExchangeDataset = self.dataset  # type: ignore[assignment]
         if ds.balance is Balance.PAD and not ds._resume:  # the workers may begin while the exchange is written
-            ds._live_epoch = not ex.describe_exchange(ds._config()).get("sealed")
+            ds._live_epoch = _maybe_live(ds._config())
         batches = super().__iter__()  # workers start now, each with the dataset's epoch and resume point
         ds._resume = 0
         for batch in batches:
@@ -284,6 +284,16 @@ class ExchangeLoader(DataLoader):
 
     def load_state_dict(self, state: dict) -> None:
         self.dataset.load_state_dict(state)  # type: ignore[attr-defined]
+
+
+def _maybe_live(config) -> bool:
+    """Whether an epoch starting now may read the exchange while it is written, asked without waiting: only an
+    exchange committed already is not. Asked before the workers start (so what they see is never "more live"
+    than this), and without waiting for a declaration, so they start at once and wait for it themselves."""
+    try:
+        return not ex.describe_exchange(config, wait=False).get("sealed")
+    except ExchangeNotFound:
+        return True
 
 
 # ------------------------------------------------------------------ rows
