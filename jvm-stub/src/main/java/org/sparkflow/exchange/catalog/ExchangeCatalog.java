@@ -124,7 +124,7 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
     /** Whether the exchange is declared now: never waits (a create asks this before writing). */
     @Override
     public boolean tableExists(Identifier ident) {
-        return ident.namespace().length == 0 && new CoordinatorClient(endpoint()).describe(ident.name()) != null;
+        return ident.namespace().length == 0 && client().describe(ident.name()) != null;
     }
 
     /**
