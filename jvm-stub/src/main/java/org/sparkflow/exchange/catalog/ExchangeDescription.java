@@ -14,6 +14,7 @@ import java.util.OptionalLong;
 import org.apache.arrow.vector.ipc.ReadChannel;
 import org.apache.arrow.vector.ipc.message.MessageSerializer;
 import org.apache.arrow.vector.types.pojo.Schema;
+import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.ArrowUtils;
 
@@ -107,6 +108,22 @@ public final class ExchangeDescription implements Serializable {
         } catch (IOException | IllegalArgumentException e) {
             throw new IllegalStateException("exchange '" + name + "' has an unreadable schema: " + e.getMessage(), e);
         }
+    }
+
+    /** The position of column {@code name} in {@code schema}: its exact name, else its name in another case; -1. */
+    public static int column(StructType schema, String name) {
+        StructField[] fields = schema.fields();
+        for (int i = 0; i < fields.length; i++) {
+            if (fields[i].name().equals(name)) {
+                return i;
+            }
+        }
+        for (int i = 0; i < fields.length; i++) {
+            if (fields[i].name().equalsIgnoreCase(name)) {
+                return i;
+            }
+        }
+        return -1;
     }
 
     public StructType sparkSchema() {

@@ -22,10 +22,10 @@ import org.apache.spark.sql.types.DecimalType;
 import org.apache.spark.sql.types.IntegerType;
 import org.apache.spark.sql.types.LongType;
 import org.apache.spark.sql.types.ShortType;
-import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.types.TimestampNTZType;
 import org.apache.spark.sql.types.TimestampType;
+import org.sparkflow.exchange.catalog.ExchangeDescription;
 
 /**
  * The subpartitions an equality or IN filter on every hash key can match: the writer put a row in
@@ -45,23 +45,9 @@ final class KeyFilter {
         this.keys = keys;
         this.keyTypes = new DataType[keys.size()];
         for (int i = 0; i < keys.size(); i++) {
-            StructField f = field(schema, keys.get(i));
-            keyTypes[i] = f == null ? null : f.dataType();
+            int at = ExchangeDescription.column(schema, keys.get(i));
+            keyTypes[i] = at < 0 ? null : schema.fields()[at].dataType();
         }
-    }
-
-    private static StructField field(StructType schema, String name) {
-        for (StructField f : schema.fields()) {
-            if (f.name().equals(name)) {
-                return f;
-            }
-        }
-        for (StructField f : schema.fields()) {
-            if (f.name().equalsIgnoreCase(name)) {
-                return f;
-            }
-        }
-        return null;
     }
 
     /** Take what {@code p} says about a key's values, if it is an equality or IN on one of them. */

@@ -9,6 +9,7 @@ import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.plans.physical.HashPartitioning;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
+import org.sparkflow.exchange.catalog.ExchangeDescription;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
@@ -53,13 +54,7 @@ final class RowRouter {
         List<Expression> refs = new ArrayList<>();
         StructField[] fields = schema.fields();
         for (String key : keys) {
-            int found = -1;
-            for (int i = 0; i < fields.length && found < 0; i++) {
-                found = fields[i].name().equals(key) ? i : -1;
-            }
-            for (int i = 0; i < fields.length && found < 0; i++) {
-                found = fields[i].name().equalsIgnoreCase(key) ? i : -1;
-            }
+            int found = ExchangeDescription.column(schema, key);
             if (found < 0) {
                 throw new IllegalArgumentException("hash key '" + key + "' is not a column; available columns: "
                         + String.join(", ", schema.fieldNames()));
