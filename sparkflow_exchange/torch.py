@@ -54,7 +54,24 @@ def _tensor(name: str, column: pa.Array) -> torch.Tensor:
     if column.null_count and not pa.types.is_floating(column.type):
         raise ConfigError(f"column {name!r} has nulls, which a {column.type} tensor cannot hold: fill them in "
                           "the writing job or pass a transform")
-    return torch.from_numpy(column.to_numpy(zero_copy_only=False))
+    return torch.from_numpy(_numpy(column))
+
+
+def _numpy(column: pa.Array) -> np.ndarray:
+    """A numeric or boolean column as NumPy, read from its Arrow buffers: no copy for numbers without nulls
+    (``Array.to_numpy`` imports pandas on its first call, half a second in every fresh DataLoader worker)."""
+    n, offset = len(column), column.offset
+    validity, data = column.buffers()[:2]
+    if pa.types.is_boolean(column.type):
+        bits = np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little")
+        values = bits[offset:offset + n].astype(np.bool_)
+    else:
+        dtype = np.dtype(column.type.to_pandas_dtype())
+        values = np.frombuffer(data, dtype, count=n, offset=offset * dtype.itemsize)
+    if column.null_count:  # floating point only (checked by the caller): a null is NaN
+        valid = np.unpackbits(np.frombuffer(validity, np.uint8), bitorder="little")[offset:offset + n]
+        values = np.where(valid.astype(np.bool_), values, np.nan).astype(values.dtype)
+    return values
 
 
 def _distributed() -> tuple[int, int]:

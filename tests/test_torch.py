@@ -211,3 +211,48 @@ def test_batches_cut_from_buffer_tensors_equal_batches_cut_as_arrow():
             assert a.keys() == t.keys()
             for name in a:
                 assert torch.equal(a[name], t[name]), name
+
+
+@pytest.mark.parametrize("type_", [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint32(),
+                                   pa.float16(), pa.float32(), pa.float64(), pa.bool_()])
+def test_tensors_equal_arrow_values_for_every_numeric_type_slice_and_null(type_):
+    from sparkflow_exchange.torch import to_tensors
+
+    rng = np.random.default_rng(7)
+    if pa.types.is_boolean(type_):
+        values = pa.array(rng.integers(0, 2, 1000).astype(bool))
+    elif pa.types.is_floating(type_):  # floats may hold nulls (NaN)
+        raw = rng.normal(size=1000).astype(type_.to_pandas_dtype())
+        values = pa.array(raw, type_, mask=rng.random(1000) < 0.1)
+    else:
+        values = pa.array(rng.integers(0, 100, 1000), type_)
+    lists = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(3000, dtype=np.float32)), 3)
+    batch = pa.record_batch({"v": values, "l": lists})
+    for start, stop in ((0, 1000), (3, 1000), (13, 517), (999, 1000)):  # offsets not on a byte or word boundary
+        part = batch.slice(start, stop - start)
+        got = to_tensors(part)
+        want = part.column(0).to_numpy(zero_copy_only=False)
+        np.testing.assert_array_equal(got["v"].numpy(), want)
+        assert got["v"].numpy().dtype == want.dtype
+        np.testing.assert_array_equal(got["l"].numpy(), np.arange(3000, dtype=np.float32).reshape(1000, 3)[start:stop])
+
+
+def test_making_tensors_imports_no_pandas(tmp_path):
+    """pandas costs half a second to import: a fresh DataLoader worker would pay it before its first batch.
+    The batch reaches the fresh process as a reader gets it, decoded from Arrow IPC (which imports no pandas)."""
+    import subprocess
+
+    batch = pa.record_batch({"x": pa.array(np.ones(8, np.float32)), "y": pa.array([1.0, None] * 4),
+                             "z": pa.array([True, False] * 4)})
+    with pa.ipc.new_stream(tmp_path / "batch.arrows", batch.schema) as out:
+        out.write_batch(batch)
+    code = ("import sys, pyarrow as pa\n"
+            "from sparkflow_exchange.torch import to_tensors\n"
+            f"b = pa.ipc.open_stream({str(tmp_path / 'batch.arrows')!r}).read_next_batch()\n"
+            "assert 'pandas' not in sys.modules, 'imported before the conversion'\n"
+            "t = to_tensors(b.slice(1))\n"
+            "assert t['x'].sum().item() == 7 and t['z'].sum().item() == 3 and t['y'].isnan().sum().item() == 4\n"
+            "print('pandas' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
