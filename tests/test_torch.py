@@ -206,7 +206,10 @@ def test_batches_cut_from_buffer_tensors_equal_batches_cut_as_arrow():
                         (None, 256), (None, 1)):
         arrow = [to_tensors(b) for b in _cut(iter(buffers), sizes, size, rows=_ArrowRows)]
         tensors = list(_cut(_buffer_tensors(iter(buffers)), sizes, size, rows=_TensorRows))
-        assert len(arrow) == len(tensors) and sum(len(b["id"]) for b in tensors) == total
+        assert len(arrow) == len(tensors)
+        want = sizes if sizes is not None else [size] * (total // size) + ([total % size] if total % size else [])
+        assert [len(b["id"]) for b in tensors] == want
+        assert torch.equal(torch.cat([b["id"] for b in tensors]), torch.arange(total))  # each row once, in order
         for a, t in zip(arrow, tensors):
             assert a.keys() == t.keys()
             for name in a:
