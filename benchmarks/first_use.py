@@ -2,7 +2,8 @@
 
 Each case is a fresh Python process with a fresh SparkSession (``local[2]``, ``SPARK_SETTINGS``) and, for
 the exchange, a fresh runtime directory (so its first write starts the embedded service, as a user's
-first application does). After the session is up, it times:
+first application does); ``pipelined-served`` starts that service before the session, as a host that runs
+``sparkflow-exchange serve`` (or an earlier application's embedded service, still up) has it. After the session is up, it times:
 
 * the first write of 100,000 rows (4 tasks), then a second write of the same rows (warm);
 * the first read of what it wrote (4 tasks, into ``format("noop")``), then a second read.
@@ -31,7 +32,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROUTES = ("bare", "floor", "pipelined", "parquet")
+ROUTES = ("bare", "floor", "pipelined", "pipelined-served", "parquet")
 ROWS, PARTS = 100_000, 4
 
 
@@ -41,6 +42,11 @@ def _child(route: str, work: Path) -> dict:
     from spark_common import (NoopArrowSink, PreparedBatches, bench_environment, bench_rows, end_run,
                               prepare_floor_files)
     tmp = bench_environment(f"first-use-{route}")
+    if route == "pipelined-served":  # the host's service runs already (``serve``, or an earlier application's)
+        from sparkflow_exchange.config import ExchangeConfig
+        from sparkflow_exchange.service.discovery import resolve
+
+        resolve(ExchangeConfig.load())
     from pyspark.sql import SparkSession
 
     from sparkflow_exchange.session_tuning import SPARK_SETTINGS
@@ -74,7 +80,7 @@ def _child(route: str, work: Path) -> dict:
         def read() -> None:
             (spark.read.format("floor_source").option("dir", str(work / "floor")).option("parts", str(PARTS)).load()
              .write.format("noop").mode("overwrite").save())
-    elif route == "pipelined":
+    elif route in ("pipelined", "pipelined-served"):
         def write() -> None:
             df.write.format("pipelined").option("exchange", "first-use").option("numSubpartitions", str(PARTS)) \
                 .option("partitioner", "hash").option("keys", "key").mode("overwrite").save()
@@ -126,10 +132,12 @@ def main() -> None:
     best = {route: {k: min(r[k] for r in rs) for k in rs[0]} for route, rs in runs.items()}
     print(f"\nbest of {args.repeat}, seconds (load average before {load_before[0]:.1f}, after "
           f"{os.getloadavg()[0]:.1f}):")
-    print(f"{'action':<14}" + "".join(f"{r:>11}" for r in ROUTES) + f"{'pipelined - bare':>20}")
+    print(f"{'action':<14}" + "".join(f"{r:>18}" for r in ROUTES) + f"{'pipelined - bare':>20}"
+          + f"{'served - bare':>16}")
     for action in best["bare"]:
-        print(f"{action:<14}" + "".join(f"{best[r][action]:>11.2f}" for r in ROUTES)
-              + f"{best['pipelined'][action] - best['bare'][action]:>+20.2f}")
+        print(f"{action:<14}" + "".join(f"{best[r][action]:>18.2f}" for r in ROUTES)
+              + f"{best['pipelined'][action] - best['bare'][action]:>+20.2f}"
+              + f"{best['pipelined-served'][action] - best['bare'][action]:>+16.2f}")
     result = {"rows": ROWS, "tasks": PARTS, "repeat": args.repeat, "best": best, "runs": runs,
               "load_before": load_before, "load_after": os.getloadavg()}
     (HERE / "first_use-latest.json").write_text(json.dumps(result, indent=1))

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 
+from .arrow_numpy import empty_batch  # noqa: E402
 from .buffer_kinds import BROADCAST, END_COUNTS, FLAG_COMPRESSED, FLAG_SHARED, BufferKind  # noqa: E402,F401
 
 
@@ -93,7 +94,7 @@ def _stream_schema_length(schema: pa.Schema, message: pa.Buffer, compression: st
         return _SCHEMA_LENGTHS[key]
     sink = pa.BufferOutputStream()
     with ipc.new_stream(sink, schema, options=ipc.IpcWriteOptions(compression=compression)) as writer:
-        writer.write_batch(pa.RecordBatch.from_pylist([], schema=schema))
+        writer.write_batch(empty_batch(schema))
     stream = sink.getvalue()
     try:
         ipc.read_record_batch(stream.slice(len(message)), schema)

@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from . import client
+from .arrow_numpy import indices
 from . import exchange as ex
 from .errors import ConfigError, ExchangeError, ExchangeNotFound
 from .training_plan import Balance, EpochPlan, Segment, delivered, even_segments, plan_epoch, subpartition_order, \
@@ -454,7 +455,7 @@ def _buffer_tensors(batches: Iterator[pa.RecordBatch]) -> Iterator[dict]:
 
 def _repeat(rows: pa.RecordBatch, size: int) -> pa.RecordBatch:
     """``size`` rows taken round and round from ``rows`` (a pad batch)."""
-    take = pa.array(np.arange(size) % rows.num_rows)
+    take = indices(np.arange(size) % rows.num_rows)
     return rows.take(take)
 
 

@@ -173,3 +173,31 @@ def test_a_batch_of_another_schema_is_refused_and_the_write_stays_usable(svc):
             w.write(pa.record_batch([pa.array([1])], names=["id"]))
         w.write(_batch(0, 10))
     assert sfe.open_reader("c-schema", **_settings(svc)).read_all().num_rows == 10
+
+
+def test_writing_and_reading_import_no_pandas(svc, tmp_path):
+    """pyarrow imports pandas the first time it converts from NumPy or Python objects: half a second in each
+    fresh Spark worker before its first rows. The data path converts none: a write hashed on keys of several
+    types and its read, in a fresh process whose batch arrives as Arrow IPC (as a Spark worker's does)."""
+    import subprocess
+    import sys
+
+    n = 1000
+    batch = pa.record_batch({"id": pa.array(np.arange(n)), "s": pa.array([f"k{i % 13}" for i in range(n)]),
+                             "l": pa.array([[i, i + 1] for i in range(n)], pa.list_(pa.int32())),
+                             "d": pa.array(np.arange(n) / 7)})
+    with pa.ipc.new_stream(tmp_path / "batch.arrows", batch.schema) as out:
+        out.write_batch(batch)
+    code = (
+        "import sys, pyarrow as pa, sparkflow_exchange as sfe\n"
+        f"settings = {_settings(svc)!r}\n"
+        f"b = pa.ipc.open_stream({str(tmp_path / 'batch.arrows')!r}).read_next_batch()\n"
+        "assert 'pandas' not in sys.modules, 'imported before the write'\n"
+        "with sfe.open_writer('no_pandas', b.schema, keys=['id', 's', 'l'], num_subpartitions=8, **settings) as w:\n"
+        "    w.write(b)\n"
+        "    w.write(b.slice(17, 300))\n"
+        "rows = sum(x.num_rows for x in sfe.open_reader('no_pandas', **settings))\n"
+        "print(rows, 'pandas' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(n + 300), "False"]

@@ -42,6 +42,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import pyarrow as pa
 
+from ..arrow_numpy import empty_batch, indices
 from .spark_hash import check_hashable, spark_partition_ids
 
 __all__ = [
@@ -319,7 +320,7 @@ def split_by_target(batch: pa.RecordBatch, targets: np.ndarray, n: int) -> list[
     sort_keys = targets.astype(np.uint16 if n <= 1 << 16 else np.int64, copy=False)
     order = np.argsort(sort_keys, kind="stable")
     counts = np.bincount(targets.astype(np.intp, copy=False), minlength=n)
-    gathered = batch.take(pa.array(order))
+    gathered = batch.take(indices(order))
     start = 0
     for i, count in enumerate(counts.tolist()):
         if count:
@@ -347,7 +348,7 @@ def group_by_target(batches: Sequence[pa.RecordBatch], targets: Sequence[np.ndar
     all_targets = np.concatenate([np.asarray(t) for t in targets]) if targets else empty
     if len(all_targets) == 0:
         schema = batches[0].schema if batches else pa.schema([])
-        return pa.RecordBatch.from_pylist([], schema=schema), empty, empty, empty
+        return empty_batch(schema), empty, empty, empty
     lo, hi = int(all_targets.min()), int(all_targets.max())
     if lo < 0 or hi >= n:
         raise SelectorError(f"target {lo if lo < 0 else hi} out of range 0..{n - 1}")
@@ -358,7 +359,7 @@ def group_by_target(batches: Sequence[pa.RecordBatch], targets: Sequence[np.ndar
     # uint16 keys let NumPy use its O(n) radix sort, which is stable.
     order = np.argsort(all_targets.astype(np.uint16 if n <= 1 << 16 else np.int64, copy=False), kind="stable")
     counts = np.bincount(all_targets.astype(np.intp, copy=False), minlength=n)
-    taken = pa.Table.from_batches(batches).take(pa.array(order)).to_batches()
+    taken = pa.Table.from_batches(batches).take(indices(order)).to_batches()
     grouped = taken[0] if len(taken) == 1 else pa.concat_batches(taken)
     subs = np.flatnonzero(counts)
     sub_counts = counts[subs]

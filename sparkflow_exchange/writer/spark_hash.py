@@ -24,6 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.types as pat
 
+from ..arrow_numpy import indices
+
 __all__ = ["DEFAULT_SEED", "spark_hash", "spark_partition_ids", "check_hashable"]
 
 #: Seed Spark's ``hash()`` and hash partitioning start from.
@@ -410,7 +412,8 @@ def _hash_decimal(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
 
 def _hash_list(arr: pa.Array, seed: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
     """Fold H over list elements in order; null elements keep the running hash."""
-    offsets = arr.offsets.to_numpy().astype(np.int64, copy=False)  # sliced, absolute
+    offs = arr.offsets  # sliced, absolute
+    offsets = _fixed_values(offs, f"int{offs.type.bit_width}").astype(np.int64, copy=False)
     values = arr.values  # unsliced, matches the absolute offsets
     lengths = offsets[1:] - offsets[:-1]
     if valid is not None:
@@ -422,7 +425,7 @@ def _hash_list(arr: pa.Array, seed: np.ndarray, valid: np.ndarray | None) -> np.
     for j in range(int(lengths.max())):
         if j:
             idx = idx[lengths[idx] > j]
-        elems = values.take(pa.array(offsets[idx] + j, type=pa.int64()))
+        elems = values.take(indices(offsets[idx] + j))
         h[idx] = _hash_array(elems, h[idx])
     return h
 
