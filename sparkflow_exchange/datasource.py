@@ -64,19 +64,21 @@ class PipelinedDataSource(DataSource):
         super().__init__(options)
         self.config = ExchangeConfig.load(dict(options), session=self.session_conf)
 
+    # schema() and reader() run in fresh planning workers: the light client and pyarrow.ipc, not the data path
     @user_errors
     def schema(self) -> StructType:
-        from . import exchange as ex
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        return from_arrow_schema(ex.describe_exchange(self.config, allow_stream=True)["arrow_schema"])
+        from .description import describe
+
+        return from_arrow_schema(_decoded_schema(describe(self.config, allow_stream=True)["schema"]))
 
     @user_errors
     def reader(self, schema: StructType) -> "PipelinedReader":
-        from . import exchange as ex
-        desc = ex.describe_exchange(self.config)
-        _check_schema(self.config.exchange, _arrow_schema(schema), desc["arrow_schema"])
-        desc.pop("arrow_schema")
+        from .description import describe
+
+        desc = describe(self.config)
+        _check_schema(self.config.exchange, _arrow_schema(schema), _decoded_schema(desc["schema"]))
         if self.config.split_skewed_subpartitions and not desc.get("coalesce"):
             raise ConfigError(
                 f"splitSkewedSubpartitions applies to exchanges written without numSubpartitions (coalesced "
@@ -142,14 +144,24 @@ def _check_schema(name: str | None, given: pa.Schema, expected: pa.Schema) -> No
                              f"exchange has {schema_text(expected)}")
 
 
+def _decoded_schema(text: str) -> pa.Schema:
+    """A description's schema (base64 Arrow IPC) decoded with pyarrow.ipc alone."""
+    import base64
+
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    return ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
 def _read_plan(desc: dict) -> dict:
     """What read tasks need of the description. Sealed: the committed producers (the read plan; the reader
     object travels once per stage in Spark's task binary, the InputPartitions per task, so the producers
     live here and a partition is just its range). Not sealed: no producers, the gate subscribes."""
-    from . import exchange as ex
     from .consumer.read_plan import compact_producers
+    from .description import sealed_producers
 
-    producers = ex.sealed_producers(desc)
+    producers = sealed_producers(desc)
     plan = {k: v for k, v in desc.items() if k not in ("producers", "committed")}
     if producers is not None:
         plan["producers"] = compact_producers(producers)

@@ -14,8 +14,9 @@ import pyarrow as pa
 from .buffer import schema_from_b64, schema_to_b64
 from .calls import call, require_name
 from .config import ConfigError, ExchangeConfig
-from .errors import ErrorCode, ExchangeError, ExchangeNotFound, ServiceError, error_for
+from .errors import ExchangeError, ExchangeNotFound, ServiceError, error_for
 from .consumer.input_gate import InputGate
+from .description import describe, sealed_producers  # noqa: F401 - readers ask here too
 from .kinds import PartitionType
 from .network.blocking_client import WRITER_CONNECTIONS
 from .service.discovery import Endpoints, coordinators, no_service_message, resolve
@@ -166,32 +167,11 @@ class ProducerTask:
 
 
 def describe_exchange(config: ExchangeConfig, *, wait: bool = True, allow_stream: bool = False) -> dict:
-    """The exchange (schema, numSubpartitions...), waiting up to declareTimeout for it to be declared.
-
-    ``allow_stream``: a stream's description (``kind: stream``) is an answer too (for its schema)."""
-    name = require_name(config)
-    timeout = config.declare_timeout if wait else 0.0
-    extra = {"allow_stream": True} if allow_stream else {}
-    ask = {"name": name, "need_subpartitions": True, **extra}
-    try:  # first without waiting: a read of a misspelt name says at once what it waits for
-        desc = call(config, "get_exchange", timeout=30, wait=0.0, **ask)
-    except ServiceError as exc:
-        if timeout <= 0 or exc.code not in (ErrorCode.NO_EXCHANGE, ErrorCode.NO_SUBPARTITIONS):
-            raise
-        if isinstance(exc, ExchangeNotFound):
-            log.warning("exchange %r is not declared yet: waiting up to %g s (declareTimeout) for a writer to "
-                        "declare it", name, timeout)
-        desc = call(config, "get_exchange", timeout=timeout + 30, wait=timeout, **ask)
+    """The exchange (schema, numSubpartitions...), waiting up to declareTimeout for it to be declared, with
+    its schema decoded (``arrow_schema``). ``allow_stream``: a stream's description is an answer too."""
+    desc = describe(config, wait=wait, allow_stream=allow_stream)
     desc["arrow_schema"] = schema_from_b64(desc["schema"])
     return desc
-
-
-def sealed_producers(desc: dict) -> list[dict] | None:
-    """The committed producers of a description taken when the exchange was sealed (the read plan), else None."""
-    if not desc.get("sealed"):
-        return None
-    committed = set(desc.get("committed", ()))
-    return [p for p in desc.get("producers", ()) if p["partition"] in committed]
 
 
 def read_subpartition(config: ExchangeConfig, desc: dict, index: int, end: int | None = None,

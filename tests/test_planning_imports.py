@@ -34,3 +34,29 @@ def test_the_commit_worker_unpickles_the_writer_without_arrow_or_the_data_path()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"loaded to commit: {out.stdout.strip()}"
+
+
+def test_planning_a_read_loads_no_data_path(tmp_service):
+    """Spark asks a read's schema and its plan in fresh planning workers: the light client and pyarrow.ipc
+    answer both, against a real exchange."""
+    import numpy as np
+    import pyarrow as pa
+
+    import sparkflow_exchange as sfe
+
+    svc = tmp_service()
+    settings = {"coordinator": svc.tcp, "service": svc.tcp, "secret": svc.secret}
+    batch = pa.record_batch({"id": pa.array(np.arange(100)), "k": pa.array(np.arange(100) % 7)})
+    with sfe.open_writer("planned", batch.schema, keys=["k"], num_subpartitions=4, **settings) as w:
+        w.write(batch)
+    heavy = ("asyncio", "sparkflow_exchange.exchange", "sparkflow_exchange.consumer.input_gate")  # pyarrow loads numpy
+    code = ("import sys\n"
+            "from sparkflow_exchange.datasource import PipelinedDataSource\n"
+            f"ds = PipelinedDataSource({{'exchange': 'planned', **{settings!r}}})\n"
+            "schema = ds.schema()\n"
+            "parts = ds.reader(schema).partitions()\n"
+            "assert schema.fieldNames() == ['id', 'k'] and len(parts) == 4, (schema, parts)\n"
+            f"print(','.join(m for m in {heavy!r} if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "", f"loaded to plan a read: {out.stdout.strip()}"

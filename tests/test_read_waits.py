@@ -27,7 +27,7 @@ class Records(logging.Handler):
 @pytest.fixture
 def records():
     handler = Records()
-    logger = logging.getLogger("sparkflow_exchange.exchange")
+    logger = logging.getLogger("sparkflow_exchange.description")
     logger.addHandler(handler)
     yield handler
     logger.removeHandler(handler)
