@@ -11,6 +11,7 @@ import pytest
 import sparkflow_exchange as sfe
 from sparkflow_exchange import ConfigError, ExchangeError, ExchangeReadError, SchemaMismatch
 from sparkflow_exchange.writer.spark_hash import spark_partition_ids
+from harness import fresh_python
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("k", pa.string()),
                     pa.field("x", pa.float64())])
@@ -179,9 +180,6 @@ def test_writing_and_reading_import_no_pandas(svc, tmp_path):
     """pyarrow imports pandas the first time it converts from NumPy or Python objects: half a second in each
     fresh Spark worker before its first rows. The data path converts none: a write hashed on keys of several
     types and its read, in a fresh process whose batch arrives as Arrow IPC (as a Spark worker's does)."""
-    import subprocess
-    import sys
-
     n = 1000
     batch = pa.record_batch({"id": pa.array(np.arange(n)), "s": pa.array([f"k{i % 13}" for i in range(n)]),
                              "l": pa.array([[i, i + 1] for i in range(n)], pa.list_(pa.int32())),
@@ -198,6 +196,4 @@ def test_writing_and_reading_import_no_pandas(svc, tmp_path):
         "    w.write(b.slice(17, 300))\n"
         "rows = sum(x.num_rows for x in sfe.open_reader('no_pandas', **settings))\n"
         "print(rows, 'pandas' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == [str(n + 300), "False"]
+    assert fresh_python(code).split() == [str(n + 300), "False"]

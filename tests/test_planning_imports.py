@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from harness import fresh_python
+
 HEAVY = ("pyarrow", "numpy", "sparkflow_exchange.exchange", "sparkflow_exchange.streaming",
          "sparkflow_exchange.network.blocking_client", "sparkflow_exchange.service.discovery")
 
@@ -57,6 +59,5 @@ def test_planning_a_read_loads_no_data_path(tmp_service):
             "parts = ds.reader(schema).partitions()\n"
             "assert schema.fieldNames() == ['id', 'k'] and len(parts) == 4, (schema, parts)\n"
             f"print(','.join(m for m in {heavy!r} if m in sys.modules))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "", f"loaded to plan a read: {out.stdout.strip()}"
+    loaded = fresh_python(code)
+    assert loaded == "", f"loaded to plan a read: {loaded}"

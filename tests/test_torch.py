@@ -243,7 +243,7 @@ def test_tensors_equal_arrow_values_for_every_numeric_type_slice_and_null(type_)
 def test_making_tensors_imports_no_pandas(tmp_path):
     """pandas costs half a second to import: a fresh DataLoader worker would pay it before its first batch.
     The batch reaches the fresh process as a reader gets it, decoded from Arrow IPC (which imports no pandas)."""
-    import subprocess
+    from harness import fresh_python
 
     batch = pa.record_batch({"x": pa.array(np.ones(8, np.float32)), "y": pa.array([1.0, None] * 4),
                              "z": pa.array([True, False] * 4)})
@@ -256,6 +256,4 @@ def test_making_tensors_imports_no_pandas(tmp_path):
             "t = to_tensors(b.slice(1))\n"
             "assert t['x'].sum().item() == 7 and t['z'].sum().item() == 3 and t['y'].isnan().sum().item() == 4\n"
             "print('pandas' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "False"
+    assert fresh_python(code) == "False"
