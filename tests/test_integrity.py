@@ -18,7 +18,7 @@ from sparkflow_exchange.buffer import BatchEncoder, ChecksumError, decode, seal
 from sparkflow_exchange.consumer.input_gate import ExchangeReadError
 from sparkflow_exchange.errors import ExchangeError
 from sparkflow_exchange.network.protocol import BufferKind
-from sparkflow_exchange.partition.spill import _INDEX_DTYPE, INDEX_MAGIC, read_index
+from sparkflow_exchange.partition.spill import INDEX_MAGIC, _index_dtype, read_index
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("s", pa.string())])
 ROWS = 30_000
@@ -107,7 +107,7 @@ def test_a_buffer_missing_from_the_index_is_lost(tmp_service):
     assert len(read_ids(config, 2)) > 0
     _, index = spill_paths(config)
     raw = index.read_bytes()
-    entries = np.frombuffer(raw[len(INDEX_MAGIC):], dtype=_INDEX_DTYPE)
+    entries = np.frombuffer(raw[len(INDEX_MAGIC):], dtype=_index_dtype())
     drop = np.flatnonzero((entries["sub"] == 2) & (entries["kind"] == BufferKind.DATA))[1]
     index.write_bytes(INDEX_MAGIC + np.delete(entries, drop).tobytes())
     with pytest.raises(ExchangeReadError, match="lost") as err:  # the index's own check sees the gap

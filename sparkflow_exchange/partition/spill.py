@@ -16,9 +16,12 @@ import os
 import struct
 import threading
 from collections import OrderedDict
+from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np  # imported where an index is parsed: the service starts without it (about 45 ms)
 
 INDEX_ENTRY = struct.Struct(">iqqiBB")  # subpartition, seq, offset, length, kind, flags
 INDEX_MAGIC = b"SFXIDX01"
@@ -150,9 +153,15 @@ class SpillFile:
                 pass
 
 
-_INDEX_DTYPE = np.dtype([("sub", ">i4"), ("seq", ">i8"), ("offset", ">i8"), ("length", ">i4"), ("kind", "u1"),
-                         ("flags", "u1")])
-assert _INDEX_DTYPE.itemsize == INDEX_ENTRY.size
+@cache
+def _index_dtype() -> "np.dtype":
+    """An index entry as a NumPy record (``INDEX_ENTRY``)."""
+    import numpy as np
+
+    dtype = np.dtype([("sub", ">i4"), ("seq", ">i8"), ("offset", ">i8"), ("length", ">i4"), ("kind", "u1"),
+                      ("flags", "u1")])
+    assert dtype.itemsize == INDEX_ENTRY.size
+    return dtype
 
 
 class _IndexCache:
@@ -193,13 +202,16 @@ class _IndexCache:
 def parse_index(data: bytes, corrupt) -> tuple:
     """An index file's bytes, checked once as a whole and sorted by (subpartition, seq), ready for
     :func:`index_range`. ``corrupt(what)`` makes the error to raise."""
+    import numpy as np
+
     if not data.startswith(INDEX_MAGIC):
         raise corrupt("it does not start with the index magic")
     body = memoryview(data)[len(INDEX_MAGIC):]
-    if len(body) % _INDEX_DTYPE.itemsize:
-        raise corrupt(f"{len(body)} bytes of entries are not a whole number of {_INDEX_DTYPE.itemsize}-byte "
+    dtype = _index_dtype()
+    if len(body) % dtype.itemsize:
+        raise corrupt(f"{len(body)} bytes of entries are not a whole number of {dtype.itemsize}-byte "
                       "entries (truncated?)")
-    entries = np.frombuffer(body, dtype=_INDEX_DTYPE)
+    entries = np.frombuffer(body, dtype=dtype)
     entries = entries[np.lexsort((entries["seq"], entries["sub"]))]
     subs = entries["sub"].astype(np.int64)
     if len(subs) and subs[0] < 0:
@@ -255,6 +267,8 @@ def _check_entries(picked: np.ndarray, start: int, stop: int, data_size: int | N
     Few NumPy calls on purpose: a read task of a 200-producer exchange checks 200 indexes, and each
     call on a tiny array costs microseconds.
     """
+    import numpy as np
+
     subs = picked["sub"].astype(np.int64)
     counts = np.bincount(subs - start, minlength=stop - start)
     if counts.size and counts.min() == 0 and not allow_missing:

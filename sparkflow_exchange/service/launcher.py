@@ -213,7 +213,7 @@ def _start(state: Path, config: ExchangeConfig, extra_args: list[str], timeout: 
             return info
         if child.poll() is not None:
             break
-        time.sleep(0.05)
+        time.sleep(0.01)  # the service is up in about a quarter of a second: a first write waits for it
     tail = log_path.read_text(errors="replace")[-2000:]
     raise ServiceUnavailable(f"the exchange service did not start (log {log_path}):\n{tail}", ErrorCode.NO_SERVICE)
 
