@@ -64,21 +64,23 @@ class PipelinedDataSource(DataSource):
         super().__init__(options)
         self.config = ExchangeConfig.load(dict(options), session=self.session_conf)
 
-    # schema() and reader() run in fresh planning workers: the light client and pyarrow.ipc, not the data path
+    # schema() and reader() run in fresh planning workers: the light client and Arrow's IPC, not the data path
     @user_errors
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
+        from .buffer import schema_from_b64
         from .description import describe
 
-        return from_arrow_schema(_decoded_schema(describe(self.config, allow_stream=True)["schema"]))
+        return from_arrow_schema(schema_from_b64(describe(self.config, allow_stream=True)["schema"]))
 
     @user_errors
     def reader(self, schema: StructType) -> "PipelinedReader":
+        from .buffer import schema_from_b64
         from .description import describe
 
         desc = describe(self.config)
-        _check_schema(self.config.exchange, _arrow_schema(schema), _decoded_schema(desc["schema"]))
+        _check_schema(self.config.exchange, _arrow_schema(schema), schema_from_b64(desc["schema"]))
         if self.config.split_skewed_subpartitions and not desc.get("coalesce"):
             raise ConfigError(
                 f"splitSkewedSubpartitions applies to exchanges written without numSubpartitions (coalesced "
@@ -142,16 +144,6 @@ def _check_schema(name: str | None, given: pa.Schema, expected: pa.Schema) -> No
 
         raise SchemaMismatch(f"the given schema does not match exchange {name!r}: given {schema_text(given)}, "
                              f"exchange has {schema_text(expected)}")
-
-
-def _decoded_schema(text: str) -> pa.Schema:
-    """A description's schema (base64 Arrow IPC) decoded with pyarrow.ipc alone."""
-    import base64
-
-    import pyarrow as pa
-    import pyarrow.ipc as ipc
-
-    return ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
 def _read_plan(desc: dict) -> dict:

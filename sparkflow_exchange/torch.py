@@ -24,8 +24,8 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from . import client
-from .arrow_numpy import indices
 from . import exchange as ex
+from .arrow_numpy import fixed_values, indices, unpack_bits, validity
 from .errors import ConfigError, ExchangeError, ExchangeNotFound
 from .training_plan import Balance, EpochPlan, Segment, delivered, even_segments, plan_epoch, subpartition_order, \
     whole_subpartitions
@@ -61,17 +61,13 @@ def _tensor(name: str, column: pa.Array) -> torch.Tensor:
 def _numpy(column: pa.Array) -> np.ndarray:
     """A numeric or boolean column as NumPy, read from its Arrow buffers: no copy for numbers without nulls
     (``Array.to_numpy`` imports pandas on its first call, half a second in every fresh DataLoader worker)."""
-    n, offset = len(column), column.offset
-    validity, data = column.buffers()[:2]
     if pa.types.is_boolean(column.type):
-        bits = np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little")
-        values = bits[offset:offset + n].astype(np.bool_)
+        values = unpack_bits(column.buffers()[1], column.offset, len(column)).view(np.bool_)
     else:
-        dtype = np.dtype(column.type.to_pandas_dtype())
-        values = np.frombuffer(data, dtype, count=n, offset=offset * dtype.itemsize)
-    if column.null_count:  # floating point only (checked by the caller): a null is NaN
-        valid = np.unpackbits(np.frombuffer(validity, np.uint8), bitorder="little")[offset:offset + n]
-        values = np.where(valid.astype(np.bool_), values, np.nan).astype(values.dtype)
+        values = fixed_values(column, column.type.to_pandas_dtype())
+    valid = validity(column)
+    if valid is not None:  # floating point only (checked by the caller): a null is NaN
+        values = np.where(valid, values, np.nan).astype(values.dtype)
     return values
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.types as pat
 
-from ..arrow_numpy import indices
+from ..arrow_numpy import fixed_values, indices, unpack_bits, validity
 
 __all__ = ["DEFAULT_SEED", "spark_hash", "spark_partition_ids", "check_hashable"]
 
@@ -201,32 +201,6 @@ def _hash_var_bytes(
 # Arrow plumbing
 
 
-def _unpack_bits(buf: pa.Buffer, offset: int, n: int) -> np.ndarray:
-    """Arrow bitmap bits [offset, offset + n) as a uint8 0/1 array."""
-    first = offset // 8
-    shift = offset % 8
-    nbytes = (shift + n + 7) // 8
-    raw = np.frombuffer(buf, dtype=np.uint8, count=nbytes, offset=first)
-    return np.unpackbits(raw, bitorder="little", count=shift + n)[shift:]
-
-
-def _validity(arr: pa.Array) -> np.ndarray | None:
-    """Boolean validity per row, or None when every row is valid."""
-    if arr.null_count == 0:
-        return None
-    if pat.is_null(arr.type):
-        return np.zeros(len(arr), dtype=bool)
-    return _unpack_bits(arr.buffers()[0], arr.offset, len(arr)).view(bool)
-
-
-def _fixed_values(arr: pa.Array, dtype: str | np.dtype) -> np.ndarray:
-    """Zero-copy view of a fixed-width array's values (null slots arbitrary)."""
-    dt = np.dtype(dtype)
-    return np.frombuffer(
-        arr.buffers()[1], dtype=dt, count=len(arr), offset=arr.offset * dt.itemsize
-    )
-
-
 def _decimal_bytes(arr: pa.Array) -> np.ndarray:
     width = arr.type.byte_width
     return np.frombuffer(
@@ -294,43 +268,43 @@ def _hash_array(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
     if pat.is_fixed_size_list(t):
         return _hash_array(arr.cast(pa.large_list(t.value_field)), seed)
 
-    valid = _validity(arr)
+    valid = validity(arr)
     if valid is not None and not valid.any():
         return seed.copy()
 
     if pat.is_boolean(t):
-        v = _unpack_bits(arr.buffers()[1], arr.offset, n)
+        v = unpack_bits(arr.buffers()[1], arr.offset, n)
         h = _hash_int(v.astype(np.uint32), seed)
     elif pat.is_int8(t) or pat.is_int16(t) or pat.is_int32(t) or pat.is_date32(t):
         np_t = {1: np.int8, 2: np.int16, 4: np.int32}[t.bit_width // 8]
-        v = _fixed_values(arr, np_t).astype(np.int32).view(np.uint32)
+        v = fixed_values(arr, np_t).astype(np.int32).view(np.uint32)
         h = _hash_int(v, seed)
     elif pat.is_date64(t):
-        days = _fixed_values(arr, np.int64) // 86_400_000
+        days = fixed_values(arr, np.int64) // 86_400_000
         h = _hash_int(days.astype(np.int32).view(np.uint32), seed)
     elif pat.is_int64(t):
-        h = _hash_long(_fixed_values(arr, np.int64), seed)
+        h = _hash_long(fixed_values(arr, np.int64), seed)
     elif pat.is_timestamp(t) or pat.is_duration(t):
         # Spark stores both as microseconds (UTC for timestamps); ns truncates
         # towards -inf like Instant -> micros does.
-        v = _fixed_values(arr, np.int64)
+        v = fixed_values(arr, np.int64)
         mult = _US_PER_UNIT[t.unit]
         v = v // 1000 if mult is None else (v * mult if mult != 1 else v)
         h = _hash_long(v, seed)
     elif pat.is_time(t):
         # Spark's TIME is nanoseconds since midnight in a long.
         width = 4 if pat.is_time32(t) else 8
-        v = _fixed_values(arr, np.int32 if width == 4 else np.int64).astype(np.int64)
+        v = fixed_values(arr, np.int32 if width == 4 else np.int64).astype(np.int64)
         mult = _NS_PER_UNIT[t.unit]
         h = _hash_long(v * mult if mult != 1 else v, seed)
     elif pat.is_float32(t):
-        f = _fixed_values(arr, np.float32)
+        f = fixed_values(arr, np.float32)
         bits = f.view(np.uint32).copy()
         bits[f == 0] = 0  # -0.0 hashes like 0.0
         bits[np.isnan(f)] = _FLOAT_NAN_BITS  # every NaN is the canonical one
         h = _hash_int(bits, seed)
     elif pat.is_float64(t):
-        f = _fixed_values(arr, np.float64)
+        f = fixed_values(arr, np.float64)
         bits = f.view(np.uint64).copy()
         bits[f == 0] = 0
         bits[np.isnan(f)] = _DOUBLE_NAN_BITS
@@ -379,7 +353,7 @@ def _hash_decimal(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
     if t.precision <= 18:
         # Unscaled value fits a long: the low 64 bits of two's complement.
         if width in (4, 8):
-            v = _fixed_values(arr, f"<i{width}").astype(np.int64)
+            v = fixed_values(arr, f"<i{width}").astype(np.int64)
         else:
             dt = np.dtype("<u8")
             v = np.frombuffer(
@@ -413,7 +387,7 @@ def _hash_decimal(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
 def _hash_list(arr: pa.Array, seed: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
     """Fold H over list elements in order; null elements keep the running hash."""
     offs = arr.offsets  # sliced, absolute
-    offsets = _fixed_values(offs, f"int{offs.type.bit_width}").astype(np.int64, copy=False)
+    offsets = fixed_values(offs, f"int{offs.type.bit_width}").astype(np.int64, copy=False)
     values = arr.values  # unsliced, matches the absolute offsets
     lengths = offsets[1:] - offsets[:-1]
     if valid is not None:
