@@ -25,6 +25,10 @@ MANIFEST = ("Manifest-Version: 1.0\r\n"
             "Created-By: sparkflow-exchange build_plugin\r\n"
             "Implementation-Title: sparkflow-exchange-plugin\r\n"
             "\r\n")
+# Service registrations written into the jar when their class was compiled: Spark's DataSourceRegister makes
+# format("pipelined") the JVM provider's (org.sparkflow.exchange.format.PipelinedFormat) where the jar is loaded.
+SERVICES = {"META-INF/services/org.apache.spark.sql.sources.DataSourceRegister":
+            "org.sparkflow.exchange.format.PipelinedFormat"}
 
 
 class BuildError(RuntimeError):
@@ -89,6 +93,9 @@ def build(jar: Path = DEFAULT_JAR, sources: Path | None = None, *, force: bool =
                 archive.writestr("META-INF/MANIFEST.MF", MANIFEST)
                 for cls in classes:
                     archive.write(cls, cls.relative_to(out).as_posix())
+                for entry, provider in SERVICES.items():
+                    if (Path(out) / (provider.replace(".", "/") + ".class")).exists():
+                        archive.writestr(entry, provider + "\n")
             tmp.replace(jar)
         finally:
             tmp.unlink(missing_ok=True)

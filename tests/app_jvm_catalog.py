@@ -67,6 +67,7 @@ def same(actual, expected) -> None:
 spark = (SparkSession.builder.master("local[2]").appName("jvm-catalog")
          .config("spark.jars", sys.argv[1])
          .config("spark.sql.catalog.exchange", "org.sparkflow.exchange.catalog.ExchangeCatalog")
+         .config("spark.sparkflow.exchange.jvmFormat", "false")  # format("pipelined") is the Python path compared with
          .config("spark.sql.shuffle.partitions", "4")
          .config("spark.sql.autoBroadcastJoinThreshold", "-1")  # joins must be planned as joins, not broadcasts
          .config("spark.sql.adaptive.enabled", "false")  # plans as planned: no coalescing after the fact

@@ -1,9 +1,12 @@
 """A Spark application writing exchanges through the JVM catalog (``df.writeTo("exchange.<name>")``), run by
 tests/test_jvm_write.py with the plugin jar as argv[1].
 
-First, while no Python data source has run in it: a JVM write and a JVM read, watched for Python workers (Spark's
-own table of worker factories, and the JVM's child processes, sampled throughout). Then the checks comparing JVM
-writes with the source rows, with ``repartition``'s placement and with the Python writer, read by every reader.
+First, while no Python data source has run in it: a JVM write and a JVM read, then the same through
+``format("pipelined")`` (which the jar routes to the JVM path), watched for Python workers (Spark's own table of
+worker factories, and the JVM's child processes, sampled throughout). Then the checks comparing JVM writes with the
+source rows, with ``repartition``'s placement and with the Python writer, read by every reader. The session sets
+``spark.sparkflow.exchange.jvmFormat=false`` so that ``format("pipelined")`` is the Python data source, the reference,
+except in the checks of the routing, which turn it on.
 Prints one JSON line: check name -> {"ok": bool, "error": text, ...details}.
 """
 from __future__ import annotations
@@ -28,6 +31,7 @@ from sparkflow_exchange.exchange import list_exchanges
 from sparkflow_exchange.service.discovery import resolve
 
 N = 3000
+JVM_FORMAT = "spark.sparkflow.exchange.jvmFormat"
 results: dict[str, dict] = {}
 
 
@@ -61,6 +65,7 @@ resolve(ExchangeConfig.load())  # the embedded service, started by this driver p
 spark = (SparkSession.builder.master("local[2]").appName("jvm-write")
          .config("spark.jars", sys.argv[1])
          .config("spark.sql.catalog.exchange", "org.sparkflow.exchange.catalog.ExchangeCatalog")
+         .config(JVM_FORMAT, "false")  # format("pipelined") is the Python data source unless a check says otherwise
          .config("spark.sql.shuffle.partitions", "4")
          .config("spark.sql.adaptive.enabled", "false")
          .config("spark.sql.session.timeZone", "UTC")
@@ -139,6 +144,59 @@ def no_python_worker(d):
     assert watch.samples > 5, watch.samples
     assert d["factories_before"] == d["factories_after"] == 0, d
     assert not watch.seen, watch.seen
+
+
+def watched(d: dict, work) -> None:
+    """Run ``work`` watched for Python workers; records what was seen in ``d``."""
+    watch = PythonWorkerWatch(jvm.java.lang.ProcessHandle.current().pid())
+    watch.start()
+    d["factories_before"] = python_worker_factories()
+    try:
+        work()
+    finally:
+        time.sleep(0.2)
+        watch.stop.set()
+        watch.join()
+    d["factories_after"] = python_worker_factories()
+    d["samples"] = watch.samples
+    d["workers_seen"] = sorted(watch.seen)
+
+
+def executed(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+@check
+def format_pipelined_is_served_by_the_jvm(d):
+    """With the jar loaded, format("pipelined") with numSubpartitions writes and reads through the JVM path: no
+    Python worker starts, the read is the exchange's own scan, and groupBy on the key needs no shuffle."""
+    out = {}
+
+    def work():
+        spark.conf.set(JVM_FORMAT, "true")
+        try:
+            base.write.format("pipelined").mode("overwrite").option("exchange", "fmt").option("keys", "k") \
+                .option("numSubpartitions", "8").save()
+            got = spark.read.format("pipelined").option("exchange", "fmt").load()
+            grouped = got.groupBy("k").agg(F.sum("v").alias("sv"), F.count("*").alias("n"))
+            out["plan"] = executed(grouped)
+            out["partitions"] = got.rdd.getNumPartitions()
+            out["rows"] = sorted(map(tuple, grouped.collect()))
+            out["pids"] = got.select(F.spark_partition_id().alias("pid"), "k", "v").collect()
+        finally:
+            spark.conf.set(JVM_FORMAT, "false")
+
+    watched(d, work)
+    d["plan"] = out["plan"]
+    assert "sparkflow-exchange fmt" in out["plan"] and "(Python)" not in out["plan"], out["plan"]
+    assert "Exchange" not in out["plan"].replace("sparkflow-exchange", ""), out["plan"]
+    want = base.groupBy("k").agg(F.sum("v").alias("sv"), F.count("*").alias("n"))
+    assert out["rows"] == sorted(map(tuple, want.collect()))
+    assert out["partitions"] == 8, out["partitions"]
+    expected = base.repartition(8, "k").select(F.spark_partition_id().alias("pid"), "k", "v")
+    same(spark.createDataFrame(out["pids"], expected.schema), expected)
+    assert d["factories_before"] == d["factories_after"] == 0, d
+    assert not d["workers_seen"], d["workers_seen"]
 
 
 def placement_equals_repartition(got, source, n: int, *keys: str) -> None:
@@ -351,6 +409,47 @@ def a_catalog_with_commit_timeout_waits_for_the_commit(d):
     d["create_s"] = round(time.monotonic() - started, 2)
     assert d["create_s"] < 60, d  # far below commitTimeout: the create asked once whether the table exists
     same(python_read("fresh"), base.where("v < 10"))
+
+
+@check
+def format_pipelined_hands_the_rest_to_the_python_source(d):
+    """format("pipelined") options the JVM path does not serve go to the Python data source, with its answers;
+    modes append and error are served by the JVM path; jvmFormat=false sends everything to Python."""
+    spark.conf.set(JVM_FORMAT, "true")
+    try:
+        small = base.where("v < 500")
+        small.write.format("pipelined").mode("overwrite").option("exchange", "fmt_coalesced").option("keys", "k").save()
+        d["coalesce"] = described("fmt_coalesced")["coalesce"]  # no numSubpartitions: the Python writer's layout
+        assert d["coalesce"] is True, d
+        waiting = spark.read.format("pipelined").option("exchange", "fmt_coalesced").option("declareTimeout", "5").load()
+        assert "(Python)" in executed(waiting), executed(waiting)
+        same(waiting, small)
+        coalesced = spark.read.format("pipelined").option("exchange", "fmt_coalesced").load()
+        assert "(Python)" in executed(coalesced), executed(coalesced)  # the Python reader's coalescing
+        same(coalesced, small)
+
+        def fmt(df, mode=None):
+            w = df.write.format("pipelined").option("exchange", "fmt_modes").option("keys", "k") \
+                .option("numSubpartitions", "4")
+            (w.mode(mode) if mode else w).save()
+
+        fmt(small, "overwrite")
+        fmt(small, "append")
+        jvm_read = spark.read.format("pipelined").option("exchange", "fmt_modes").load()
+        assert "sparkflow-exchange fmt_modes" in executed(jvm_read), executed(jvm_read)
+        same(jvm_read, small.unionAll(small))
+        try:
+            fmt(small)  # mode error, the exchange exists
+            raise AssertionError("a write in mode error replaced an existing exchange")
+        except Exception as exc:  # noqa: BLE001 - Spark's own error type
+            d["error_mode"] = str(exc).splitlines()[0][:300]
+            assert "already exists" in d["error_mode"], d["error_mode"]
+        spark.conf.set(JVM_FORMAT, "false")
+        python = spark.read.format("pipelined").option("exchange", "fmt_modes").load()
+        assert "(Python)" in executed(python), executed(python)
+        same(python, small.unionAll(small))
+    finally:
+        spark.conf.set(JVM_FORMAT, "false")
 
 
 print(json.dumps(results))

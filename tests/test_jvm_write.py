@@ -1,7 +1,8 @@
 """Exchanges written through the JVM catalog (``df.writeTo("exchange.<name>")``: create, append, createOrReplace)
 in one real local application with the plugin jar (tests/app_jvm_write.py): rows equal the source DataFrame's, read
 by the Python reader, ``open_reader`` and the catalog; every row sits in the partition ``repartition(n, keys)``
-gives it; a JVM write and read start no Python worker. Builds the plugin jar; about 1 min on a busy 2-core machine."""
+gives it; a JVM write and read start no Python worker, through the catalog and through ``format("pipelined")``, which
+hands the options the JVM path does not serve to the Python data source. Builds the plugin jar; about 1 min on a busy 2-core machine."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,6 +37,15 @@ def test_a_jvm_write_and_read_start_no_python_worker(results):
     outcome = passed(results, "no_python_worker")
     assert outcome["rows"] == 2000
     assert outcome["factories_after"] == 0 and outcome["workers_seen"] == []
+
+
+def test_format_pipelined_writes_and_reads_through_the_jvm_with_no_python_worker(results):
+    outcome = passed(results, "format_pipelined_is_served_by_the_jvm")
+    assert outcome["factories_after"] == 0 and outcome["workers_seen"] == []
+
+
+def test_format_pipelined_hands_what_the_jvm_does_not_serve_to_the_python_source(results):
+    assert "already exists" in passed(results, "format_pipelined_hands_the_rest_to_the_python_source")["error_mode"]
 
 
 def test_create_hashed_on_one_key_reads_the_source_rows_where_repartition_puts_them(results):

@@ -20,8 +20,10 @@ from .launcher import ensure_service, jvm_pid
 from .private_files import runtime_dir
 
 
-def ensure_embedded(config: ExchangeConfig, timeout: float = 30.0) -> dict:
+def ensure_embedded(config: ExchangeConfig, timeout: float = 30.0, attach_pid: int | None = None) -> dict:
+    """The embedded service's state, started if needed, with ``attach_pid`` (default: the JVM above this process,
+    else this process) attached."""
     directory = runtime_dir()
     return ensure_service(directory / "embedded.json", config,
                           ["--unix", str(directory / "embedded.sock"), "--hold-exchanges"],
-                          attach_pid=jvm_pid() or os.getpid(), timeout=timeout)
+                          attach_pid=attach_pid or jvm_pid() or os.getpid(), timeout=timeout)

@@ -18,6 +18,9 @@ the runtime directory) and fails to start, saying what to run, when there is non
 Both answers carry ``metrics``: the URL of the service's Prometheus text (an ephemeral loopback port when
 ``metricsPort`` is not set; empty when a service started without one is joined), which the plugin's gauges
 in Spark's metrics system read.
+* ``embedded --jvm-pid P``: start or join this user's embedded service on this host, attached to the JVM,
+  and print ``{"unix", "pid"}``: ``format("pipelined")`` served by the JVM in a local application that found
+  no service (a Python writer would have started the same one).
 * ``detach --jvm-pid P``: forget the JVM's file (the service also notices the
   JVM is gone and exits once nothing attached to it lives).
 
@@ -174,10 +177,17 @@ def _detach(args: argparse.Namespace) -> dict:
     return {"detached": args.jvm_pid, "swept": sweep_orphan_spill_dirs()}
 
 
+def _embedded(args: argparse.Namespace) -> dict:
+    from .embedded import ensure_embedded
+
+    info = ensure_embedded(ExchangeConfig.load(), timeout=LAUNCHER_PATIENCE, attach_pid=args.jvm_pid)
+    return {"unix": info["unix"], "pid": info["pid"]}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m sparkflow_exchange.service.plugin")
     sub = parser.add_subparsers(dest="role", required=True)
-    for role in ("driver", "executor", "detach"):
+    for role in ("driver", "executor", "embedded", "detach"):
         p = sub.add_parser(role)
         p.add_argument("--jvm-pid", type=int, required=True)
         if role == "driver":
@@ -185,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
         if role == "executor":
             p.add_argument("--executor-id", default="0")
     args = parser.parse_args(argv)
-    handler = {"driver": _driver, "executor": _executor, "detach": _detach}[args.role]
+    handler = {"driver": _driver, "executor": _executor, "embedded": _embedded, "detach": _detach}[args.role]
     print(json.dumps(handler(args)), flush=True)
 
 

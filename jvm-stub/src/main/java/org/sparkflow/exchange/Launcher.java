@@ -10,6 +10,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
+import org.apache.spark.SparkConf;
 
 /**
  * Runs {@code <python> -m sparkflow_exchange.service.plugin ...}: all service logic lives in Python;
@@ -20,7 +21,7 @@ import java.util.concurrent.TimeUnit;
  * block the child, nor keep us waiting for EOF when the launcher leaves a background service
  * behind that inherited it. The timeout therefore bounds the whole call.
  */
-final class Launcher {
+public final class Launcher {
     static final String PREFIX = "spark.sparkflow.exchange.";
     static final String CONF_ENV = "SPARKFLOW_EXCHANGE_CONF";
     static final String MODULE = "sparkflow_exchange.service.plugin";
@@ -113,6 +114,15 @@ final class Launcher {
                 errFile.delete();
             }
         }
+    }
+
+    /**
+     * Start or join this user's embedded service on this host, attached to this JVM, as the Python writer does on
+     * first use: for the JVM path of {@code format("pipelined")} in a local application that found no service.
+     */
+    public static void embeddedService(SparkConf conf) {
+        run(python(conf.get("spark.pyspark.python", "")), settings(ExchangePlugin.entries(conf)), 60, "embedded",
+                "--jvm-pid", Long.toString(ProcessHandle.current().pid()));
     }
 
     /** The launcher's stderr (its last 16 KiB), prefixed for appending to a message. */

@@ -75,7 +75,7 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
      * Found at each use, not at initialisation: a local-mode coordinator may start after the session, and an
      * embedded service that restarted has a new secret (finding it reads a few small files).
      */
-    Endpoint endpoint() {
+    protected Endpoint endpoint() {
         Endpoint found = Discovery.find(settings, RuntimeDir.standard());
         boolean tls = settings.containsKey("tls.caFile") || settings.containsKey("tls.certFile");
         if (tls && !found.coordinator().startsWith("unix:")) {
@@ -84,6 +84,11 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
                     + "Unix socket on its host (coordinator=unix:/path), or read with spark.read.format(\"pipelined\")");
         }
         return found;
+    }
+
+    /** The catalog's connection settings (coordinator, secret, hostId, ...), from its options or the session. */
+    protected Map<String, String> settings() {
+        return settings;
     }
 
     CoordinatorClient client() {

@@ -28,13 +28,20 @@ public final class ExchangeTable implements SupportsRead, SupportsWrite {
     private final ReadSettings settings;
     private final CoordinatorClient coordinator;
     private final Map<String, String> catalogSettings;
+    private final String readPartitions; // when the read's options do not say; null: readPartitions=auto
 
     public ExchangeTable(ExchangeDescription desc, ReadSettings settings, CoordinatorClient coordinator,
                          Map<String, String> catalogSettings) {
+        this(desc, settings, coordinator, catalogSettings, null);
+    }
+
+    public ExchangeTable(ExchangeDescription desc, ReadSettings settings, CoordinatorClient coordinator,
+                         Map<String, String> catalogSettings, String readPartitions) {
         this.desc = desc;
         this.settings = settings;
         this.coordinator = coordinator;
         this.catalogSettings = catalogSettings;
+        this.readPartitions = readPartitions;
     }
 
     @Override
@@ -75,6 +82,11 @@ public final class ExchangeTable implements SupportsRead, SupportsWrite {
 
     @Override
     public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+        if (readPartitions != null && !options.containsKey(ReadSettings.READ_PARTITIONS)) {
+            Map<String, String> withWidth = new java.util.HashMap<>(options.asCaseSensitiveMap());
+            withWidth.put(ReadSettings.READ_PARTITIONS, readPartitions);
+            options = new CaseInsensitiveStringMap(withWidth);
+        }
         return new ExchangeScanBuilder(desc, settings, options);
     }
 }

@@ -85,6 +85,10 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
         if (desc.numSubpartitions == null) {
             throw new ExchangeReadException(ex + " does not know its number of subpartitions");
         }
+        if ("forward".equals(desc.partitioner)) {
+            throw new ExchangeReadException(ex + " was written with the forward partitioner (subpartition i is producer "
+                    + "i's alone), which the catalog does not read; read it with spark.read.format(\"pipelined\")");
+        }
         for (ExchangeDescription.Producer p : desc.committed) {
             if (!"finished".equals(p.state())) {
                 throw new ExchangeReadException(ex + ": committed producer " + p.index() + " (partition "

@@ -21,7 +21,7 @@ import org.apache.spark.sql.internal.SQLConf;
  * read).
  */
 record ReadLayout(int groups, List<int[]> members) {
-    static final String OPTION = "readPartitions";
+    static final String OPTION = ReadSettings.READ_PARTITIONS;
 
     /** The layout of a read of subpartitions {@code kept} (ascending) of an exchange of width {@code n}. */
     static ReadLayout plan(String exchange, int n, SortedSet<Integer> kept, long[] subpartitionBytes,

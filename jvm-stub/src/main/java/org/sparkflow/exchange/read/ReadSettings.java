@@ -11,6 +11,9 @@ import java.nio.file.Paths;
  * that services of other hosts ask for.
  */
 public record ReadSettings(String hostIdSetting, String secret) implements Serializable {
+    /** The read option that sets the number of read partitions (a number, or auto). */
+    public static final String READ_PARTITIONS = "readPartitions";
+
     /** The {@code hostId} setting, else the host name as Python's {@code socket.gethostname()} reports it. */
     public String hostId() {
         if (hostIdSetting != null && !hostIdSetting.isEmpty()) {

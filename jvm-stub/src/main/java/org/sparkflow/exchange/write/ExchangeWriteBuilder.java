@@ -27,6 +27,7 @@ public final class ExchangeWriteBuilder implements SupportsTruncate, Write {
     private final CoordinatorClient coordinator;
     private final Map<String, String> discovery;
     private String declaredSchema;
+    private boolean overwrite;
     private WriteSettings settings;
 
     /**
@@ -40,6 +41,7 @@ public final class ExchangeWriteBuilder implements SupportsTruncate, Write {
         this.base = base;
         this.options = new HashMap<>(info.options().asCaseSensitiveMap());
         this.declaredSchema = declaredSchema;
+        this.overwrite = declaredSchema == null;
         this.coordinator = coordinator;
         this.discovery = new HashMap<>(discovery);
     }
@@ -48,6 +50,13 @@ public final class ExchangeWriteBuilder implements SupportsTruncate, Write {
     @Override
     public WriteBuilder truncate() {
         declaredSchema = null;
+        overwrite = true;
+        return this;
+    }
+
+    /** A new exchange declared without replacing: unless Spark truncates, a write that declared it first is kept. */
+    public ExchangeWriteBuilder appending() {
+        overwrite = false;
         return this;
     }
 
@@ -79,7 +88,7 @@ public final class ExchangeWriteBuilder implements SupportsTruncate, Write {
 
     @Override
     public BatchWrite toBatch() {
-        return ExchangeBatchWrite.declare(coordinator, name, schema, declaredSchema, settings, declaredSchema == null,
+        return ExchangeBatchWrite.declare(coordinator, name, schema, declaredSchema, settings, overwrite,
                 discovery);
     }
 }

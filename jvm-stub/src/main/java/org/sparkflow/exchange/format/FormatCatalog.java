@@ -1,0 +1,151 @@
+package org.sparkflow.exchange.format;
+
+import java.util.EnumSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import org.apache.spark.SparkContext;
+import org.apache.spark.sql.catalyst.analysis.NoSuchNamespaceException;
+import org.apache.spark.sql.catalyst.analysis.NoSuchTableException;
+import org.apache.spark.sql.connector.catalog.Column;
+import org.apache.spark.sql.connector.catalog.Identifier;
+import org.apache.spark.sql.connector.catalog.SupportsWrite;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.catalog.TableContext;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.WriteBuilder;
+import org.apache.spark.sql.internal.SQLConf;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.sparkflow.exchange.Launcher;
+import org.sparkflow.exchange.catalog.CoordinatorClient;
+import org.sparkflow.exchange.catalog.ExchangeCatalog;
+import org.sparkflow.exchange.catalog.ExchangeDescription;
+import org.sparkflow.exchange.catalog.ExchangeTable;
+import org.sparkflow.exchange.discovery.Endpoint;
+import org.sparkflow.exchange.read.ReadSettings;
+import org.sparkflow.exchange.write.ExchangeWriteBuilder;
+import org.sparkflow.exchange.write.WriteSettings;
+
+/**
+ * The exchange catalog as {@code format("pipelined")} uses it: Spark hands it the read's or write's options, and
+ * it answers with the JVM path's table where that applies ({@link Route}), else with the Python data source's.
+ * A read of a sealed exchange reads partition i from subpartition i, as the Python reader does, and reports the
+ * partitioning ({@code readPartitions} overrides the width). {@code spark.sparkflow.exchange.jvmFormat=false}
+ * (session setting) sends everything to the Python source.
+ */
+public final class FormatCatalog extends ExchangeCatalog {
+    static final String ENABLED_KEY = "spark.sparkflow.exchange.jvmFormat";
+
+    private static boolean enabled() {
+        return !"false".equalsIgnoreCase(SQLConf.get().getConfString(ENABLED_KEY, "true").trim());
+    }
+
+    @Override
+    public Table loadTable(Identifier ident, TableContext context, CaseInsensitiveStringMap options)
+            throws NoSuchTableException {
+        boolean write = context != null && !context.writePrivileges().isEmpty();
+        CaseInsensitiveStringMap pending = PipelinedFormat.takeOptions();
+        if (options == null || options.isEmpty()) {
+            options = pending != null ? pending : new CaseInsensitiveStringMap(Map.of("exchange", ident.name()));
+        }
+        Table jvm = enabled() && Route.pythonOnly(options, write) == null ? jvmTable(ident.name(), write) : null;
+        if (jvm != null) {
+            return jvm;
+        }
+        return write ? PythonSource.forWrite(options) : PythonSource.forRead(options);
+    }
+
+    /** The JVM path's table for this exchange, or null when the Python source is to serve it. */
+    private Table jvmTable(String exchange, boolean write) {
+        Endpoint found;
+        try {
+            found = endpointStartingEmbedded(write);
+        } catch (RuntimeException e) { // no service (a cluster without the plugin), TLS: the Python source
+            return null;
+        }
+        CoordinatorClient coordinator = new CoordinatorClient(found);
+        ExchangeDescription desc = coordinator.describe(exchange);
+        ReadSettings reading = new ReadSettings(settings().getOrDefault("hostId", ""), found.secret());
+        String unreadable = Route.unreadable(desc);
+        if (unreadable == null) { // a read, an append in its layout, or a replace
+            return new ExchangeTable(desc, reading, coordinator, settings(), String.valueOf(desc.numSubpartitions));
+        }
+        if (write && desc == null) {
+            return new NewWrite(exchange, coordinator, settings());
+        }
+        return null; // being written, aborted, coalesced: the Python source
+    }
+
+    /**
+     * The coordinator; a write of a local application that finds none starts the embedded service first, as the
+     * Python writer would (a read of an exchange no service holds has nothing to read).
+     */
+    private Endpoint endpointStartingEmbedded(boolean write) {
+        try {
+            return endpoint();
+        } catch (IllegalStateException none) {
+            SparkContext sc = SparkContext.getOrCreate();
+            if (!write || !sc.isLocal() || settings().containsKey("coordinator")) {
+                throw none;
+            }
+            Launcher.embeddedService(sc.getConf());
+            return endpoint();
+        }
+    }
+
+    /**
+     * {@code mode("error")}/{@code mode("ignore")}: Spark creates the table through the catalog. The JVM writer
+     * serves it when the options fit; the Python source writes with modes append and overwrite only.
+     */
+    @Override
+    public Table createTable(Identifier ident, Column[] columns, Transform[] partitions, Map<String, String> properties)
+            throws NoSuchNamespaceException {
+        CaseInsensitiveStringMap options = PipelinedFormat.takeOptions(); // the write's; a create's properties lack them
+        if (options == null) {
+            options = new CaseInsensitiveStringMap(Map.of("exchange", ident.name()));
+        }
+        if (!enabled() || Route.pythonOnly(options, true) != null) {
+            throw new UnsupportedOperationException("format(\"pipelined\") writes " + ident.name() + " with mode "
+                    + "\"overwrite\" or \"append\"; this write's options are served by the Python data source, "
+                    + "which has no create mode");
+        }
+        return super.createTable(ident, columns, partitions, properties);
+    }
+
+    /** A write of an exchange not declared yet: its schema comes with the write, its layout from the options. */
+    private static final class NewWrite implements SupportsWrite {
+        private final String name;
+        private final CoordinatorClient coordinator;
+        private final Map<String, String> settings;
+
+        NewWrite(String name, CoordinatorClient coordinator, Map<String, String> settings) {
+            this.name = name;
+            this.coordinator = coordinator;
+            this.settings = settings;
+        }
+
+        @Override
+        public String name() {
+            return name;
+        }
+
+        @Override
+        public StructType schema() {
+            return new StructType();
+        }
+
+        @Override
+        public Set<TableCapability> capabilities() {
+            return EnumSet.of(TableCapability.BATCH_WRITE, TableCapability.TRUNCATE, TableCapability.ACCEPT_ANY_SCHEMA);
+        }
+
+        /** Mode append declares without replacing (a write that declared it meanwhile is appended to), overwrite replaces. */
+        @Override
+        public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
+            return new ExchangeWriteBuilder(name, WriteSettings.defaults(), null, info, coordinator, settings).appending();
+        }
+    }
+}

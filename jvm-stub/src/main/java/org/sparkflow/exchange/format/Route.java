@@ -1,0 +1,77 @@
+package org.sparkflow.exchange.format;
+
+import java.util.Locale;
+import java.util.Set;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.sparkflow.exchange.catalog.ExchangeDescription;
+import org.sparkflow.exchange.write.WriteSettings;
+
+/**
+ * Which options of {@code format("pipelined")} the JVM path serves. A read or write that asks for anything else
+ * (no explicit numSubpartitions, a custom partitioner, compression, waiting for an exchange to be declared, per-read connection settings, ...)
+ * goes to the Python data source, which serves every option.
+ */
+final class Route {
+    /** Read options the JVM reader honours (lower case, as Spark's options map keeps them). */
+    static final Set<String> READ_OPTIONS = Set.of("exchange", "readpartitions");
+    /** Write options the JVM writer honours, under the Python options' names. */
+    static final Set<String> WRITE_OPTIONS = Set.of("exchange", "partitioner", "keys", "numsubpartitions",
+            "partitiontype", "buffersize", "sortbuffersize", "buffersperpartition", "buffertimeout", "compression");
+
+    /** Layouts the JVM reader reads as the Python reader does (every producer holds every subpartition). */
+    static final Set<String> READ_PARTITIONERS = Set.of("hash", "rebalance");
+
+    private Route() {}
+
+    /** Null when the options fit the JVM path, else the first reason they do not. */
+    static String pythonOnly(CaseInsensitiveStringMap options, boolean write) {
+        String exchange = options.get("exchange");
+        if (exchange == null || exchange.isEmpty()) {
+            return "no exchange option";
+        }
+        Set<String> known = write ? WRITE_OPTIONS : READ_OPTIONS;
+        for (String key : options.keySet()) {
+            if (!known.contains(key.toLowerCase(Locale.ROOT))) {
+                return "option " + key;
+            }
+        }
+        if (write) {
+            if (!options.containsKey("numSubpartitions")) { // the Python writer's coalesced layout: its own
+                return "no numSubpartitions";
+            }
+            String partitioner = options.getOrDefault("partitioner", "hash").toLowerCase(Locale.ROOT);
+            if (!WriteSettings.PARTITIONERS.contains(partitioner)) {
+                return "partitioner " + partitioner;
+            }
+            if (!"none".equalsIgnoreCase(options.getOrDefault("compression", "none"))) {
+                return "compression";
+            }
+        }
+        return null;
+    }
+
+    /**
+     * Null when the JVM reader reads this exchange as the Python reader does (sealed, every committed producer
+     * finished, hash or rebalance, an explicit width: partition i reads subpartition i), else why not. A null description: not declared.
+     */
+    static String unreadable(ExchangeDescription desc) {
+        if (desc == null) {
+            return "not declared";
+        }
+        if (!desc.sealed || "aborted".equals(desc.state)) {
+            return "state " + desc.state;
+        }
+        if (!READ_PARTITIONERS.contains(desc.partitioner)) { // forward: subpartition i is producer i's alone
+            return "partitioner " + desc.partitioner;
+        }
+        if (desc.coalesce || desc.numSubpartitions == null) {
+            return "written without numSubpartitions";
+        }
+        for (ExchangeDescription.Producer p : desc.committed) {
+            if (!"finished".equals(p.state())) {
+                return "producer " + p.index() + " " + p.state();
+            }
+        }
+        return null;
+    }
+}
