@@ -137,6 +137,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "freezeWorkerHeap": ("freeze_worker_heap", _bool, "after its first read and first write task, a Spark Python worker collects and freezes its long-lived heap (gc.freeze), so Spark's full collection after every task skips it (22-28 ms of CPU per task otherwise); false leaves the worker's collector as Spark runs it"),
     "stream.consumerGroups": ("stream_consumer_groups", lambda v: tuple(k.strip() for k in str(v).split(",") if k.strip()), "streaming write: consumer groups the stream keeps every epoch for from its start, registered before their readers run (comma separated)"),
     "stream.maxRetainedBytes": ("stream_max_retained_bytes", parse_size, "streaming write: the writer query waits while its stream retains more than this for its slowest consumer group (0 = no bound)"),
+    "jvmFormat": ("jvm_format", _bool, "with the plugin jar on the classpath: format(\"pipelined\") batch reads and writes go through the JVM path where it applies (session setting, read by the jar; false: every read and write is the Python data source's)"),
     "stream.pollWait": ("stream_poll_wait", parse_duration, "streaming read: an idle reader's trigger waits on the service up to this long for the next epoch, and starts within milliseconds of its commit (0 = answer at once; Spark polls again every 10 ms)"),
 }
 _BY_LOWER = {k.lower(): k for k in _KEYS}
@@ -149,7 +150,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "tuning": ("bufferSize", "bufferTimeout", "sortBufferSize", "buffersPerChannel", "floatingBuffersPerGate",
                "buffersPerPartition", "sharedMemory", "producerTimeout", "pipelined.noConsumerTimeout",
                "readerTimeout", "advisoryPartitionSize", "splitSkewedSubpartitions", "skewedPartitionFactor",
-               "skewedPartitionThreshold", "freezeWorkerHeap"),
+               "skewedPartitionThreshold", "freezeWorkerHeap", "jvmFormat"),
     "service": ("coordinator", "service", "coordinator.retryTimeout", "heartbeatInterval", "heartbeatTimeout",
                 "stateDir", "memory.budget", "maxOpenSpillFiles", "maxConnections", "bindHost", "advertisedHost",
                 "port", "hostId", "serviceScope", "spillDir", "maxDiskBytes", "embedded.idleTimeout", "maxFrameSize",
@@ -235,6 +236,7 @@ class ExchangeConfig:
     stream_max_retained_bytes: int = 0
     stream_consumer_groups: tuple[str, ...] = ()
     stream_poll_wait: float = 0.5
+    jvm_format: bool = True
 
     def __post_init__(self) -> None:
         if self.partition_type not in PARTITION_TYPES:
