@@ -1,7 +1,8 @@
 """A local-cluster application for tests/test_cluster.py, configured only through spark-defaults.conf.
 
-mode "exact": 1M rows hash-exchanged by 4 writer tasks over both executors, read by 4 tasks, compared
-with chispa; prints the services' traffic by locality.
+mode "exact": 1M rows hash-exchanged by 4 writer tasks over both executors (the JVM writer: the jar serves
+format("pipelined")), read by 4 tasks of the JVM reader and then of the Python reader, compared with chispa; prints
+the services' traffic by locality.
 mode "kill": a BLOCKING exchange is read slowly while one executor's service is killed with SIGKILL;
 prints the error and how long the read took to fail.
 """
@@ -56,7 +57,16 @@ def main(mode: str) -> None:
         (df.write.format("pipelined").mode("overwrite").option("exchange", "cluster-exact")
            .option("partitioner", "hash").option("keys", "key").option("numSubpartitions", "4")
            .option("bufferSize", "64k").save())
+        # with the plugin jar, format("pipelined") is served by the JVM path: its writer above, then its reader
         got = spark.read.format("pipelined").option("exchange", "cluster-exact").load()
+        plan = got._jdf.queryExecution().executedPlan().toString()
+        assert "sparkflow-exchange cluster-exact" in plan, plan
+        assert got.rdd.getNumPartitions() == 4
+        assert_df_equality(df, got, ignore_row_order=True)
+        # the Python reader, whose channels to the two services are counted below
+        spark.conf.set("spark.sparkflow.exchange.jvmFormat", "false")
+        got = spark.read.format("pipelined").option("exchange", "cluster-exact").load()
+        assert "(Python)" in got._jdf.queryExecution().executedPlan().toString()
         assert got.rdd.getNumPartitions() == 4
         assert_df_equality(df, got, ignore_row_order=True)
         deadline = time.monotonic() + 10  # readers report their spill-file reads as they close
