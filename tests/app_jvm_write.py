@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import traceback
+import decimal
 from decimal import Decimal
 
 from chispa import assert_df_equality
@@ -409,6 +410,29 @@ def a_catalog_with_commit_timeout_waits_for_the_commit(d):
     d["create_s"] = round(time.monotonic() - started, 2)
     assert d["create_s"] < 60, d  # far below commitTimeout: the create asked once whether the table exists
     same(python_read("fresh"), base.where("v < 10"))
+
+
+@check
+def decimals_round_trip_exactly_around_a_long(d):
+    """Decimals cross the JVM writer and reader as longs where they fit one, as 128-bit values where not: every
+    value at and beyond a long's ends, negative ones and nulls read back exactly, by the catalog and by Python."""
+    values = ["0", "-1", "1.5", "-0.0001", "922337203685477.5807", "-922337203685477.5808", "922337203685477.5808",
+              "-922337203685477.5809", "12345678901234567890123.4567", "-12345678901234567890123.4567",
+              "99999999999999999999999999999999.9999", None]
+    exact = decimal.Context(prec=60)
+    for precision, scale in ((38, 4), (20, 0), (15, 2)):
+        rows = []
+        for i, v in enumerate(values):  # as unscaled digits: (20, 0) reads them as the integer 10^4 times larger
+            value = None if v is None else Decimal(v).scaleb(4 - scale if scale == 0 else 0, exact)
+            if value is not None and abs(value) >= Decimal(10) ** (precision - scale):
+                value = None  # does not fit the column
+            rows.append((i, None if value is None else value.quantize(Decimal(1).scaleb(-scale), context=exact)))
+        df = spark.createDataFrame(rows, f"k long, q decimal({precision},{scale})")
+        name = f"dec_{precision}_{scale}"
+        df.writeTo(f"exchange.{name}").tableProperty("keys", "k").tableProperty("numSubpartitions", "3").create()
+        same(spark.table(f"exchange.{name}"), df)
+        same(python_read(name), df)
+        d[name] = sum(r[1] is not None for r in rows)
 
 
 @check

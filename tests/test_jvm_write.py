@@ -48,6 +48,11 @@ def test_format_pipelined_hands_what_the_jvm_does_not_serve_to_the_python_source
     assert "already exists" in passed(results, "format_pipelined_hands_the_rest_to_the_python_source")["error_mode"]
 
 
+def test_decimals_at_and_beyond_a_long_round_trip_exactly(results):
+    outcome = passed(results, "decimals_round_trip_exactly_around_a_long")
+    assert outcome["dec_38_4"] == 11 and outcome["dec_20_0"] > 0 and outcome["dec_15_2"] > 0, outcome
+
+
 def test_create_hashed_on_one_key_reads_the_source_rows_where_repartition_puts_them(results):
     assert passed(results, "create_hash_one_key")["partitioner"]["keys"] == ["k"]
 

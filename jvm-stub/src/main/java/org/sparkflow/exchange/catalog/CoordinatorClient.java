@@ -48,6 +48,21 @@ public final class CoordinatorClient {
         }
     }
 
+    /**
+     * The exchange's description; null when it does not exist, or was lost with the service that held it (it holds
+     * nothing: a write may declare it anew).
+     */
+    public ExchangeDescription describeForWrite(String name) {
+        try {
+            return describe(name);
+        } catch (WireException e) {
+            if ("exchange_lost".equals(e.code())) {
+                return null;
+            }
+            throw e;
+        }
+    }
+
     /** Drop the exchange; false when it did not exist. */
     public boolean drop(String name) {
         try {

@@ -126,10 +126,10 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
                 new CoordinatorClient(found), settings);
     }
 
-    /** Whether the exchange is declared now: never waits (a create asks this before writing). */
+    /** Whether the exchange is declared now (a lost one is not): never waits (a create asks this before writing). */
     @Override
     public boolean tableExists(Identifier ident) {
-        return ident.namespace().length == 0 && client().describe(ident.name()) != null;
+        return ident.namespace().length == 0 && client().describeForWrite(ident.name()) != null;
     }
 
     /**

@@ -67,7 +67,12 @@ public final class FormatCatalog extends ExchangeCatalog {
             return null;
         }
         CoordinatorClient coordinator = new CoordinatorClient(found);
-        ExchangeDescription desc = coordinator.describe(exchange);
+        ExchangeDescription desc;
+        try {
+            desc = write ? coordinator.describeForWrite(exchange) : coordinator.describe(exchange);
+        } catch (RuntimeException e) { // lost, or the coordinator refused: the Python source says so in its words
+            return null;
+        }
         ReadSettings reading = new ReadSettings(settings().getOrDefault("hostId", ""), found.secret());
         String unreadable = Route.unreadable(desc);
         if (unreadable == null) { // a read, an append in its layout, or a replace

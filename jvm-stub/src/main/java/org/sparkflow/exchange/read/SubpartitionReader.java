@@ -5,12 +5,15 @@ import java.io.IOException;
 import java.nio.channels.Channels;
 import java.nio.file.Files;
 import java.util.Base64;
+import org.apache.arrow.memory.ArrowBuf;
 import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.vector.DecimalVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.ipc.ReadChannel;
 import org.apache.arrow.vector.ipc.message.MessageSerializer;
 import org.apache.arrow.vector.types.pojo.Schema;
 import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.types.Decimal;
 import org.apache.spark.sql.util.ArrowUtils;
 import org.apache.spark.sql.vectorized.ArrowColumnVector;
 import org.apache.spark.sql.vectorized.ColumnVector;
@@ -172,10 +175,34 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
      * A column of the reader's root as Spark sees it. Spark may close a batch it has consumed; closing an Arrow
      * struct or map vector removes its children, and the next buffer could not be loaded into the root. The root's
      * vectors are the reader's: it closes them itself, at its end.
+     *
+     * <p>A 128-bit decimal whose value fits a long is handed over as Spark's compact decimal, straight from the
+     * buffer: Arrow's own accessor makes a {@code java.math.BigDecimal} of every value (measured: reading a
+     * decimal(15,2) column cost 2.5x parquet's reader).
      */
     private static final class RootColumn extends ArrowColumnVector {
+        private final DecimalVector decimal; // null unless a 128-bit decimal column
+
         RootColumn(org.apache.arrow.vector.ValueVector vector) {
             super(vector);
+            decimal = vector instanceof DecimalVector d ? d : null;
+        }
+
+        @Override
+        public Decimal getDecimal(int rowId, int precision, int scale) {
+            if (decimal == null || decimal.getScale() != scale) {
+                return super.getDecimal(rowId, precision, scale);
+            }
+            if (decimal.isNull(rowId)) {
+                return null;
+            }
+            ArrowBuf data = decimal.getDataBuffer();
+            long at = (long) rowId * DecimalVector.TYPE_WIDTH;
+            long low = data.getLong(at); // little endian, as Arrow lays out its decimals
+            if (data.getLong(at + 8) != (low >> 63)) {
+                return super.getDecimal(rowId, precision, scale); // beyond a long
+            }
+            return Decimal.apply(low, precision, scale);
         }
 
         @Override

@@ -42,7 +42,7 @@ final class BufferEncoder implements AutoCloseable {
         ArrowWriter w = writers[t];
         if (w == null) {
             roots[t] = VectorSchemaRoot.create(schema, allocator);
-            w = writers[t] = ArrowWriter.create(roots[t]);
+            w = writers[t] = DecimalColumnWriter.create(roots[t]);
         }
         w.write(row);
     }
