@@ -29,6 +29,10 @@ wall clock from process start to exit, so interpreter, JVM and session start cou
 * ``jvm``: the producer writes through the JVM catalog (``df.writeTo("exchange.<name>")``, hashed on K into
   N, no Python worker) and the consumer reads through it as ``pipelined-jvm`` does: no Python worker in
   either application.
+* ``format``: both applications load the plugin jar and use ``df.write.format("pipelined")`` and
+  ``spark.read.format("pipelined")`` with the options of the ``pipelined`` route; the jar serves both in the JVM
+  (the write starts the embedded service from the JVM, the read reads partition i from subpartition i and
+  reports the partitioning), so no Python worker runs.
 * ``jvm-concurrent``: the ``jvm`` route's two applications started together; the consumer's catalog waits for
   the exchange's commit (``spark.sql.catalog.exchange.commitTimeout``) and then reads it, so its session start
   and planning overlap the producer's run. Seconds until both exited.
@@ -60,7 +64,7 @@ Data: ``tpchgen-cli`` (``.venv/bin/python -m pip install tpchgen-cli``) writes t
 into ``benchmarks/.tpch/sf<N>`` once (ignored by git); later runs reuse them.
 
 Run: .venv/bin/python benchmarks/tpch_pipeline.py --sf 1 5 [--queries 3,5,9,10,18] [--repeat 2]
-         [--routes pipelined,pipelined-jvm,jvm,jvm-concurrent,pipelined-concurrent,parquet,one-app] [--shuffle-partitions 200]
+         [--routes pipelined,pipelined-jvm,jvm,format,jvm-concurrent,pipelined-concurrent,parquet,one-app] [--shuffle-partitions 200]
          [--conf KEY=VALUE ...]
 Quick check: .venv/bin/python benchmarks/tpch_pipeline.py --sf 0.1 --queries 3 --repeat 1
 Writes benchmarks/tpch_pipeline-latest.json.
@@ -83,7 +87,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DATA = HERE / ".tpch"
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
-ROUTES = ("pipelined", "pipelined-jvm", "jvm", "jvm-concurrent", "pipelined-concurrent", "parquet", "one-app")
+ROUTES = ("pipelined", "pipelined-jvm", "jvm", "format", "jvm-concurrent", "pipelined-concurrent", "parquet", "one-app")
 CATALOG = "org.sparkflow.exchange.catalog.ExchangeCatalog"
 APP_TIMEOUT = 3600  # seconds for one application
 
@@ -245,6 +249,8 @@ def _child(args) -> dict:
     for setting in args.conf:
         key, _, value = setting.partition("=")
         builder = builder.config(key, value)
+    if args.io == "format":  # the jar serves format("pipelined")
+        builder = builder.config("spark.jars", sparkflow_exchange.plugin_jar())
     if args.io in ("jvm", "jvm-wait"):  # the JVM catalog: reads (and the jvm route's writes), no Python worker
         builder = (builder.config("spark.jars", sparkflow_exchange.plugin_jar())
                    .config("spark.sql.catalog.exchange", CATALOG)
@@ -416,7 +422,8 @@ class Run:
                 seconds = time.perf_counter() - start
             else:
                 sink, source = {"pipelined": ("pipelined", "pipelined"), "pipelined-jvm": ("pipelined", "jvm"),
-                                "jvm": ("jvm", "jvm"), "parquet": ("parquet", "parquet")}[route]
+                                "jvm": ("jvm", "jvm"), "format": ("format", "format"),
+                                "parquet": ("parquet", "parquet")}[route]
                 apps = [self.app(data, query, "produce", sink, exchange=name, path=str(parquet)),
                         self.app(data, query, "consume", source, exchange=name, path=str(parquet))]
                 seconds = sum(a["wall_s"] for a in apps)
@@ -535,9 +542,9 @@ def main() -> None:
     load_after = os.getloadavg()
 
     summary: dict = {}
-    header = ("| sf | query | " + " | ".join(routes) + " | pipelined/parquet | pipelined-jvm/parquet | jvm/parquet | "
+    header = ("| sf | query | " + " | ".join(routes) + " | pipelined/parquet | pipelined-jvm/parquet | jvm/parquet | format/parquet | "
               "jvm-concurrent/parquet | pipelined-concurrent/parquet | pipelined/one-app | jvm/one-app | "
-              "jvm-concurrent/one-app | consumer shuffles (pipelined / jvm / parquet) |")
+              "jvm-concurrent/one-app | consumer shuffles (pipelined / jvm / format / parquet) |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for sf_name, by_query in results.items():
         for q_name, by_route in by_query.items():
@@ -546,6 +553,7 @@ def main() -> None:
             ratios = {"pipelined/parquet": _ratio(best.get("pipelined"), best.get("parquet")),
                       "pipelined-jvm/parquet": _ratio(best.get("pipelined-jvm"), best.get("parquet")),
                       "jvm/parquet": _ratio(best.get("jvm"), best.get("parquet")),
+                      "format/parquet": _ratio(best.get("format"), best.get("parquet")),
                       "jvm-concurrent/parquet": _ratio(best.get("jvm-concurrent"), best.get("parquet")),
                       "pipelined-concurrent/parquet": _ratio(best.get("pipelined-concurrent"), best.get("parquet")),
                       "pipelined/one-app": _ratio(best.get("pipelined"), best.get("one-app")),
@@ -554,7 +562,7 @@ def main() -> None:
             summary.setdefault(sf_name, {})[q_name] = {"best_s": best, "ratios": ratios, "consumer_shuffles": shuffles}
             lines.append(f"| {sf_name} | {q_name} | " + " | ".join(_cell(best.get(r), ".1f") for r in routes) + " | "
                          + " | ".join(_cell(v, ".2f") for v in ratios.values()) + " | "
-                         + " / ".join(str(shuffles.get(r, "–")) for r in ("pipelined", "jvm", "parquet"))
+                         + " / ".join(str(shuffles.get(r, "–")) for r in ("pipelined", "jvm", "format", "parquet"))
                          + " |")
     print(f"\nbest of {args.repeat}, seconds per route (every application's wall clock, session start included); "
           f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}; "
