@@ -126,27 +126,6 @@ def python_worker_factories() -> int:
     return field("org.apache.spark.SparkEnv", "pythonWorkers", env).size()
 
 
-@check
-def no_python_worker(d):
-    """A JVM write then a JVM read start no Python worker (checked first: nothing Python has run yet)."""
-    watch = PythonWorkerWatch(jvm.java.lang.ProcessHandle.current().pid())
-    watch.start()
-    d["factories_before"] = python_worker_factories()
-    spark.sql("SELECT id AS k, id * 2 AS v FROM range(2000)").writeTo("exchange.jvm_only") \
-        .tableProperty("keys", "k").tableProperty("numSubpartitions", "4").create()
-    d["rows"] = spark.table("exchange.jvm_only").where("v % 2 = 0").count()
-    time.sleep(0.2)
-    watch.stop.set()
-    watch.join()
-    d["factories_after"] = python_worker_factories()
-    d["samples"] = watch.samples
-    d["workers_seen"] = sorted(watch.seen)
-    assert d["rows"] == 2000, d["rows"]
-    assert watch.samples > 5, watch.samples
-    assert d["factories_before"] == d["factories_after"] == 0, d
-    assert not watch.seen, watch.seen
-
-
 def watched(d: dict, work) -> None:
     """Run ``work`` watched for Python workers; records what was seen in ``d``."""
     watch = PythonWorkerWatch(jvm.java.lang.ProcessHandle.current().pid())
@@ -165,6 +144,21 @@ def watched(d: dict, work) -> None:
 
 def executed(df) -> str:
     return df._jdf.queryExecution().executedPlan().toString()
+
+
+@check
+def no_python_worker(d):
+    """A JVM write then a JVM read start no Python worker (checked first: nothing Python has run yet)."""
+    def work():
+        spark.sql("SELECT id AS k, id * 2 AS v FROM range(2000)").writeTo("exchange.jvm_only") \
+            .tableProperty("keys", "k").tableProperty("numSubpartitions", "4").create()
+        d["rows"] = spark.table("exchange.jvm_only").where("v % 2 = 0").count()
+
+    watched(d, work)
+    assert d["rows"] == 2000, d["rows"]
+    assert d["samples"] > 5, d["samples"]
+    assert d["factories_before"] == d["factories_after"] == 0, d
+    assert not d["workers_seen"], d["workers_seen"]
 
 
 @check
@@ -191,6 +185,7 @@ def format_pipelined_is_served_by_the_jvm(d):
     d["plan"] = out["plan"]
     assert "sparkflow-exchange fmt" in out["plan"] and "(Python)" not in out["plan"], out["plan"]
     assert "Exchange" not in out["plan"].replace("sparkflow-exchange", ""), out["plan"]
+    assert d["samples"] > 5, d["samples"]
     want = base.groupBy("k").agg(F.sum("v").alias("sv"), F.count("*").alias("n"))
     assert out["rows"] == sorted(map(tuple, want.collect()))
     assert out["partitions"] == 8, out["partitions"]
@@ -462,6 +457,11 @@ def format_pipelined_hands_the_rest_to_the_python_source(d):
         jvm_read = spark.read.format("pipelined").option("exchange", "fmt_modes").load()
         assert "sparkflow-exchange fmt_modes" in executed(jvm_read), executed(jvm_read)
         same(jvm_read, small.unionAll(small))
+        assert jvm_read.rdd.getNumPartitions() == 4
+        grouped = spark.read.format("pipelined").option("exchange", "fmt_modes").option("readPartitions", "2").load()
+        d["grouped_partitions"] = grouped.rdd.getNumPartitions()  # the option reaches the JVM reader
+        assert d["grouped_partitions"] == 2 and "sparkflow-exchange fmt_modes" in executed(grouped), executed(grouped)
+        same(grouped, small.unionAll(small))
         try:
             fmt(small)  # mode error, the exchange exists
             raise AssertionError("a write in mode error replaced an existing exchange")

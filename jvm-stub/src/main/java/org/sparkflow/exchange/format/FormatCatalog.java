@@ -47,7 +47,7 @@ public final class FormatCatalog extends ExchangeCatalog {
     public Table loadTable(Identifier ident, TableContext context, CaseInsensitiveStringMap options)
             throws NoSuchTableException {
         boolean write = context != null && !context.writePrivileges().isEmpty();
-        CaseInsensitiveStringMap pending = PipelinedFormat.takeOptions();
+        CaseInsensitiveStringMap pending = PipelinedFormat.takeOptions(ident.name());
         if (options == null || options.isEmpty()) {
             options = pending != null ? pending : new CaseInsensitiveStringMap(Map.of("exchange", ident.name()));
         }
@@ -108,7 +108,7 @@ public final class FormatCatalog extends ExchangeCatalog {
     @Override
     public Table createTable(Identifier ident, Column[] columns, Transform[] partitions, Map<String, String> properties)
             throws NoSuchNamespaceException {
-        CaseInsensitiveStringMap options = PipelinedFormat.takeOptions(); // the write's; a create's properties lack them
+        CaseInsensitiveStringMap options = PipelinedFormat.takeOptions(ident.name()); // a create's properties lack them
         if (options == null) {
             options = new CaseInsensitiveStringMap(Map.of("exchange", ident.name()));
         }

@@ -49,11 +49,14 @@ public final class PipelinedFormat implements SupportsCatalogOptions, DataSource
      */
     private static final ThreadLocal<CaseInsensitiveStringMap> PENDING = new ThreadLocal<>();
 
-    /** The options of the read or write this thread is planning (once), or null. */
-    static CaseInsensitiveStringMap takeOptions() {
+    /**
+     * The options of the read or write of {@code exchange} this thread is planning (once), or null: options left by
+     * a planning that never reached the catalog are never taken for another exchange.
+     */
+    static CaseInsensitiveStringMap takeOptions(String exchange) {
         CaseInsensitiveStringMap options = PENDING.get();
         PENDING.remove();
-        return options;
+        return options != null && exchange.equals(options.get("exchange")) ? options : null;
     }
 
     /** The exchange named by the {@code exchange} option (empty without one: the Python source says what is missing). */
