@@ -452,7 +452,11 @@ def format_pipelined_hands_the_rest_to_the_python_source(d):
                 .option("numSubpartitions", "4")
             (w.mode(mode) if mode else w).save()
 
-        fmt(small, "overwrite")
+        small.write.format("pipelined").mode("overwrite").option("exchange", "fmt_modes").option("keys", "j") \
+            .option("numSubpartitions", "2").option("partitionType", "BLOCKING").save()
+        fmt(small, "overwrite")  # declared anew: nothing kept from the exchange it replaces
+        d["replaced"] = {k: described("fmt_modes")[k] for k in ("partitioner", "partition_type", "num_subpartitions")}
+        assert d["replaced"]["partition_type"] == "HYBRID" and d["replaced"]["partitioner"]["keys"] == ["k"], d
         fmt(small, "append")
         jvm_read = spark.read.format("pipelined").option("exchange", "fmt_modes").load()
         assert "sparkflow-exchange fmt_modes" in executed(jvm_read), executed(jvm_read)

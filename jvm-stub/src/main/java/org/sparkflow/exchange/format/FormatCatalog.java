@@ -13,6 +13,7 @@ import org.apache.spark.sql.connector.catalog.SupportsWrite;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.catalog.TableContext;
+import org.apache.spark.sql.connector.catalog.TableWritePrivilege;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.connector.write.LogicalWriteInfo;
 import org.apache.spark.sql.connector.write.WriteBuilder;
@@ -47,19 +48,25 @@ public final class FormatCatalog extends ExchangeCatalog {
     public Table loadTable(Identifier ident, TableContext context, CaseInsensitiveStringMap options)
             throws NoSuchTableException {
         boolean write = context != null && !context.writePrivileges().isEmpty();
+        boolean overwrite = write && context.writePrivileges().contains(TableWritePrivilege.DELETE);
         CaseInsensitiveStringMap pending = PipelinedFormat.takeOptions(ident.name());
         if (options == null || options.isEmpty()) {
             options = pending != null ? pending : new CaseInsensitiveStringMap(Map.of("exchange", ident.name()));
         }
-        Table jvm = enabled() && Route.pythonOnly(options, write) == null ? jvmTable(ident.name(), write) : null;
+        Table jvm = enabled() && Route.pythonOnly(options, write) == null ? jvmTable(ident.name(), write, overwrite)
+                : null;
         if (jvm != null) {
             return jvm;
         }
         return write ? PythonSource.forWrite(options) : PythonSource.forRead(options);
     }
 
-    /** The JVM path's table for this exchange, or null when the Python source is to serve it. */
-    private Table jvmTable(String exchange, boolean write) {
+    /**
+     * The JVM path's table for this exchange, or null when the Python source is to serve it. An overwrite declares
+     * the exchange anew from the write's options (as the Python writer does, nothing kept from the one it replaces);
+     * an append to a committed exchange writes in its layout.
+     */
+    private Table jvmTable(String exchange, boolean write, boolean overwrite) {
         Endpoint found;
         try {
             found = endpointStartingEmbedded(write);
@@ -75,13 +82,13 @@ public final class FormatCatalog extends ExchangeCatalog {
         }
         ReadSettings reading = new ReadSettings(settings().getOrDefault("hostId", ""), found.secret());
         String unreadable = Route.unreadable(desc);
-        if (unreadable == null) { // a read, an append in its layout, or a replace
-            return new ExchangeTable(desc, reading, coordinator, settings(), String.valueOf(desc.numSubpartitions));
-        }
-        if (write && desc == null) {
+        if (write && (desc == null || (overwrite && desc.sealed))) {
             return new NewWrite(exchange, coordinator, settings());
         }
-        return null; // being written, aborted, coalesced: the Python source
+        if (unreadable == null) { // a read, or an append in the exchange's layout
+            return new ExchangeTable(desc, reading, coordinator, settings(), String.valueOf(desc.numSubpartitions));
+        }
+        return null; // being written, aborted, coalesced, forward: the Python source
     }
 
     /**
@@ -117,7 +124,19 @@ public final class FormatCatalog extends ExchangeCatalog {
                     + "\"overwrite\" or \"append\"; this write's options are served by the Python data source, "
                     + "which has no create mode");
         }
+        endpointStartingEmbedded(true);
         return super.createTable(ident, columns, partitions, properties);
+    }
+
+    /** Whether the exchange is declared; with no service found, it is not (a create then starts one). */
+    @Override
+    public boolean tableExists(Identifier ident) {
+        try {
+            endpoint();
+        } catch (IllegalStateException none) {
+            return false;
+        }
+        return super.tableExists(ident);
     }
 
     /** A write of an exchange not declared yet: its schema comes with the write, its layout from the options. */
