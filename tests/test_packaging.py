@@ -64,6 +64,9 @@ def test_wheel_carries_the_plugin_jar_and_plugin_jar_returns_it(clean_copy, tmp_
         jar_bytes = whl.read(JAR_IN_WHEEL)
     (tmp_path / "p.jar").write_bytes(jar_bytes)
     assert PLUGIN_CLASS in zipfile.ZipFile(tmp_path / "p.jar").namelist()
+    # Spark finds format("pipelined") in the jar through this service entry
+    services = zipfile.ZipFile(tmp_path / "p.jar").read("META-INF/services/org.apache.spark.sql.sources.DataSourceRegister")
+    assert services.decode().split() == ["org.sparkflow.exchange.format.PipelinedFormat"]
     site = tmp_path / "site"
     proc = installed_python(wheel, site, "import sparkflow_exchange as s; print(s.plugin_jar())")
     assert proc.returncode == 0, proc.stderr
