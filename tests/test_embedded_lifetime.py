@@ -163,3 +163,28 @@ def test_a_write_left_open_by_an_application_that_is_gone_expires_after_ttl(tmp_
         _exits_leaving_nothing(pid, runtime)
     finally:
         stop_embedded(runtime)
+
+
+def test_the_plugin_launcher_starts_the_embedded_service_for_a_jvm_and_it_lives_as_long_as_that_jvm(tmp_path):
+    """``python -m sparkflow_exchange.service.plugin embedded --jvm-pid P`` (what the jar runs for a first
+    ``format("pipelined")`` write that finds no service): the service is attached to P, not to the launcher."""
+    runtime = tmp_path / "runtime"
+    env = {**os.environ, "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(runtime),
+           "SPARKFLOW_EXCHANGE_CONF": json.dumps({"embedded.idleTimeout": "1s"})}
+    jvm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # stands in for the JVM
+    try:
+        proc = subprocess.run([sys.executable, "-m", "sparkflow_exchange.service.plugin", "embedded", "--jvm-pid",
+                               str(jvm.pid)], capture_output=True, text=True, timeout=120, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        answer = json.loads(proc.stdout.strip().splitlines()[-1])
+        state = json.loads((runtime / "embedded.json").read_text())
+        assert answer == {"unix": state["unix"], "pid": state["pid"]}
+        time.sleep(2.5)  # the launcher has ended; past the idle timeout the service stays for its JVM
+        assert Path(f"/proc/{state['pid']}").exists() and (runtime / "embedded.json").exists()
+    finally:
+        jvm.kill()  # our own stand-in, by its pid
+        jvm.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (runtime / "embedded.json").exists():
+        time.sleep(0.2)
+    assert not (runtime / "embedded.json").exists(), "embedded service still running after its JVM ended"
