@@ -91,6 +91,11 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
         return settings;
     }
 
+    /** What a read task needs of this catalog: this host's identity and the secret of the coordinator found. */
+    protected ReadSettings readSettings(Endpoint found) {
+        return new ReadSettings(settings.getOrDefault("hostId", ""), found.secret());
+    }
+
     CoordinatorClient client() {
         return new CoordinatorClient(endpoint());
     }
@@ -122,8 +127,7 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
         if (desc == null) {
             throw new NoSuchTableException(ident);
         }
-        return new ExchangeTable(desc, new ReadSettings(settings.getOrDefault("hostId", ""), found.secret()),
-                new CoordinatorClient(found), settings);
+        return new ExchangeTable(desc, readSettings(found), new CoordinatorClient(found), settings);
     }
 
     /** Whether the exchange is declared now (a lost one is not): never waits (a create asks this before writing). */

@@ -26,7 +26,6 @@ import org.sparkflow.exchange.catalog.ExchangeCatalog;
 import org.sparkflow.exchange.catalog.ExchangeDescription;
 import org.sparkflow.exchange.catalog.ExchangeTable;
 import org.sparkflow.exchange.discovery.Endpoint;
-import org.sparkflow.exchange.read.ReadSettings;
 import org.sparkflow.exchange.write.ExchangeWriteBuilder;
 import org.sparkflow.exchange.write.WriteSettings;
 
@@ -80,13 +79,12 @@ public final class FormatCatalog extends ExchangeCatalog {
         } catch (RuntimeException e) { // lost, or the coordinator refused: the Python source says so in its words
             return null;
         }
-        ReadSettings reading = new ReadSettings(settings().getOrDefault("hostId", ""), found.secret());
-        String unreadable = Route.unreadable(desc);
         if (write && (desc == null || (overwrite && desc.sealed))) {
             return new NewWrite(exchange, coordinator, settings());
         }
-        if (unreadable == null) { // a read, or an append in the exchange's layout
-            return new ExchangeTable(desc, reading, coordinator, settings(), String.valueOf(desc.numSubpartitions));
+        if (Route.unreadable(desc) == null) { // a read, or an append in the exchange's layout
+            return new ExchangeTable(desc, readSettings(found), coordinator, settings(),
+                    String.valueOf(desc.numSubpartitions));
         }
         return null; // being written, aborted, coalesced, forward: the Python source
     }

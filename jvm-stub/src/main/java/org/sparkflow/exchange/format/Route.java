@@ -4,6 +4,7 @@ import java.util.Locale;
 import java.util.Set;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.sparkflow.exchange.catalog.ExchangeDescription;
+import org.sparkflow.exchange.read.ExchangeScan;
 import org.sparkflow.exchange.write.WriteSettings;
 
 /**
@@ -51,27 +52,21 @@ final class Route {
     }
 
     /**
-     * Null when the JVM reader reads this exchange as the Python reader does (sealed, every committed producer
-     * finished, hash or rebalance, an explicit width: partition i reads subpartition i), else why not. A null description: not declared.
+     * Null when the JVM reader reads this exchange as the Python reader does (what the catalog's reader reads, written
+     * hash or rebalance with an explicit width: partition i reads subpartition i), else why not. A null description:
+     * not declared.
      */
     static String unreadable(ExchangeDescription desc) {
         if (desc == null) {
             return "not declared";
         }
-        if (!desc.sealed || "aborted".equals(desc.state)) {
-            return "state " + desc.state;
+        String why = ExchangeScan.unreadable(desc);
+        if (why != null) {
+            return why;
         }
-        if (!READ_PARTITIONERS.contains(desc.partitioner)) { // forward: subpartition i is producer i's alone
+        if (!READ_PARTITIONERS.contains(desc.partitioner)) { // broadcast: the Python reader's layout
             return "partitioner " + desc.partitioner;
         }
-        if (desc.coalesce || desc.numSubpartitions == null) {
-            return "written without numSubpartitions";
-        }
-        for (ExchangeDescription.Producer p : desc.committed) {
-            if (!"finished".equals(p.state())) {
-                return "producer " + p.index() + " " + p.state();
-            }
-        }
-        return null;
+        return desc.coalesce ? "written without numSubpartitions" : null;
     }
 }

@@ -73,28 +73,37 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
 
     /** Refuse at planning what this path cannot read exactly, saying what to do instead. */
     private void checkReadable() {
+        String why = unreadable(desc);
+        if (why != null) {
+            throw new ExchangeReadException(why);
+        }
+    }
+
+    /** Why the JVM reader cannot read this exchange exactly, saying what to do instead; null when it can. */
+    public static String unreadable(ExchangeDescription desc) {
         String ex = "exchange '" + desc.name + "'";
         if ("aborted".equals(desc.state)) {
-            throw new ExchangeReadException(ex + " was aborted: its write failed, it holds no rows to read");
+            return ex + " was aborted: its write failed, it holds no rows to read";
         }
         if (!desc.sealed) {
-            throw new ExchangeReadException(ex + " is still being written (state " + desc.state + "): the catalog reads "
+            return ex + " is still being written (state " + desc.state + "): the catalog reads "
                     + "sealed exchanges only; read it after its write commits (the catalog setting commitTimeout waits "
-                    + "for the commit), or read it while it is written with spark.read.format(\"pipelined\")");
+                    + "for the commit), or read it while it is written with spark.read.format(\"pipelined\")";
         }
         if (desc.numSubpartitions == null) {
-            throw new ExchangeReadException(ex + " does not know its number of subpartitions");
+            return ex + " does not know its number of subpartitions";
         }
         if ("forward".equals(desc.partitioner)) {
-            throw new ExchangeReadException(ex + " was written with the forward partitioner (subpartition i is producer "
-                    + "i's alone), which the catalog does not read; read it with spark.read.format(\"pipelined\")");
+            return ex + " was written with the forward partitioner (subpartition i is producer "
+                    + "i's alone), which the catalog does not read; read it with spark.read.format(\"pipelined\")";
         }
         for (ExchangeDescription.Producer p : desc.committed) {
             if (!"finished".equals(p.state())) {
-                throw new ExchangeReadException(ex + ": committed producer " + p.index() + " (partition "
-                        + p.partition() + ") is " + p.state() + ", not finished");
+                return ex + ": committed producer " + p.index() + " (partition " + p.partition() + ") is " + p.state()
+                        + ", not finished";
             }
         }
+        return null;
     }
 
     @Override
