@@ -20,12 +20,15 @@ import traceback
 import decimal
 from decimal import Decimal
 
+import numpy as np
+import pyarrow as pa
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.functions import partitioning as P
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.buffer import schema_from_b64
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.exchange import list_exchanges
@@ -428,6 +431,142 @@ def decimals_round_trip_exactly_around_a_long(d):
         same(spark.table(f"exchange.{name}"), df)
         same(python_read(name), df)
         d[name] = sum(r[1] is not None for r in rows)
+
+
+LIVE_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+LIVE_ROWS = 40_000
+
+
+def live_write(name: str):
+    """A write of ``name`` from this driver (no Spark task), hash on ``id`` into 4, left open for the check."""
+    config = ExchangeConfig.load({"exchange": name, "partitioner": "hash", "keys": "id", "numSubpartitions": "4",
+                                  "partitionType": "HYBRID", "bufferSize": "8k"})
+    return ex.declare_write(config, LIVE_SCHEMA, overwrite=True)
+
+
+def live_rows(producer: int, producers: int = 2) -> list:
+    """Producer ``producer``'s ids: every ``producers``-th of 0 .. LIVE_ROWS - 1, in two batches."""
+    ids = np.arange(producer, LIVE_ROWS, producers, dtype=np.int64)
+    half = len(ids) // 2
+    return [pa.record_batch([pa.array(part)], schema=LIVE_SCHEMA) for part in (ids[:half], ids[half:])]
+
+
+def start_live_read(name: str, out: dict):
+    """Plan a format("pipelined") read of ``name`` now (served by the JVM) and collect it on a thread."""
+    spark.conf.set(JVM_FORMAT, "true")
+    try:
+        df = spark.read.format("pipelined").option("exchange", name).load()
+    finally:
+        spark.conf.set(JVM_FORMAT, "false")
+    out["plan"] = executed(df)
+
+    def run():
+        try:
+            out["ids"] = sorted(r.id for r in df.collect())
+        except Exception as exc:  # noqa: BLE001 - the check asserts on the message
+            text = str(exc)
+            cause = text.find("ExchangeReadException: ")  # the task's own error, inside Spark's
+            out["error"] = text[cause:].splitlines()[0] if cause >= 0 else text
+
+    reading = threading.Thread(target=run, daemon=True)
+    reading.start()
+    return reading
+
+
+def running_tasks() -> int:
+    tracker = spark.sparkContext.statusTracker()
+    return sum(tracker.getStageInfo(s).numActiveTasks for s in tracker.getActiveStageIds()
+               if tracker.getStageInfo(s) is not None)
+
+
+def until(condition, seconds: float = 60) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
+
+
+@check
+def format_reads_a_write_in_progress_in_the_jvm(d):
+    """A format("pipelined") read planned while its exchange is written is served by the JVM and reads as the
+    producers write: its tasks run (and do not end) before the second producer has even registered and before the
+    commit, and it returns exactly the committed rows, each in the partition of its subpartition."""
+    handle = live_write("live_fmt")
+    first = ex.ProducerTask(handle, 0, "a0")
+    first.write(live_rows(0)[:1])
+    out: dict = {}
+    reading = start_live_read("live_fmt", out)
+    d["plan"] = out["plan"]
+    assert "sparkflow-exchange live_fmt" in out["plan"] and "read while written" in out["plan"], out["plan"]
+    assert until(lambda: running_tasks() > 0), "the read's tasks never started"
+    first.write(live_rows(0)[1:])
+    time.sleep(1.0)
+    d["reading_before_second_producer"] = reading.is_alive() and running_tasks() > 0
+    second = ex.ProducerTask(handle, 1, "a1")
+    for batch in live_rows(1):
+        second.write([batch])
+    parts = [first.finish()["partition"], second.finish()["partition"]]
+    time.sleep(0.5)
+    d["reading_before_commit"] = reading.is_alive()
+    ex.commit_write(handle, parts)
+    reading.join(120)
+    assert "error" not in out, out.get("error")
+    assert out["ids"] == list(range(LIVE_ROWS)), len(out["ids"])
+    assert d["reading_before_second_producer"] and d["reading_before_commit"], d
+    sealed = spark.read.format("pipelined").option("exchange", "live_fmt").load()  # sealed now: same placement
+    spark.conf.set(JVM_FORMAT, "true")
+    try:
+        jvm_sealed = spark.read.format("pipelined").option("exchange", "live_fmt").load()
+        expected = jvm_sealed.select(F.spark_partition_id().alias("pid"), "id")
+        same(sealed.select(F.spark_partition_id().alias("pid"), "id"), expected)
+    finally:
+        spark.conf.set(JVM_FORMAT, "false")
+
+
+@check
+def a_read_in_progress_fails_rather_than_return_rows_the_commit_does_not_hold(d):
+    """Rows read from an attempt that then loses the commit, or from a write that is aborted, fail the read with
+    a message saying so; an attempt that fails before giving rows is passed over, and the read is exact."""
+    handle = live_write("live_lost")
+    loser = ex.ProducerTask(handle, 0, "loser")
+    loser.write(live_rows(0, 1))
+    lost_part = loser.finish()["partition"]
+    out: dict = {}
+    reading = start_live_read("live_lost", out)
+    winner = ex.ProducerTask(handle, 0, "winner")
+    winner.write(live_rows(0, 1))
+    win_part = winner.finish()["partition"]
+    assert until(lambda: running_tasks() > 0), "the read's tasks never started"
+    time.sleep(1.0)
+    ex.commit_write(handle, [win_part])
+    reading.join(120)
+    d["lost_commit"] = out.get("error", "")[:400]
+    assert "which the commit does not hold" in d["lost_commit"] and lost_part in d["lost_commit"], out
+
+    handle = live_write("live_aborted")
+    task = ex.ProducerTask(handle, 0, "a0")
+    task.write(live_rows(0, 1))
+    out = {}
+    reading = start_live_read("live_aborted", out)
+    assert until(lambda: running_tasks() > 0), "the read's tasks never started"
+    ex.abort_write(handle, "the test aborts it")
+    reading.join(120)
+    d["aborted"] = out.get("error", "")[:400]
+    assert "was aborted" in d["aborted"] and "live_aborted" in d["aborted"], out
+
+    handle = live_write("live_retried")
+    failing = ex.ProducerTask(handle, 0, "fails")
+    out = {}
+    reading = start_live_read("live_retried", out)
+    assert until(lambda: running_tasks() > 0), "the read's tasks never started"
+    time.sleep(0.5)
+    failing.fail("the test fails this attempt before it writes")
+    retry = ex.ProducerTask(handle, 0, "retry")
+    retry.write(live_rows(0, 1))
+    ex.commit_write(handle, [retry.finish()["partition"]])
+    reading.join(120)
+    assert "error" not in out, out.get("error")
+    assert out["ids"] == list(range(LIVE_ROWS)), len(out["ids"])
 
 
 @check

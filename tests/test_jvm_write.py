@@ -94,3 +94,15 @@ def test_nested_types_written_in_many_buffers_read_back_exactly(results):
 def test_a_catalog_with_commit_timeout_reads_an_exchange_once_its_write_commits(results):
     outcome = passed(results, "a_catalog_with_commit_timeout_waits_for_the_commit")
     assert outcome["waited_s"] >= 3.0
+
+
+def test_format_reads_an_exchange_being_written_in_the_jvm_as_it_goes(results):
+    outcome = passed(results, "format_reads_a_write_in_progress_in_the_jvm")
+    assert "read while written" in outcome["plan"]
+    assert outcome["reading_before_second_producer"] and outcome["reading_before_commit"]
+
+
+def test_a_read_in_progress_never_returns_rows_the_commit_does_not_hold(results):
+    outcome = passed(results, "a_read_in_progress_fails_rather_than_return_rows_the_commit_does_not_hold")
+    assert "which the commit does not hold" in outcome["lost_commit"]
+    assert "was aborted" in outcome["aborted"]

@@ -155,6 +155,7 @@ class Exchange:
             "state": self.state,
             "sealed": self.sealed,
             "seals": len(self.seal_ends),
+            "seal_ends": list(self.seal_ends),  # len(committed) at each seal: what a read planned before it reads
             "open_writes": len(self.open_writes),
             "abort_reason": self.abort_reason,
             "coalesce": self.coalesce,

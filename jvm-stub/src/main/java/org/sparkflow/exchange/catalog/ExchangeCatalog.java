@@ -93,7 +93,7 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
 
     /** What a read task needs of this catalog: this host's identity and the secret of the coordinator found. */
     protected ReadSettings readSettings(Endpoint found) {
-        return new ReadSettings(settings.getOrDefault("hostId", ""), found.secret());
+        return new ReadSettings(settings.getOrDefault("hostId", ""), found.secret(), found.coordinator(), false);
     }
 
     CoordinatorClient client() {

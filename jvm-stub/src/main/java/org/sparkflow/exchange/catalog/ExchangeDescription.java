@@ -25,6 +25,7 @@ public final class ExchangeDescription implements Serializable {
                            String unix, String tcp, boolean tls) implements Serializable {}
 
     public final String name;
+    public final long epoch; // a new one for each overwrite
     public final String state;
     public final boolean sealed;
     public final String schemaBase64;
@@ -34,6 +35,10 @@ public final class ExchangeDescription implements Serializable {
     public final boolean coalesce; // the writer gave no numSubpartitions
     public final String partitionType;
     public final List<Producer> committed; // in commit order
+    /** Every producer attempt registered and not released (running, finished, or failed), committed or not. */
+    public final List<Producer> registered;
+    /** The number of committed producers at each seal (no write open any more): the states a read may end at. */
+    public final List<Integer> sealEnds;
     public final OptionalLong rows;
     public final OptionalLong bytes;
     /** Bytes of each subpartition over every committed producer; null when the coordinator does not say. */
@@ -42,6 +47,7 @@ public final class ExchangeDescription implements Serializable {
 
     private ExchangeDescription(JsonNode d) {
         name = d.path("name").asText();
+        epoch = d.path("epoch").asLong(0);
         state = d.path("state").asText();
         sealed = d.path("sealed").asBoolean(false);
         schemaBase64 = d.path("schema").asText();
@@ -61,11 +67,12 @@ public final class ExchangeDescription implements Serializable {
                 throw new IllegalStateException("exchange '" + name + "': the coordinator lists committed partition "
                         + c.asText() + " without its producer");
             }
-            JsonNode loc = x.path("location");
-            committed.add(new Producer(x.path("index").asInt(), c.asText(), x.path("state").asText(),
-                    x.path("spill").asText(""), loc.path("host_id").asText(""), loc.path("pid").asLong(-1),
-                    loc.path("unix").asText(""), loc.path("tcp").asText(""), loc.path("tls").asBoolean(false)));
+            committed.add(producer(x));
         }
+        registered = new ArrayList<>();
+        d.path("producers").forEach(x -> registered.add(producer(x)));
+        sealEnds = new ArrayList<>();
+        d.path("seal_ends").forEach(x -> sealEnds.add(x.asInt()));
         rows = d.path("rows").canConvertToLong() ? OptionalLong.of(d.get("rows").asLong()) : OptionalLong.empty();
         bytes = sum(d.path("subpartition_bytes"));
         JsonNode each = d.path("subpartition_bytes");
@@ -77,6 +84,24 @@ public final class ExchangeDescription implements Serializable {
         } else {
             subpartitionBytes = null;
         }
+    }
+
+    private static Producer producer(JsonNode x) {
+        JsonNode loc = x.path("location");
+        return new Producer(x.path("index").asInt(), x.path("partition").asText(), x.path("state").asText(),
+                x.path("spill").asText(""), loc.path("host_id").asText(""), loc.path("pid").asLong(-1),
+                loc.path("unix").asText(""), loc.path("tcp").asText(""), loc.path("tls").asBoolean(false));
+    }
+
+    /**
+     * The committed producers a read planned after {@code seal} seals reads (the first seal after its planning),
+     * in commit order; null while that seal has not happened.
+     */
+    public List<Producer> readState(int seal) {
+        if (seal < 0 || seal >= sealEnds.size()) {
+            return null;
+        }
+        return committed.subList(0, Math.min(sealEnds.get(seal), committed.size()));
     }
 
     public static ExchangeDescription parse(JsonNode d) {

@@ -32,8 +32,8 @@ import org.sparkflow.exchange.write.WriteSettings;
 /**
  * The exchange catalog as {@code format("pipelined")} uses it: Spark hands it the read's or write's options, and
  * it answers with the JVM path's table where that applies ({@link Route}), else with the Python data source's.
- * A read of a sealed exchange reads partition i from subpartition i, as the Python reader does, and reports the
- * partitioning ({@code readPartitions} overrides the width). {@code spark.sparkflow.exchange.jvmFormat=false}
+ * A read reads partition i from subpartition i, as the Python reader does (of an exchange being written, as it
+ * goes), and reports the partitioning ({@code readPartitions} overrides the width). {@code spark.sparkflow.exchange.jvmFormat=false}
  * (session setting) sends everything to the Python source.
  */
 public final class FormatCatalog extends ExchangeCatalog {
@@ -82,11 +82,11 @@ public final class FormatCatalog extends ExchangeCatalog {
         if (write && (desc == null || (overwrite && desc.sealed))) {
             return new NewWrite(exchange, coordinator, settings());
         }
-        if (Route.unreadable(desc) == null) { // a read, or an append in the exchange's layout
-            return new ExchangeTable(desc, readSettings(found), coordinator, settings(),
+        if (Route.unreadable(desc, !write) == null) { // a read (of one being written too), or an append to a sealed one
+            return new ExchangeTable(desc, readSettings(found).readingWhileWritten(), coordinator, settings(),
                     String.valueOf(desc.numSubpartitions));
         }
-        return null; // being written, aborted, coalesced, forward: the Python source
+        return null; // aborted, coalesced, forward, a write beside another: the Python source
     }
 
     /**

@@ -53,14 +53,14 @@ final class Route {
 
     /**
      * Null when the JVM reader reads this exchange as the Python reader does (what the catalog's reader reads, written
-     * hash or rebalance with an explicit width: partition i reads subpartition i), else why not. A null description:
-     * not declared.
+     * hash or rebalance with an explicit width: partition i reads subpartition i; one being written as it goes),
+     * else why not ({@code whileWritten} false: one being written is refused). A null description: not declared.
      */
-    static String unreadable(ExchangeDescription desc) {
+    static String unreadable(ExchangeDescription desc, boolean whileWritten) {
         if (desc == null) {
             return "not declared";
         }
-        String why = ExchangeScan.unreadable(desc);
+        String why = ExchangeScan.unreadable(desc, whileWritten);
         if (why != null) {
             return why;
         }

@@ -23,7 +23,7 @@ import org.apache.spark.sql.types.StructType;
 import org.sparkflow.exchange.catalog.ExchangeDescription;
 
 /**
- * A scan of a sealed exchange: read partitions as {@link ReadLayout} groups the subpartitions (with
+ * A scan of a sealed exchange, or of one being written ({@link LiveProducers}): read partitions as {@link ReadLayout} groups the subpartitions (with
  * {@code readPartitions=n}, partition i reads subpartition i, as the Python reader does for an explicit width),
  * only those a filter on the hash keys can match ({@link KeyFilter}). It tells Spark the rows and bytes the
  * coordinator counted, and, for a hash exchange on one key with an explicit width n read in m partitions,
@@ -62,8 +62,9 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
             }
         }
         kept = read;
-        layout = ReadLayout.plan(desc.name, desc.numSubpartitions, kept, desc.subpartitionBytes, readPartitions,
-                desc.bucketedOnOneKey());
+        // sizes of an exchange being written are those of its earlier commits only: not a basis for a layout
+        layout = ReadLayout.plan(desc.name, desc.numSubpartitions, kept, desc.sealed ? desc.subpartitionBytes : null,
+                readPartitions, desc.bucketedOnOneKey());
     }
 
     /** Spark may be told the layout: hash on one key with an explicit width, and the key among the columns read. */
@@ -73,19 +74,22 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
 
     /** Refuse at planning what this path cannot read exactly, saying what to do instead. */
     private void checkReadable() {
-        String why = unreadable(desc);
+        String why = unreadable(desc, settings.whileWritten());
         if (why != null) {
             throw new ExchangeReadException(why);
         }
     }
 
-    /** Why the JVM reader cannot read this exchange exactly, saying what to do instead; null when it can. */
-    public static String unreadable(ExchangeDescription desc) {
+    /**
+     * Why the JVM reader cannot read this exchange exactly, saying what to do instead; null when it can.
+     * {@code whileWritten}: an exchange being written is read as it goes (it needs its width), else refused.
+     */
+    public static String unreadable(ExchangeDescription desc, boolean whileWritten) {
         String ex = "exchange '" + desc.name + "'";
         if ("aborted".equals(desc.state)) {
             return ex + " was aborted: its write failed, it holds no rows to read";
         }
-        if (!desc.sealed) {
+        if (!desc.sealed && !whileWritten) {
             return ex + " is still being written (state " + desc.state + "): the catalog reads "
                     + "sealed exchanges only; read it after its write commits (the catalog setting commitTimeout waits "
                     + "for the commit), or read it while it is written with spark.read.format(\"pipelined\")";
@@ -116,8 +120,8 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
         return "sparkflow-exchange " + desc.name + " [" + desc.partitioner
                 + (desc.keys.isEmpty() ? "" : "(" + String.join(", ", desc.keys) + ")") + ", "
                 + desc.numSubpartitions + " subpartitions" + (kept.size() < desc.numSubpartitions ? " (" + kept.size()
-                + " read)" : "") + " in " + layout.groups() + " read partitions, " + desc.committed.size()
-                + " producers]";
+                + " read)" : "") + " in " + layout.groups() + " read partitions, " + (desc.sealed
+                ? desc.committed.size() + " producers]" : "read while written]");
     }
 
     @Override
@@ -131,7 +135,8 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
         for (int j = 0; j < layout.groups(); j++) {
             int[] members = layout.members().get(j);
             if (members.length > 0) {
-                parts.add(new SubpartitionInput(desc.name, j, members, desc.committed));
+                parts.add(new SubpartitionInput(desc.name, j, members, desc.committed, desc.epoch,
+                        desc.sealed ? -1 : desc.sealEnds.size()));
             }
         }
         return parts.toArray(new InputPartition[0]);
@@ -154,6 +159,19 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
 
     @Override
     public Statistics estimateStatistics() {
+        if (!desc.sealed) { // being written: nothing known yet (Spark then assumes it is large)
+            return new Statistics() {
+                @Override
+                public OptionalLong sizeInBytes() {
+                    return OptionalLong.empty();
+                }
+
+                @Override
+                public OptionalLong numRows() {
+                    return OptionalLong.empty();
+                }
+            };
+        }
         OptionalLong bytes = desc.bytes;
         if (desc.subpartitionBytes != null && kept.size() < desc.numSubpartitions) {
             bytes = OptionalLong.of(kept.stream().mapToLong(i -> desc.subpartitionBytes[i]).sum());

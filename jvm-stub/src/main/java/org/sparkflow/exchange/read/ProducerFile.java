@@ -87,6 +87,11 @@ final class ProducerFile implements ProducerSource {
     }
 
     @Override
+    public long rowsRead() {
+        return rowsRead;
+    }
+
+    @Override
     public String countsMismatch() {
         return ProducerSource.mismatch(buffersRead, rowsRead, buffersStored, rowsStored);
     }

@@ -10,6 +10,9 @@ interface ProducerSource extends AutoCloseable {
     /** Load the next data buffer into {@code decoder}; its rows, or -1 after the end of partition. */
     int next(BufferDecoder decoder) throws IOException, BufferDecoder.CorruptBuffer;
 
+    /** Rows read so far. */
+    long rowsRead();
+
     /** Null when every buffer and row the producer stored was read, else what differs (after the end). */
     String countsMismatch();
 

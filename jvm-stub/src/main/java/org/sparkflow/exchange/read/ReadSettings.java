@@ -7,12 +7,20 @@ import java.nio.file.Files;
 import java.nio.file.Paths;
 
 /**
- * What a read task needs of the catalog's settings: this host's identity (producers name theirs) and the secret
- * that services of other hosts ask for.
+ * What a read task needs of the catalog's settings: this host's identity (producers name theirs), the secret
+ * that services of other hosts ask for, the coordinator (a read of an exchange being written asks it which
+ * producers there are), and whether a read of an exchange being written reads it as it goes ({@code
+ * format("pipelined")}) or is refused (the catalog, which waits up to its {@code commitTimeout} instead).
  */
-public record ReadSettings(String hostIdSetting, String secret) implements Serializable {
+public record ReadSettings(String hostIdSetting, String secret, String coordinator, boolean whileWritten)
+        implements Serializable {
     /** The read option that sets the number of read partitions (a number, or auto). */
     public static final String READ_PARTITIONS = "readPartitions";
+
+    /** These settings, reading exchanges being written as they go. */
+    public ReadSettings readingWhileWritten() {
+        return new ReadSettings(hostIdSetting, secret, coordinator, true);
+    }
 
     /** The {@code hostId} setting, else the host name as Python's {@code socket.gethostname()} reports it. */
     public String hostId() {

@@ -80,6 +80,11 @@ final class RemoteProducer implements ProducerSource {
     }
 
     @Override
+    public long rowsRead() {
+        return rowsRead;
+    }
+
+    @Override
     public String countsMismatch() {
         return ProducerSource.mismatch(buffersRead, rowsRead, buffersStored, rowsStored);
     }

@@ -8,11 +8,18 @@ import org.sparkflow.exchange.catalog.ExchangeDescription;
 
 /**
  * One read partition: its subpartitions of every committed producer, subpartition after subpartition, each in
- * commit order. Its key is {@code bucket(m, k)} of every row in it when the writer hashed on {@code k} into a
+ * commit order; of an exchange being written ({@code liveSeal} >= 0), of the producers its first seal after
+ * {@code liveSeal} seals holds, taken as they write ({@link LiveProducers}). Its key is {@code bucket(m, k)} of every row in it when the writer hashed on {@code k} into a
  * multiple of m and the partition reads the subpartitions {@code key, key + m, key + 2m, ...}.
  */
 public record SubpartitionInput(String exchange, int key, int[] subpartitions,
-                                List<ExchangeDescription.Producer> producers) implements HasPartitionKey {
+                                List<ExchangeDescription.Producer> producers, long epoch, int liveSeal)
+        implements HasPartitionKey {
+    /** Whether the exchange was being written when the read was planned. */
+    public boolean live() {
+        return liveSeal >= 0;
+    }
+
     @Override
     public InternalRow partitionKey() {
         return new GenericInternalRow(new Object[] {key});

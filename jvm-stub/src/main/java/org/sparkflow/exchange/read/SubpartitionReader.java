@@ -26,7 +26,8 @@ import org.sparkflow.exchange.wire.WireException;
  * producer after producer: from its spill file when it is on
  * this host, else from its exchange service under credit. Each buffer's checksum and each producer's
  * end-of-partition counts are checked; anything that is not exactly what was written fails the task with an error
- * naming the exchange, producer and subpartition.
+ * naming the exchange, producer and subpartition. An exchange being written when the read was planned is read as its
+ * producers write ({@link LiveRead}): each attempt from its service as it goes, until the read's state is complete.
  */
 final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
     private final SubpartitionInput input;
@@ -36,6 +37,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
     private final BufferAllocator allocator;
     private final VectorSchemaRoot root;
     private final BufferDecoder decoder;
+    private final LiveRead live; // null: the plan lists the producers
     private int subpartitionIndex; // of input.subpartitions(): the one being read
     private int producerIndex; // the next producer of that subpartition
     private ProducerSource current;
@@ -57,6 +59,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
             throw new ExchangeReadException("exchange '" + input.exchange() + "' has an unreadable schema: " + e, e);
         }
         this.decoder = new BufferDecoder(allocator, root);
+        this.live = input.live() ? new LiveRead(input, settings) : null;
     }
 
     private String where(Producer p) {
@@ -77,14 +80,26 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
     public boolean next() throws IOException {
         while (true) {
             if (current == null) {
-                if (producerIndex == input.producers().size()) {
+                Producer next = nextProducer();
+                if (next == null) {
                     if (subpartitionIndex + 1 >= input.subpartitions().length) {
                         return false;
                     }
                     subpartitionIndex++;
                     producerIndex = 0;
+                    if (live != null) {
+                        live.nextPass();
+                    }
+                    continue;
                 }
-                current = open(input.producers().get(producerIndex++));
+                try {
+                    current = open(next);
+                } catch (ExchangeReadException e) {
+                    if (live != null && live.dropped(next, 0)) {
+                        continue; // an attempt that failed before giving rows: the commit will not hold it
+                    }
+                    throw e;
+                }
             }
             Producer p = current.producer();
             int rows;
@@ -95,6 +110,9 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
                     if (mismatch != null) {
                         throw integrity(p, "lost", mismatch);
                     }
+                    if (live != null) {
+                        live.finished(p, current.rowsRead());
+                    }
                     current.close();
                     current = null;
                     continue;
@@ -102,6 +120,11 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
             } catch (BufferDecoder.CorruptBuffer e) {
                 throw integrity(p, "corrupt", e.getMessage());
             } catch (IOException | WireException e) {
+                if (live != null && live.dropped(p, current.rowsRead())) {
+                    current.close();
+                    current = null;
+                    continue; // an attempt that failed before giving rows: the commit will not hold it
+                }
                 String from = current instanceof ProducerFile ? "its spill file " + p.spill() : "its service";
                 throw integrity(p, "lost", from + " cannot be read whole: " + e.getMessage());
             } catch (RuntimeException e) {
@@ -117,6 +140,14 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
             batch = new ColumnarBatch(vectors, rows);
             return true;
         }
+    }
+
+    /** The next producer of this subpartition: the plan's, or the one the coordinator now names; null at its end. */
+    private Producer nextProducer() {
+        if (live != null) {
+            return live.next();
+        }
+        return producerIndex < input.producers().size() ? input.producers().get(producerIndex++) : null;
     }
 
     /** The producer's spill file when it is on this host and finished with an index, else its service. */
@@ -166,6 +197,9 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
         if (current != null) {
             current.close();
             current = null;
+        }
+        if (live != null) {
+            live.close();
         }
         root.close();
         allocator.close();
