@@ -524,6 +524,46 @@ def format_reads_a_write_in_progress_in_the_jvm(d):
 
 
 @check
+def format_read_waits_for_its_exchange_to_be_declared(d):
+    """A JVM format read planned before any writer declared its exchange waits up to declareTimeout for it, then
+    reads it as it is written; with nothing declared in time it fails naming the exchange and the wait."""
+    out: dict = {}
+
+    def plan_and_read():
+        spark.conf.set(JVM_FORMAT, "true")  # a session setting: this thread's planning sees it
+        try:
+            df = spark.read.format("pipelined").option("exchange", "live_late").option("declareTimeout", "120").load()
+            out["plan"] = executed(df)
+            out["ids"] = sorted(r.id for r in df.collect())
+        except Exception as exc:  # noqa: BLE001 - reported below
+            out["error"] = str(exc)[:2000]
+
+    reading = threading.Thread(target=plan_and_read, daemon=True)
+    reading.start()
+    time.sleep(2.0)
+    d["planned_before_declared"] = "plan" not in out and reading.is_alive()
+    handle = live_write("live_late")
+    task = ex.ProducerTask(handle, 0, "a0")
+    task.write(live_rows(0, 1))
+    ex.commit_write(handle, [task.finish()["partition"]])
+    reading.join(120)
+    spark.conf.set(JVM_FORMAT, "false")
+    assert "error" not in out, out["error"]
+    assert "sparkflow-exchange live_late" in out["plan"], out["plan"]
+    assert out["ids"] == list(range(LIVE_ROWS)), len(out["ids"])
+    assert d["planned_before_declared"], d
+    spark.conf.set(JVM_FORMAT, "true")
+    try:
+        spark.read.format("pipelined").option("exchange", "never_declared").option("declareTimeout", "1").load()
+        raise AssertionError("a read of an exchange nobody declared was planned")
+    except Exception as exc:  # noqa: BLE001 - Spark's own error type
+        d["missing"] = str(exc)[:500]
+    finally:
+        spark.conf.set(JVM_FORMAT, "false")
+    assert "exchange 'never_declared' does not exist (waited 1 s" in d["missing"], d["missing"]
+
+
+@check
 def a_read_in_progress_fails_rather_than_return_rows_the_commit_does_not_hold(d):
     """Rows read from an attempt that then loses the commit, or from a write that is aborted, fail the read with
     a message saying so; an attempt that fails before giving rows is passed over, and the read is exact."""

@@ -106,3 +106,9 @@ def test_a_read_in_progress_never_returns_rows_the_commit_does_not_hold(results)
     outcome = passed(results, "a_read_in_progress_fails_rather_than_return_rows_the_commit_does_not_hold")
     assert "which the commit does not hold" in outcome["lost_commit"]
     assert "was aborted" in outcome["aborted"]
+
+
+def test_a_format_read_waits_for_its_exchange_to_be_declared_then_reads_it_in_the_jvm(results):
+    outcome = passed(results, "format_read_waits_for_its_exchange_to_be_declared")
+    assert outcome["planned_before_declared"]
+    assert "does not exist" in outcome["missing"]

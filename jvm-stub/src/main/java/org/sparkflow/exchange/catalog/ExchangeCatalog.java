@@ -150,7 +150,7 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
     }
 
     /** The coordinator, waiting up to the deadline for one to be found (a producer may be starting it). */
-    private Endpoint untilFound(long deadline) {
+    protected Endpoint untilFound(long deadline) {
         while (true) {
             try {
                 return endpoint();
@@ -163,7 +163,7 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
     }
 
     /** Wait a poll interval if the deadline allows; false when it has passed (or the thread is interrupted). */
-    private static boolean pause(long deadline) {
+    protected static boolean pause(long deadline) {
         if (System.nanoTime() >= deadline) {
             return false;
         }

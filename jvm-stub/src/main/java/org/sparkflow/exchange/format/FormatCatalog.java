@@ -1,6 +1,7 @@
 package org.sparkflow.exchange.format;
 
 import java.util.EnumSet;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -26,6 +27,7 @@ import org.sparkflow.exchange.catalog.ExchangeCatalog;
 import org.sparkflow.exchange.catalog.ExchangeDescription;
 import org.sparkflow.exchange.catalog.ExchangeTable;
 import org.sparkflow.exchange.discovery.Endpoint;
+import org.sparkflow.exchange.read.ExchangeReadException;
 import org.sparkflow.exchange.write.ExchangeWriteBuilder;
 import org.sparkflow.exchange.write.WriteSettings;
 
@@ -38,6 +40,7 @@ import org.sparkflow.exchange.write.WriteSettings;
  */
 public final class FormatCatalog extends ExchangeCatalog {
     static final String ENABLED_KEY = "spark.sparkflow.exchange.jvmFormat";
+    static final String DECLARE_TIMEOUT = "declareTimeout";
 
     private static boolean enabled() {
         return !"false".equalsIgnoreCase(SQLConf.get().getConfString(ENABLED_KEY, "true").trim());
@@ -52,12 +55,31 @@ public final class FormatCatalog extends ExchangeCatalog {
         if (options == null || options.isEmpty()) {
             options = pending != null ? pending : new CaseInsensitiveStringMap(Map.of("exchange", ident.name()));
         }
-        Table jvm = enabled() && Route.pythonOnly(options, write) == null ? jvmTable(ident.name(), write, overwrite)
-                : null;
+        long started = System.nanoTime();
+        long deadline = write ? 0 : started + declareTimeoutNanos(options);
+        Table jvm = enabled() && Route.pythonOnly(options, write) == null
+                ? jvmTable(ident.name(), write, overwrite, deadline, started) : null;
         if (jvm != null) {
             return jvm;
         }
+        if (jvm == null && !write && System.nanoTime() >= deadline && deadline > started) { // waited for a service
+            Map<String, String> now = new HashMap<>(options.asCaseSensitiveMap()); // here: the Python source's error
+            now.keySet().removeIf(k -> k.equalsIgnoreCase(DECLARE_TIMEOUT));
+            now.put(DECLARE_TIMEOUT, "0");
+            options = new CaseInsensitiveStringMap(now);
+        }
         return write ? PythonSource.forWrite(options) : PythonSource.forRead(options);
+    }
+
+    /** How long a read waits for its exchange to be declared: the option, else the session's setting, else 60 s. */
+    private static long declareTimeoutNanos(CaseInsensitiveStringMap options) {
+        String value = options.get(DECLARE_TIMEOUT);
+        String key = DECLARE_TIMEOUT;
+        if (value == null) {
+            key = "spark.sparkflow.exchange." + DECLARE_TIMEOUT;
+            value = SQLConf.get().getConfString(key, "60s");
+        }
+        return WriteSettings.duration(key, value);
     }
 
     /**
@@ -65,10 +87,10 @@ public final class FormatCatalog extends ExchangeCatalog {
      * the exchange anew from the write's options (as the Python writer does, nothing kept from the one it replaces);
      * an append to a committed exchange writes in its layout.
      */
-    private Table jvmTable(String exchange, boolean write, boolean overwrite) {
+    private Table jvmTable(String exchange, boolean write, boolean overwrite, long deadline, long started) {
         Endpoint found;
         try {
-            found = endpointStartingEmbedded(write);
+            found = write ? endpointStartingEmbedded(true) : untilFound(deadline);
         } catch (RuntimeException e) { // no service (a cluster without the plugin), TLS: the Python source
             return null;
         }
@@ -76,8 +98,16 @@ public final class FormatCatalog extends ExchangeCatalog {
         ExchangeDescription desc;
         try {
             desc = write ? coordinator.describeForWrite(exchange) : coordinator.describe(exchange);
+            while (!write && desc == null && pause(deadline)) { // a read waits for its writer to declare it
+                desc = coordinator.describe(exchange);
+            }
         } catch (RuntimeException e) { // lost, or the coordinator refused: the Python source says so in its words
             return null;
+        }
+        if (!write && desc == null) {
+            throw new ExchangeReadException("exchange '" + exchange + "' does not exist (waited "
+                    + (deadline - started) / 1_000_000_000L + " s for a writer to declare it; check the name, or raise "
+                    + "declareTimeout)");
         }
         if (write && (desc == null || (overwrite && desc.sealed))) {
             return new NewWrite(exchange, coordinator, settings());

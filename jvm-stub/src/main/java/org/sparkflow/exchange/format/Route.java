@@ -14,7 +14,7 @@ import org.sparkflow.exchange.write.WriteSettings;
  */
 final class Route {
     /** Read options the JVM reader honours (lower case, as Spark's options map keeps them). */
-    static final Set<String> READ_OPTIONS = Set.of("exchange", "readpartitions");
+    static final Set<String> READ_OPTIONS = Set.of("exchange", "readpartitions", "declaretimeout");
     /** Write options the JVM writer honours, under the Python options' names. */
     static final Set<String> WRITE_OPTIONS = Set.of("exchange", "partitioner", "keys", "numsubpartitions",
             "partitiontype", "buffersize", "sortbuffersize", "buffersperpartition", "buffertimeout", "compression");
