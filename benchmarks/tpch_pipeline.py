@@ -36,6 +36,9 @@ wall clock from process start to exit, so interpreter, JVM and session start cou
 * ``jvm-concurrent``: the ``jvm`` route's two applications started together; the consumer's catalog waits for
   the exchange's commit (``spark.sql.catalog.exchange.commitTimeout``) and then reads it, so its session start
   and planning overlap the producer's run. Seconds until both exited.
+* ``format-concurrent``: the ``format`` route's two applications started together; the consumer's read waits for
+  the exchange to be declared (``declareTimeout``) and the jar reads it in the JVM while it is written. Seconds
+  until both exited.
 * ``pipelined-concurrent``: producer and consumer started together; the consumer's Python read waits for
   the exchange to be declared (``declareTimeout``) and reads it while it is written. Seconds until both exited.
 * ``parquet``: the producer writes the same rows as parquet to a temporary directory (as they are, no
@@ -64,7 +67,7 @@ Data: ``tpchgen-cli`` (``.venv/bin/python -m pip install tpchgen-cli``) writes t
 into ``benchmarks/.tpch/sf<N>`` once (ignored by git); later runs reuse them.
 
 Run: .venv/bin/python benchmarks/tpch_pipeline.py --sf 1 5 [--queries 3,5,9,10,18] [--repeat 2]
-         [--routes pipelined,pipelined-jvm,jvm,format,jvm-concurrent,pipelined-concurrent,parquet,one-app] [--shuffle-partitions 200]
+         [--routes pipelined,pipelined-jvm,jvm,format,jvm-concurrent,format-concurrent,pipelined-concurrent,parquet,one-app] [--shuffle-partitions 200]
          [--conf KEY=VALUE ...]
 Quick check: .venv/bin/python benchmarks/tpch_pipeline.py --sf 0.1 --queries 3 --repeat 1
 Writes benchmarks/tpch_pipeline-latest.json.
@@ -87,7 +90,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DATA = HERE / ".tpch"
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
-ROUTES = ("pipelined", "pipelined-jvm", "jvm", "format", "jvm-concurrent", "pipelined-concurrent", "parquet", "one-app")
+ROUTES = ("pipelined", "pipelined-jvm", "jvm", "format", "jvm-concurrent", "format-concurrent", "pipelined-concurrent",
+          "parquet", "one-app")
 CATALOG = "org.sparkflow.exchange.catalog.ExchangeCatalog"
 APP_TIMEOUT = 3600  # seconds for one application
 
@@ -249,7 +253,7 @@ def _child(args) -> dict:
     for setting in args.conf:
         key, _, value = setting.partition("=")
         builder = builder.config(key, value)
-    if args.io == "format":  # the jar serves format("pipelined")
+    if args.io in ("format", "format-wait"):  # the jar serves format("pipelined")
         builder = builder.config("spark.jars", sparkflow_exchange.plugin_jar())
     if args.io in ("jvm", "jvm-wait"):  # the JVM catalog: reads (and the jvm route's writes), no Python worker
         builder = (builder.config("spark.jars", sparkflow_exchange.plugin_jar())
@@ -288,7 +292,7 @@ def _child(args) -> dict:
             spark.table(f"exchange.{args.exchange}").createOrReplaceTempView("exchanged")
         else:
             reader = spark.read.format("pipelined").option("exchange", args.exchange)
-            if args.io == "concurrent":
+            if args.io in ("concurrent", "format-wait"):
                 reader = reader.option("declareTimeout", str(APP_TIMEOUT))
             reader.load().createOrReplaceTempView("exchanged")
         df = spark.sql(query["consumer"])
@@ -413,8 +417,9 @@ class Run:
             return {"seconds": whole["wall_s"], "apps": [whole], "rows": whole["rows"], "shuffles": whole["shuffles"]}
         parquet = self.tmp / name
         try:
-            if route in ("pipelined-concurrent", "jvm-concurrent"):
-                sink, source = ("pipelined", "concurrent") if route == "pipelined-concurrent" else ("jvm", "jvm-wait")
+            if route in ("pipelined-concurrent", "jvm-concurrent", "format-concurrent"):
+                sink, source = {"pipelined-concurrent": ("pipelined", "concurrent"), "jvm-concurrent": ("jvm", "jvm-wait"),
+                                "format-concurrent": ("format", "format-wait")}[route]
                 consumer = self.start(data, query, "consume", source, exchange=name)
                 producer = self.start(data, query, "produce", sink, exchange=name)
                 start = consumer[2]
@@ -543,8 +548,8 @@ def main() -> None:
 
     summary: dict = {}
     header = ("| sf | query | " + " | ".join(routes) + " | pipelined/parquet | pipelined-jvm/parquet | jvm/parquet | format/parquet | "
-              "jvm-concurrent/parquet | pipelined-concurrent/parquet | pipelined/one-app | jvm/one-app | "
-              "jvm-concurrent/one-app | consumer shuffles (pipelined / jvm / format / parquet) |")
+              "jvm-concurrent/parquet | format-concurrent/parquet | pipelined-concurrent/parquet | pipelined/one-app | "
+              "jvm/one-app | jvm-concurrent/one-app | format-concurrent/one-app | consumer shuffles (pipelined / jvm / format / parquet) |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for sf_name, by_query in results.items():
         for q_name, by_route in by_query.items():
@@ -555,10 +560,12 @@ def main() -> None:
                       "jvm/parquet": _ratio(best.get("jvm"), best.get("parquet")),
                       "format/parquet": _ratio(best.get("format"), best.get("parquet")),
                       "jvm-concurrent/parquet": _ratio(best.get("jvm-concurrent"), best.get("parquet")),
+                      "format-concurrent/parquet": _ratio(best.get("format-concurrent"), best.get("parquet")),
                       "pipelined-concurrent/parquet": _ratio(best.get("pipelined-concurrent"), best.get("parquet")),
                       "pipelined/one-app": _ratio(best.get("pipelined"), best.get("one-app")),
                       "jvm/one-app": _ratio(best.get("jvm"), best.get("one-app")),
-                      "jvm-concurrent/one-app": _ratio(best.get("jvm-concurrent"), best.get("one-app"))}
+                      "jvm-concurrent/one-app": _ratio(best.get("jvm-concurrent"), best.get("one-app")),
+                      "format-concurrent/one-app": _ratio(best.get("format-concurrent"), best.get("one-app"))}
             summary.setdefault(sf_name, {})[q_name] = {"best_s": best, "ratios": ratios, "consumer_shuffles": shuffles}
             lines.append(f"| {sf_name} | {q_name} | " + " | ".join(_cell(best.get(r), ".1f") for r in routes) + " | "
                          + " | ".join(_cell(v, ".2f") for v in ratios.values()) + " | "
