@@ -112,3 +112,7 @@ def test_a_format_read_waits_for_its_exchange_to_be_declared_then_reads_it_in_th
     outcome = passed(results, "format_read_waits_for_its_exchange_to_be_declared")
     assert outcome["planned_before_declared"]
     assert "does not exist" in outcome["missing"]
+
+
+def test_live_producers_take_exactly_one_committed_state_without_sockets(results):
+    assert "which the commit does not hold" in passed(results, "live_producers_take_one_committed_state")["not_committed"]
