@@ -472,6 +472,15 @@ class Run:
         stop_embedded(self.tmp / "runtime")
 
 
+def busy_cpu_seconds() -> float:
+    """CPU-seconds every core of this machine has spent busy since boot (/proc/stat: user, nice, system, irq,
+    softirq). On a machine running nothing else, the difference over a route is what its applications and the
+    exchange service used."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
@@ -530,7 +539,9 @@ def main() -> None:
                 for q in queries:
                     for route in routes:  # interleaved: a slow spell of the machine falls on every route
                         name = f"tpch_sf{sf:g}_q{q}_{route}_{round_}".replace(".", "_").replace("-", "_")
+                        cpu = busy_cpu_seconds()
                         outcome = run.route(data, q, route, name)
+                        outcome["cpu_s"] = round(busy_cpu_seconds() - cpu, 1)
                         wrong = differences(outcome.pop("rows"), expected[sf, q])
                         if wrong:
                             sys.exit(f"WRONG ANSWER: sf {sf:g} Q{q} route {route}, round {round_ + 1}:\n  "
@@ -539,7 +550,8 @@ def main() -> None:
                             a.pop("rows", None)
                         results.setdefault(f"{sf:g}", {}).setdefault(f"Q{q}", {}).setdefault(route, []).append(outcome)
                         parts = " + ".join(f"{a['wall_s']:.1f}" for a in outcome["apps"])
-                        print(f"sf {sf:g} round {round_ + 1} Q{q} {route}: {outcome['seconds']:.1f} s ({parts}); "
+                        print(f"sf {sf:g} round {round_ + 1} Q{q} {route}: {outcome['seconds']:.1f} s ({parts}), "
+                              f"{outcome['cpu_s']:.1f} busy CPU-s; "
                               f"consumer shuffles {len(outcome['shuffles'])}; answer checked", flush=True)
     finally:
         run.end()
@@ -551,6 +563,8 @@ def main() -> None:
               "jvm-concurrent/parquet | format-concurrent/parquet | pipelined-concurrent/parquet | pipelined/one-app | "
               "jvm/one-app | jvm-concurrent/one-app | format-concurrent/one-app | consumer shuffles (pipelined / jvm / format / parquet) |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    cpu_header = "| sf | query | " + " | ".join(routes) + " |"
+    cpu_lines = [cpu_header, "|" + "---|" * (cpu_header.count("|") - 1)]
     for sf_name, by_query in results.items():
         for q_name, by_route in by_query.items():
             best = {r: min(o["seconds"] for o in outs) for r, outs in by_route.items()}
@@ -566,7 +580,10 @@ def main() -> None:
                       "jvm/one-app": _ratio(best.get("jvm"), best.get("one-app")),
                       "jvm-concurrent/one-app": _ratio(best.get("jvm-concurrent"), best.get("one-app")),
                       "format-concurrent/one-app": _ratio(best.get("format-concurrent"), best.get("one-app"))}
-            summary.setdefault(sf_name, {})[q_name] = {"best_s": best, "ratios": ratios, "consumer_shuffles": shuffles}
+            cpu = {r: min(o["cpu_s"] for o in outs) for r, outs in by_route.items()}
+            summary.setdefault(sf_name, {})[q_name] = {"best_s": best, "ratios": ratios, "consumer_shuffles": shuffles,
+                                                       "busy_cpu_s": cpu}
+            cpu_lines.append(f"| {sf_name} | {q_name} | " + " | ".join(_cell(cpu.get(r), ".1f") for r in routes) + " |")
             lines.append(f"| {sf_name} | {q_name} | " + " | ".join(_cell(best.get(r), ".1f") for r in routes) + " | "
                          + " | ".join(_cell(v, ".2f") for v in ratios.values()) + " | "
                          + " / ".join(str(shuffles.get(r, "–")) for r in ("pipelined", "jvm", "format", "parquet"))
@@ -575,6 +592,8 @@ def main() -> None:
           f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}; "
           f"spark.sql.shuffle.partitions = numSubpartitions = {args.shuffle_partitions}\n")
     print("\n".join(lines))
+    print("\nbusy CPU-seconds of the machine per route (least of the rounds)\n")
+    print("\n".join(cpu_lines))
     out = {"sf": args.sf, "queries": queries, "routes": routes, "repeat": args.repeat,
            "shuffle_partitions": args.shuffle_partitions, "driver_memory": args.driver_memory, "conf": args.conf,
            "summary": summary, "runs": results, "load_before": load_before, "load_after": load_after}
