@@ -7,7 +7,8 @@ writer and M reader processes (``checker_clients.py``; even slots on the Unix so
 over a few exchange names. Writers overwrite (70 %) or append, HYBRID / BLOCKING / PIPELINED_BOUNDED,
 1-3 producers of 0-40,000 rows each, and drop a name 8 % of the time; readers describe a name and read
 all its subpartitions at once (pipelined when the exchange is still written, else from the sealed
-plan). Every ``--kill-every`` seconds (on average) a random client gets kill -9 and a fresh one takes
+plan; ``--jvm-readers`` of them through the plugin jar's JVM reader, in a JVM of their own, as a Spark
+read task reads). Every ``--kill-every`` seconds (on average) a random client gets kill -9 and a fresh one takes
 its slot. Every row carries its write, producer and sequence number; every process logs what it
 intended, what was acknowledged and what it read (``WORKDIR/history``).
 
@@ -274,7 +275,8 @@ class Run:
         svc = self.service
         settings = {"workdir": str(self.workdir), "seed": args.seed, "names": self.names, "unix": svc.unix,
                     "tcp": svc.tcp, "secret": secret, "host_id": svc.info.get("host_id", "127.0.0.1"),
-                    "client_options": CLIENT_OPTIONS, "timeouts": bounds(), "slack": args.slack, "pause": args.pause, "stagger": args.stagger}
+                    "client_options": CLIENT_OPTIONS, "timeouts": bounds(), "slack": args.slack, "pause": args.pause, "stagger": args.stagger,
+                    "jvm_readers": args.jvm_readers}
         (self.workdir / "settings.json").write_text(json.dumps(settings, indent=1))
         base = self.baseline()
         self.log("run", argv=sys.argv[1:], service_pid=svc.proc.pid, settings=settings)
@@ -373,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-duration", type=float, default=600.0)
     parser.add_argument("--writers", type=int, default=6)
     parser.add_argument("--readers", type=int, default=6)
+    parser.add_argument("--jvm-readers", type=int, default=0,
+                        help="how many reader slots read through the plugin jar's JVM reader (a JVM each, no Spark)")
     parser.add_argument("--kill-every", type=float, default=8.0, help="mean seconds between kill -9s (0: none)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--names", type=int, default=8, help="exchange names written and read")

@@ -312,7 +312,48 @@ class Writer(Client):
 
 
 # ---------------------------------------------------------------- readers
+class JvmReader:
+    """The plugin jar's JVM reader in a JVM of this process (py4j, no SparkContext): a subpartition read exactly
+    as a Spark read task of a scan planned on the same description reads it."""
+
+    COLUMNS = (0, 1, 2)  # wid, producer, seq
+
+    def __init__(self) -> None:
+        from pyspark import SparkConf
+        from pyspark.java_gateway import launch_gateway
+
+        self.gateway = launch_gateway(SparkConf().set("spark.driver.extraClassPath", sparkflow_exchange.plugin_jar()))
+        self.tool = self.gateway.jvm.org.sparkflow.exchange.read.StandaloneRead
+
+    def read(self, desc: dict, sub: int, coordinator: str, secret: str, host_id: str) -> np.ndarray:
+        """(wid, producer, seq) of every row; the JVM's ExchangeReadException as the package's ExchangeReadError."""
+        from py4j.protocol import Py4JJavaError
+
+        columns = self.gateway.new_array(self.gateway.jvm.int, len(self.COLUMNS))
+        for i, c in enumerate(self.COLUMNS):
+            columns[i] = c
+        try:
+            wire = {k: v for k, v in desc.items() if k != "arrow_schema"}  # the coordinator's description as sent
+            data = self.tool.read(json.dumps(wire), sub, coordinator, secret, host_id, columns)
+        except Py4JJavaError as exc:
+            error = exc.java_exception
+            if error.getClass().getName() == "org.sparkflow.exchange.read.ExchangeReadException":
+                raise sparkflow_exchange.ExchangeReadError(str(error.getMessage())) from None
+            raise
+        return np.frombuffer(data, "<i8").reshape(-1, len(self.COLUMNS))
+
+
 class Reader(Client):
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args)
+        self.jvm = JvmReader() if self.slot < self.settings.get("jvm_readers", 0) else None
+
+    def run(self) -> None:
+        if self.jvm is not None:
+            self.history.log("jvm_reader", pid=self.jvm.gateway.proc.pid if getattr(self.jvm.gateway, "proc", None)
+                             else None)
+        super().run()
+
     def one_op(self, op: int) -> None:
         name = self.rng.choice(self.settings["names"])
         self.read(op, name)
@@ -368,7 +409,15 @@ class Reader(Client):
         columns: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         misrouted = 0
         try:
-            for batch in ex.read_subpartition(cfg, desc, sub):
+            if self.jvm is not None:
+                rows = self.jvm.read(desc, sub, self.base["coordinator"], self.base["secret"], self.base["hostId"])
+                wait.tick(f"subpartition {sub}: next data", self.timeouts["next_data"])
+                wid, producer, seq = (np.ascontiguousarray(rows[:, i]) for i in range(3))
+                batch = pa.record_batch([pa.array(wid), pa.array(producer.astype(np.int32)), pa.array(seq),
+                                         pa.array(seq)], schema=SCHEMA)
+                columns.append((wid, producer.astype(np.int32), seq))
+                misrouted += int((np.asarray(selector.select(batch)) != sub).sum())
+            for batch in ex.read_subpartition(cfg, desc, sub) if self.jvm is None else ():
                 wait.tick(f"subpartition {sub}: next data", self.timeouts["next_data"])
                 columns.append((batch.column(0).to_numpy(), batch.column(1).to_numpy(), batch.column(2).to_numpy()))
                 misrouted += int((np.asarray(selector.select(batch)) != sub).sum())

@@ -250,3 +250,27 @@ def test_short_run_against_a_real_service(tmp_path):
     assert stats["reads_ok"] > 0 and stats["writes_committed"] > 0 and sum(stats["kills"].values()) > 0, stats
     violations = summary["violations"]
     assert violations == {}, "\n".join(f"{k}: {e}" for k in violations for e in summary["examples"][k][:3])
+
+
+def test_short_run_with_readers_through_the_jvm_reader(tmp_path, jar):
+    """Two of the four readers read through the plugin jar's JVM reader (sealed and while written): every read
+    it returned is one committed state, and it fails only as the package's reads fail (a drop or overwrite
+    named as such)."""
+    out = tmp_path / "summary.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "checker.py"), "--duration", "25", "--min-reads", "6",
+         "--max-duration", "300", "--writers", "3", "--readers", "4", "--jvm-readers", "2", "--kill-every", "10",
+         "--seed", "11", "--names", "8", "--slack", "20", "--workdir", str(tmp_path / "run"), "--json", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads(out.read_text())
+    violations = summary["violations"]
+    assert violations == {}, "\n".join(f"{k}: {e}" for k in violations for e in summary["examples"][k][:3])
+    jvm_reads: dict[bool, int] = {True: 0, False: 0}
+    for history in (tmp_path / "run" / "history").glob("reader*.jsonl"):
+        events = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
+        if any(e["ev"] == "jvm_reader" for e in events):
+            for e in events:
+                if e["ev"] == "read_end":
+                    jvm_reads[e["ok"]] += 1
+    assert jvm_reads[True] > 0, jvm_reads  # the JVM reader returned reads, and each passed the verdict

@@ -5,6 +5,7 @@ import java.io.IOException;
 import java.nio.channels.Channels;
 import java.nio.file.Files;
 import java.util.Base64;
+import java.util.Map;
 import org.apache.arrow.memory.ArrowBuf;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.vector.DecimalVector;
@@ -19,6 +20,7 @@ import org.apache.spark.sql.vectorized.ArrowColumnVector;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
+import org.sparkflow.exchange.wire.RpcConnection;
 import org.sparkflow.exchange.wire.WireException;
 
 /**
@@ -38,6 +40,8 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
     private final VectorSchemaRoot root;
     private final BufferDecoder decoder;
     private final LiveRead live; // null: the plan lists the producers
+    private final ReadSettings settings;
+    static final int GONE_LOOKUP_MILLIS = 2_000;
     private int subpartitionIndex; // of input.subpartitions(): the one being read
     private int producerIndex; // the next producer of that subpartition
     private ProducerSource current;
@@ -45,6 +49,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
 
     SubpartitionReader(SubpartitionInput input, String schemaBase64, int[] columns, ReadSettings settings) {
         this.input = input;
+        this.settings = settings;
         this.columns = columns;
         this.hostId = settings.hostId();
         this.secret = settings.secret();
@@ -78,6 +83,41 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
 
     @Override
     public boolean next() throws IOException {
+        try {
+            return advance();
+        } catch (ExchangeReadException e) {
+            throw named(e);
+        }
+    }
+
+    /**
+     * The read's failure, saying so when the cause was a drop or an overwrite of its exchange (its partitions were
+     * released under the read), as the Python reader says it; asked of the coordinator only when a read failed.
+     */
+    private ExchangeReadException named(ExchangeReadException e) {
+        String gone = "exchange '" + input.exchange() + "' was ";
+        if (e.getMessage() == null || e.getMessage().startsWith(gone) || settings.coordinator() == null) {
+            return e;
+        }
+        String how;
+        try (RpcConnection conn = new RpcConnection(settings.coordinator(), settings.secret(), settings.hostId(),
+                GONE_LOOKUP_MILLIS)) {
+            long epoch = conn.call("get_exchange", Map.of("name", input.exchange())).path("epoch").asLong(-1);
+            how = epoch != input.epoch() && input.epoch() != 0 ? "overwritten" : null;
+        } catch (WireException w) {
+            how = "no_exchange".equals(w.code()) ? "dropped" : null;
+        } catch (RuntimeException other) {
+            how = null; // the coordinator cannot say: the original error stands
+        }
+        if (how == null) {
+            return e;
+        }
+        return new ExchangeReadException(gone + how + " while this read ran: the read stops rather than return part "
+                + "of the state it was planned on; read the exchange again (what the read saw: " + e.getMessage()
+                + ")", e);
+    }
+
+    private boolean advance() throws IOException {
         while (true) {
             if (current == null) {
                 Producer next = nextProducer();
