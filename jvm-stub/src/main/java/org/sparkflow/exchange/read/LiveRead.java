@@ -3,6 +3,9 @@ package org.sparkflow.exchange.read;
 import java.util.Map;
 import org.sparkflow.exchange.catalog.ExchangeDescription;
 import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
+import org.sparkflow.exchange.discovery.Discovery;
+import org.sparkflow.exchange.discovery.Endpoint;
+import org.sparkflow.exchange.discovery.RuntimeDir;
 import org.sparkflow.exchange.wire.RpcConnection;
 import org.sparkflow.exchange.wire.WireException;
 
@@ -81,8 +84,7 @@ final class LiveRead implements AutoCloseable {
         for (int attempt = 0; ; attempt++) {
             try {
                 if (conn == null) {
-                    conn = new RpcConnection(settings.coordinator(), settings.secret(), settings.hostId(),
-                            CALL_TIMEOUT_MILLIS);
+                    conn = connect();
                 }
                 return ExchangeDescription.parse(conn.call("get_exchange", Map.of("name", exchange)));
             } catch (WireException e) {
@@ -96,6 +98,27 @@ final class LiveRead implements AutoCloseable {
                 throw new ExchangeReadException("exchange '" + exchange + "' is being written and its coordinator at "
                         + settings.coordinator() + " cannot say which producers there are: " + e.getMessage(), e);
             }
+        }
+    }
+
+    /**
+     * The coordinator at the address the read was planned with; a Unix socket that is not on this host (a task on
+     * another host than the driver's) gives way to the coordinator this host's runtime directory names.
+     */
+    private RpcConnection connect() {
+        try {
+            return new RpcConnection(settings.coordinator(), settings.secret(), settings.hostId(), CALL_TIMEOUT_MILLIS);
+        } catch (WireException e) {
+            if (!settings.coordinator().startsWith("unix:")) {
+                throw e;
+            }
+            Endpoint here;
+            try {
+                here = Discovery.find(Map.of(), RuntimeDir.standard());
+            } catch (RuntimeException none) {
+                throw e;
+            }
+            return new RpcConnection(here.coordinator(), here.secret(), settings.hostId(), CALL_TIMEOUT_MILLIS);
         }
     }
 
