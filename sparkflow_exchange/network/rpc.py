@@ -132,7 +132,7 @@ RPCS: dict[str, dict[str, Arg]] = {
     "abort": {"name": TEXT, "epoch": INT, "write_id": TEXT, "reason": _opt(TEXT)},
     "drop": {"name": TEXT},
     "get_exchange": {"name": TEXT, "wait": _opt(WAIT), "need_subpartitions": _opt(FLAG),
-                     "allow_stream": _opt(FLAG)},
+                     "allow_stream": _opt(FLAG), "until_sealed": _opt(FLAG)},
     # the coordinator: streams
     "stream_declare": {**_DECLARE, "max_retained_bytes": _opt(COUNT), "groups": _opt(NAMES, True)},
     "stream_begin_epoch": {"name": TEXT, "epoch": INT, "query": TEXT, "run": TEXT, "wait": _opt(WAIT)},

@@ -604,8 +604,11 @@ class Coordinator:
         return len(self.exchanges)
 
     # ------------------------------------------------------------ reader side
-    async def get_exchange(self, name: str, wait: float = 0.0, need_subpartitions: bool = False) -> dict:
-        """The exchange's description, waiting up to ``wait`` s for it to be declared."""
+    async def get_exchange(self, name: str, wait: float = 0.0, need_subpartitions: bool = False,
+                           until_sealed: bool = False) -> dict:
+        """The exchange's description, waiting up to ``wait`` s for it to be declared; ``until_sealed``: for an
+        exchange that is declared, up to ``wait`` s for it to be sealed or aborted instead (a reader that reads
+        committed exchanges only waits here, woken by the commit, rather than asking again and again)."""
         timeout = wait
         if name in self.lost and name not in self.exchanges:
             raise ServiceError(self.lost[name]["message"], ErrorCode.EXCHANGE_LOST)
@@ -613,11 +616,17 @@ class Coordinator:
             raise ServiceError(f"exchange {name!r} is a stream written by a streaming query: read it with "
                            "spark.readStream.format('pipelined')", ErrorCode.NOT_A_BATCH)
 
-        def ready() -> bool:
+        def declared() -> bool:
             ex = self.exchanges.get(name)
             if ex is None and self.is_stream(name):
                 return True
             return ex is not None and (not need_subpartitions or ex.num_subpartitions is not None or ex.state == ExchangeState.ABORTED)
+
+        def ready() -> bool:
+            ex = self.exchanges.get(name)
+            if until_sealed:  # gone (dropped) or not declared: answered at once, as without a wait
+                return ex is None or ex.sealed or ex.state == ExchangeState.ABORTED
+            return declared()
 
         if not ready() and timeout > 0:
             try:
@@ -632,7 +641,7 @@ class Coordinator:
             raise ServiceError(
                 f"exchange {name!r} does not exist (waited {timeout:g} s for a writer to declare it; "
                 "check the name, or raise declareTimeout)", ErrorCode.NO_EXCHANGE)
-        if not ready():
+        if not declared():
             if self.exchanges[name].coalesce:
                 raise ServiceError(
                     f"exchange {name!r} does not know its number of subpartitions yet: without numSubpartitions the "

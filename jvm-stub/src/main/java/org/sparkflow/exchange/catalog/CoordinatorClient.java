@@ -49,6 +49,22 @@ public final class CoordinatorClient {
     }
 
     /**
+     * The exchange's description once it is sealed or aborted, the coordinator waiting up to {@code waitMillis}
+     * for that (woken by the commit: no polling); as it is after the wait; null when it does not exist.
+     */
+    public ExchangeDescription describeWhenSealed(String name, long waitMillis) {
+        try {
+            return ExchangeDescription.parse(call("get_exchange", Map.of("name", name, "wait",
+                    Math.max(0, waitMillis) / 1000.0, "until_sealed", true)));
+        } catch (WireException e) {
+            if ("no_exchange".equals(e.code())) {
+                return null;
+            }
+            throw e;
+        }
+    }
+
+    /**
      * The exchange's description; null when it does not exist, or was lost with the service that held it (it holds
      * nothing: a write may declare it anew).
      */

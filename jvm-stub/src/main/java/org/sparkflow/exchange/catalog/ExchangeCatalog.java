@@ -42,6 +42,7 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
     static final String[] KEYS = {"coordinator", "service", "secret", "secretFile", "hostId", "tls.caFile",
         "tls.certFile"};
     static final long POLL_MILLIS = 100;
+    static final long LONGEST_WAIT_MILLIS = 20_000; // one wait at the coordinator, within a call's timeout
     private String name;
     private Map<String, String> settings;
     private long commitTimeoutNanos;
@@ -143,8 +144,19 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
      */
     private ExchangeDescription untilCommitted(CoordinatorClient coordinator, String table, long deadline) {
         ExchangeDescription desc = coordinator.describe(table);
-        while ((desc == null || !(desc.sealed || "aborted".equals(desc.state))) && pause(deadline)) {
-            desc = coordinator.describe(table);
+        while (desc == null || !(desc.sealed || "aborted".equals(desc.state))) {
+            long left = (deadline - System.nanoTime()) / 1_000_000;
+            if (left <= 0) {
+                break;
+            }
+            if (desc == null) { // not declared yet: ask again in a while
+                if (!pause(deadline)) {
+                    break;
+                }
+                desc = coordinator.describe(table);
+            } else { // declared: the coordinator answers when the write commits (or aborts)
+                desc = coordinator.describeWhenSealed(table, Math.min(left, LONGEST_WAIT_MILLIS));
+            }
         }
         return desc;
     }
