@@ -69,6 +69,8 @@ resolve(ExchangeConfig.load())  # the embedded service, started by this driver p
 spark = (SparkSession.builder.master("local[2]").appName("jvm-write")
          .config("spark.jars", sys.argv[1])
          .config("spark.sql.catalog.exchange", "org.sparkflow.exchange.catalog.ExchangeCatalog")
+         .config("spark.sql.catalog.live", "org.sparkflow.exchange.catalog.ExchangeCatalog")
+         .config("spark.sql.catalog.live.readWhileWritten", "true")
          .config(JVM_FORMAT, "false")  # format("pipelined") is the Python data source unless a check says otherwise
          .config("spark.sql.shuffle.partitions", "4")
          .config("spark.sql.adaptive.enabled", "false")
@@ -451,11 +453,12 @@ def live_rows(producer: int, producers: int = 2) -> list:
     return [pa.record_batch([pa.array(part)], schema=LIVE_SCHEMA) for part in (ids[:half], ids[half:])]
 
 
-def start_live_read(name: str, out: dict):
-    """Plan a format("pipelined") read of ``name`` now (served by the JVM) and collect it on a thread."""
+def start_live_read(name: str, out: dict, catalog: str = ""):
+    """Plan a format("pipelined") read of ``name`` now (served by the JVM), or ``spark.table`` of ``catalog``,
+    and collect it on a thread."""
     spark.conf.set(JVM_FORMAT, "true")
     try:
-        df = spark.read.format("pipelined").option("exchange", name).load()
+        df = spark.table(f"{catalog}.{name}") if catalog else spark.read.format("pipelined").option("exchange", name).load()
     finally:
         spark.conf.set(JVM_FORMAT, "false")
     out["plan"] = executed(df)
@@ -615,6 +618,36 @@ def format_read_waits_for_its_exchange_to_be_declared(d):
     finally:
         spark.conf.set(JVM_FORMAT, "false")
     assert "exchange 'never_declared' does not exist (waited 1 s" in d["missing"], d["missing"]
+
+
+@check
+def a_catalog_with_read_while_written_reads_as_the_producers_write(d):
+    """spark.table of a catalog with readWhileWritten=true reads an exchange being written as it goes (the
+    catalog without it refuses it at planning), and returns exactly the committed rows."""
+    handle = live_write("live_cat")
+    first = ex.ProducerTask(handle, 0, "a0")
+    first.write(live_rows(0))
+    try:
+        spark.table("exchange.live_cat").collect()
+        raise AssertionError("the catalog without readWhileWritten read an exchange being written")
+    except Exception as exc:  # noqa: BLE001 - Spark's own error type
+        d["refused"] = str(exc)[:300]
+    assert "still being written" in d["refused"], d["refused"]
+    out: dict = {}
+    reading = start_live_read("live_cat", out, catalog="live")
+    d["plan"] = out["plan"]
+    assert "read while written" in out["plan"], out["plan"]
+    assert until(lambda: running_tasks() > 0), "the read's tasks never started"
+    second = ex.ProducerTask(handle, 1, "a1")
+    second.write(live_rows(1))
+    parts = [first.finish()["partition"], second.finish()["partition"]]
+    time.sleep(0.5)
+    d["reading_before_commit"] = reading.is_alive()
+    ex.commit_write(handle, parts)
+    reading.join(120)
+    assert "error" not in out, out.get("error")
+    assert out["ids"] == list(range(LIVE_ROWS)), len(out["ids"])
+    assert d["reading_before_commit"], d
 
 
 @check

@@ -36,7 +36,9 @@ import org.sparkflow.exchange.write.WriteSettings;
  * directory's state files name it (see {@link Discovery}). Tables live in the catalog's root namespace; the
  * function {@code bucket} is what a hash exchange on one key reports its layout with. {@code commitTimeout}
  * (catalog setting only; default 0): how long loading a table waits for its exchange to be declared and committed,
- * so a consumer application may start with its producer and read once the write commits.
+ * so a consumer application may start with its producer and read once the write commits. {@code readWhileWritten}
+ * (catalog setting only; default false): an exchange being written is read as its producers write it (the wait
+ * then ends at its declaration), as {@code format("pipelined")} reads it.
  */
 public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
     static final String[] KEYS = {"coordinator", "service", "secret", "secretFile", "hostId", "tls.caFile",
@@ -46,6 +48,7 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
     private String name;
     private Map<String, String> settings;
     private long commitTimeoutNanos;
+    private boolean readWhileWritten; // an exchange being written is read as it goes, not waited for
 
     @Override
     public void initialize(String name, CaseInsensitiveStringMap options) {
@@ -62,6 +65,7 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
                 settings.put(key, value);
             }
         }
+        readWhileWritten = "true".equalsIgnoreCase(options.getOrDefault("readWhileWritten", "false").trim());
         String wait = options.get("commitTimeout");
         commitTimeoutNanos = wait == null ? 0 : WriteSettings.duration("spark.sql.catalog." + name + ".commitTimeout",
                 wait);
@@ -94,7 +98,8 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
 
     /** What a read task needs of this catalog: this host's identity and the secret of the coordinator found. */
     protected ReadSettings readSettings(Endpoint found) {
-        return new ReadSettings(settings.getOrDefault("hostId", ""), found.secret(), found.coordinator(), false);
+        return new ReadSettings(settings.getOrDefault("hostId", ""), found.secret(), found.coordinator(),
+                readWhileWritten);
     }
 
     CoordinatorClient client() {
@@ -138,13 +143,14 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
     }
 
     /**
-     * The exchange's description once it is declared and committed (or aborted), waiting up to {@code commitTimeout}
+     * The exchange's description once it is declared and committed (or aborted; with {@code readWhileWritten},
+     * declared), waiting up to {@code commitTimeout}
      * for that; after it, as it is (null: not declared). A committed exchange that a new write is replacing is read
      * as committed: a read reads one committed state.
      */
     private ExchangeDescription untilCommitted(CoordinatorClient coordinator, String table, long deadline) {
         ExchangeDescription desc = coordinator.describe(table);
-        while (desc == null || !(desc.sealed || "aborted".equals(desc.state))) {
+        while (desc == null || !(desc.sealed || "aborted".equals(desc.state) || readWhileWritten)) {
             long left = (deadline - System.nanoTime()) / 1_000_000;
             if (left <= 0) {
                 break;
