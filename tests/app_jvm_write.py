@@ -476,6 +476,17 @@ def start_live_read(name: str, out: dict, catalog: str = ""):
     return reading
 
 
+def commit_under_a_read(d: dict, handle, tasks: list, reading, out: dict) -> None:
+    """Finish ``tasks`` and commit them while ``reading`` runs (noted in ``d``); the read then returns every id."""
+    parts = [task.finish()["partition"] for task in tasks]
+    time.sleep(0.5)
+    d["reading_before_commit"] = reading.is_alive()
+    ex.commit_write(handle, parts)
+    reading.join(120)
+    assert "error" not in out, out.get("error")
+    assert out["ids"] == list(range(LIVE_ROWS)), len(out["ids"])
+
+
 def running_tasks() -> int:
     tracker = spark.sparkContext.statusTracker()
     return sum(tracker.getStageInfo(s).numActiveTasks for s in tracker.getActiveStageIds()
@@ -508,13 +519,7 @@ def format_reads_a_write_in_progress_in_the_jvm(d):
     second = ex.ProducerTask(handle, 1, "a1")
     for batch in live_rows(1):
         second.write([batch])
-    parts = [first.finish()["partition"], second.finish()["partition"]]
-    time.sleep(0.5)
-    d["reading_before_commit"] = reading.is_alive()
-    ex.commit_write(handle, parts)
-    reading.join(120)
-    assert "error" not in out, out.get("error")
-    assert out["ids"] == list(range(LIVE_ROWS)), len(out["ids"])
+    commit_under_a_read(d, handle, [first, second], reading, out)
     assert d["reading_before_second_producer"] and d["reading_before_commit"], d
     sealed = spark.read.format("pipelined").option("exchange", "live_fmt").load()  # sealed now: same placement
     spark.conf.set(JVM_FORMAT, "true")
@@ -640,13 +645,7 @@ def a_catalog_with_read_while_written_reads_as_the_producers_write(d):
     assert until(lambda: running_tasks() > 0), "the read's tasks never started"
     second = ex.ProducerTask(handle, 1, "a1")
     second.write(live_rows(1))
-    parts = [first.finish()["partition"], second.finish()["partition"]]
-    time.sleep(0.5)
-    d["reading_before_commit"] = reading.is_alive()
-    ex.commit_write(handle, parts)
-    reading.join(120)
-    assert "error" not in out, out.get("error")
-    assert out["ids"] == list(range(LIVE_ROWS)), len(out["ids"])
+    commit_under_a_read(d, handle, [first, second], reading, out)
     assert d["reading_before_commit"], d
 
 

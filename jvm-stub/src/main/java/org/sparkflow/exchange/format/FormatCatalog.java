@@ -62,7 +62,7 @@ public final class FormatCatalog extends ExchangeCatalog {
         if (jvm != null) {
             return jvm;
         }
-        if (jvm == null && !write && System.nanoTime() >= deadline && deadline > started) { // waited for a service
+        if (!write && System.nanoTime() >= deadline && deadline > started) { // waited for a service
             Map<String, String> now = new HashMap<>(options.asCaseSensitiveMap()); // here: the Python source's error
             now.keySet().removeIf(k -> k.equalsIgnoreCase(DECLARE_TIMEOUT));
             now.put(DECLARE_TIMEOUT, "0");

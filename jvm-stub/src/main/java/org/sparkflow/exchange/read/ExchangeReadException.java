@@ -9,4 +9,15 @@ public class ExchangeReadException extends RuntimeException {
     public ExchangeReadException(String message, Throwable cause) {
         super(message, cause);
     }
+
+    /** The exchange was {@code how} (dropped, overwritten) while the read ran, as the Python reader says it. */
+    static String gone(String exchange, String how) {
+        return goneHead(exchange) + how + " while this read ran: the read stops rather than return part of the state "
+                + "it was planned on; read the exchange again";
+    }
+
+    /** How every {@link #gone} message of {@code exchange} begins. */
+    static String goneHead(String exchange) {
+        return "exchange '" + exchange + "' was ";
+    }
 }

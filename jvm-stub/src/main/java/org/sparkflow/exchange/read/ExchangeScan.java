@@ -135,8 +135,7 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
         for (int j = 0; j < layout.groups(); j++) {
             int[] members = layout.members().get(j);
             if (members.length > 0) {
-                parts.add(new SubpartitionInput(desc.name, j, members, desc.committed, desc.epoch,
-                        desc.sealed ? -1 : desc.sealEnds.size()));
+                parts.add(SubpartitionInput.planned(desc, j, members));
             }
         }
         return parts.toArray(new InputPartition[0]);

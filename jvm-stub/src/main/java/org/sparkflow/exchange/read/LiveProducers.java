@@ -37,7 +37,7 @@ public final class LiveProducers {
     /** The coordinator's description now; fails the read when the exchange was replaced or its write aborted. */
     public void update(ExchangeDescription d) {
         if (d.epoch != epoch) {
-            throw new ExchangeReadException(gone("overwritten"));
+            throw new ExchangeReadException(ExchangeReadException.gone(exchange, "overwritten"));
         }
         if ("aborted".equals(d.state)) {
             throw new ExchangeReadException("the write of exchange '" + exchange + "' was aborted, so this read "
@@ -47,12 +47,6 @@ public final class LiveProducers {
             state = d.readState(seal);
             registered = List.copyOf(d.registered);
         }
-    }
-
-    /** The read's message when the exchange went while it ran. */
-    public String gone(String how) {
-        return "exchange '" + exchange + "' was " + how + " while this read ran: the read stops rather than return "
-                + "part of the state it was planned on; read the exchange again";
     }
 
     /** The next attempt to read in this pass; null when there is none now (see {@link #complete()}). */

@@ -89,7 +89,7 @@ final class LiveRead implements AutoCloseable {
                 return ExchangeDescription.parse(conn.call("get_exchange", Map.of("name", exchange)));
             } catch (WireException e) {
                 if ("no_exchange".equals(e.code())) {
-                    throw new ExchangeReadException(producers.gone("dropped"));
+                    throw new ExchangeReadException(ExchangeReadException.gone(exchange, "dropped"));
                 }
                 if ("connection_lost".equals(e.code()) && attempt == 0) {
                     close();

@@ -34,8 +34,7 @@ public final class StandaloneRead {
         if (why != null) {
             throw new ExchangeReadException(why);
         }
-        SubpartitionInput input = new SubpartitionInput(desc.name, subpartition, new int[] {subpartition},
-                desc.committed, desc.epoch, desc.sealed ? -1 : desc.sealEnds.size());
+        SubpartitionInput input = SubpartitionInput.planned(desc, subpartition, new int[] {subpartition});
         ReadSettings settings = new ReadSettings(hostId, secret, coordinator, true);
         List<byte[]> chunks = new ArrayList<>();
         int total = 0;

@@ -15,6 +15,12 @@ import org.sparkflow.exchange.catalog.ExchangeDescription;
 public record SubpartitionInput(String exchange, int key, int[] subpartitions,
                                 List<ExchangeDescription.Producer> producers, long epoch, int liveSeal)
         implements HasPartitionKey {
+    /** Read partition {@code key} of {@code desc}, planned now: its subpartitions of the producers it reads. */
+    static SubpartitionInput planned(ExchangeDescription desc, int key, int[] subpartitions) {
+        return new SubpartitionInput(desc.name, key, subpartitions, desc.committed, desc.epoch,
+                desc.sealed ? -1 : desc.sealEnds.size());
+    }
+
     /** Whether the exchange was being written when the read was planned. */
     public boolean live() {
         return liveSeal >= 0;

@@ -95,8 +95,8 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
      * released under the read), as the Python reader says it; asked of the coordinator only when a read failed.
      */
     private ExchangeReadException named(ExchangeReadException e) {
-        String gone = "exchange '" + input.exchange() + "' was ";
-        if (e.getMessage() == null || e.getMessage().startsWith(gone) || settings.coordinator() == null) {
+        if (e.getMessage() == null || e.getMessage().startsWith(ExchangeReadException.goneHead(input.exchange()))
+                || settings.coordinator() == null) {
             return e;
         }
         String how;
@@ -112,9 +112,8 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
         if (how == null) {
             return e;
         }
-        return new ExchangeReadException(gone + how + " while this read ran: the read stops rather than return part "
-                + "of the state it was planned on; read the exchange again (what the read saw: " + e.getMessage()
-                + ")", e);
+        return new ExchangeReadException(ExchangeReadException.gone(input.exchange(), how) + " (what the read saw: "
+                + e.getMessage() + ")", e);
     }
 
     private boolean advance() throws IOException {
