@@ -14,6 +14,7 @@ import org.apache.arrow.vector.ipc.message.MessageSerializer;
 import org.apache.arrow.vector.types.pojo.Schema;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.execution.arrow.ArrowWriter;
+import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.ArrowUtils;
 
 /**
@@ -26,12 +27,15 @@ import org.apache.spark.sql.util.ArrowUtils;
 final class BufferEncoder implements AutoCloseable {
     static final int TRAILER = 8;
     private final Schema schema;
+    private final StructType rowSchema;
     private final BufferAllocator allocator;
     private final VectorSchemaRoot[] roots;
     private final ArrowWriter[] writers;
 
-    BufferEncoder(Schema schema, int targets) {
+    /** {@code schema}: the exchange's Arrow schema; {@code rowSchema}: the rows' Spark schema (the same columns). */
+    BufferEncoder(Schema schema, StructType rowSchema, int targets) {
         this.schema = schema;
+        this.rowSchema = rowSchema;
         allocator = ArrowUtils.rootAllocator().newChildAllocator("sparkflow-exchange-writer", 0, Long.MAX_VALUE);
         roots = new VectorSchemaRoot[targets];
         writers = new ArrowWriter[targets];
@@ -42,7 +46,7 @@ final class BufferEncoder implements AutoCloseable {
         ArrowWriter w = writers[t];
         if (w == null) {
             roots[t] = VectorSchemaRoot.create(schema, allocator);
-            w = writers[t] = DecimalColumnWriter.create(roots[t]);
+            w = writers[t] = DecimalColumnWriter.create(roots[t], rowSchema);
         }
         w.write(row);
     }

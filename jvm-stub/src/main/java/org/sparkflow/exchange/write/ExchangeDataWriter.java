@@ -64,7 +64,8 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
         Endpoint service = Discovery.service(handle.discovery(), runtime);
         coordinator = new CoordinatorClient(Discovery.find(handle.discovery(), runtime));
         WriteSettings s = handle.settings();
-        encoder = new BufferEncoder(ExchangeDescription.arrowSchema(handle.name(), handle.schemaBase64()), width);
+        encoder = new BufferEncoder(ExchangeDescription.arrowSchema(handle.name(), handle.schemaBase64()), handle.schema(),
+                width);
         ProducerConnection conn = null;
         try {
             conn = new ProducerConnection(service, partition, handle.registeredSubpartitions(), s.partitionType(),
