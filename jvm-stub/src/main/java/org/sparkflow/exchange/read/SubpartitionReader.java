@@ -255,10 +255,17 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
      */
     private static final class RootColumn extends ArrowColumnVector {
         private final DecimalVector decimal; // null unless a 128-bit decimal column
+        private final boolean nullFree; // no null in this batch: Spark's per-row null checks need not read the bitmap
 
         RootColumn(org.apache.arrow.vector.ValueVector vector) {
             super(vector);
             decimal = vector instanceof DecimalVector d ? d : null;
+            nullFree = vector.getNullCount() == 0;
+        }
+
+        @Override
+        public boolean isNullAt(int rowId) {
+            return !nullFree && super.isNullAt(rowId);
         }
 
         @Override
@@ -266,7 +273,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
             if (decimal == null || decimal.getScale() != scale) {
                 return super.getDecimal(rowId, precision, scale);
             }
-            if (decimal.isNull(rowId)) {
+            if (!nullFree && decimal.isNull(rowId)) {
                 return null;
             }
             ArrowBuf data = decimal.getDataBuffer();
