@@ -44,6 +44,9 @@ wall clock from process start to exit, so interpreter, JVM and session start cou
 * ``parquet``: the producer writes the same rows as parquet to a temporary directory (as they are, no
   repartition), the consumer reads them and runs the same consumer half.
 * ``one-app``: the whole query in one application (producer half, then consumer half, no write).
+* ``noop-producer``: the producer application alone, writing into Spark's ``noop`` sink: what any producer of
+  the split pays before its write. With the ``jvm`` route's consumer it gives the ratio a free write would reach
+  (``jvm-free-write/parquet``); it has no answer to check.
 
 The exchange routes' producer starts this run's embedded exchange service (its runtime directory is the
 run's own); after each route's consumer the exchange is dropped and the service stopped by its pid, so every
@@ -67,7 +70,7 @@ Data: ``tpchgen-cli`` (``.venv/bin/python -m pip install tpchgen-cli``) writes t
 into ``benchmarks/.tpch/sf<N>`` once (ignored by git); later runs reuse them.
 
 Run: .venv/bin/python benchmarks/tpch_pipeline.py --sf 1 5 [--queries 3,5,9,10,18] [--repeat 2]
-         [--routes pipelined,pipelined-jvm,jvm,format,jvm-concurrent,format-concurrent,pipelined-concurrent,parquet,one-app] [--shuffle-partitions 200]
+         [--routes pipelined,pipelined-jvm,jvm,format,jvm-concurrent,format-concurrent,pipelined-concurrent,parquet,one-app,noop-producer] [--shuffle-partitions 200]
          [--conf KEY=VALUE ...]
 Quick check: .venv/bin/python benchmarks/tpch_pipeline.py --sf 0.1 --queries 3 --repeat 1
 Writes benchmarks/tpch_pipeline-latest.json.
@@ -91,7 +94,7 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE / ".tpch"
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
 ROUTES = ("pipelined", "pipelined-jvm", "jvm", "format", "jvm-concurrent", "format-concurrent", "pipelined-concurrent",
-          "parquet", "one-app")
+          "parquet", "one-app", "noop-producer")
 CATALOG = "org.sparkflow.exchange.catalog.ExchangeCatalog"
 APP_TIMEOUT = 3600  # seconds for one application
 
@@ -271,6 +274,8 @@ def _child(args) -> dict:
         df = spark.sql(query["producer"])
         if args.io == "parquet":
             df.write.mode("overwrite").parquet(args.path)
+        elif args.io == "noop":
+            df.write.format("noop").mode("overwrite").save()
         elif args.io == "jvm":  # the JVM writer finds the host's service and starts none: this driver starts it
             from sparkflow_exchange.config import ExchangeConfig
             from sparkflow_exchange.service.discovery import resolve
@@ -415,6 +420,9 @@ class Run:
         if route == "one-app":
             whole = self.app(data, query, "whole", "none")
             return {"seconds": whole["wall_s"], "apps": [whole], "rows": whole["rows"], "shuffles": whole["shuffles"]}
+        if route == "noop-producer":
+            alone = self.app(data, query, "produce", "noop")
+            return {"seconds": alone["wall_s"], "apps": [alone], "rows": None, "shuffles": []}
         parquet = self.tmp / name
         try:
             if route in ("pipelined-concurrent", "jvm-concurrent", "format-concurrent"):
@@ -485,6 +493,14 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
+def _free_write(by_route: dict) -> float | None:
+    """The ``jvm`` route's best pair with its producer replaced by the ``noop`` one: a write that costs nothing."""
+    if "noop-producer" not in by_route or "jvm" not in by_route:
+        return None
+    consumer = min(o["apps"][1]["wall_s"] for o in by_route["jvm"])
+    return min(o["seconds"] for o in by_route["noop-producer"]) + consumer
+
+
 def _cell(value: float | None, fmt: str) -> str:
     return "–" if value is None else format(value, fmt)
 
@@ -542,7 +558,8 @@ def main() -> None:
                         cpu = busy_cpu_seconds()
                         outcome = run.route(data, q, route, name)
                         outcome["cpu_s"] = round(busy_cpu_seconds() - cpu, 1)
-                        wrong = differences(outcome.pop("rows"), expected[sf, q])
+                        rows = outcome.pop("rows")
+                        wrong = [] if rows is None else differences(rows, expected[sf, q])
                         if wrong:
                             sys.exit(f"WRONG ANSWER: sf {sf:g} Q{q} route {route}, round {round_ + 1}:\n  "
                                      + "\n  ".join(wrong))
@@ -552,7 +569,8 @@ def main() -> None:
                         parts = " + ".join(f"{a['wall_s']:.1f}" for a in outcome["apps"])
                         print(f"sf {sf:g} round {round_ + 1} Q{q} {route}: {outcome['seconds']:.1f} s ({parts}), "
                               f"{outcome['cpu_s']:.1f} busy CPU-s; "
-                              f"consumer shuffles {len(outcome['shuffles'])}; answer checked", flush=True)
+                              f"consumer shuffles {len(outcome['shuffles'])}"
+                              + ("" if rows is None else "; answer checked"), flush=True)
     finally:
         run.end()
         end_run(None, tmp)
@@ -561,7 +579,7 @@ def main() -> None:
     summary: dict = {}
     header = ("| sf | query | " + " | ".join(routes) + " | pipelined/parquet | pipelined-jvm/parquet | jvm/parquet | format/parquet | "
               "jvm-concurrent/parquet | format-concurrent/parquet | pipelined-concurrent/parquet | pipelined/one-app | "
-              "jvm/one-app | jvm-concurrent/one-app | format-concurrent/one-app | consumer shuffles (pipelined / jvm / format / parquet) |")
+              "jvm/one-app | jvm-concurrent/one-app | format-concurrent/one-app | jvm-free-write/parquet | consumer shuffles (pipelined / jvm / format / parquet) |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     cpu_header = "| sf | query | " + " | ".join(routes) + " |"
     cpu_lines = [cpu_header, "|" + "---|" * (cpu_header.count("|") - 1)]
@@ -579,7 +597,8 @@ def main() -> None:
                       "pipelined/one-app": _ratio(best.get("pipelined"), best.get("one-app")),
                       "jvm/one-app": _ratio(best.get("jvm"), best.get("one-app")),
                       "jvm-concurrent/one-app": _ratio(best.get("jvm-concurrent"), best.get("one-app")),
-                      "format-concurrent/one-app": _ratio(best.get("format-concurrent"), best.get("one-app"))}
+                      "format-concurrent/one-app": _ratio(best.get("format-concurrent"), best.get("one-app")),
+                      "jvm-free-write/parquet": _ratio(_free_write(by_route), best.get("parquet"))}
             cpu = {r: min(o["cpu_s"] for o in outs) for r, outs in by_route.items()}
             summary.setdefault(sf_name, {})[q_name] = {"best_s": best, "ratios": ratios, "consumer_shuffles": shuffles,
                                                        "busy_cpu_s": cpu}
