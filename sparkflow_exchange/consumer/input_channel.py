@@ -17,13 +17,14 @@ import asyncio
 import dataclasses
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator, Protocol
 
 import pyarrow as pa
 
+from ..config import ExchangeConfig
 from ..errors import ErrorCode, ServiceError
 from ..kinds import RE_READABLE, ChannelState, PartitionState
-from ..network.aio_client import ClientConnection, next_receiver_id
+from ..network.aio_client import ClientConnection, ClientRuntime, next_receiver_id
 from ..network.protocol import (
     END_COUNTS,
     FLAG_SHARED,
@@ -41,10 +42,40 @@ from ..network.protocol import (
 from ..partition import shared_arena
 from ..partition.shared_arena import ArenaError
 from .spill_data import OPEN_FILES, SpillData, open_spill_data
-from .buffer_manager import ChannelCredit
+from .buffer_manager import ChannelCredit, FloatingBufferPool
 
-if TYPE_CHECKING:
-    from .input_gate import InputGate
+
+class Gate(Protocol):
+    """What a channel asks of the gate that reads it (``input_gate.InputGate``): the read's settings and
+    connections, and where its buffers, ends and failures go."""
+
+    config: ExchangeConfig
+    exchange: dict
+    name: str
+    secret: str | None
+    host_id: str
+    floating: FloatingBufferPool
+
+    @property
+    def runtime(self) -> ClientRuntime: ...
+
+    def ssl_for(self, address: str) -> Any: ...
+
+    def arena_reader(self) -> shared_arena.ArenaReader: ...
+
+    def service_alive(self, pid: int) -> bool: ...
+
+    def announce(self, announcements: list[tuple[ChannelCredit, int]]) -> None: ...
+
+    def deliver(self, channel: "InputChannel", msg: BufferResponse) -> None: ...
+
+    def deliver_end(self, channel: "InputChannel", counts: tuple[int, int] | None) -> None: ...
+
+    def deliver_file(self, channel: "LocalFileInputChannel") -> None: ...
+
+    def channel_finished(self, channel: "InputChannel") -> None: ...
+
+    def channel_failed(self, channel: "InputChannel", message: str, code: ErrorCode | str) -> None: ...
 
 
 class Channel:
@@ -52,7 +83,7 @@ class Channel:
 
     locality = "?"
 
-    def __init__(self, gate: "InputGate", producer: dict, subpartition: int, end: int | None = None) -> None:
+    def __init__(self, gate: Gate, producer: dict, subpartition: int, end: int | None = None) -> None:
         self.gate = gate
         self.producer = producer
         self.partition: str = producer["partition"]
@@ -99,7 +130,7 @@ class InputChannel(Channel):
     MAX_RECONNECTS = 3
     shared = False  # ask for buffers in shared memory by reference (readers on the service's host)
 
-    def __init__(self, gate: "InputGate", producer: dict, subpartition: int, address: str,
+    def __init__(self, gate: Gate, producer: dict, subpartition: int, address: str,
                  end: int | None = None) -> None:
         super().__init__(gate, producer, subpartition, end)
         self.address = address
@@ -218,7 +249,7 @@ class InputChannel(Channel):
 class LocalInputChannel(InputChannel):
     locality = "local"
 
-    def __init__(self, gate: "InputGate", producer: dict, subpartition: int, address: str,
+    def __init__(self, gate: Gate, producer: dict, subpartition: int, address: str,
                  end: int | None = None) -> None:
         super().__init__(gate, producer, subpartition, address, end)
         self.shared = gate.config.shared_memory and shared_arena.available()
@@ -245,7 +276,7 @@ class LocalFileInputChannel(Channel):
 
     locality = "local-file"
 
-    def __init__(self, gate: "InputGate", producer: dict, subpartition: int, end: int | None = None,
+    def __init__(self, gate: Gate, producer: dict, subpartition: int, end: int | None = None,
                  index_path: str | None = None) -> None:
         super().__init__(gate, producer, subpartition, end)
         self.data_path: str = producer["spill"]
@@ -365,7 +396,7 @@ def index_path_of(data_path: str) -> str:
     return stem + ".index"
 
 
-def make_channel(gate: "InputGate", producer: dict, subpartition: int,
+def make_channel(gate: Gate, producer: dict, subpartition: int,
                  end: int | None = None) -> InputChannel | LocalFileInputChannel:
     """The channel for one producer: its spill file, its service's Unix socket, or TCP.
 
