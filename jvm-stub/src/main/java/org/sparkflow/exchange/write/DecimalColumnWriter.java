@@ -38,19 +38,14 @@ final class DecimalColumnWriter extends ArrowFieldWriter {
     }
 
     /**
-     * Rows a target's vectors are first made for. Arrow's default (3,970) made every target of a wide write hold
-     * about 110 KiB before its rows came: a 200,000-row write to 2,000 subpartitions peaked at 541 MiB of Arrow
-     * memory, 11 MiB from 32 rows (a write to 8 subpartitions: 8-11 MiB). A target that gets more grows by
-     * doubling (Arrow's {@code setSafe}); a TPC-H producer writes as fast.
+     * Spark's ArrowWriter for {@code root}, with this writer for its decimal columns; {@code rows}: the rows' schema;
+     * {@code initialRows}: the rows the vectors are first made for.
      */
-    static final int INITIAL_ROWS = 32;
-
-    /** Spark's ArrowWriter for {@code root}, with this writer for its decimal columns; {@code rows}: the rows' schema. */
-    static ArrowWriter create(VectorSchemaRoot root, StructType rows) {
+    static ArrowWriter create(VectorSchemaRoot root, StructType rows, int initialRows) {
         ArrowFieldWriter[] fields = new ArrowFieldWriter[root.getFieldVectors().size()];
         for (int i = 0; i < fields.length; i++) {
             FieldVector v = root.getFieldVectors().get(i);
-            v.setInitialCapacity(INITIAL_ROWS);
+            v.setInitialCapacity(initialRows);
             v.allocateNew(); // as ArrowWriter.create does
             fields[i] = v instanceof DecimalVector d ? new DecimalColumnWriter(d,
                     i < rows.fields().length ? rows.fields()[i].dataType() : null)
