@@ -31,6 +31,7 @@ class ErrorCode(enum.StrEnum):
     SCHEMA_MISMATCH = "schema_mismatch"
     SUPERSEDED = "superseded"  # a task of a writer query's run that a later start replaced
     NO_SUBPARTITIONS = "no_subpartitions"  # a read planned before the exchange's width is known
+    UNREGISTERED_SERVICE = "unregistered_service"  # a producer location no registered service holds
     # the exchange
     NO_EXCHANGE = "no_exchange"
     REPLACED = "replaced"  # overwritten or dropped while a write or read used it
@@ -178,6 +179,7 @@ _CLASS_OF: dict[ErrorCode, type[ServiceError]] = {
     ErrorCode.FORWARD_PARALLELISM: InvalidRequest,
     ErrorCode.NOT_A_BATCH: InvalidRequest,
     ErrorCode.NOT_A_STREAM: InvalidRequest,
+    ErrorCode.UNREGISTERED_SERVICE: InvalidRequest,
     ErrorCode.SCHEMA_MISMATCH: SchemaMismatch,
     ErrorCode.NO_EXCHANGE: ExchangeNotFound,
     ErrorCode.EXCHANGE_LOST: ExchangeLost,

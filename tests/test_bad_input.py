@@ -43,9 +43,15 @@ class RawClient:
         hello = self.next()
         assert isinstance(hello, ServerHello)
         self.nonce = hello.nonce
+        self.service_id = hello.service_id
         if authenticate:
-            self.send(Hello("raw", auth.prove(secret or svc.secret, hello.nonce)))
+            self.send(self.hello(secret or svc.secret))
             self.next()  # Welcome
+
+    def hello(self, secret: str | None, client_id: str = "raw") -> Hello:
+        """A Hello proving ``secret`` on this connection ("" without one)."""
+        mine = auth.new_nonce()
+        return Hello(client_id, auth.prove(secret, self.nonce, mine, self.service_id), "", mine)
 
     def send(self, msg) -> None:
         self.sock.sendall(encode_bytes(msg))
@@ -127,7 +133,7 @@ def test_unknown_partition_and_subpartition_out_of_range(svc):
 @pytest.mark.parametrize("secret, message", [(None, "authentication required"), ("wrong", "wrong secret")])
 def test_missing_or_wrong_secret_is_refused(svc, secret, message):
     client = RawClient(svc, authenticate=False)
-    client.send(Hello("intruder", auth.prove(secret, client.nonce) if secret else ""))
+    client.send(client.hello(secret, "intruder"))
     error = client.error_then_close()
     assert error.fatal and message in error.message
     with pytest.raises(ServiceError, match=message):
@@ -241,7 +247,7 @@ def test_silent_or_half_frame_clients_do_not_block_others_and_are_dropped(svc):
     hello_timeout = ExchangeConfig().hello_timeout
     silent = RawClient(svc, authenticate=False)  # connects, reads ServerHello, never says Hello
     half = RawClient(svc, authenticate=False)
-    half.sock.sendall(encode_bytes(Hello("slow", auth.prove(svc.secret, half.nonce)))[:10])  # and stalls mid-frame
+    half.sock.sendall(encode_bytes(half.hello(svc.secret, "slow"))[:10])  # and stalls mid-frame
     healthy(svc)  # neither holds up the service
     start = time.monotonic()
     for client in (silent, half):

@@ -325,10 +325,11 @@ def test_a_state_directory_that_refuses_a_write_fails_the_request_naming_it(tmp_
         cfg = client_config(coordinator, exchange="too-big-to-keep", keys="id", numSubpartitions=2)
         handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
         parts = []
+        location = call(cfg, "ping")  # the coordinator's own service (registered): the only one here
         for index in range(40):  # 40 producers: a record of some 10 KiB
             part = f"too-big-to-keep.{index}"
             call(cfg, "register_producer", name=handle.name, epoch=handle.epoch, write_id=handle.write_id,
-                     index=index, attempt="0", partition=part, location={"tcp": "198.18.0.9:1", "service_id": "s"})
+                     index=index, attempt="0", partition=part, location=location)
             parts.append(part)
         with pytest.raises(sfx.StorageError, match="stateDir") as info:
             ex.commit_write(handle, parts)

@@ -104,6 +104,71 @@ def test_a_wrong_client_secret_is_refused_and_closes_the_server_side():
     assert server.state is ConnState.GREETING and server.hello is None  # never open
 
 
+CREDENTIALS = {"operator": "op-secret", "alice": "alice-secret", "bob": "bob-secret"}
+
+
+def test_a_proof_belongs_to_one_connection():
+    """A Hello made for one connection is refused on another: the other's nonce differs."""
+    first = ServerHandshake(CREDENTIALS, "svc-1", "host-a")
+    other = ServerHandshake(CREDENTIALS, "svc-1", "host-a")
+    hello = ClientHandshake("op-secret", "host-b", "test:1").step(first.greeting())
+    with pytest.raises(AuthRefused, match="wrong secret"):
+        other.on_hello(hello)
+    assert first.on_hello(hello) and first.identity == "operator"
+
+
+def test_a_proof_belongs_to_the_service_it_was_made_for():
+    """Even with the same server nonce (a relay that forwards one service's greeting as another's), a proof
+    made for one service id is refused by another service."""
+    real = ServerHandshake(CREDENTIALS, "svc-real", "host-a")
+    claimed = ServerHandshake(CREDENTIALS, "svc-claimed", "host-a")
+    claimed.nonce = real.nonce
+    hello = ClientHandshake("op-secret", "host-b", "test:1").step(claimed.greeting())
+    with pytest.raises(AuthRefused, match="wrong secret"):
+        real.on_hello(hello)
+
+
+def test_a_proof_covers_the_clients_nonce_and_the_service_proof_too():
+    """A relay that swaps the client's nonce (to have the service prove itself on another connection) breaks the
+    client's proof; and the service's proof checks out only for the connection and service it was made for."""
+    server = ServerHandshake(CREDENTIALS, "svc-1", "host-a")
+    client = ClientHandshake("alice-secret", "host-b", "test:1")
+    hello = client.step(server.greeting())
+    swapped = p.Hello(hello.client_id, hello.proof, hello.host_id, "0" * 32)
+    with pytest.raises(AuthRefused, match="wrong secret"):
+        server.on_hello(swapped)
+    welcome = server.on_hello(hello)
+    assert server.identity == "alice"
+    other = ClientHandshake("alice-secret", "host-b", "test:1")
+    other.step(p.ServerHello(server.nonce, "svc-1", "host-a"))  # the same greeting, another client nonce
+    with pytest.raises(AuthenticationFailed, match="wrong secret proof"):
+        other.step(welcome)
+    assert client.step(welcome) is None and client.state is ConnState.OPEN
+
+
+def test_a_client_expecting_one_service_proves_nothing_to_another():
+    server = ServerHandshake(CREDENTIALS, "svc-other", "host-a")
+    client = ClientHandshake("op-secret", "host-b", "test:1", expect_service="svc-meant")
+    with pytest.raises(AuthenticationFailed, match="is 'svc-other', but 'svc-meant' was expected") as info:
+        client.step(server.greeting())
+    assert info.value.code is ErrorCode.AUTH and client.state is ConnState.CLOSED
+    meant = ServerHandshake(CREDENTIALS, "svc-meant", "host-a")
+    expecting = ClientHandshake("op-secret", "host-b", "test:1", expect_service="svc-meant")
+    hello = expecting.step(meant.greeting())
+    assert expecting.step(meant.on_hello(hello)) is None and expecting.state is ConnState.OPEN
+
+
+@pytest.mark.parametrize("nonce", ["n" * 32, "AB" * 16, "ab" * 15, "ab" * 16 + ":x"])
+def test_nonces_that_could_shift_a_field_are_refused(nonce):
+    client = ClientHandshake("s", "host-b", "test:1")
+    with pytest.raises(ServiceError, match="nonce that is not 32 lowercase hex digits") as info:
+        client.step(p.ServerHello(nonce, "svc-1", "host-a"))
+    assert info.value.code is ErrorCode.PROTOCOL
+    server = ServerHandshake({"operator": "s"}, "svc-1", "host-a")
+    with pytest.raises(AuthRefused, match="nonce is not 32 lowercase hex digits"):
+        server.on_hello(p.Hello("c", "00" * 32, "host-b", nonce))
+
+
 @pytest.mark.parametrize("proof, message", [("", "did not prove"), ("00" * 32, "wrong secret proof")])
 def test_a_service_that_cannot_prove_the_secret_is_not_trusted(proof, message):
     _server, client, _hello = _handshake("s", "s")

@@ -73,6 +73,7 @@ def test_coordinator_ignores_an_abort_after_commit():
 
     async def scenario() -> dict:
         coord = Coordinator(lambda targets, reason="", code="": released.extend(targets))
+        coord.services.register("s", "host", "127.0.0.1:1", "", 1)  # the service holding its partitions
         d = await coord.declare("x", "schema", 1, {"name": "forward"}, "HYBRID", "overwrite")
         await coord.register_producer("x", d["epoch"], d["write_id"], 0, "a0", "p0", {"service_id": "s"})
         await coord.producer_finished("x", d["epoch"], "p0")

@@ -77,6 +77,7 @@ def test_a_wait_until_sealed_is_answered_by_the_commit_not_by_polling():
 
     async def scenario() -> dict:
         coord = Coordinator(lambda targets, reason="", code="": None)
+        coord.services.register("s", "host", "127.0.0.1:1", "", 1)  # the service holding its partitions
         d = await coord.declare("x", "schema", 2, {"name": "hash", "keys": ["id"]}, "HYBRID", "overwrite")
         await coord.register_producer("x", d["epoch"], d["write_id"], 0, "a0", "p0", {"service_id": "s"})
         waiting = asyncio.ensure_future(coord.get_exchange("x", wait=60, until_sealed=True))

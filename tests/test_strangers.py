@@ -226,7 +226,7 @@ class FakeService:
                 return
             with conn:
                 conn.settimeout(10)
-                nonce = "n" * 32
+                nonce = "5e" * 16  # a service's nonce: 32 hex digits
                 conn.sendall(encode_bytes(ServerHello(nonce, "fake", "fake-host")))
                 decoder = FrameDecoder()
                 hello = None
@@ -249,7 +249,7 @@ class FakeService:
 
 @pytest.mark.parametrize("answer, message", [
     (lambda hello, nonce: [Welcome("fake", "fake-host")], "did not prove that it knows the shared secret"),
-    (lambda hello, nonce: [Welcome("fake", "fake-host", auth.prove_service("guess", hello.nonce, nonce))],
+    (lambda hello, nonce: [Welcome("fake", "fake-host", auth.prove_service("guess", hello.nonce, nonce, "fake"))],
      "wrong secret proof"),
     # replaying the client's own proof as the service's must not work either
     (lambda hello, nonce: [Welcome("fake", "fake-host", hello.proof)], "wrong secret proof"),
@@ -269,7 +269,7 @@ def test_the_client_checks_the_service(answer, message):
 
 def test_a_second_server_hello_is_a_protocol_error():
     def answer(hello, nonce):
-        return [Welcome("fake", "fake-host", auth.prove_service("the-secret", hello.nonce, nonce)),
+        return [Welcome("fake", "fake-host", auth.prove_service("the-secret", hello.nonce, nonce, "fake")),
                 ServerHello("again", "fake", "fake-host")]
 
     fake = FakeService(answer)

@@ -46,9 +46,10 @@ class ChannelHandler(Protocol):
 
 
 class ClientConnection(asyncio.BufferedProtocol):
-    def __init__(self, address: Address, secret: str | None, host_id: str, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(self, address: Address, secret: str | None, host_id: str, max_frame: int = DEFAULT_MAX_FRAME,
+                 expect_service: str = "") -> None:
         self.address = address
-        self.protocol = ClientHandshake(secret, host_id, address)
+        self.protocol = ClientHandshake(secret, host_id, address, expect_service)
         self.decoder = FrameDecoder(max_frame)
         self.transport: asyncio.Transport | None = None
         self.ready: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -157,16 +158,18 @@ class ClientConnection(asyncio.BufferedProtocol):
 
 async def open_connection(address: str | Address, secret: str | None, *, host_id: str = "",
                           ssl_ctx: ssl.SSLContext | None = None, timeout: float = 30.0,
-                          max_frame: int = DEFAULT_MAX_FRAME) -> ClientConnection:
+                          max_frame: int = DEFAULT_MAX_FRAME, expect_service: str = "") -> ClientConnection:
+    """A connection whose handshake is done. ``expect_service``: the id of the service meant (when known):
+    another one answering at ``address`` is refused before anything is proven to it."""
     addr = parse_address(address) if isinstance(address, str) else address
     loop = asyncio.get_running_loop()
     try:
         if addr.is_unix:
             _, conn = await asyncio.wait_for(
-                loop.create_unix_connection(lambda: ClientConnection(addr, secret, host_id, max_frame), addr.path), timeout)
+                loop.create_unix_connection(lambda: ClientConnection(addr, secret, host_id, max_frame, expect_service), addr.path), timeout)
         else:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: ClientConnection(addr, secret, host_id, max_frame), addr.host, addr.port,
+                loop.create_connection(lambda: ClientConnection(addr, secret, host_id, max_frame, expect_service), addr.host, addr.port,
                                        ssl=ssl_ctx), timeout)
     except ssl.SSLCertVerificationError as exc:
         raise error_for(ErrorCode.TLS, f"the exchange service at {addr} failed TLS verification: {exc.verify_message} "
@@ -183,10 +186,13 @@ async def open_connection(address: str | Address, secret: str | None, *, host_id
     return conn
 
 
-async def rpc_once(address: str, secret: str | None, config: Any, method: str, args: dict) -> Any:
+async def rpc_once(address: str, secret: str | None, config: Any, method: str, args: dict, *,
+                   expect_service: str = "") -> Any:
+    """One call on a connection of its own (``expect_service``: the id of the service meant, when known)."""
     ssl_ctx = auth.ssl_for(address, config)
     conn = await connect_retrying_async(
-        lambda: open_connection(address, secret, ssl_ctx=ssl_ctx, max_frame=config.max_frame_size), 30.0)
+        lambda: open_connection(address, secret, ssl_ctx=ssl_ctx, max_frame=config.max_frame_size,
+                                expect_service=expect_service), 30.0)
     try:
         return await conn.rpc(method, args)
     finally:

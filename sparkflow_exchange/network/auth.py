@@ -1,13 +1,16 @@
 """Authentication (mutual HMAC challenge over a shared secret) and TLS contexts.
 
-The server opens every connection with a random nonce; the client's first
-message proves it knows the secret with HMAC-SHA256(secret, "client:" nonce)
-and carries a nonce of its own; the server's Welcome answers with
-HMAC-SHA256(secret, "service:" client nonce ":" server nonce). So the secret
-never crosses the wire, a recorded proof cannot be replayed, and a client
-talks to a service only after the service proved the secret too (a stranger
-listening on a well-known port learns nothing and is told nothing). The
-"client:"/"service:" prefixes keep one side's proof from serving as the other's.
+The server opens every connection with a random nonce and its service id; the client's first message
+carries a nonce of its own and proves it knows the secret with
+HMAC-SHA256(secret, "client-to-service:" server nonce ":" client nonce ":" service id); the server's
+Welcome answers with HMAC-SHA256(secret, "service-to-client:" client nonce ":" server nonce ":" service id).
+So the secret never crosses the wire, each proof belongs to one connection (both nonces) and to the
+service it was made for, a recorded proof cannot be replayed, and a client talks to a service only after
+the service proved the secret too (a stranger listening on a well-known port learns nothing and is told
+nothing). The role prefixes keep one side's proof from serving as the other's. A client that knows which
+service it means to reach (a producer's location names it) refuses to prove anything to another
+(``ClientHandshake``'s ``expect_service``): a listener that relays the real service's greeting gets no proof
+made for a service it is not. Nonces are 32 lowercase hex digits, so the proven message has one reading.
 """
 from __future__ import annotations
 
@@ -39,51 +42,55 @@ def _mac(secret: str, message: str) -> str:
     return hmac.new(secret.encode(), message.encode(), hashlib.sha256).hexdigest()
 
 
-def prove(secret: str | None, nonce: str) -> str:
-    """The client's proof for the server's nonce ("" without a secret)."""
-    return _mac(secret, f"client:{nonce}") if secret else ""
+NONCE_DIGITS = 32  # hex digits of a nonce (16 random bytes)
+_HEX = frozenset("0123456789abcdef")
 
 
-def prove_service(secret: str | None, client_nonce: str, server_nonce: str) -> str:
-    """The service's proof for the client's nonce ("" without a secret)."""
-    return _mac(secret, f"service:{client_nonce}:{server_nonce}") if secret else ""
+def valid_nonce(nonce: object) -> bool:
+    """A nonce as both sides make them: 32 lowercase hex digits (nothing that could shift a field)."""
+    return isinstance(nonce, str) and len(nonce) == NONCE_DIGITS and _HEX.issuperset(nonce)
 
 
-def verify(secret: str | None, nonce: str, proof: str) -> str | None:
-    """None when the client's proof is good, else the reason for refusing the client."""
-    if not secret:
-        return None
-    if not proof:
-        return "authentication required: the client sent no proof of the shared secret (it needs the secret or secretFile setting)"
-    if not hmac.compare_digest(prove(secret, nonce), proof):
-        return "authentication failed: wrong secret"
-    return None
+def prove(secret: str | None, server_nonce: str, client_nonce: str, service_id: str) -> str:
+    """The client's proof for one connection (both nonces) to one service ("" without a secret)."""
+    return _mac(secret, f"client-to-service:{server_nonce}:{client_nonce}:{service_id}") if secret else ""
 
 
-def identify(credentials: Mapping[str, str], nonce: str, proof: str) -> Credential | str:
+def prove_service(secret: str | None, client_nonce: str, server_nonce: str, service_id: str) -> str:
+    """The service's proof for one connection, naming itself ("" without a secret)."""
+    return _mac(secret, f"service-to-client:{client_nonce}:{server_nonce}:{service_id}") if secret else ""
+
+
+def identify(credentials: Mapping[str, str], server_nonce: str, client_nonce: str, service_id: str,
+             proof: str) -> Credential | str:
     """The credential whose secret made the client's proof, or the reason for refusing the client.
 
     ``credentials``: name -> secret, the operator's (the service's secret) among them; none at all means a
-    service without authentication, whose every client is the operator."""
+    service without authentication, whose every client is the operator. The proof must be made for this
+    connection's nonces and for this service (``service_id``)."""
     if not credentials:
         return Credential(OPERATOR, None)
     if not proof:
         return ("authentication required: the client sent no proof of a secret (it needs the secret or "
                 "secretFile setting)")
+    if not valid_nonce(client_nonce):
+        return (f"authentication failed: the client's nonce is not {NONCE_DIGITS} lowercase hex digits (a client "
+                "of another version?)")
     found = None
     for name, secret in credentials.items():  # every one compared, in constant time: no early exit
-        if hmac.compare_digest(prove(secret, nonce), proof):
+        if hmac.compare_digest(prove(secret, server_nonce, client_nonce, service_id), proof):
             found = Credential(name, secret)
     return found if found is not None else "authentication failed: wrong secret"
 
 
-def verify_service(secret: str | None, client_nonce: str, server_nonce: str, proof: str) -> str | None:
+def verify_service(secret: str | None, client_nonce: str, server_nonce: str, service_id: str,
+                   proof: str) -> str | None:
     """None when the service proved the secret (or no secret is in use), else why it is not trusted."""
     if not secret:
         return None
     if not proof:
         return "the service did not prove that it knows the shared secret (it runs without one, or is not ours)"
-    if not hmac.compare_digest(prove_service(secret, client_nonce, server_nonce), proof):
+    if not hmac.compare_digest(prove_service(secret, client_nonce, server_nonce, service_id), proof):
         return "the service answered with a wrong secret proof (another secret, or not a service we trust)"
     return None
 

@@ -61,7 +61,8 @@ def open_socket(address: Address, timeout: float, ssl_ctx: ssl.SSLContext | None
 class BlockingConnection:
     def __init__(self, address: str | Address, secret: str | None, *, timeout: float = 30.0,
                  ssl_ctx: ssl.SSLContext | None = None, host_id: str = "",
-                 max_frame: int = DEFAULT_MAX_FRAME) -> None:
+                 max_frame: int = DEFAULT_MAX_FRAME, expect_service: str = "") -> None:
+        """``expect_service``: the id of the service meant, when known (``ClientHandshake``)."""
         self.address = parse_address(address) if isinstance(address, str) else address
         self.sock = open_socket(self.address, timeout, None if self.address.is_unix else ssl_ctx)
         self.decoder = FrameDecoder(max_frame)
@@ -71,7 +72,7 @@ class BlockingConnection:
         self.timeout = timeout
         self.pool_key: tuple | None = None  # set by the ConnectionPool that made it
         self.location: dict | None = None  # the service's answer to ping, kept by a writer for the next task
-        self.protocol = ClientHandshake(secret, host_id, self.address)
+        self.protocol = ClientHandshake(secret, host_id, self.address, expect_service)
         try:
             self._handshake(timeout)
         except BaseException:

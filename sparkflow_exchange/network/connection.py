@@ -136,13 +136,14 @@ class ServerHandshake(Connection):
         """The Welcome to send; raises :class:`AuthRefused` when the proof is missing or wrong (the caller
         says so to the client, then closes)."""
         self.receive(msg)
-        who = auth.identify(self.credentials, self.nonce, msg.proof)
+        who = auth.identify(self.credentials, self.nonce, msg.nonce, self.service_id, msg.proof)
         if isinstance(who, str):
             raise AuthRefused(who)
         self.hello = msg
         self.identity = who.name
         self.state = ConnState.OPEN
-        return Welcome(self.service_id, self.host_id, auth.prove_service(who.secret, msg.nonce, self.nonce))
+        return Welcome(self.service_id, self.host_id,
+                       auth.prove_service(who.secret, msg.nonce, self.nonce, self.service_id))
 
 
 def client_id() -> str:
@@ -152,13 +153,17 @@ def client_id() -> str:
 class ClientHandshake(Connection):
     """The client's side: answer the ServerHello with a proof and a nonce, check the service's proof.
 
+    ``expect_service``: the id of the service the client means to reach, when it knows it (a producer's
+    registered location names it): a greeting from another service is refused before any proof is made,
+    so a listener relaying some other service's greeting gets nothing it could use there.
     Refusals and failures are raised as the public errors (``errors.error_for``) naming ``address``."""
 
-    def __init__(self, secret: str | None, host_id: str, address: object) -> None:
+    def __init__(self, secret: str | None, host_id: str, address: object, expect_service: str = "") -> None:
         super().__init__(Role.CLIENT)
         self.secret = secret
         self.host_id = host_id
         self.address = address
+        self.expect_service = expect_service
         self.nonce = auth.new_nonce()  # the service proves the secret against this
         self.server_hello: ServerHello | None = None
         self.welcome: Welcome | None = None
@@ -172,10 +177,19 @@ class ClientHandshake(Connection):
         if isinstance(msg, ErrorResponse):
             raise self.fail(msg.code, f"service at {self.address} refused the connection: {msg.message}")
         if isinstance(msg, ServerHello):
+            if self.expect_service and msg.service_id != self.expect_service:
+                raise self.fail(ErrorCode.AUTH, f"the exchange service at {self.address} is {msg.service_id!r}, but "
+                                                f"{self.expect_service!r} was expected there (it was restarted, or "
+                                                "another listener answers at that address): nothing was proven to it")
+            if self.secret and not auth.valid_nonce(msg.nonce):
+                raise self.fail(ErrorCode.PROTOCOL, f"protocol error: the exchange service at {self.address} sent a "
+                                                    f"nonce that is not {auth.NONCE_DIGITS} lowercase hex digits")
             self.server_hello = msg
             self.state = ConnState.PROVING
-            return Hello(client_id(), auth.prove(self.secret, msg.nonce), self.host_id, self.nonce)
-        distrust = auth.verify_service(self.secret, self.nonce, self.server_hello.nonce, msg.proof)
+            return Hello(client_id(), auth.prove(self.secret, msg.nonce, self.nonce, msg.service_id), self.host_id,
+                         self.nonce)
+        distrust = auth.verify_service(self.secret, self.nonce, self.server_hello.nonce,
+                                       self.server_hello.service_id, msg.proof)
         if distrust:
             raise self.fail(ErrorCode.AUTH, f"service at {self.address} is not trusted: {distrust}")
         self.welcome = msg

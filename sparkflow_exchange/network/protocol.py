@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAGIC = 0x53465845  # "SFXE"
-VERSION = 1
+VERSION = 2  # 2: handshake proofs cover both nonces and the service id (network/auth.py)
 PREFIX = struct.Struct(">IIBBI")  # length, magic, version, type, header_len
 PREFIX_SIZE = PREFIX.size
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
@@ -91,7 +91,7 @@ class ServerHello:
 @dataclass(frozen=True)
 class Hello:
     client_id: str
-    proof: str  # auth.prove(secret, the server's nonce), "" when no secret is known
+    proof: str  # auth.prove(secret, server nonce, client nonce, service id), "" when no secret is known
     host_id: str = ""
     nonce: str = ""  # the client's challenge: the service proves the secret in its Welcome
 
@@ -100,7 +100,7 @@ class Hello:
 class Welcome:
     service_id: str
     host_id: str
-    proof: str = ""  # auth.prove_service(secret, the client's nonce, the server's nonce)
+    proof: str = ""  # auth.prove_service(secret, client nonce, server nonce, service id)
 
 
 @dataclass(frozen=True)

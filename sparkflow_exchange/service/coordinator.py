@@ -311,11 +311,36 @@ class Coordinator:
             raise ServiceError(
                 f"forward needs equal parallelism: producer {index} has no subpartition among {ex.num_subpartitions}; "
                 "repartition the DataFrame or set numSubpartitions to its partition count", ErrorCode.FORWARD_PARALLELISM)
+        location = self.registered_location(location)
         if num_subpartitions is not None:
             self._fix_width(ex, num_subpartitions)
         info = ProducerInfo(index, attempt, partition, location, write_id)
         await self._notify(ex, name, [ex.set_producer(info)])
         return {"ok": True, "num_subpartitions": ex.num_subpartitions}
+
+    def registered_location(self, location: dict) -> dict:
+        """A producer's location as the registry holds it: readers dial, and releases go to, only addresses a
+        registered service (one that proved the operator's secret) gave, never ones a writer chose. Refused
+        (``unregistered_service``) when it names no live registered service, or puts it at another address."""
+        sid = location.get("service_id")
+        record = self.services.services.get(sid) if isinstance(sid, str) else None
+        if record is None:
+            raise ServiceError(
+                f"the producer's location names {sid!r}, which is not a registered exchange service of this "
+                "coordinator: a partition must live in the coordinator's own service or in one that registered "
+                "with it (`sparkflow-exchange serve --no-coordinator` with coordinator set, the Spark plugin's)",
+                ErrorCode.UNREGISTERED_SERVICE)
+        if record.state != ServiceState.ALIVE:
+            raise ServiceError(f"the producer's location names {record.where()}, which was declared lost "
+                               f"({record.lost_reason}); write the partition again", ErrorCode.UNREGISTERED_SERVICE)
+        for key in ("tcp", "unix"):
+            given = location.get(key)
+            if given and given != getattr(record, key):
+                raise ServiceError(
+                    f"the producer's location puts exchange service {sid!r} at {key} address {given!r}, but it "
+                    f"registered {getattr(record, key)!r}: a location is the service's own answer to ping",
+                    ErrorCode.UNREGISTERED_SERVICE)
+        return {**location, **record.location()}
 
     @staticmethod
     def _fix_width(ex: Exchange, width: int) -> None:

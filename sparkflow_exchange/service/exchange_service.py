@@ -134,7 +134,11 @@ class ExchangeService:
         elif self.config.coordinator:
             from .heartbeat import report_to_coordinator
 
-            asyncio.ensure_future(report_to_coordinator(self, self.config.coordinator))
+            # ready once registered (or the first try failed): the coordinator refuses producers of a service
+            # it does not know, and a writer may come as soon as our address is out
+            first = loop.create_future()
+            reporting = asyncio.ensure_future(report_to_coordinator(self, self.config.coordinator, first))
+            await asyncio.wait([first, reporting], return_when=asyncio.FIRST_COMPLETED)
 
     def _register_self(self) -> None:
         a = self.addresses()
@@ -282,23 +286,33 @@ class ExchangeService:
 
     def _release(self, targets: list[tuple[dict, str]], reason: str = "released by the coordinator",
                  code: ErrorCode = ErrorCode.RELEASED) -> None:
-        """Coordinator callback: free partitions here, or ask the service that holds them."""
+        """Coordinator callback: free partitions here, or ask the service that holds them.
+
+        Another service is dialed (with the operator's secret) only at the address it registered under the
+        id the location names, and must greet as that service: an address a client chose is never dialed."""
         remote: dict[str, list[str]] = {}
         for location, pid in targets:
-            if location.get("service_id") == self.service_id:
+            sid = location.get("service_id")
+            if sid == self.service_id:
                 self.release_partition(pid, reason, code)
-            else:
-                remote.setdefault(location.get("tcp", ""), []).append(pid)
-        for address, pids in remote.items():
-            if address:
-                asyncio.ensure_future(self._release_remote(address, pids, reason, code))
+            elif isinstance(sid, str):
+                remote.setdefault(sid, []).append(pid)
+        registry = self.coordinator.services.services if self.coordinator is not None else {}
+        for sid, pids in remote.items():
+            record = registry.get(sid)
+            if record is None or not record.tcp:  # forgotten: it frees them when it registers again (or at ttl)
+                log.warning("could not release %d partitions on exchange service %s: it is not registered",
+                            len(pids), sid)
+                continue
+            asyncio.ensure_future(self._release_remote(record.tcp, sid, pids, reason, code))
 
-    async def _release_remote(self, address: str, pids: list[str], reason: str, code: ErrorCode) -> None:
+    async def _release_remote(self, address: str, service_id: str, pids: list[str], reason: str,
+                              code: ErrorCode) -> None:
         from ..network.aio_client import rpc_once
 
         try:
             await rpc_once(address, self.secret, self.config, "release_partitions",
-                           {"partitions": pids, "reason": reason, "code": code})
+                           {"partitions": pids, "reason": reason, "code": code}, expect_service=service_id)
         except Exception as exc:  # noqa: BLE001 - best effort: the other service's TTL frees them too
             log.warning("could not release %d partitions on %s: %s", len(pids), address, exc)
 

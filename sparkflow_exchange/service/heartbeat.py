@@ -35,7 +35,10 @@ class ReportingService(Protocol):
     def release_unknown(self, known: set[str], coordinator: str) -> list[str]: ...
 
 
-async def report_to_coordinator(service: ReportingService, address: str) -> None:
+async def report_to_coordinator(service: ReportingService, address: str,
+                                first: asyncio.Future | None = None) -> None:
+    """Register, heartbeat, register again, until the service stops. ``first`` is resolved once the first
+    registration was answered or failed: the coordinator accepts producers here only once we registered."""
     config = service.config
     interval = config.heartbeat_interval
     conn: ClientConnection | None = None
@@ -62,6 +65,8 @@ async def report_to_coordinator(service: ReportingService, address: str) -> None
                 log.log(logging.WARNING if outage else logging.INFO, "registered with the coordinator at %s%s",
                         address, f" again (it could not be reached: {outage})" if outage else "")
                 outage = None
+                if first is not None and not first.done():
+                    first.set_result(True)
             else:
                 answer = await conn.rpc("service_heartbeat", {"service_id": service.service_id},
                                         timeout=max(interval * 5, 10.0))
@@ -76,6 +81,8 @@ async def report_to_coordinator(service: ReportingService, address: str) -> None
             if conn is not None and conn.transport is not None:
                 conn.transport.close()
             conn = None
+            if first is not None and not first.done():
+                first.set_result(False)
         try:
             await asyncio.wait_for(service.stopping.wait(), interval)
         except asyncio.TimeoutError:

@@ -34,6 +34,11 @@ class ServiceRecord:
         """The service as a message names it: its host first (what an operator looks for)."""
         return f"the exchange service {self.service_id} on host {self.host_id} ({self.tcp}, pid {self.pid})"
 
+    def location(self) -> dict[str, Any]:
+        """Where its partitions are read and released: the addresses it registered, never a writer's say."""
+        return {"service_id": self.service_id, "host_id": self.host_id, "tcp": self.tcp, "unix": self.unix,
+                "pid": self.pid}
+
     def describe(self, now: float) -> dict[str, Any]:
         out = asdict(self)
         out["state"] = self.state

@@ -12,7 +12,7 @@ import java.util.List;
  */
 public final class Frames {
     public static final int MAGIC = 0x53465845; // "SFXE"
-    public static final byte VERSION = 1;
+    public static final byte VERSION = 2; // protocol.py's VERSION: 2, proofs cover both nonces and the service id
     public static final int PREFIX_SIZE = 14;
     public static final int SERVER_HELLO = 1;
     public static final int HELLO = 2;

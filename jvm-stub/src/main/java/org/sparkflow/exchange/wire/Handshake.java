@@ -13,8 +13,11 @@ import javax.crypto.spec.SecretKeySpec;
 
 /**
  * The client's side of the mutual HMAC handshake, sans-IO ({@code network/auth.py}, {@code connection.py}):
- * answer the ServerHello's nonce with HMAC-SHA256(secret, "client:" nonce) and a nonce of our own, then
- * require the Welcome to carry HMAC-SHA256(secret, "service:" our nonce ":" its nonce).
+ * answer the ServerHello with a nonce of our own and HMAC-SHA256(secret, "client-to-service:" its nonce ":"
+ * our nonce ":" its service id), then require the Welcome to carry HMAC-SHA256(secret, "service-to-client:"
+ * our nonce ":" its nonce ":" its service id): each proof belongs to one connection and one service. Nonces
+ * are 32 lowercase hex digits. (The JVM only reads and writes: it never dials a service by its id, so it has
+ * no use for {@code connection.py}'s expected service.)
  */
 public final class Handshake {
     enum State { GREETING, PROVING, OPEN }
@@ -25,6 +28,7 @@ public final class Handshake {
     private final String where;
     private final String nonce;
     private String serverNonce;
+    private String serviceId;
     private State state = State.GREETING;
 
     public Handshake(String secret, String hostId, String where) {
@@ -49,9 +53,14 @@ public final class Handshake {
         }
         if (state == State.GREETING && frame.type() == Frames.SERVER_HELLO) {
             serverNonce = header.path("nonce").asText();
+            serviceId = header.path("service_id").asText("");
+            if (secret != null && !validNonce(serverNonce)) {
+                throw new WireException("protocol error: the exchange service at " + where + " sent a nonce that is "
+                        + "not 32 lowercase hex digits", "protocol");
+            }
             ObjectNode hello = MAPPER.createObjectNode();
             hello.put("client_id", clientId());
-            hello.put("proof", secret == null ? "" : mac("client:" + serverNonce));
+            hello.put("proof", secret == null ? "" : mac("client-to-service:" + serverNonce + ":" + nonce + ":" + serviceId));
             hello.put("host_id", hostId);
             hello.put("nonce", nonce);
             state = State.PROVING;
@@ -60,7 +69,7 @@ public final class Handshake {
         if (state == State.PROVING && frame.type() == Frames.WELCOME) {
             if (secret != null) {
                 String proof = header.path("proof").asText("");
-                String expected = mac("service:" + nonce + ":" + serverNonce);
+                String expected = mac("service-to-client:" + nonce + ":" + serverNonce + ":" + serviceId);
                 if (proof.isEmpty() || !MessageDigest.isEqual(expected.getBytes(StandardCharsets.US_ASCII),
                         proof.getBytes(StandardCharsets.US_ASCII))) {
                     throw new WireException("service at " + where + " is not trusted: it did not prove the shared secret",
@@ -72,6 +81,19 @@ public final class Handshake {
         }
         throw new WireException("protocol error: the exchange service at " + where + " sent message type "
                 + frame.type() + " during the handshake (state " + state + ")", "protocol");
+    }
+
+    static boolean validNonce(String nonce) {
+        if (nonce.length() != 32) {
+            return false;
+        }
+        for (int i = 0; i < nonce.length(); i++) {
+            char c = nonce.charAt(i);
+            if (!(c >= '0' && c <= '9' || c >= 'a' && c <= 'f')) {
+                return false;
+            }
+        }
+        return true;
     }
 
     static JsonNode parse(Frames.Frame frame) {
