@@ -109,9 +109,9 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "tls.caFile": ("tls_ca_file", str, "CA bundle the clients verify the service with"),
     "tls.checkHostname": ("tls_check_hostname", _bool, "clients check that the service's certificate names the address they dial (off: trust the CA alone, for IP-only clusters)"),
     "maxConnections": ("max_connections", int, "connections a service serves at once (more are refused at once); lowered to half of its open-file limit (after 32) when that is less"),
-    "maxUnauthenticatedConnections": ("max_unauthenticated_connections", int, "connections that have not proved the secret yet, at once, this user's own Unix-socket clients aside (when full, the oldest one silent for a tenth of helloTimeout, at most 1 s, is closed for a newcomer; only a cap full of newer ones refuses it)"),
+    "maxUnauthenticatedConnections": ("max_unauthenticated_connections", int, "connections that have not proved the secret yet, at once, this user's own Unix-socket clients aside (when full, the oldest one silent for a tenth of helloTimeout, at most 1 s, is closed for a newcomer; only a cap full of newer ones refuses it); on a TLS port as many again may be silent or in their TLS handshake, a newcomer taking the oldest silent one's place"),
     "maxUnauthenticatedPerPeer": ("max_unauthenticated_per_peer", int, "connections that have not proved the secret yet from one address (TCP) or uid (Unix socket), at once; full, it makes room among that peer's own as maxUnauthenticatedConnections does"),
-    "helloTimeout": ("hello_timeout", parse_duration, "a connection that has not proved the secret this long after connecting is closed"),
+    "helloTimeout": ("hello_timeout", parse_duration, "a connection that has not proved the secret this long after connecting is closed; on a TLS port its TLS handshake (and the wait for its first byte) gets as long before that"),
     "bindHost": ("bind_host", str, "address a service listens on"),
     "advertisedHost": ("advertised_host", str, "address or name other hosts reach a service at (default: its bindHost; bound to every interface: SPARK_LOCAL_IP, spark.driver.host on the driver, else the address of the interface that routes to the coordinator, else a non-loopback interface's)"),
     "port": ("port", int, "TCP port of a service (0 = ephemeral)"),
@@ -124,6 +124,8 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "maxFrameSize": ("max_frame_size", parse_size, "hard maximum frame size on the wire"),
     "metricsPort": ("metrics_port", int, "HTTP port of Prometheus metrics (0 = off)"),
     "metricsHost": ("metrics_host", str, "address the metrics port listens on (they carry no authentication: loopback unless set)"),
+    "metricsTimeout": ("metrics_timeout", parse_duration, "a metrics request must arrive whole within this, and its answer be taken within as long again (a slow client is cut off, however it trickles)"),
+    "metricsMaxConnections": ("metrics_max_connections", int, "connections the metrics port serves at once, a cap of its own apart from maxConnections (when full, the oldest one open for a second makes room for a newcomer, else the newcomer is closed)"),
     "readerTimeout": ("reader_timeout", parse_duration, "a read fails when no data or event arrives for this long"),
     "advisoryPartitionSize": ("advisory_partition_size", parse_size, "target bytes of a coalesced read partition (numSubpartitions not given; Spark's spark.sql.adaptive.advisoryPartitionSizeInBytes)"),
     "splitSkewedSubpartitions": ("split_skewed_subpartitions", _bool, "coalesced read: a skewed subpartition is read by several tasks, each a range of its producers (Spark's skew join split: its keys are no longer in one read partition)"),
@@ -154,7 +156,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "service": ("coordinator", "service", "coordinator.retryTimeout", "heartbeatInterval", "heartbeatTimeout",
                 "stateDir", "memory.budget", "maxOpenSpillFiles", "maxConnections", "bindHost", "advertisedHost",
                 "port", "hostId", "serviceScope", "spillDir", "maxDiskBytes", "embedded.idleTimeout", "maxFrameSize",
-                "metricsPort", "metricsHost"),
+                "metricsPort", "metricsHost", "metricsTimeout", "metricsMaxConnections"),
     "security": ("secret", "secretFile", "credentialsFile", "tls.certFile", "tls.keyFile", "tls.caFile", "tls.checkHostname",
                  "maxUnauthenticatedConnections", "maxUnauthenticatedPerPeer", "helloTimeout"),
     "streaming": ("consumerGroup", "startingEpochs", "maxEpochsPerTrigger", "maxRowsPerTrigger", "maxBytesPerTrigger",
@@ -222,6 +224,8 @@ class ExchangeConfig:
     max_frame_size: int = 64 << 20
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
+    metrics_timeout: float = 5.0
+    metrics_max_connections: int = 16
     reader_timeout: float = 600.0
     advisory_partition_size: int = 64 << 20
     split_skewed_subpartitions: bool = False
@@ -249,7 +253,8 @@ class ExchangeConfig:
         if self.num_subpartitions is not None and self.num_subpartitions < 1:
             raise ConfigError(f"numSubpartitions must be at least 1, got {self.num_subpartitions}")
         for name in ("buffers_per_channel", "buffers_per_partition", "buffer_size", "sort_buffer_size",
-                     "max_connections", "max_unauthenticated_connections", "max_unauthenticated_per_peer"):
+                     "max_connections", "max_unauthenticated_connections", "max_unauthenticated_per_peer",
+                     "metrics_max_connections"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.starting_epochs not in ("earliest", "latest"):
@@ -264,6 +269,8 @@ class ExchangeConfig:
             raise ConfigError(f"coordinator.retryTimeout must be 0 (no retry) or more, got {self.coordinator_retry_timeout}")
         if not self.hello_timeout > 0:
             raise ConfigError(f"helloTimeout must be above 0, got {self.hello_timeout}")
+        if not self.metrics_timeout > 0:
+            raise ConfigError(f"metricsTimeout must be above 0, got {self.metrics_timeout}")
         if self.stream_poll_wait < 0:
             raise ConfigError(f"stream.pollWait must be 0 (answer at once) or more, got {self.stream_poll_wait}")
         if self.stream_max_retained_bytes < 0:

@@ -18,7 +18,7 @@ from ..errors import ErrorCode, ServiceError, error_for
 from ..kinds import ExchangeState
 from . import auth
 from .address import Address, parse_address
-from .blocking_client import tune_socket
+from .blocking_client import TLS_CUT, tls_cut, tune_socket
 from .connection import ClientHandshake
 from .retry import connect_retrying_async
 from .protocol import (
@@ -175,6 +175,10 @@ async def open_connection(address: str | Address, secret: str | None, *, host_id
         raise error_for(ErrorCode.TLS, f"the exchange service at {addr} failed TLS verification: {exc.verify_message} "
                            "(a certificate must name the address clients dial in its subjectAltName, or set "
                            "tls.checkHostname=false to trust the CA alone)") from None
+    except TLS_CUT as exc:
+        if ssl_ctx is None or addr.is_unix:
+            raise error_for(ErrorCode.UNREACHABLE, f"cannot reach the exchange service at {addr}: {exc}") from None
+        raise tls_cut(addr, exc) from None
     except (OSError, asyncio.TimeoutError) as exc:
         raise error_for(ErrorCode.UNREACHABLE, f"cannot reach the exchange service at {addr}: {exc or 'timed out'}") from None
     try:

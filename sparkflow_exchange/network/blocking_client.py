@@ -37,6 +37,18 @@ def tune_socket(sock: socket.socket | None) -> None:
             pass
 
 
+# the service closed the connection before the TLS handshake finished: it had no room for another handshake
+# (or the handshake's deadline passed); asked again like a plaintext refusal (network/retry.py)
+TLS_CUT = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionResetError, BrokenPipeError)
+
+
+def tls_cut(address: object, exc: BaseException) -> ServiceError:
+    """The refusal a TLS handshake cut by the service is: ``too_many_connections``, which clients ask again."""
+    return error_for(ErrorCode.TOO_MANY_CONNECTIONS, f"the exchange service at {address} closed the connection "
+                     f"during the TLS handshake ({exc}): it had no room for another handshake, or the handshake "
+                     "took longer than its helloTimeout")
+
+
 def open_socket(address: Address, timeout: float, ssl_ctx: ssl.SSLContext | None) -> socket.socket:
     try:
         if address.is_unix:
@@ -47,7 +59,11 @@ def open_socket(address: Address, timeout: float, ssl_ctx: ssl.SSLContext | None
             sock = socket.create_connection((address.host, address.port), timeout=timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if ssl_ctx is not None:
-                sock = ssl_ctx.wrap_socket(sock, server_hostname=address.host)
+                try:
+                    sock = ssl_ctx.wrap_socket(sock, server_hostname=address.host)
+                except TLS_CUT as exc:
+                    sock.close()
+                    raise tls_cut(address, exc) from None
     except ssl.SSLCertVerificationError as exc:
         raise error_for(ErrorCode.TLS, f"the exchange service at {address} failed TLS verification: {exc.verify_message} "
                            "(a certificate must name the address clients dial in its subjectAltName, or set "

@@ -6,6 +6,15 @@ megabytes of log per second and told no client anything. A :class:`Listener` acc
 keeps one fd in reserve (on ``/dev/null``): out of fds, it gives that one back, accepts the first
 waiting client with it, sends it an error frame saying the service is out of file descriptors, closes
 it, and takes the reserve again. Clients are told at once, and the service serves everyone else.
+
+On a TLS port what a connection costs before it has said anything stays flat. A connection that has
+sent no byte yet waits apart (it costs an fd and nothing else), until its first bytes start the TLS
+handshake or the handshake deadline passes; a handshake that started runs under the same deadline. Both
+together are capped (``max_handshakes``): a newcomer takes the place of the oldest connection still
+silent (a TLS client speaks first, right after connecting, so silence is what idle floods look like),
+else of the oldest handshake running for ``idle_after``; with neither, it is closed (the client asks
+again with backoff, ``network/retry.py``). So idle connections reopened faster than any age rule
+notices cannot keep a client out.
 """
 from __future__ import annotations
 
@@ -25,6 +34,17 @@ log = logging.getLogger(__name__)
 BACKLOG = 1024  # pending connections the kernel queues (clipped to net.core.somaxconn)
 _OUT_OF = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 PAUSE = 0.05  # s without accepting when not even the reserve fd could be had back
+
+
+def _first_bytes(conn: socket.socket) -> bool | None:
+    """Whether a new connection has sent anything (peeked, not read): True; None when nothing yet; False
+    when it hung up."""
+    try:
+        return bool(conn.recv(1, socket.MSG_PEEK))
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError:
+        return False
 
 
 def _reserve() -> int | None:
@@ -81,17 +101,21 @@ class Listener:
                  ssl_ctx: ssl.SSLContext | None = None, handshake_timeout: float | None = None,
                  plain: bool = False, max_handshakes: int = 64, idle_after: float = 1.0) -> None:
         """``plain``: not our protocol (the metrics' HTTP): a client refused for want of fds is only closed.
-        With TLS, at most ``max_handshakes`` handshakes run at once; when full, the oldest one running for
-        ``idle_after`` seconds is dropped for a newcomer, else the newcomer is closed (as strangers are)."""
+        With TLS, at most ``max_handshakes`` connections are silent or in their handshake at once, each for
+        at most ``handshake_timeout`` s; a newcomer takes the place of the oldest silent one, else of the
+        oldest handshake running for ``idle_after`` s, else it is closed (as strangers are)."""
         self.plain = plain
         self.max_handshakes = max_handshakes
         self.idle_after = idle_after
         self._handshakes: dict[asyncio.Task, float] = {}  # TLS handshakes running, oldest first -> started
+        # connections that have sent nothing yet (TLS only), oldest first -> their deadline's timer
+        self._silent: dict[socket.socket, asyncio.TimerHandle] = {}
         self.sock = sock
         self.factory = factory
         self.ssl_ctx = ssl_ctx
         self.handshake_timeout = handshake_timeout
-        self.refused = 0  # connections turned away for want of fds
+        self.refused = 0  # connections turned away for want of fds (or of room for a TLS handshake)
+        self.dropped_silent = 0  # TLS connections closed while silent: for a newcomer, or at their deadline
         self.loop = asyncio.get_running_loop()
         self._reserve = _reserve()
         self._closed = False
@@ -107,6 +131,8 @@ class Listener:
         self._closed = True
         self.loop.remove_reader(self.sock.fileno())
         self.sock.close()
+        for conn in list(self._silent):
+            self._drop_silent(conn)
         if self._reserve is not None:
             os.close(self._reserve)
             self._reserve = None
@@ -126,18 +152,33 @@ class Listener:
                     log.warning("accepting a connection failed: %s", exc)
                 return
             conn.setblocking(False)
-            if self.ssl_ctx is not None and not self._room_for_handshake():
+            if self.ssl_ctx is None:
+                self.loop.create_task(self._serve(conn))
+                continue
+            if not self._make_room():
                 self.refused += 1
                 conn.close()  # before TLS nothing can be said to it: it sees the close (a flood of fresh handshakes)
                 continue
-            task = self.loop.create_task(self._serve(conn))
-            if self.ssl_ctx is not None:
-                self._handshakes[task] = self.loop.time()
-                task.add_done_callback(lambda done: self._handshakes.pop(done, None))
+            said = _first_bytes(conn)
+            if said is None:
+                self._wait_silent(conn)
+            elif said:
+                self._start_handshake(conn)
+            else:  # it hung up already
+                conn.close()
 
-    def _room_for_handshake(self) -> bool:
-        """Room for one more TLS handshake, made by dropping the oldest one that has run for idle_after."""
-        if len(self._handshakes) < self.max_handshakes:
+    @property
+    def pending(self) -> int:
+        """TLS connections not served yet: silent, or in their handshake."""
+        return len(self._silent) + len(self._handshakes)
+
+    def _make_room(self) -> bool:
+        """Room for one more pre-TLS connection: the oldest silent one goes, else the oldest handshake that
+        has run for idle_after; False when neither (every place is a handshake started just now)."""
+        if self.pending < self.max_handshakes:
+            return True
+        if self._silent:
+            self._drop_silent(next(iter(self._silent)))
             return True
         oldest, started = next(iter(self._handshakes.items()))
         if self.loop.time() - started < self.idle_after:
@@ -145,6 +186,38 @@ class Listener:
         oldest.cancel()  # asyncio closes its transport
         del self._handshakes[oldest]
         return True
+
+    def _wait_silent(self, conn: socket.socket) -> None:
+        deadline = self.handshake_timeout if self.handshake_timeout is not None else 60.0
+        self._silent[conn] = self.loop.call_later(deadline, self._drop_silent, conn)
+        self.loop.add_reader(conn.fileno(), self._on_first_bytes, conn)
+
+    def _on_first_bytes(self, conn: socket.socket) -> None:
+        if conn not in self._silent:
+            return
+        self.loop.remove_reader(conn.fileno())
+        self._silent.pop(conn).cancel()
+        if _first_bytes(conn):
+            self._start_handshake(conn)
+        else:  # hung up (or nothing after all): nothing to serve
+            conn.close()
+
+    def _drop_silent(self, conn: socket.socket) -> None:
+        timer = self._silent.pop(conn, None)
+        if timer is None:
+            return
+        timer.cancel()
+        self.dropped_silent += 1
+        try:
+            self.loop.remove_reader(conn.fileno())
+        except (ValueError, OSError):
+            pass
+        conn.close()
+
+    def _start_handshake(self, conn: socket.socket) -> None:
+        task = self.loop.create_task(self._serve(conn))
+        self._handshakes[task] = self.loop.time()
+        task.add_done_callback(lambda done: self._handshakes.pop(done, None))
 
     async def _serve(self, conn: socket.socket) -> None:
         try:

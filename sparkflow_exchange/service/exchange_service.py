@@ -127,7 +127,9 @@ class ExchangeService:
             from .metrics import start_metrics_server
 
             self.metrics_server = await start_metrics_server(self.status, self.config.metrics_host,
-                                                           self.config.metrics_port)
+                                                           self.config.metrics_port,
+                                                           timeout=self.config.metrics_timeout,
+                                                           max_connections=self.config.metrics_max_connections)
         asyncio.ensure_future(self._housekeeping())
         if self.coordinator is not None:  # its own partitions are in the registry too (status, a restart)
             self._register_self()

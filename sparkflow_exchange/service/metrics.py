@@ -92,27 +92,65 @@ class MetricsServer:
             listener.close()
 
 
-async def start_metrics_server(status: Callable[[], dict], host: str, port: int) -> MetricsServer:
-    """Serve ``status()`` (the service's status) as Prometheus text."""
+MAKES_ROOM_AFTER = 1.0  # s: a connection open this long (a scrape takes milliseconds) gives way to a newcomer
+MAX_REQUEST = 16 << 10  # bytes of request line and headers
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bytes:
+    """The request line, after reading the headers up to the blank line (at most MAX_REQUEST bytes)."""
+    request = await reader.readline()
+    size = len(request)
+    while True:
+        line = await reader.readline()
+        size += len(line)
+        if size > MAX_REQUEST:
+            raise ValueError("request headers too long")
+        if line in (b"\r\n", b"\n", b""):
+            return request
+
+
+async def start_metrics_server(status: Callable[[], dict], host: str, port: int, *, timeout: float = 5.0,
+                               max_connections: int = 16) -> MetricsServer:
+    """Serve ``status()`` (the service's status) as Prometheus text.
+
+    The port carries no authentication, so what a client can hold there is bounded: the whole request must
+    arrive within ``timeout`` (a client trickling header lines is cut off all the same) and the answer be
+    taken within as long again; at most ``max_connections`` are served at once, a newcomer taking the place of
+    the oldest one open for MAKES_ROOM_AFTER, else closed at once (so the service's descriptors stay its own)."""
+    loop = asyncio.get_running_loop()
+    open_now: dict[asyncio.StreamWriter, float] = {}  # oldest first -> when it connected
+
+    def admitted(writer: asyncio.StreamWriter) -> bool:
+        if len(open_now) >= max_connections:
+            oldest, since = next(iter(open_now.items()))
+            if loop.time() - since < MAKES_ROOM_AFTER:
+                return False
+            del open_now[oldest]
+            oldest.transport.abort()
+        open_now[writer] = loop.time()
+        return True
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not admitted(writer):
+            writer.transport.abort()
+            return
         try:
-            request = await asyncio.wait_for(reader.readline(), 5)
-            while (await asyncio.wait_for(reader.readline(), 5)) not in (b"\r\n", b"\n", b""):
-                pass
+            request = await asyncio.wait_for(_read_request(reader), timeout)
             if request.split()[:2] == [b"GET", b"/metrics"]:
                 body, code = render(status()).encode(), "200 OK"
             else:
                 body, code = b"only GET /metrics is served\n", "404 Not Found"
             writer.write(f"HTTP/1.1 {code}\r\nContent-Type: text/plain; version=0.0.4\r\n"
                          f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
-            await writer.drain()
-        except (asyncio.TimeoutError, OSError, IndexError):
-            pass
+            await asyncio.wait_for(writer.drain(), timeout)
+        except (asyncio.TimeoutError, OSError, IndexError, ValueError):  # ValueError: a line or headers too long
+            writer.transport.abort()
         finally:
+            open_now.pop(writer, None)
             writer.close()
 
     def protocol() -> asyncio.StreamReaderProtocol:
-        return asyncio.StreamReaderProtocol(asyncio.StreamReader(), handle)
+        return asyncio.StreamReaderProtocol(asyncio.StreamReader(limit=MAX_REQUEST), handle)
 
     # accepted as the service's own port is: out of fds, a scrape is refused, the loop does not spin
     return MetricsServer([Listener(sock, protocol, plain=True) for sock in await tcp_sockets(host, port)])
