@@ -15,6 +15,7 @@ from typing import Any
 
 from . import __version__
 from .config import ExchangeConfig
+from .errors import UserFacing
 
 MiB = 2**20
 CLI_PATIENCE = 10.0  # s to wait for a cluster coordinator that does not answer (it may be restarting)
@@ -39,10 +40,7 @@ def _config(args: argparse.Namespace) -> ExchangeConfig:
         opts["coordinator"] = args.address
     if args.secret_file:
         opts["secretFile"] = args.secret_file
-    try:
-        return ExchangeConfig.load(opts)
-    except OSError as exc:
-        raise CliError(f"cannot read --secret-file: {exc}") from None
+    return ExchangeConfig.load(opts)
 
 
 def _hint(message: str) -> str:
@@ -269,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = {"status": _status, "list": _list, "drop": _drop}[args.command](args)
         sys.stdout.flush()
-    except CliError as exc:
+    except (CliError, UserFacing) as exc:  # a bad setting or file, an unsafe runtime directory: one line
         print(f"sparkflow-exchange {args.command}: {exc}", file=sys.stderr)
         code = 1
     except BrokenPipeError:  # the reader of our output went away (`status --json | head`): stop quietly
