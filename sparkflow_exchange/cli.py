@@ -142,14 +142,14 @@ def _print_status(status: dict) -> None:
         print(f"\nheld here, by exchange ({len(traffic)})")
         for name, t in sorted(traffic.items()):
             print(f"  {name:<24} {t['partitions']} partitions  written {_size(t['bytes_written'])}  "
-                  f"read {_size(t['bytes_read'] + t['file_bytes_read'])} (channels {_size(t['bytes_read'])}, "
-                  f"local files {_size(t['file_bytes_read'])})")
+                  f"read: served over channels {_size(t['bytes_read'])}, "
+                  f"local files {_size(t['file_bytes_read'])} as readers report")
     print(f"\npartitions ({len(status['partitions'])})")
     for p in status["partitions"]:
         print(f"  {p['partition']:<48} {p['state']:<9} {p['bytes'] / MiB:9.1f} MiB  pool {p['pool_used']}/{p['pool_slots']}"
               f" ({p['pool_bytes'] / MiB:.1f} MiB)"
-              f"  spilled {_size(p['spill_bytes'])}  read {_size(p.get('bytes_read', 0))}"
-              f" + files {_size(p.get('file_bytes_read', 0))}  backpressure {p['backpressure_ratio']:.2f}")
+              f"  spilled {_size(p['spill_bytes'])}  served {_size(p.get('bytes_read', 0))}"
+              f" + files (reported) {_size(p.get('file_bytes_read', 0))}  backpressure {p['backpressure_ratio']:.2f}")
     print(f"\nchannels ({len(status['channels'])})")
     for c in status["channels"]:
         print(f"  {c['partition']}[{c['subpartition']}] -> {c['client']:<22} {c['locality']:<6} credit={c['credit']} "

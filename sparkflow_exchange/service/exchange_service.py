@@ -350,12 +350,14 @@ class ExchangeService:
             self.apps[str(args["app"])] = int(args["pid"])
             self.last_app_seen = time.monotonic()
             return {"ok": True}
-        if method == "report_file_reads":  # bytes: the total; partitions: {partition id: bytes} of it
-            self.traffic["local_file"] += int(args["bytes"])
+        if method == "report_file_reads":  # partitions: {partition id: bytes} a reader here read from our files
+            # the reader's word, not an observation: counted apart from what we served (metrics name it
+            # "reported"), and only for partitions held here (the total the client adds up is not used)
             for pid, nbytes in (args.get("partitions") or {}).items():
                 part = self.partitions.get(pid)
-                if part is not None:
+                if part is not None and int(nbytes) > 0:
                     part.file_bytes_read += int(nbytes)
+                    self.traffic["local_file"] += int(nbytes)
             return {"ok": True}
         if method == "report_backpressure":
             part = self.partitions.get(args["partition"])
