@@ -4,6 +4,7 @@ files others may read, empty, missing or not files, and an unsafe runtime direct
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -250,3 +251,53 @@ def test_the_cli_under_an_unsafe_runtime_directory_says_so_in_one_line(tmp_path)
     runtime.chmod(0o777)
     for command in ("status", "list"):
         one_line(cli(tmp_path, command), f"the runtime directory {runtime}", "chmod 700")
+
+
+# ---------------------------------------------------------------- the JVM reads secretFile the same way
+SECRET_CHECK_JAVA = r"""
+public class SecretCheck {
+    public static void main(String[] args) {
+        for (String file : args) {
+            try {
+                System.out.println("ok " + org.sparkflow.exchange.discovery.Discovery.readSecretFile(file));
+            } catch (IllegalArgumentException e) {
+                System.out.println("refused " + e.getMessage());
+            }
+        }
+    }
+}
+"""
+
+
+def test_the_jvm_refuses_the_secret_files_python_refuses_with_the_same_message(tmp_path):
+    if shutil.which("java") is None:
+        pytest.skip("no java on PATH")
+    import pyspark
+
+    from sparkflow_exchange.config import ConfigError, read_secret_file
+
+    jar = TESTS.parent / "sparkflow_exchange" / "jars" / "sparkflow-exchange-plugin.jar"
+    if not jar.exists():
+        pytest.skip("the plugin jar is not built (jvm-stub/build.py)")
+    cases = []
+    for name, content, mode in [("good", "s3cret\n", 0o600), ("group", "s3cret", 0o640), ("world", "s3cret", 0o644),
+                                ("others-write", "s3cret", 0o602), ("group-write", "s3cret", 0o620),
+                                ("empty", " \n", 0o600)]:
+        path = tmp_path / name
+        path.write_text(content)
+        path.chmod(mode)
+        cases.append(str(path))
+    cases += [str(tmp_path / "missing"), str(tmp_path)]
+    expected = []
+    for case in cases:
+        try:
+            expected.append(f"ok {read_secret_file(case)}")
+        except ConfigError as exc:
+            expected.append(f"refused {exc}")
+    source = tmp_path / "SecretCheck.java"
+    source.write_text(SECRET_CHECK_JAVA)
+    classpath = f"{jar}:{Path(pyspark.__file__).parent / 'jars'}/*"
+    proc = subprocess.run(["java", "-cp", classpath, str(source), *cases], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == expected
+    assert expected[:2] == ["ok s3cret", "ok s3cret"] and all(e.startswith("refused ") for e in expected[2:])
