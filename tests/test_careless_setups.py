@@ -245,6 +245,23 @@ def test_a_secret_file_that_cannot_be_read_is_one_line(tmp_path, kind):
              f"secretFile {path}", cause)
 
 
+@pytest.mark.parametrize("broken", ["missing", "not-pem"])
+def test_the_cli_names_a_bad_tls_ca_file(tmp_path, broken):
+    ca = tmp_path / "ca.pem"
+    if broken == "not-pem":
+        ca.write_text("hello\n")
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text(f"spark.sparkflow.exchange.tls.caFile {ca}\n")
+    secret = tmp_path / "secret"
+    secret.write_text("0123456789abcdef")
+    secret.chmod(0o600)
+    proc = subprocess.run([sys.executable, "-m", "sparkflow_exchange.cli", "status", "--address", "127.0.0.1:1",
+                           "--secret-file", str(secret)], capture_output=True, text=True, timeout=60,
+                          env={**_env(tmp_path), "SPARK_CONF_DIR": str(conf)})
+    one_line(proc, f"tls.caFile {ca}", "does not exist" if broken == "missing" else "no PEM certificate")
+
+
 def test_the_cli_under_an_unsafe_runtime_directory_says_so_in_one_line(tmp_path):
     runtime = tmp_path / "runtime"
     runtime.mkdir(mode=0o777)
