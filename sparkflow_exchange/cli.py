@@ -15,6 +15,7 @@ from typing import Any
 
 from . import __version__
 from .config import ExchangeConfig
+from .errors import UserFacing
 
 MiB = 2**20
 CLI_PATIENCE = 10.0  # s to wait for a cluster coordinator that does not answer (it may be restarting)
@@ -39,10 +40,7 @@ def _config(args: argparse.Namespace) -> ExchangeConfig:
         opts["coordinator"] = args.address
     if args.secret_file:
         opts["secretFile"] = args.secret_file
-    try:
-        return ExchangeConfig.load(opts)
-    except OSError as exc:
-        raise CliError(f"cannot read --secret-file: {exc}") from None
+    return ExchangeConfig.load(opts)
 
 
 def _hint(message: str) -> str:
@@ -144,14 +142,14 @@ def _print_status(status: dict) -> None:
         print(f"\nheld here, by exchange ({len(traffic)})")
         for name, t in sorted(traffic.items()):
             print(f"  {name:<24} {t['partitions']} partitions  written {_size(t['bytes_written'])}  "
-                  f"read {_size(t['bytes_read'] + t['file_bytes_read'])} (channels {_size(t['bytes_read'])}, "
-                  f"local files {_size(t['file_bytes_read'])})")
+                  f"read: served over channels {_size(t['bytes_read'])}, "
+                  f"local files {_size(t['file_bytes_read'])} as readers report")
     print(f"\npartitions ({len(status['partitions'])})")
     for p in status["partitions"]:
         print(f"  {p['partition']:<48} {p['state']:<9} {p['bytes'] / MiB:9.1f} MiB  pool {p['pool_used']}/{p['pool_slots']}"
               f" ({p['pool_bytes'] / MiB:.1f} MiB)"
-              f"  spilled {_size(p['spill_bytes'])}  read {_size(p.get('bytes_read', 0))}"
-              f" + files {_size(p.get('file_bytes_read', 0))}  backpressure {p['backpressure_ratio']:.2f}")
+              f"  spilled {_size(p['spill_bytes'])}  served {_size(p.get('bytes_read', 0))}"
+              f" + files (reported) {_size(p.get('file_bytes_read', 0))}  backpressure {p['backpressure_ratio']:.2f}")
     print(f"\nchannels ({len(status['channels'])})")
     for c in status["channels"]:
         print(f"  {c['partition']}[{c['subpartition']}] -> {c['client']:<22} {c['locality']:<6} credit={c['credit']} "
@@ -269,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = {"status": _status, "list": _list, "drop": _drop}[args.command](args)
         sys.stdout.flush()
-    except CliError as exc:
+    except (CliError, UserFacing) as exc:  # a bad setting or file, an unsafe runtime directory: one line
         print(f"sparkflow-exchange {args.command}: {exc}", file=sys.stderr)
         code = 1
     except BrokenPipeError:  # the reader of our output went away (`status --json | head`): stop quietly

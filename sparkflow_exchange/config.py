@@ -18,6 +18,7 @@ import json
 import os
 import re
 import socket
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -102,10 +103,10 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "heartbeatTimeout": ("heartbeat_timeout", parse_duration, "coordinator: a service silent this long is lost, and so is every exchange with a committed partition there (reads fail with ExchangeLost naming its host)"),
     "stateDir": ("state_dir", str, "coordinator: directory (0700) where it keeps its exchanges, producers, the services holding their partitions and its seals (fsync'd), and takes them up again when it restarts (default: none, kept in memory only)"),
     "secret": ("secret", str, "shared secret for the HMAC handshake (embedded: generated)"),
-    "secretFile": ("secret_file", str, "file holding the shared secret"),
-    "credentialsFile": ("credentials_file", str, "service: application credentials it accepts besides its secret (the operator's), one 'name secret' per line; an exchange belongs to the credential that declared it, and only that one or the operator may write, drop or release it"),
-    "tls.certFile": ("tls_cert_file", str, "service certificate (PEM); enables TLS"),
-    "tls.keyFile": ("tls_key_file", str, "service private key (PEM)"),
+    "secretFile": ("secret_file", str, "file holding the shared secret; refused when empty, or when others may read or change it (mode 0600, or 0640 to share it with a group; beside credentialsFile, the operator's, 0600)"),
+    "credentialsFile": ("credentials_file", str, "service: application credentials it accepts besides its secret (the operator's), one 'name secret' per line, mode 0600 (refused when its group or others may read it); an exchange belongs to the credential that declared it, and only that one or the operator may write, drop or release it"),
+    "tls.certFile": ("tls_cert_file", str, "service certificate (PEM); enables TLS (with tls.keyFile, unless this file holds the key too)"),
+    "tls.keyFile": ("tls_key_file", str, "service private key (PEM); without tls.certFile the service refuses to start (never plaintext in its place)"),
     "tls.caFile": ("tls_ca_file", str, "CA bundle the clients verify the service with"),
     "tls.checkHostname": ("tls_check_hostname", _bool, "clients check that the service's certificate names the address they dial (off: trust the CA alone, for IP-only clusters)"),
     "maxConnections": ("max_connections", int, "connections a service serves at once (more are refused at once); lowered to half of its open-file limit (after 32) when that is less"),
@@ -354,11 +355,67 @@ class ExchangeConfig:
         return self.host_id or socket.gethostname()
 
     def resolved_secret(self) -> str | None:
+        """``secret``, else the text of ``secretFile`` (checked by :func:`read_secret_file`), else None."""
         if self.secret:
             return self.secret
         if self.secret_file:
-            return Path(self.secret_file).read_text().strip()
+            return read_secret_file(self.secret_file)
         return None
+
+    def service_secret(self) -> str | None:
+        """The secret as a service takes it: with ``credentialsFile`` it is the operator's, so its file must
+        be its owner's alone (a group that may read it would hold the whole service)."""
+        if self.secret or not self.secret_file or not self.credentials_file:
+            return self.resolved_secret()
+        return read_secret_file(self.secret_file, group_may_read=False,
+                                why_private="beside credentialsFile it is the operator's secret, which may stop "
+                                            "the service and change every exchange")
+
+
+def read_secret_file(path: str, setting: str = "secretFile", *, group_may_read: bool = True,
+                     why_private: str = "it holds a secret") -> str:
+    """The secret in ``path``, stripped; ConfigError naming the file and the cause when it holds none."""
+    text = read_protected_file(path, setting, group_may_read=group_may_read, why_private=why_private).strip()
+    if not text:
+        raise ConfigError(f"{setting} {path} is empty: it must hold the secret (e.g. "
+                          f"`openssl rand -hex 32 > {path}; chmod 600 {path}`)")
+    return text
+
+
+def read_protected_file(path: str, setting: str, *, group_may_read: bool = True,
+                        why_private: str = "it holds a secret") -> str:
+    """The text of a file of secrets; ConfigError naming the file and the cause when it cannot be one.
+
+    A file others may read (mode o+r) gives its secrets to every user of the host, one others may change
+    (g+w, o+w) lets them swap them: both are refused. ``group_may_read``: a group may read it (the way to
+    share a client's secret with the applications' users); else only its owner may (the operator's secret
+    beside application credentials, a credentials file), ``why_private`` saying why."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO planted there does not block us
+    except FileNotFoundError:
+        raise ConfigError(f"{setting} {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{setting} {path} is a directory, not a file") from None
+    except OSError as exc:
+        raise ConfigError(f"{setting} {path} cannot be read: {exc.strerror or exc}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ConfigError(f"{setting} {path} is " + ("a directory, not a file" if stat.S_ISDIR(st.st_mode)
+                                                     else "not a regular file"))
+    with os.fdopen(fd, "rb") as f:
+        mode = stat.S_IMODE(st.st_mode)
+        if mode & (0o026 | (0 if group_may_read else 0o040)):
+            who = ("other users of this host may read it" if mode & 0o004 else
+                   "other users of this host may change it" if mode & 0o022 else "its group may read it")
+            raise ConfigError(f"{setting} {path} has mode {mode:o}: {who}, and {why_private} "
+                              f"(chmod 600 {path}, as its owner)")
+        try:
+            return f.read().decode()
+        except OSError as exc:
+            raise ConfigError(f"{setting} {path} cannot be read: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{setting} {path} is not text") from None
 
 
 def _canonical(key: str, source: str = "setting") -> str:

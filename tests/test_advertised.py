@@ -115,7 +115,7 @@ def test_a_service_advertises_its_setting(tmp_path):
 def test_a_service_that_cannot_tell_refuses_to_start_saying_why(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "sparkflow_exchange.service", "--host", "0.0.0.0", "--port", "0",
                            "--advertised-host", "no-such-host.invalid", "--spill-dir", str(tmp_path / "spill"),
-                           "--insecure", "--state-file", str(tmp_path / "state.json")],
+                           "--insecure", "--insecure-beyond-loopback", "--state-file", str(tmp_path / "state.json")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert "advertisedHost 'no-such-host.invalid' does not resolve" in proc.stderr

@@ -86,6 +86,7 @@ def test_status_with_wrong_secret_is_refused(tmp_service, tmp_path):
     svc = tmp_service()
     bad = tmp_path / "bad-secret"
     bad.write_text("nope")
+    bad.chmod(0o600)
     out = _cli("status", "--address", svc.tcp, "--secret-file", str(bad))
     assert out.returncode == 1
     assert "wrong secret" in out.stderr

@@ -53,6 +53,7 @@ def test_the_cli_lists_the_same_summary(tmp_service, tmp_path):
     _write(svc, "listed", 10, partitioner="rebalance", num_subpartitions=2)
     secret_file = tmp_path / "secret"
     secret_file.write_text(svc.secret)
+    secret_file.chmod(0o600)
     [summary] = sfe.list_exchanges(**_settings(svc))
     out = subprocess.run([sys.executable, "-m", "sparkflow_exchange.cli", "list", "--json", "--address", svc.tcp,
                           "--secret-file", str(secret_file)], capture_output=True, text=True, timeout=60)

@@ -89,9 +89,12 @@ def test_every_metric_the_dashboard_queries_exists_in_a_real_scrape(tmp_service)
 
 
 def _read_bytes(port: int, exchange: str, path: str) -> int:
-    prefix = f'sparkflow_exchange_read_bytes{{service="'
-    lines = [line for line in _scrape(port).splitlines()
-             if line.startswith(prefix) and f'exchange="{exchange}",path="{path}"}}' in line]
+    """Bytes read from ``exchange``: served over a ``channel``, or a ``local_file`` read its readers report."""
+    if path == "channel":
+        prefix, labels = "sparkflow_exchange_read_bytes{service=\"", f'exchange="{exchange}",path="channel"}}'
+    else:
+        prefix, labels = "sparkflow_exchange_reported_file_read_bytes{service=\"", f'exchange="{exchange}"}}'
+    lines = [line for line in _scrape(port).splitlines() if line.startswith(prefix) and labels in line]
     return int(float(lines[0].split()[-1])) if lines else 0
 
 
@@ -99,7 +102,8 @@ def _read_bytes(port: int, exchange: str, path: str) -> int:
                          ids=["spill file on this host", "channel"])
 def test_read_bytes_grow_during_a_read_of_a_finished_exchange(tmp_service, host, path):
     """Scraped between the batches of one read that lasts some seconds (a pause after each batch; readers
-    on the service's host report their spill-file reads about once a second while they read)."""
+    on the service's host report their spill-file reads about once a second while they read: a series of
+    its own, ``sparkflow_exchange_reported_file_read_bytes``)."""
     port = _free_port()
     svc = tmp_service(conf={"metricsPort": port}, host_id="hostA")
     config = client_config(svc, exchange="reread", partitioner="hash", keys="id", numSubpartitions=1,
@@ -115,3 +119,40 @@ def test_read_bytes_grow_during_a_read_of_a_finished_exchange(tmp_service, host,
     assert rows == 400_000
     during = sorted(set(v for v in seen if v > 0))
     assert len(during) >= 2 and seen == sorted(seen), seen  # grew, step by step, before the read ended
+
+
+def _samples(body: str, name: str) -> dict[str, float]:
+    """labels -> value of every sample of metric ``name``."""
+    out = {}
+    for line in body.splitlines():
+        if line.startswith(name + "{"):
+            labels, value = line[len(name):].rsplit(" ", 1)
+            out[labels] = float(value)
+    return out
+
+
+def test_a_client_cannot_inflate_the_services_read_counters(tmp_service):
+    """What readers report (their reads of spill files on the service's host, which the service cannot see)
+    is counted apart, under names that say so: the read counters hold only bytes the service served."""
+    port = _free_port()
+    svc = tmp_service(conf={"metricsPort": port})
+    config = client_config(svc, exchange="counted", partitioner="hash", keys="id", numSubpartitions=1,
+                           hostId="another-host")  # a remote reader: every byte it reads, the service serves
+    _write(config, 5000)
+    assert _read_all(config) == 10_000
+    before = _scrape(port)
+    served = sum(_samples(before, "sparkflow_read_bytes_total").values())
+    channel = _samples(before, "sparkflow_exchange_read_bytes")
+    assert served > 0 and sum(channel.values()) > 0
+    [part] = [p["partition"] for p in svc.status()["partitions"]][:1]
+    huge = 10 ** 15
+    with svc.connect() as conn:  # any credential may report; here the service's own secret
+        conn.call("report_file_reads", bytes=huge, partitions={part: huge, "no-such-partition": huge})
+    after = _scrape(port)
+    assert sum(_samples(after, "sparkflow_read_bytes_total").values()) == served
+    assert _samples(after, "sparkflow_exchange_read_bytes") == channel
+    # counted apart, and only for a partition the service holds
+    assert list(_samples(after, "sparkflow_reported_file_read_bytes_total").values()) == [huge]
+    reported = _samples(after, "sparkflow_exchange_reported_file_read_bytes")
+    assert [v for k, v in reported.items() if 'exchange="counted"' in k] == [huge]
+    assert "reported by readers" in after

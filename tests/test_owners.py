@@ -137,7 +137,9 @@ def test_an_unknown_secret_is_refused(shared):
 def test_a_bad_credentials_file_stops_the_service_with_a_clear_error(tmp_path, content, message):
     creds = tmp_path / "credentials"
     creds.write_text(content)
+    creds.chmod(0o600)
     (tmp_path / "secret").write_text("operator-secret")
+    (tmp_path / "secret").chmod(0o600)
     proc = subprocess.run([sys.executable, "-m", "sparkflow_exchange.service", "--port", "0",
                            "--secret-file", str(tmp_path / "secret"), "--spill-dir", str(tmp_path / "spill"),
                            "--conf", f"credentialsFile={creds}"], capture_output=True, text=True, timeout=60)

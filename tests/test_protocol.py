@@ -1,6 +1,7 @@
 """The wire protocol, sans-IO: every message round-trips; every bad frame is refused clearly."""
 from __future__ import annotations
 
+import functools
 import json
 import struct
 
@@ -306,3 +307,23 @@ def test_shared_region_needs_pieces():
     header = struct.pack(">qBBiI", 1, 0, 0, 3, 0)
     with pytest.raises(ProtocolError, match="0 pieces"):
         FrameDecoder().feed(_region_frame(MsgType.PUSH_SHARED_REGION, header))
+
+
+def test_json_nesting_depth_is_measured_before_parsing():
+    from sparkflow_exchange.network.protocol import json_nests_deeper
+
+    def nested(depth: int) -> bytes:
+        return json.dumps(functools.reduce(lambda inner, i: [inner] if i % 2 else {"k": inner}, range(depth), 1)).encode()
+
+    for depth in (0, 1, 5, 63, 64, 65, 200):
+        assert json_nests_deeper(nested(depth), 64) is (depth > 64), depth
+    # brackets in strings (escaped quotes too) are not nesting; many shallow ones are not deep
+    assert not json_nests_deeper(json.dumps({"a": "[{" * 500, "b": '\\"[[[' * 100}).encode(), 64)
+    assert not json_nests_deeper(json.dumps([{"p": [i, {"x": [1]}]} for i in range(50_000)]).encode(), 64)
+    assert json_nests_deeper(json.dumps({"a": '"[', "b": [[[[1]]]]}).encode(), 3)
+    assert json_nests_deeper(b'{"a": ' + b"[" * 70, 64)  # unclosed: json.loads would still recurse that deep
+    assert not json_nests_deeper(b"]" * 100 + b"[[1]]", 64)
+    # closing brackets in a string hide no depth; strings side by side pair up only with their own quotes
+    hidden = json.dumps(["]" * 30, functools.reduce(lambda inner, _: [inner], range(70), 1)]).encode()
+    assert json_nests_deeper(hidden, 64)
+    assert not json_nests_deeper(json.dumps(["x", "[", "y", "]" * 80, "[" * 80]).encode(), 64)

@@ -3,6 +3,7 @@ the number of such clients is capped, the client checks the service too, and TLS
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -414,3 +415,38 @@ def test_strangers_that_never_start_tls_are_capped_and_make_room(tmp_service, tm
         assert conn.call("ping")["tls"] is True  # at its first try
     for sock in silent:
         sock.close()
+
+
+def _hand_framed(kind: MsgType, header: bytes) -> bytes:
+    return PREFIX.pack(PREFIX.size - 4 + len(header), MAGIC, VERSION, kind, len(header)) + header
+
+
+@pytest.mark.parametrize("nest, depth", [("[", 1500), ('{"":', 650)], ids=["lists", "objects"])
+def test_a_deeply_nested_hello_is_refused_before_it_is_parsed(tmp_service, nest, depth):
+    """A Hello whose JSON nests 1,500 lists deep (it fits the pre-authentication frame size) is refused
+    with a clear protocol error, not a RecursionError traceback in the service's log."""
+    svc = tmp_service()
+    close = "]" if nest == "[" else "}"
+    header = ('{"client_id": ' + nest * depth + "1" + close * depth + ', "proof": ""}').encode()
+    assert len(header) < PREAUTH_MAX_FRAME
+    sock, decoder, _hello = _connect_raw(svc)
+    sock.sendall(_hand_framed(MsgType.HELLO, header))
+    error = _next_error(sock, decoder)
+    assert error.fatal and error.code == "protocol" and "nests deeper than" in error.message, error.message
+    sock.close()
+    _healthy(svc)
+    log = (svc.spill_dir.parent / "service.log").read_text()
+    assert "RecursionError" not in log and "Traceback" not in log, log[-3000:]
+
+
+def test_a_shallow_hello_with_many_brackets_in_its_strings_is_served(tmp_service):
+    """Brackets inside strings do not count as nesting: a client id full of them is just a name."""
+    svc = tmp_service()
+    header = json.dumps({"client_id": "[{" * 600, "proof": "x"}).encode()
+    assert len(header) < PREAUTH_MAX_FRAME
+    sock, decoder, _hello = _connect_raw(svc)
+    sock.sendall(_hand_framed(MsgType.HELLO, header))
+    error = _next_error(sock, decoder)
+    assert error.fatal and "nests deeper" not in error.message and "authentication failed" in error.message, \
+        error.message
+    sock.close()

@@ -20,6 +20,8 @@ import secrets
 import ssl
 from typing import Mapping, NamedTuple
 
+from ..errors import ConfigError
+
 OPERATOR = "operator"  # the identity of the service's own secret: every operation is allowed to it
 
 
@@ -96,12 +98,46 @@ def verify_service(secret: str | None, client_nonce: str, server_nonce: str, ser
 
 
 def server_ssl_context(cert_file: str | None, key_file: str | None) -> ssl.SSLContext | None:
+    """The service's TLS context (None without ``tls.certFile``); ConfigError naming the file and the cause
+    when TLS is half configured or a file cannot serve (never plaintext in its place)."""
     if not cert_file:
+        if key_file:
+            raise ConfigError(f"tls.keyFile {key_file} is set but tls.certFile is not: TLS needs both, and the "
+                              "service will not listen in plaintext in its place (set tls.certFile, or unset "
+                              "tls.keyFile)")
         return None
+    for setting, path in (("tls.certFile", cert_file), ("tls.keyFile", key_file)):
+        if path:
+            _check_readable(setting, path)
+    try:  # the certificate alone first: an error then names the file at fault
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=cert_file)
+    except ssl.SSLError as exc:
+        raise ConfigError(f"tls.certFile {cert_file} holds no PEM certificate ({exc.reason or exc})") from None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(cert_file, key_file)
+    try:
+        ctx.load_cert_chain(cert_file, key_file)
+    except ssl.SSLError as exc:
+        if not key_file:
+            raise ConfigError(f"tls.certFile {cert_file} holds no private key and tls.keyFile is not set: set "
+                              f"tls.keyFile to the certificate's key ({exc.reason or exc})") from None
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            raise ConfigError(f"tls.keyFile {key_file} is not the private key of tls.certFile {cert_file}") from None
+        raise ConfigError(f"tls.keyFile {key_file} holds no usable PEM private key ({exc.reason or exc})") from None
     return ctx
+
+
+def _check_readable(setting: str, path: str) -> None:
+    """ConfigError naming a TLS file that is missing, a directory or unreadable (ssl's own errors name none)."""
+    try:
+        with open(path, "rb"):
+            pass
+    except FileNotFoundError:
+        raise ConfigError(f"{setting} {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{setting} {path} is a directory, not a file") from None
+    except OSError as exc:
+        raise ConfigError(f"{setting} {path} cannot be read: {exc.strerror or exc}") from None
 
 
 def ssl_for(address: str, config) -> ssl.SSLContext | None:
@@ -123,6 +159,11 @@ def client_ssl_context(ca_file: str | None, cert_file: str | None = None, *,
     trust = ca_file or cert_file
     if not trust:
         return None
-    ctx = ssl.create_default_context(cafile=trust)
+    setting = "tls.caFile" if ca_file else "tls.certFile"
+    _check_readable(setting, trust)
+    try:
+        ctx = ssl.create_default_context(cafile=trust)
+    except ssl.SSLError as exc:
+        raise ConfigError(f"{setting} {trust} holds no PEM certificate to trust ({exc.reason or exc})") from None
     ctx.check_hostname = check_hostname
     return ctx

@@ -26,6 +26,7 @@ import socket
 import ssl
 from typing import Callable
 
+from ..errors import ConfigError
 from ..exhaustion import explain
 from .protocol import ErrorResponse, encode_bytes
 
@@ -78,9 +79,11 @@ async def tcp_sockets(host: str, port: int) -> list[socket.socket]:
 
 
 def unix_socket(path: str) -> socket.socket:
-    """A listening Unix socket at ``path``, mode 0600 from its creation (only this user may connect)."""
-    if os.path.exists(path):
-        os.unlink(path)
+    """A listening Unix socket at ``path``, mode 0600 from its creation (only this user may connect).
+
+    Only a stale socket (one nobody listens on, left by a service that was killed) is replaced there;
+    anything else at ``path`` is a ConfigError naming it (a careless ``--unix`` must not delete a file)."""
+    remove_stale_socket(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:
@@ -92,6 +95,37 @@ def unix_socket(path: str) -> socket.socket:
         os.umask(old)
     sock.listen(BACKLOG)
     return sock
+
+
+def remove_stale_socket(path: str) -> None:
+    """Remove a socket nobody listens on at ``path``; ConfigError if anything else is there."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a symbolic link" if stat.S_ISLNK(st.st_mode)
+                else "a regular file" if stat.S_ISREG(st.st_mode) else "not a socket")
+        raise ConfigError(f"the Unix socket path {path} exists and is {kind}, not a socket: the service replaces "
+                          "only a stale socket there (remove it, or choose another --unix path)")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            pass  # stale: nobody listens
+        except OSError as exc:
+            raise ConfigError(f"the Unix socket path {path} cannot be checked ({exc.strerror or exc}); remove it "
+                              "if no service uses it") from None
+        else:
+            raise ConfigError(f"the Unix socket path {path} has a process listening on it (another service?); "
+                              "stop it, or choose another --unix path")
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 class Listener:

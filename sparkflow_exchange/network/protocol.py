@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 import struct
 import threading
 import types
@@ -28,6 +29,7 @@ PREFIX = struct.Struct(">IIBBI")  # length, magic, version, type, header_len
 PREFIX_SIZE = PREFIX.size
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 PREAUTH_MAX_FRAME = 4096  # what a peer may send before it authenticated (a Hello is a few hundred bytes)
+MAX_JSON_DEPTH = 64  # arrays and objects inside one another in a JSON header (ours nest a few levels)
 
 
 class ProtocolError(Exception):
@@ -474,6 +476,9 @@ def _decode(mtype: int, header: bytes, payload: memoryview) -> Message:
             if len(header) != _SLOTS_FREED.size + 4 * count:
                 raise ProtocolError(f"malformed SLOTS_FREED frame: {count} slots announced, {len(header)} header bytes")
             return SlotsFreed(handle, struct.unpack_from(f">{count}i", header, _SLOTS_FREED.size))
+        if json_nests_deeper(header, MAX_JSON_DEPTH):  # before json.loads, which would recurse that deep
+            raise ProtocolError(f"malformed {kind.name} frame: its JSON header nests deeper than {MAX_JSON_DEPTH} "
+                                "levels")
         fields = json.loads(header) if header else {}
         if not isinstance(fields, dict):
             raise ProtocolError(f"{kind.name} header is not an object")
@@ -482,8 +487,37 @@ def _decode(mtype: int, header: bytes, payload: memoryview) -> Message:
         return cls(**fields)
     except ProtocolError:
         raise
-    except (struct.error, ValueError, TypeError) as exc:
+    except (struct.error, ValueError, TypeError, RecursionError) as exc:
         raise ProtocolError(f"malformed {kind.name} frame: {exc}") from None
+
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_NOT_BRACKETS_OR_QUOTES = bytes(b for b in range(256) if b not in b'[]{}"')
+_SQUARE = bytes.maketrans(b"{}", b"[]")
+
+
+def json_nests_deeper(text: bytes, limit: int) -> bool:
+    """Whether the JSON ``text`` opens more than ``limit`` arrays or objects inside one another.
+
+    Cheap, before parsing, in C: a text with at most ``limit`` brackets cannot (two ``count`` calls); else
+    only its brackets outside strings are kept and each round removes the innermost pairs (``[]``): the
+    rounds until none is left are the depth (a few for our messages, at most ``limit + 1``). Strings are
+    cut out by a regular expression only when one may hold a bracket: without a backslash, strings free of
+    brackets are the quotes left side by side once all but brackets and quotes are gone."""
+    if text.count(b"[") + text.count(b"{") <= limit:
+        return False
+    brackets = text.translate(_SQUARE, _NOT_BRACKETS_OR_QUOTES).replace(b'""', b"")
+    if b'"' in brackets or b"\\" in text:  # a string may hold brackets (or an escaped quote)
+        brackets = _JSON_STRING.sub(b"", text).translate(_SQUARE, _NOT_BRACKETS)
+    for depth in range(limit + 1):  # ``depth`` rounds done: every pair nested that deep is gone
+        if not brackets:
+            return False
+        inner_removed = brackets.replace(b"[]", b"")
+        if len(inner_removed) == len(brackets):  # unbalanced: each opening left adds a level at most
+            return depth + brackets.count(b"[") > limit
+        brackets = inner_removed
+    return True
 
 
 class _FramePool:

@@ -57,9 +57,11 @@ class ExchangeService:
         self.config = config
         self.service_id = f"svc-{uuid.uuid4().hex[:8]}"
         self.host_id = config.resolved_host_id()
-        self.secret = secret if secret is not None else config.resolved_secret()
+        self.secret = secret if secret is not None else config.service_secret()
         # the operator's (its secret) and the application credentials it accepts (service/owners.py)
         self.credentials = owners.load_credentials(config.credentials_file, self.secret)
+        # a bad TLS file or half the settings: an error before anything is made (never plaintext instead)
+        self.ssl_ctx = auth.server_ssl_context(config.tls_cert_file, config.tls_key_file)
         self.budget = NetworkBufferPool(config.memory_budget)  # every partition's pool draws on it
         self.fds = fd_budget(config, nofile_limit())  # the caps below, lowered to fit the open-file limit
         self.spill_readers = SpillReaders(self.fds.spill_reads)  # fds of finished spill files
@@ -69,7 +71,7 @@ class ExchangeService:
         self.spill_dir = Path(config.spill_dir or tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-"))
         # directories we made (0700), removed when we stop: all of the default one, an explicit one when empty
         self._made_dirs = [self.spill_dir] if config.spill_dir is None else _make_private_dirs(self.spill_dir)
-        self.own_files: list[Path] = []  # other files it made there (a generated secret), removed when it stops
+        self.own_files: list[Path] = []  # files it made (its Unix socket, a generated secret), removed when it stops
         # exchanges outlive their writers: the spill files' bound (maxDiskBytes, else 90% of the free space)
         self.disk = DiskBudget(config.max_disk_bytes or int(shutil.disk_usage(self.spill_dir).free * 0.9))
         self.partitions: dict[str, ResultPartition] = {}
@@ -109,7 +111,7 @@ class ExchangeService:
                 loop.add_signal_handler(sig, self.stop)
             except (NotImplementedError, RuntimeError):
                 pass
-        ssl_ctx = auth.server_ssl_context(self.config.tls_cert_file, self.config.tls_key_file)
+        ssl_ctx = self.ssl_ctx
         for sock in await tcp_sockets(self.config.bind_host, self.config.port):
             # TLS handshakes run before a stranger is counted: they are capped and made room among alike
             self.listeners.append(Listener(sock, lambda: ServerConnection(self, "tcp"), ssl_ctx=ssl_ctx,
@@ -123,6 +125,7 @@ class ExchangeService:
         if self.unix_path is None:
             self.unix_path = str(self.spill_dir / "service.sock")
         self.listeners.append(Listener(unix_socket(self.unix_path), lambda: ServerConnection(self, "unix")))
+        self.own_files.append(Path(self.unix_path))  # ours now: removed when it stops
         if self.config.metrics_port or self.serve_metrics:
             from .metrics import start_metrics_server
 
@@ -182,7 +185,7 @@ class ExchangeService:
         self.partitions.clear()
         if self.metrics_server is not None:
             self.metrics_server.close()
-        for path in [*self.own_files, *([Path(self.unix_path)] if self.unix_path else [])]:
+        for path in self.own_files:  # never what was at --unix before (a start that failed there)
             path.unlink(missing_ok=True)
         if self.config.spill_dir is None:
             shutil.rmtree(self.spill_dir, ignore_errors=True)
@@ -363,12 +366,14 @@ class ExchangeService:
             self.apps[str(args["app"])] = int(args["pid"])
             self.last_app_seen = time.monotonic()
             return {"ok": True}
-        if method == "report_file_reads":  # bytes: the total; partitions: {partition id: bytes} of it
-            self.traffic["local_file"] += int(args["bytes"])
+        if method == "report_file_reads":  # partitions: {partition id: bytes} a reader here read from our files
+            # the reader's word, not an observation: counted apart from what we served (metrics name it
+            # "reported"), and only for partitions held here (the total the client adds up is not used)
             for pid, nbytes in (args.get("partitions") or {}).items():
                 part = self.partitions.get(pid)
-                if part is not None:
+                if part is not None and int(nbytes) > 0:
                     part.file_bytes_read += int(nbytes)
+                    self.traffic["local_file"] += int(nbytes)
             return {"ok": True}
         if method == "report_backpressure":
             part = self.partitions.get(args["partition"])

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..config import ExchangeConfig
+from ..config import ConfigError, ExchangeConfig
 from ..errors import UserFacing
 from ..network import auth
 from .exchange_service import ExchangeService
@@ -35,7 +35,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", help="the coordinator keeps its exchanges here and takes them up again when it "
                                             "restarts (stateDir)")
     parser.add_argument("--secret-file", help="file with the shared secret (default: a fresh one, written beside the spill files)")
-    parser.add_argument("--insecure", action="store_true", help="accept clients without a secret (loopback experiments only)")
+    parser.add_argument("--insecure", action="store_true", help="accept clients without a secret, each of them the "
+                        "operator (loopback experiments only)")
+    parser.add_argument("--insecure-beyond-loopback", action="store_true",
+                        help="with --insecure: listen on a non-loopback address anyway, where anyone who can reach "
+                             "the port is the operator (refused without this flag)")
     parser.add_argument("--spill-dir", help="directory for spill files")
     parser.add_argument("--host-id", help="host identity (default: the hostname)")
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this HTTP port")
@@ -66,16 +70,23 @@ def config_from_args(args: argparse.Namespace) -> ExchangeConfig:
 
 async def run(args: argparse.Namespace) -> None:
     config = config_from_args(args)
-    secret = config.resolved_secret()
+    secret = config.service_secret()
+    configured_secret = secret
     generated_secret_file = None
     if not secret and not args.insecure:
         secret = auth.new_secret()
+    if not secret:
+        check_insecure_host(config.bind_host, args.insecure_beyond_loopback)
     retiring = Retirement(Path(args.state_file)) if args.state_file else None
     service = ExchangeService(config, coordinator=not args.no_coordinator, unix_path=args.unix, secret=secret or None,
                               attach_mode=args.embedded, hold_exchanges=args.hold_exchanges,
                               retire=retiring.begin if retiring is not None else None, serve_metrics=args.metrics,
                               driver_host=args.driver_host)
-    await service.start()
+    try:
+        await service.start()
+    except BaseException:  # e.g. a path at --unix it may not replace: what it made goes, nothing else
+        await service.shutdown()
+        raise
     if config.state_dir and service.coordinator is not None:  # before anyone learns our address
         from .journal import Journal
 
@@ -88,7 +99,7 @@ async def run(args: argparse.Namespace) -> None:
         service.coordinator.lost = ledger.take_over()
         service.coordinator.on_names_changed = ledger.record
         ledger.record([], service.coordinator.lost)
-    if secret and not config.resolved_secret():
+    if secret and not configured_secret:
         generated_secret_file = str(service.spill_dir / "secret")
         write_private(generated_secret_file, secret)
         service.own_files.append(Path(generated_secret_file))  # removed when it stops
@@ -109,6 +120,31 @@ async def run(args: argparse.Namespace) -> None:
             retiring.finish()
         if registered is not None:
             registered.unlink(missing_ok=True)
+
+
+def check_insecure_host(bind_host: str, allowed: bool) -> None:
+    """A service without a secret makes every client the operator: on loopback only that host's users reach
+    it; elsewhere anyone who reaches the port does, so that takes a flag of its own (and still a warning)."""
+    if _loopback_only(bind_host):
+        return
+    why = (f"--insecure on {bind_host}: with no secret anyone who can reach this port is the operator (reads, "
+           "changes and drops every exchange, stops the service)")
+    if not allowed:
+        raise ConfigError(f"{why}; listen on loopback (--host 127.0.0.1), give a --secret-file, or add "
+                          "--insecure-beyond-loopback if that is really meant")
+    logging.getLogger(__name__).warning("%s (--insecure-beyond-loopback)", why)
+
+
+def _loopback_only(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback one (a name that does not resolve is not)."""
+    import ipaddress
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP) if host else []
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
 
 
 def register_serve(info: dict) -> Path | None:

@@ -7,6 +7,9 @@ from typing import Callable
 from ..network.listener import Listener, tcp_sockets
 
 
+REPORTED_PATH = "local_file"  # the status's traffic entry that readers report, not the service's own count
+
+
 def escape_label(value: object) -> str:
     """A label value as the exposition format wants it: backslash, double quote and line feed escaped, so
     a newline in an exchange name cannot start a line (a sample) of its own."""
@@ -65,17 +68,25 @@ def render(status: dict) -> str:
         metric("disk_used_bytes", "gauge", "bytes of spill files the service holds", [({}, status["disk"]["used"])])
         metric("disk_limit_bytes", "gauge", "maxDiskBytes: most bytes of spill files the service holds",
                [({}, status["disk"]["limit"])])
+    # counters of what the service itself observed; what clients report is counted apart, named "reported"
+    # (any credential may report anything: it must never inflate what the service measured)
     traffic = status.get("traffic", {})
-    metric("read_bytes_total", "counter", "payload bytes readers read from the service, by path (local, "
-           "local_shared, remote: over a connection; local_file: from its spill files, reported by readers)",
-           [({"path": path}, value) for path, value in sorted(traffic.items())])
+    metric("read_bytes_total", "counter", "payload bytes the service served to readers, by path (local, "
+           "local_shared: to a reader on its host; remote: to one on another host)",
+           [({"path": path}, value) for path, value in sorted(traffic.items()) if path != REPORTED_PATH])
+    metric("reported_file_read_bytes_total", "counter", "bytes readers on the service's host read from its spill "
+           "files themselves, as reported by readers (not observed by the service; any credential may report)",
+           [({}, traffic.get(REPORTED_PATH, 0))])
     held = status.get("exchange_traffic", {})
     metric("exchange_written_bytes", "gauge", "bytes written into the partitions of an exchange this service holds",
            [({"exchange": name}, t["bytes_written"]) for name, t in sorted(held.items())])
-    metric("exchange_read_bytes", "gauge", "bytes read from the partitions of an exchange this service holds, "
-           "over channels or from its spill files (restarts from 0 when the exchange is overwritten)",
-           [({"exchange": name, "path": path}, t[key]) for name, t in sorted(held.items())
-            for path, key in (("channel", "bytes_read"), ("local_file", "file_bytes_read"))])
+    metric("exchange_read_bytes", "gauge", "bytes the service served from the partitions of an exchange it "
+           "holds, over channels (restarts from 0 when the exchange is overwritten)",
+           [({"exchange": name, "path": "channel"}, t["bytes_read"]) for name, t in sorted(held.items())])
+    metric("exchange_reported_file_read_bytes", "gauge", "bytes readers on the service's host read from the spill "
+           "files of an exchange it holds, as reported by readers (not observed by the service; restarts from 0 "
+           "when the exchange is overwritten)",
+           [({"exchange": name}, t["file_bytes_read"]) for name, t in sorted(held.items())])
     metric("exchange_read_buffers", "gauge", "buffers read over channels from the partitions of an exchange this "
            "service holds (restarts from 0 when the exchange is overwritten)",
            [({"exchange": name}, t.get("buffers_read", 0)) for name, t in sorted(held.items())])

@@ -11,10 +11,9 @@ asks :func:`check` before it acts on a request.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable
 
-from ..config import ConfigError
+from ..config import ConfigError, read_protected_file
 from ..network.auth import OPERATOR
 from ..errors import ErrorCode, ServiceError
 
@@ -60,10 +59,8 @@ def load_credentials(path: str | None, operator_secret: str | None) -> dict[str,
     table = {OPERATOR: operator_secret}
     if not path:
         return table
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as exc:
-        raise ConfigError(f"credentialsFile {path} cannot be read: {exc}") from None
+    lines = read_protected_file(path, "credentialsFile", group_may_read=False,
+                                why_private="it holds every application's secret").splitlines()
     for number, line in enumerate(lines, 1):
         line = line.strip()
         if not line or line.startswith("#"):

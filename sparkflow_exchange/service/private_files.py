@@ -16,12 +16,14 @@ import secrets
 import stat
 from pathlib import Path
 
+from ..errors import UserFacing
+
 log = logging.getLogger(__name__)
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
-class UnsafePathError(RuntimeError):
+class UnsafePathError(UserFacing, RuntimeError):
     """A runtime path is not private to this user; using it could leak the secret or let another user in."""
 
 

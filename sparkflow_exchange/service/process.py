@@ -18,6 +18,7 @@ from pathlib import Path
 
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.network.blocking_client import BlockingConnection
+from sparkflow_exchange.service.private_files import write_private
 
 
 @dataclass
@@ -69,7 +70,7 @@ def start_service(tmp: Path, *, host: str = "127.0.0.1", host_id: str | None = N
     it; ``fsize``: the largest file it may write (RLIMIT_FSIZE: a write beyond fails as a full disk would)."""
     tmp.mkdir(parents=True, exist_ok=True)
     secret_file = tmp / "secret"
-    secret_file.write_text(secret)
+    write_private(secret_file, secret)  # mode 0600: a secret file others may read is refused
     spill = tmp / "spill"
     args = [sys.executable, "-m", "sparkflow_exchange.service", "--host", host, "--port", str(port),
             "--secret-file", str(secret_file), "--spill-dir", str(spill), "--unix", str(tmp / "svc.sock"),

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
+import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.List;
 import java.util.Map;
@@ -88,12 +89,52 @@ public final class Discovery {
         }
         String file = settings.get("secretFile");
         if (file != null && !file.isEmpty()) {
-            try {
-                return Files.readString(Paths.get(file), StandardCharsets.UTF_8).strip();
-            } catch (IOException e) {
-                throw new IllegalArgumentException("cannot read the secretFile setting's file " + file + ": " + e, e);
-            }
+            return readSecretFile(file);
         }
         return null;
+    }
+
+    /**
+     * The secret in {@code file}, stripped, as the Python side reads it ({@code config.read_secret_file}): a
+     * file others may read or change (mode o+r, o+w, g+w) is refused, and so is an empty one; every refusal
+     * names the file and the cause.
+     */
+    public static String readSecretFile(String file) {
+        Path path = Paths.get(file);
+        if (!Files.exists(path)) {
+            throw new IllegalArgumentException("secretFile " + file + " does not exist");
+        }
+        if (Files.isDirectory(path)) {
+            throw new IllegalArgumentException("secretFile " + file + " is a directory, not a file");
+        }
+        if (!Files.isRegularFile(path)) {
+            throw new IllegalArgumentException("secretFile " + file + " is not a regular file");
+        }
+        int mode;
+        try {
+            mode = ((Number) Files.getAttribute(path, "unix:mode")).intValue() & 07777;
+        } catch (IOException | UnsupportedOperationException e) {
+            throw new IllegalArgumentException("secretFile " + file + " cannot be read: " + e.getMessage(), e);
+        }
+        if ((mode & 026) != 0) {
+            String who = (mode & 04) != 0 ? "other users of this host may read it" : "other users of this host may change it";
+            throw new IllegalArgumentException("secretFile " + file + " has mode " + Integer.toOctalString(mode) + ": "
+                    + who + ", and it holds a secret (chmod 600 " + file + ", as its owner)");
+        }
+        String text;
+        try {
+            text = Files.readString(path, StandardCharsets.UTF_8).strip();
+        } catch (java.nio.charset.CharacterCodingException e) {
+            throw new IllegalArgumentException("secretFile " + file + " is not text", e);
+        } catch (java.nio.file.AccessDeniedException e) {
+            throw new IllegalArgumentException("secretFile " + file + " cannot be read: Permission denied", e);
+        } catch (IOException e) {
+            throw new IllegalArgumentException("secretFile " + file + " cannot be read: " + e.getMessage(), e);
+        }
+        if (text.isEmpty()) {
+            throw new IllegalArgumentException("secretFile " + file + " is empty: it must hold the secret (e.g. "
+                    + "`openssl rand -hex 32 > " + file + "; chmod 600 " + file + "`)");
+        }
+        return text;
     }
 }
