@@ -41,6 +41,7 @@ class Outcome:
 def serve(tmp_path: Path, *args: str, secret: str | None = "operator-secret-0123") -> Outcome:
     """``sparkflow-exchange serve`` with ``args``: whether it started (printed its addresses; it is then
     stopped at once), else its exit code and stderr."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     spill = tmp_path / "spill"
     argv = [sys.executable, "-m", "sparkflow_exchange.cli", "serve", "--port", "0", "--spill-dir", str(spill), *args]
     if secret is not None and "--secret-file" not in args:
@@ -318,3 +319,24 @@ def test_the_jvm_refuses_the_secret_files_python_refuses_with_the_same_message(t
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines() == expected
     assert expected[:2] == ["ok s3cret", "ok s3cret"] and all(e.startswith("refused ") for e in expected[2:])
+
+
+def test_serve_names_what_it_cannot_use_at_start(tmp_path):
+    """A taken port, a spill directory under a file, a state file in a missing directory, settings in the
+    environment that are not JSON: one line each, and the spill directory it made is gone again."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        argv = [sys.executable, "-m", "sparkflow_exchange.cli", "serve", "--port", str(port), "--spill-dir",
+                str(tmp_path / "spill")]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=_env(tmp_path))
+        one_line(proc, f"cannot listen on 127.0.0.1:{port}", "in use")
+        assert not (tmp_path / "spill").exists()
+    (tmp_path / "plain").write_text("x")
+    serve(tmp_path / "a", "--spill-dir", str(tmp_path / "plain" / "spill")).refused(str(tmp_path / "plain" / "spill"))
+    serve(tmp_path / "b", "--state-file", str(tmp_path / "missing" / "state.json")).refused(
+        f"--state-file {tmp_path / 'missing' / 'state.json'}", "does not exist")
+    proc = subprocess.run([sys.executable, "-m", "sparkflow_exchange.cli", "list"], capture_output=True, text=True,
+                          timeout=60, env={**_env(tmp_path), "SPARKFLOW_EXCHANGE_CONF": "{not json"})
+    one_line(proc, "SPARKFLOW_EXCHANGE_CONF is not JSON")
