@@ -49,7 +49,8 @@ def serve(tmp_path: Path, *args: str, secret: str | None = "operator-secret-0123
         path.write_text(secret)
         path.chmod(0o600)
         argv += ["--secret-file", str(path)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(tmp_path))
     try:
         first = proc.stdout.readline()  # its addresses once it serves; "" when it exits first
         if first:
@@ -122,7 +123,7 @@ def test_a_tls_certificate_without_its_key_is_an_error(tmp_path):
     serve(tmp_path, "--conf", f"tls.certFile={cert}").refused(f"tls.certFile {cert}", "tls.keyFile")
 
 
-@pytest.mark.parametrize("broken", ["missing", "directory", "not-pem", "key-is-a-certificate"])
+@pytest.mark.parametrize("broken", ["missing", "directory", "not-pem", "key-is-a-certificate", "encrypted-key"])
 def test_bad_tls_files_are_named(tmp_path, broken):
     cert, key = _pem_pair(tmp_path)
     if broken == "missing":
@@ -134,15 +135,23 @@ def test_bad_tls_files_are_named(tmp_path, broken):
     elif broken == "not-pem":
         cert.write_text("hello\n")
         expected = (f"tls.certFile {cert}", "no PEM certificate")
-    else:
+    elif broken == "key-is-a-certificate":
         key = cert
         expected = (f"tls.keyFile {key}", "private key")
+    else:  # a pass phrase would be asked for on the terminal
+        subprocess.run(["openssl", "rsa", "-in", str(key), "-aes256", "-passout", "pass:abcd", "-out", str(key)],
+                       check=True, capture_output=True, timeout=60)
+        expected = (f"tls.keyFile {key}", "encrypted")
     serve(tmp_path, "--conf", f"tls.certFile={cert}", "--conf", f"tls.keyFile={key}").refused(*expected)
 
 
 def test_good_tls_files_start_the_service(tmp_path):
     cert, key = _pem_pair(tmp_path)
     outcome = serve(tmp_path, "--conf", f"tls.certFile={cert}", "--conf", f"tls.keyFile={key}")
+    assert outcome.started, outcome.stderr[-2000:]
+    both = tmp_path / "both.pem"  # a certificate file that holds its key too needs no tls.keyFile
+    both.write_text(cert.read_text() + key.read_text())
+    outcome = serve(tmp_path, "--conf", f"tls.certFile={both}")
     assert outcome.started, outcome.stderr[-2000:]
 
 
