@@ -349,3 +349,14 @@ def test_serve_names_what_it_cannot_use_at_start(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "sparkflow_exchange.cli", "list"], capture_output=True, text=True,
                           timeout=60, env={**_env(tmp_path), "SPARKFLOW_EXCHANGE_CONF": "{not json"})
     one_line(proc, "SPARKFLOW_EXCHANGE_CONF is not JSON")
+
+
+def test_the_plugins_launcher_names_a_secret_file_others_may_read(tmp_path):
+    """What the Spark plugin runs on the driver: the JVM shows its one line, not a Python traceback."""
+    secret = tmp_path / "secret"
+    secret.write_text("0123456789abcdef")
+    secret.chmod(0o644)
+    proc = subprocess.run([sys.executable, "-m", "sparkflow_exchange.service.plugin", "driver", "--jvm-pid",
+                           str(os.getpid())], capture_output=True, text=True, timeout=60,
+                          env={**_env(tmp_path), "SPARKFLOW_EXCHANGE_CONF": f'{{"secretFile": "{secret}"}}'})
+    one_line(proc, "plugin (driver)", f"secretFile {secret}", "mode 644", f"chmod 600 {secret}")
