@@ -298,7 +298,13 @@ class ExchangeConfig:
                 merged[_canonical(key[len(PREFIX):], source=f"spark-defaults.conf ({key})")] = value
         env = os.environ.get(ENV_CONF)
         if env:
-            for key, value in json.loads(env).items():
+            try:
+                from_env = json.loads(env)
+            except ValueError as exc:
+                raise ConfigError(f"{ENV_CONF} is not JSON ({exc})") from None
+            if not isinstance(from_env, dict):
+                raise ConfigError(f"{ENV_CONF} must be a JSON object of settings, got {type(from_env).__name__}")
+            for key, value in from_env.items():
                 merged[_canonical(key, source=ENV_CONF)] = value
         for key, value in session_settings(session or {}).items():
             merged[_canonical(key[len(PREFIX):], source=f"session setting ({key})")] = value
@@ -449,7 +455,10 @@ def read_spark_defaults() -> dict[str, str]:
         candidates.append(Path(os.environ["SPARK_HOME"]) / "conf" / "spark-defaults.conf")
     for path in candidates:
         if path.is_file():
-            return parse_spark_defaults(path.read_text())
+            try:
+                return parse_spark_defaults(path.read_text())
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"spark-defaults.conf {path} cannot be read: {exc}") from None
     return {}
 
 

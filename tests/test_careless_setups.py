@@ -41,6 +41,7 @@ class Outcome:
 def serve(tmp_path: Path, *args: str, secret: str | None = "operator-secret-0123") -> Outcome:
     """``sparkflow-exchange serve`` with ``args``: whether it started (printed its addresses; it is then
     stopped at once), else its exit code and stderr."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     spill = tmp_path / "spill"
     argv = [sys.executable, "-m", "sparkflow_exchange.cli", "serve", "--port", "0", "--spill-dir", str(spill), *args]
     if secret is not None and "--secret-file" not in args:
@@ -48,7 +49,8 @@ def serve(tmp_path: Path, *args: str, secret: str | None = "operator-secret-0123
         path.write_text(secret)
         path.chmod(0o600)
         argv += ["--secret-file", str(path)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(tmp_path))
     try:
         first = proc.stdout.readline()  # its addresses once it serves; "" when it exits first
         if first:
@@ -121,7 +123,7 @@ def test_a_tls_certificate_without_its_key_is_an_error(tmp_path):
     serve(tmp_path, "--conf", f"tls.certFile={cert}").refused(f"tls.certFile {cert}", "tls.keyFile")
 
 
-@pytest.mark.parametrize("broken", ["missing", "directory", "not-pem", "key-is-a-certificate"])
+@pytest.mark.parametrize("broken", ["missing", "directory", "not-pem", "key-is-a-certificate", "encrypted-key"])
 def test_bad_tls_files_are_named(tmp_path, broken):
     cert, key = _pem_pair(tmp_path)
     if broken == "missing":
@@ -133,15 +135,23 @@ def test_bad_tls_files_are_named(tmp_path, broken):
     elif broken == "not-pem":
         cert.write_text("hello\n")
         expected = (f"tls.certFile {cert}", "no PEM certificate")
-    else:
+    elif broken == "key-is-a-certificate":
         key = cert
         expected = (f"tls.keyFile {key}", "private key")
+    else:  # a pass phrase would be asked for on the terminal
+        subprocess.run(["openssl", "rsa", "-in", str(key), "-aes256", "-passout", "pass:abcd", "-out", str(key)],
+                       check=True, capture_output=True, timeout=60)
+        expected = (f"tls.keyFile {key}", "encrypted")
     serve(tmp_path, "--conf", f"tls.certFile={cert}", "--conf", f"tls.keyFile={key}").refused(*expected)
 
 
 def test_good_tls_files_start_the_service(tmp_path):
     cert, key = _pem_pair(tmp_path)
     outcome = serve(tmp_path, "--conf", f"tls.certFile={cert}", "--conf", f"tls.keyFile={key}")
+    assert outcome.started, outcome.stderr[-2000:]
+    both = tmp_path / "both.pem"  # a certificate file that holds its key too needs no tls.keyFile
+    both.write_text(cert.read_text() + key.read_text())
+    outcome = serve(tmp_path, "--conf", f"tls.certFile={both}")
     assert outcome.started, outcome.stderr[-2000:]
 
 
@@ -318,3 +328,35 @@ def test_the_jvm_refuses_the_secret_files_python_refuses_with_the_same_message(t
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines() == expected
     assert expected[:2] == ["ok s3cret", "ok s3cret"] and all(e.startswith("refused ") for e in expected[2:])
+
+
+def test_serve_names_what_it_cannot_use_at_start(tmp_path):
+    """A taken port, a spill directory under a file, a state file in a missing directory, settings in the
+    environment that are not JSON: one line each, and the spill directory it made is gone again."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        argv = [sys.executable, "-m", "sparkflow_exchange.cli", "serve", "--port", str(port), "--spill-dir",
+                str(tmp_path / "spill")]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=_env(tmp_path))
+        one_line(proc, f"cannot listen on 127.0.0.1:{port}", "in use")
+        assert not (tmp_path / "spill").exists()
+    (tmp_path / "plain").write_text("x")
+    serve(tmp_path / "a", "--spill-dir", str(tmp_path / "plain" / "spill")).refused(str(tmp_path / "plain" / "spill"))
+    serve(tmp_path / "b", "--state-file", str(tmp_path / "missing" / "state.json")).refused(
+        f"--state-file {tmp_path / 'missing' / 'state.json'}", "does not exist")
+    proc = subprocess.run([sys.executable, "-m", "sparkflow_exchange.cli", "list"], capture_output=True, text=True,
+                          timeout=60, env={**_env(tmp_path), "SPARKFLOW_EXCHANGE_CONF": "{not json"})
+    one_line(proc, "SPARKFLOW_EXCHANGE_CONF is not JSON")
+
+
+def test_the_plugins_launcher_names_a_secret_file_others_may_read(tmp_path):
+    """What the Spark plugin runs on the driver: the JVM shows its one line, not a Python traceback."""
+    secret = tmp_path / "secret"
+    secret.write_text("0123456789abcdef")
+    secret.chmod(0o644)
+    proc = subprocess.run([sys.executable, "-m", "sparkflow_exchange.service.plugin", "driver", "--jvm-pid",
+                           str(os.getpid())], capture_output=True, text=True, timeout=60,
+                          env={**_env(tmp_path), "SPARKFLOW_EXCHANGE_CONF": f'{{"secretFile": "{secret}"}}'})
+    one_line(proc, "plugin (driver)", f"secretFile {secret}", "mode 644", f"chmod 600 {secret}")

@@ -115,8 +115,12 @@ def server_ssl_context(cert_file: str | None, key_file: str | None) -> ssl.SSLCo
         raise ConfigError(f"tls.certFile {cert_file} holds no PEM certificate ({exc.reason or exc})") from None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    def no_pass_phrase() -> str:  # never a prompt on the terminal of a service
+        raise ConfigError(f"tls.keyFile {key_file or cert_file} is encrypted (it asks for a pass phrase): give the "
+                          "service an unencrypted key, readable by its user alone (chmod 600)")
+
     try:
-        ctx.load_cert_chain(cert_file, key_file)
+        ctx.load_cert_chain(cert_file, key_file, password=no_pass_phrase)
     except ssl.SSLError as exc:
         if not key_file:
             raise ConfigError(f"tls.certFile {cert_file} holds no private key and tls.keyFile is not set: set "

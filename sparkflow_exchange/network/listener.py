@@ -69,9 +69,13 @@ async def tcp_sockets(host: str, port: int) -> list[socket.socket]:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             if port == 0 and len(socks) > 1:  # the others on the first one's ephemeral port
                 address = (address[0], socks[0].getsockname()[1], *address[2:])
-            sock.bind(address)
+            try:
+                sock.bind(address)
+            except OSError as exc:  # e.g. the port is taken: one line naming the address, no traceback
+                where = f"[{address[0]}]:{address[1]}" if family == socket.AF_INET6 else f"{address[0]}:{address[1]}"
+                raise ConfigError(f"cannot listen on {where}: {exc.strerror or exc}") from None
             sock.listen(BACKLOG)
-    except OSError:
+    except (OSError, ConfigError):
         for sock in socks:
             sock.close()
         raise

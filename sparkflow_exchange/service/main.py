@@ -72,42 +72,27 @@ async def run(args: argparse.Namespace) -> None:
     config = config_from_args(args)
     secret = config.service_secret()
     configured_secret = secret
-    generated_secret_file = None
     if not secret and not args.insecure:
         secret = auth.new_secret()
     if not secret:
         check_insecure_host(config.bind_host, args.insecure_beyond_loopback)
+    if args.state_file and not Path(args.state_file).parent.is_dir():
+        raise ConfigError(f"--state-file {args.state_file}: its directory does not exist")
     retiring = Retirement(Path(args.state_file)) if args.state_file else None
-    service = ExchangeService(config, coordinator=not args.no_coordinator, unix_path=args.unix, secret=secret or None,
-                              attach_mode=args.embedded, hold_exchanges=args.hold_exchanges,
-                              retire=retiring.begin if retiring is not None else None, serve_metrics=args.metrics,
-                              driver_host=args.driver_host)
     try:
-        await service.start()
-    except BaseException:  # e.g. a path at --unix it may not replace: what it made goes, nothing else
+        service = ExchangeService(config, coordinator=not args.no_coordinator, unix_path=args.unix,
+                                  secret=secret or None, attach_mode=args.embedded, hold_exchanges=args.hold_exchanges,
+                                  retire=retiring.begin if retiring is not None else None,
+                                  serve_metrics=args.metrics, driver_host=args.driver_host)
+    except OSError as exc:  # e.g. a spill directory it cannot make: one line that names it
+        raise ConfigError(f"cannot start: {exc}") from None
+    try:
+        registered, ledger, info = await _start(service, config, args, secret, configured_secret)
+    except BaseException as exc:  # e.g. a path at --unix it may not replace: what it made goes, nothing else
         await service.shutdown()
+        if isinstance(exc, OSError):  # a file or directory it cannot use: one line that names it
+            raise ConfigError(f"cannot start: {exc}") from None
         raise
-    if config.state_dir and service.coordinator is not None:  # before anyone learns our address
-        from .journal import Journal
-
-        restored = await service.coordinator.restore(Journal(config.state_dir))
-        logging.getLogger(__name__).info("took up %d exchanges from the state directory %s", restored,
-                                         config.state_dir)
-    ledger = None
-    if args.state_file and service.coordinator is not None:  # before the state file: readers come after it
-        ledger = ExchangeLedger(Path(args.state_file).with_suffix(".exchanges.json"))
-        service.coordinator.lost = ledger.take_over()
-        service.coordinator.on_names_changed = ledger.record
-        ledger.record([], service.coordinator.lost)
-    if secret and not configured_secret:
-        generated_secret_file = str(service.spill_dir / "secret")
-        write_private(generated_secret_file, secret)
-        service.own_files.append(Path(generated_secret_file))  # removed when it stops
-    info = service.addresses()
-    info["secret_file"] = generated_secret_file or config.secret_file
-    if args.state_file:
-        write_state(args.state_file, {**info, "secret": secret})
-    registered = None if args.state_file else register_serve({**info, "secret": secret})
     print(json.dumps(info), flush=True)
     try:
         await service.serve_until_stopped()
@@ -120,6 +105,35 @@ async def run(args: argparse.Namespace) -> None:
             retiring.finish()
         if registered is not None:
             registered.unlink(missing_ok=True)
+
+
+async def _start(service: ExchangeService, config: ExchangeConfig, args: argparse.Namespace, secret: str | None,
+                 configured_secret: str | None) -> tuple[Path | None, ExchangeLedger | None, dict]:
+    """Start listening, take up the state directory and write the files that tell clients where it is."""
+    await service.start()
+    if config.state_dir and service.coordinator is not None:  # before anyone learns our address
+        from .journal import Journal
+
+        restored = await service.coordinator.restore(Journal(config.state_dir))
+        logging.getLogger(__name__).info("took up %d exchanges from the state directory %s", restored,
+                                         config.state_dir)
+    ledger = None
+    if args.state_file and service.coordinator is not None:  # before the state file: readers come after it
+        ledger = ExchangeLedger(Path(args.state_file).with_suffix(".exchanges.json"))
+        service.coordinator.lost = ledger.take_over()
+        service.coordinator.on_names_changed = ledger.record
+        ledger.record([], service.coordinator.lost)
+    generated_secret_file = None
+    if secret and not configured_secret:
+        generated_secret_file = str(service.spill_dir / "secret")
+        write_private(generated_secret_file, secret)
+        service.own_files.append(Path(generated_secret_file))  # removed when it stops
+    info = service.addresses()
+    info["secret_file"] = generated_secret_file or config.secret_file
+    if args.state_file:
+        write_state(args.state_file, {**info, "secret": secret})
+    registered = None if args.state_file else register_serve({**info, "secret": secret})
+    return registered, ledger, info
 
 
 def check_insecure_host(bind_host: str, allowed: bool) -> None:

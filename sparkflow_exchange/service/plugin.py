@@ -36,7 +36,7 @@ import socket
 from pathlib import Path
 
 from ..config import ExchangeConfig, read_spark_defaults
-from ..errors import ExchangeError
+from ..errors import ExchangeError, UserFacing
 from ..network import auth
 from .discovery import Endpoints, ServiceKind, host_service_for, jvm_file, running_services, runtime_dir
 from .launcher import ensure_service, sweep_orphan_spill_dirs, write_state
@@ -196,7 +196,11 @@ def main(argv: list[str] | None = None) -> None:
             p.add_argument("--executor-id", default="0")
     args = parser.parse_args(argv)
     handler = {"driver": _driver, "executor": _executor, "embedded": _embedded, "detach": _detach}[args.role]
-    print(json.dumps(handler(args)), flush=True)
+    try:
+        answer = handler(args)
+    except UserFacing as exc:  # a bad setting or file (a secret file others may read): one line for the JVM
+        raise SystemExit(f"sparkflow-exchange plugin ({args.role}): {exc}") from None
+    print(json.dumps(answer), flush=True)
 
 
 if __name__ == "__main__":
