@@ -337,3 +337,28 @@ def test_a_state_directory_that_refuses_a_write_fails_the_request_naming_it(tmp_
         assert [e.name for e in sfx.list_exchanges(**_options_of(coordinator))] == ["too-big-to-keep"]
     finally:
         coordinator.stop()
+
+
+def test_a_service_is_registered_before_it_announces_its_address(tmp_path):
+    """A writer may come the moment a service's address is out (the plugin hands it to executors at once), and
+    the coordinator accepts producers only of registered services: so a service reporting to a coordinator
+    registers first. With a slow heartbeat, only that first registration can explain what we see."""
+    coordinator = start_service(tmp_path / "coordinator", host_id="coordhost")
+    host = None
+    try:
+        host = start_service(tmp_path / "hostA", host_id="hostA", coordinator=False,
+                             conf={"coordinator": coordinator.tcp, "heartbeatInterval": "60",
+                                   "heartbeatTimeout": "120"})
+        with coordinator.connect() as conn:
+            assert host.info["service_id"] in {s["service_id"] for s in conn.call("list_services")}
+        cfg = client_config(coordinator, service=host.tcp, exchange="at-once", keys="id", numSubpartitions=2)
+        handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
+        task = ex.ProducerTask(handle, 0, "0-0-0")
+        task.write(table(0, 10).to_batches())
+        ex.commit_write(handle, [task.finish()["partition"]])
+        [desc] = [e for e in ex.list_exchanges(client_config(coordinator)) if e["name"] == "at-once"]
+        assert [p["location"]["service_id"] for p in desc["producers"]] == [host.info["service_id"]]
+    finally:
+        if host is not None:
+            host.stop()
+        coordinator.stop()

@@ -1,7 +1,13 @@
 """The coordinator's registry of services (sans-IO, told the time by a clock the test moves)."""
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
+from sparkflow_exchange.errors import ErrorCode, InvalidRequest, ServiceError, error_for
 from sparkflow_exchange.kinds import ServiceState
+from sparkflow_exchange.service.coordinator import Coordinator
 from sparkflow_exchange.service.registry import CHECK_PERIOD, ServiceRegistry
 
 
@@ -71,3 +77,39 @@ def test_records_taken_up_after_a_restart_get_a_full_timeout_to_register_again()
     assert checked_for(after, clock, 4.0) == []
     assert after.heartbeat("svc-a")
     assert [r.service_id for r in checked_for(after, clock, 6.0)] == ["svc-a"]
+
+
+def test_a_producer_location_is_taken_from_the_registry_or_refused():
+    """register_producer keeps the registered addresses of the service a location names; a location naming no
+    registered service, a lost one, or another address than it registered is refused (unregistered_service)."""
+    coord = Coordinator(lambda targets, reason="", code="": None)
+    coord.services.register("svc-a", "hostA", "10.0.0.1:7338", "unix:/a", 11)
+    coord.services.register("svc-b", "hostB", "10.0.0.2:7338", "unix:/b", 12)
+    coord.services.services["svc-b"].state = ServiceState.LOST
+    coord.services.services["svc-b"].lost_reason = "it sent no heartbeat"
+
+    def refused(location: dict) -> str:
+        with pytest.raises(ServiceError) as info:
+            coord.registered_location(location)
+        exc = error_for(info.value.code, str(info.value))  # what the client raises for it
+        assert isinstance(exc, InvalidRequest) and exc.code == ErrorCode.UNREGISTERED_SERVICE
+        return str(exc)
+
+    assert "'svc-x', which is not a registered exchange service" in refused({"service_id": "svc-x"})
+    assert "declared lost (it sent no heartbeat)" in refused({"service_id": "svc-b", "tcp": "10.0.0.2:7338"})
+    assert "at tcp address '10.0.0.9:1', but it registered '10.0.0.1:7338'" in \
+        refused({"service_id": "svc-a", "tcp": "10.0.0.9:1"})
+    assert "at unix address 'unix:/elsewhere'" in refused({"service_id": "svc-a", "unix": "unix:/elsewhere"})
+    assert refused({}) and refused({"service_id": 7})
+    kept = coord.registered_location({"service_id": "svc-a", "tcp": "10.0.0.1:7338", "host_id": "not-hostA",
+                                      "pid": 1, "tls": False})
+    assert kept == {"service_id": "svc-a", "host_id": "hostA", "tcp": "10.0.0.1:7338", "unix": "unix:/a",
+                    "pid": 11, "tls": False}
+
+    async def join() -> dict:  # and through register_producer, into what readers are told
+        d = await coord.declare("x", "schema", 1, {"name": "forward"}, "HYBRID", "overwrite")
+        await coord.register_producer("x", d["epoch"], d["write_id"], 0, "a0", "p0", {"service_id": "svc-a"})
+        return coord.exchanges["x"].describe()
+
+    [producer] = asyncio.run(join())["producers"]
+    assert producer["location"]["tcp"] == "10.0.0.1:7338" and producer["location"]["unix"] == "unix:/a"

@@ -153,7 +153,6 @@ class Listener:
         self.ssl_ctx = ssl_ctx
         self.handshake_timeout = handshake_timeout
         self.refused = 0  # connections turned away for want of fds (or of room for a TLS handshake)
-        self.dropped_silent = 0  # TLS connections closed while silent: for a newcomer, or at their deadline
         self.loop = asyncio.get_running_loop()
         self._reserve = _reserve()
         self._closed = False
@@ -233,11 +232,14 @@ class Listener:
     def _on_first_bytes(self, conn: socket.socket) -> None:
         if conn not in self._silent:
             return
+        said = _first_bytes(conn)
+        if said is None:  # woken with nothing to read after all: still silent
+            return
         self.loop.remove_reader(conn.fileno())
         self._silent.pop(conn).cancel()
-        if _first_bytes(conn):
+        if said:
             self._start_handshake(conn)
-        else:  # hung up (or nothing after all): nothing to serve
+        else:  # it hung up: nothing to serve
             conn.close()
 
     def _drop_silent(self, conn: socket.socket) -> None:
@@ -245,7 +247,6 @@ class Listener:
         if timer is None:
             return
         timer.cancel()
-        self.dropped_silent += 1
         try:
             self.loop.remove_reader(conn.fileno())
         except (ValueError, OSError):
