@@ -362,3 +362,15 @@ def test_a_service_is_registered_before_it_announces_its_address(tmp_path):
         if host is not None:
             host.stop()
         coordinator.stop()
+
+
+def test_a_drop_releases_partitions_at_each_registered_service(cluster):
+    """The coordinator releases remote partitions at the address each service registered, proving the operator
+    secret only to the service the producer's location names: both hosts' services free theirs."""
+    write_on_two_hosts(cluster, "dropped-on-two")
+    assert all(h.status()["partitions"] for h in cluster.hosts.values())
+    sfx.drop_exchange("dropped-on-two", **_options(cluster))
+    deadline = time.monotonic() + WAIT
+    while any(h.status()["partitions"] for h in cluster.hosts.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [h.status()["partitions"] for h in cluster.hosts.values()] == [[], []]

@@ -1,20 +1,24 @@
 """The JVM's handshake (jvm-stub/.../wire/Handshake.java) and the Python service agree byte for byte.
 
 A few lines of Java, run with the plugin jar and Spark's jars on the class path (no Spark application, a
-second or two), open ``RpcConnection``s to a real Python service: with the operator's secret and an
-application credential they are served (ping, and the credential the service saw), with a wrong secret
-they are refused, and a service that relays another's proof is not trusted. So a change to the proofs on
-one side only fails here.
+few seconds), open ``RpcConnection``s to a real Python service: with the operator's secret and an
+application credential they are served, with a wrong secret they are refused. Against a hand-framed fake
+service, the JVM's proof is the one Python computes for the connection, a proof made for another service
+is not trusted, and a nonce that could shift a field is refused. So a change to the proofs on one side
+only fails here.
 """
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
-from pathlib import Path
+import threading
 
 import pytest
 
 from harness import start_service
+from sparkflow_exchange.network import auth
+from sparkflow_exchange.network.protocol import FrameDecoder, Hello, ServerHello, Welcome, encode_bytes
 
 PROBE = """
 import org.sparkflow.exchange.wire.RpcConnection;
@@ -73,42 +77,68 @@ def test_the_jvm_is_refused_with_a_wrong_secret(probe, service):
     assert answer.startswith("refused") and "wrong secret" in answer
 
 
-def test_the_jvm_distrusts_a_service_whose_proof_names_another_service(probe, tmp_path):
-    """A listener that greets as one service and answers with the proof the real service made for itself
-    (a relay that rewrote the greeting's service id) is not trusted by the JVM either."""
-    import socket
-    import threading
+class FakeService:
+    """A listener on loopback that greets with ``nonce`` as ``greets_as`` and answers the Hello with the proof a
+    service named ``proves_as`` would make on this connection (it knows the secret ``s3cret``)."""
 
-    from sparkflow_exchange.network import auth
-    from sparkflow_exchange.network.protocol import FrameDecoder, Hello, ServerHello, Welcome, encode_bytes
+    def __init__(self, nonce: str, greets_as: str, proves_as: str) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(60)
+        self.address = "127.0.0.1:%d" % self.server.getsockname()[1]
+        self.nonce, self.greets_as, self.proves_as = nonce, greets_as, proves_as
+        self.hellos: list[Hello] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
 
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(60)
-    nonce = "ab" * 16
-
-    def serve() -> None:
+    def _serve(self) -> None:
         try:
-            conn, _ = server.accept()
+            conn, _ = self.server.accept()
         except OSError:
             return
         with conn:
-            conn.sendall(encode_bytes(ServerHello(nonce, "svc-claimed", "h")))
+            conn.sendall(encode_bytes(ServerHello(self.nonce, self.greets_as, "h")))
             decoder, hello = FrameDecoder(), None
             while hello is None:
                 data = conn.recv(65536)
                 if not data:
                     return
                 hello = next((m for m in decoder.feed(data) if isinstance(m, Hello)), None)
-            # the proof a service named "svc-real" would send on this connection
-            conn.sendall(encode_bytes(Welcome("svc-real", "h", auth.prove_service("s3cret", hello.nonce, nonce,
-                                                                                  "svc-real"))))
-            conn.recv(65536)
+            self.hellos.append(hello)
+            proof = auth.prove_service("s3cret", hello.nonce, self.nonce, self.proves_as)
+            conn.sendall(encode_bytes(Welcome(self.proves_as, "h", proof)))
+            try:
+                conn.recv(65536)
+            except OSError:
+                pass
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
+    def close(self) -> None:
+        self.server.close()
+        self.thread.join(5)
+
+
+def test_the_jvm_proves_for_the_service_that_greets_and_checks_its_proof(probe):
+    """The JVM's proof is the one the Python side computes for this connection and the greeting's service; a
+    proof made for another service (a relay that rewrote the greeting's id) is not trusted."""
+    honest = FakeService("ab" * 16, "svc-real", "svc-real")
     try:
-        answer = probe("127.0.0.1:%d" % server.getsockname()[1], "s3cret")
+        assert probe(honest.address, "s3cret").startswith("refused")  # the fake answers no ping, but...
+        [hello] = honest.hellos
+        assert auth.valid_nonce(hello.nonce)
+        assert hello.proof == auth.prove("s3cret", "ab" * 16, hello.nonce, "svc-real")  # ...proved as Python does
+    finally:
+        honest.close()
+    relay = FakeService("ab" * 16, "svc-claimed", "svc-real")
+    try:
+        answer = probe(relay.address, "s3cret")
         assert answer.startswith("refused") and "not trusted" in answer
     finally:
-        server.close()
-        thread.join(5)
+        relay.close()
+
+
+def test_the_jvm_refuses_a_nonce_that_could_shift_a_field(probe):
+    fake = FakeService("ab" * 15 + ":x", "svc-real", "svc-real")
+    try:
+        answer = probe(fake.address, "s3cret")
+        assert answer.startswith("refused") and "not 32 lowercase hex digits" in answer and fake.hellos == []
+    finally:
+        fake.close()
