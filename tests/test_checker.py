@@ -259,7 +259,7 @@ def test_short_run_with_readers_through_the_jvm_reader(tmp_path, jar):
     out = tmp_path / "summary.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "checker.py"), "--duration", "25", "--min-reads", "6",
-         "--max-duration", "300", "--writers", "3", "--readers", "4", "--jvm-readers", "2", "--kill-every", "10",
+         "--min-jvm-reads", "2", "--max-duration", "300", "--writers", "3", "--readers", "4", "--jvm-readers", "2", "--kill-every", "10",
          "--seed", "11", "--names", "8", "--slack", "20", "--workdir", str(tmp_path / "run"), "--json", str(out)],
         capture_output=True, text=True, timeout=600)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
