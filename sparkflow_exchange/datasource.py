@@ -91,6 +91,11 @@ class PipelinedDataSource(DataSource):
 
     @user_errors
     def writer(self, schema: StructType, overwrite: bool) -> "PipelinedWriter":
+        if not schema.fields:  # Spark hands a Python writer such rows as batches of 0 rows: they would be lost
+            raise ConfigError(
+                f"exchange {self.config.exchange!r}: a DataFrame with no columns cannot be written by the Python data "
+                "source (Spark passes it no rows); add a column, or write it through the plugin jar (catalog, or "
+                "format(\"pipelined\") with the jar loaded), which keeps the row count")
         finding = _ServiceLookup(self.config)  # a first write may start the embedded service meanwhile
         from . import exchange as ex
         arrow_schema = _arrow_schema(schema)

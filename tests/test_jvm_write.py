@@ -121,3 +121,25 @@ def test_live_producers_take_exactly_one_committed_state_without_sockets(results
 def test_a_catalog_set_to_read_while_written_reads_an_exchange_being_written(results):
     outcome = passed(results, "a_catalog_with_read_while_written_reads_as_the_producers_write")
     assert "read while written" in outcome["plan"] and outcome["reading_before_commit"]
+
+
+def test_an_append_in_another_layout_is_refused_on_every_writer_and_spark_groups_correctly(results):
+    outcome = passed(results, "an_append_in_another_layout_is_refused_on_every_writer")
+    assert outcome["groups_lay_jvm"] == outcome["groups_lay_py"] == 50
+
+
+def test_key_filters_resolve_columns_as_spark_does_on_both_jar_readers(results):
+    passed(results, "key_filters_resolve_columns_as_spark_does")
+
+
+def test_a_failed_write_through_the_jar_changes_nothing(results):
+    outcome = passed(results, "a_failed_write_through_the_jar_changes_nothing")
+    assert "at most half of maxFrameSize" in outcome["jvm_buffer_size"]
+
+
+def test_a_broadcast_read_gives_every_read_partition_exactly_one_copy(results):
+    passed(results, "a_broadcast_read_gives_every_read_partition_one_copy")
+
+
+def test_a_dataframe_without_columns_keeps_its_rows_or_is_refused(results):
+    assert passed(results, "a_dataframe_without_columns_keeps_its_rows_or_is_refused")["jvm_rows"] == 5

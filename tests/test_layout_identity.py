@@ -119,3 +119,32 @@ def test_a_drop_during_an_overwrite_drops_the_version_set_aside_too(tmp_service)
     ex.drop_exchange("dropped", cfg)
     ex.abort_write(handle, "a task failed")
     assert "dropped" not in [e["name"] for e in ex.list_exchanges(cfg)]
+
+
+def test_a_commit_that_leaves_out_tasks_which_wrote_rows_is_refused(tmp_service):
+    """A driver that lost its tasks' commit messages (e.g. read with another class loader) commits fewer
+    partitions than its tasks wrote: refused, never an exchange committed empty; the write can still abort."""
+    from sparkflow_exchange.errors import DataLost
+
+    svc = tmp_service()
+    cfg = client_config(svc, exchange="covered", keys="a", numSubpartitions=4)
+    write(cfg, batch(0, 20), overwrite=True)
+    handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
+    parts = []
+    for i in range(2):
+        task = ex.ProducerTask(handle, i, f"attempt-{i}")
+        task.write([batch(100 + 10 * i, 10)])
+        parts.append(task.finish()["partition"])
+    empty = ex.ProducerTask(handle, 2, "attempt-2")  # a task with no rows may be left out
+    empty.finish()
+    for named in ([], parts[:1]):
+        with pytest.raises(DataLost, match=r"tasks of this write pushed rows and none of their attempts is committed "
+                                           r"\(task 0 \(10 rows\)|\(task 1 \(10 rows\)"):
+            ex.commit_write(handle, named, {p: 10 for p in named})
+    ex.abort_write(handle, "its commit was refused")
+    assert read_all(cfg) == sorted(f"r{i}" for i in range(20))  # the committed version is still the exchange
+    handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
+    task = ex.ProducerTask(handle, 0, "attempt-0")
+    task.write([batch(200, 5)])
+    ex.commit_write(handle, [task.finish()["partition"]], {})
+    assert read_all(cfg) == sorted(f"r{i}" for i in range(200, 205))

@@ -422,6 +422,7 @@ class Coordinator:
         self._check_rows(ex, partitions, rows)
         winners = set(partitions)
         of_write = [p for p in ex.producers.values() if p.write_id == write_id]
+        self._check_tasks_covered(ex, of_write, winners)
         indexes = sorted(ex.producers[p].index for p in partitions)
         if len(set(indexes)) != len(indexes):
             raise ServiceError(f"commit of {name!r} names two attempts of one task: {indexes}", ErrorCode.BAD_REQUEST)
@@ -461,6 +462,22 @@ class Coordinator:
         reported = [ex.producers[p].rows for p in partitions]
         if ex.committed_rows is not None:
             ex.committed_rows = None if any(r < 0 for r in reported) else ex.committed_rows + sum(reported)
+
+    @staticmethod
+    def _check_tasks_covered(ex: Exchange, of_write: list[ProducerInfo], winners: set[str]) -> None:
+        """A commit holds every task that wrote rows: a task whose finished producers pushed rows but none of whose
+        attempts the commit names means the driver lost its commit message (never an empty commit of a full write)."""
+        covered = {p.index for p in of_write if p.partition in winners}
+        uncovered: dict[int, int] = {}
+        for p in of_write:
+            if p.index not in covered and p.state == PartitionState.FINISHED and p.rows > 0:
+                uncovered[p.index] = max(uncovered.get(p.index, 0), p.rows)
+        if uncovered:
+            listed = ", ".join(f"task {i} ({n} rows)" for i, n in sorted(uncovered.items())[:5])
+            raise ServiceError(
+                f"commit of exchange {ex.name!r} refused: it names {len(winners)} partitions, but {len(uncovered)} "
+                f"tasks of this write pushed rows and none of their attempts is committed ({listed}); the writing "
+                "driver lost their commit messages", ErrorCode.ROWS_LOST)
 
     @staticmethod
     def _add_sizes(ex: Exchange, partitions: list[str]) -> None:
