@@ -143,3 +143,20 @@ def test_a_broadcast_read_gives_every_read_partition_exactly_one_copy(results):
 
 def test_a_dataframe_without_columns_keeps_its_rows_or_is_refused(results):
     assert passed(results, "a_dataframe_without_columns_keeps_its_rows_or_is_refused")["jvm_rows"] == 5
+
+
+def test_a_jar_added_to_a_running_session_writes_every_row_or_fails_clearly(tmp_path, jar):
+    """ADD JAR in a session started without the jar, then a format("pipelined") write of 100,000 rows: every row
+    committed and read back by both readers, or the write fails naming the cause; never an empty committed exchange."""
+    from sparkflow_exchange.service.process import stop_embedded
+
+    try:
+        out, _proc = run_app_with_jar(tmp_path, (Path(__file__).parent / "app_add_jar.py").read_text(), jar, timeout=600)
+    finally:
+        stop_embedded(tmp_path / "runtime")
+    if out["written"]:
+        assert out["jvm_rows"] == out["python_rows"] == 100_000, out
+        assert [(e["state"], e["rows"]) for e in out["listed"]] == [("committed", 100_000)], out
+    else:
+        assert "ADD JAR" in out["error"] or "commit messages" in out["error"], out["error"]
+        assert all(e["state"] != "committed" or e["rows"] for e in out["listed"]), out
