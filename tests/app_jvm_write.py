@@ -868,8 +868,27 @@ def a_dataframe_without_columns_keeps_its_rows_or_is_refused(d):
         .create()
     d["jvm_rows"] = spark.table("exchange.nocols").count()
     assert d["jvm_rows"] == 5, d
+    try:
+        d["python_reader"] = python_read("nocols").count()
+    except Exception as exc:  # noqa: BLE001 - recorded: a refusal is an answer too
+        d["python_reader"] = str(exc).splitlines()[0][:300]
+    assert d["python_reader"] == 5 or "no columns" in str(d["python_reader"]), d
     refused(d, "python", lambda: empty.write.format("pipelined").mode("overwrite").option("exchange", "nocols_py")
             .option("partitioner", "rebalance").option("numSubpartitions", "2").save(), "no columns")
+
+
+@check
+def collated_keys_are_refused_on_both_writers(d):
+    """A hash key of STRING COLLATE UTF8_LCASE is refused by both writers, naming the collation (an exchange keeps
+    no collation: its rows would be placed, compared and filtered as plain strings)."""
+    src = spark.range(90).select(F.expr("CAST(CASE id % 3 WHEN 0 THEN 'abc' WHEN 1 THEN 'ABC' ELSE 'Abc' END "
+                                        "AS STRING COLLATE UTF8_LCASE)").alias("k"), F.col("id").alias("v"))
+    refused(d, "jvm", lambda: src.writeTo("exchange.collated").tableProperty("keys", "k")
+            .tableProperty("numSubpartitions", "8").create(), "collated string", "UTF8_LCASE")
+    refused(d, "python", lambda: src.write.format("pipelined").mode("overwrite").option("exchange", "collated_py")
+            .option("keys", "k").option("numSubpartitions", "8").save(), "collated string", "UTF8_LCASE")
+    names = {e["name"] for e in list_exchanges(ExchangeConfig.load())}
+    assert not {"collated", "collated_py"} & names, names
 
 
 print(json.dumps(results))

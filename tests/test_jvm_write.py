@@ -145,6 +145,11 @@ def test_a_dataframe_without_columns_keeps_its_rows_or_is_refused(results):
     assert passed(results, "a_dataframe_without_columns_keeps_its_rows_or_is_refused")["jvm_rows"] == 5
 
 
+def test_collated_keys_are_refused_on_both_writers(results):
+    outcome = passed(results, "collated_keys_are_refused_on_both_writers")
+    assert "UTF8_LCASE" in outcome["jvm"] and "UTF8_LCASE" in outcome["python"], outcome
+
+
 def test_a_jar_added_to_a_running_session_writes_every_row_or_fails_clearly(tmp_path, jar):
     """ADD JAR in a session started without the jar, then a format("pipelined") write of 100,000 rows: every row
     committed and read back by both readers, or the write fails naming the cause; never an empty committed exchange."""
