@@ -223,7 +223,11 @@ class Coordinator:
     def _persist(self, ex: Exchange) -> None:
         """Write the exchange to the state directory (a state reads may see: declared, sealed, aborted)."""
         if self.journal is not None and not ex.stream and self.exchanges.get(ex.name) is ex:
-            self.journal.save_exchange(ex.name, ex.record())
+            record = ex.record()
+            older = self.previous.get(ex.name)
+            if older is not None:  # an open overwrite: a restart that aborts it gives the name this version again
+                record["previous"] = older.record()
+            self.journal.save_exchange(ex.name, record)
 
     def _get(self, name: str, epoch: int | None = None) -> Exchange:
         ex = self.exchanges.get(name)
@@ -598,6 +602,8 @@ class Coordinator:
         for name, older in list(self.previous.items()):  # a version set aside with data there cannot come back
             if any(p.location.get("service_id") in by_id for p in older.producers.values()):
                 self._release_previous(name, f"lost with a service that held it ({older.name!r} was being overwritten)")
+                if name in self.exchanges:
+                    self._persist(self.exchanges[name])
         for name, ex in list(self.exchanges.items()):
             held = [p for p in ex.producers.values() if p.location.get("service_id") in by_id]
             committed = set(ex.committed)
@@ -639,13 +645,17 @@ class Coordinator:
         for record in journal.load_exchanges():
             try:
                 ex = Exchange.from_record(record)
+                if record.get("previous"):
+                    self.previous[ex.name] = Exchange.from_record(record["previous"])
             except (KeyError, ValueError, TypeError) as exc:
                 log.error("state directory: exchange record %r cannot be read (%s): skipped", record.get("name"), exc)
                 continue
             self.exchanges[ex.name] = ex
             self.lost.pop(ex.name, None)
             top_epoch = max(top_epoch, ex.epoch)
-            for write_id in [*ex.open_writes, *(p.write_id for p in ex.producers.values())]:
+            older = self.previous.get(ex.name)
+            for write_id in [*ex.open_writes, *(p.write_id for v in (ex, older) if v is not None
+                                                for p in v.producers.values())]:
                 if write_id[1:].isdigit():
                     top_write = max(top_write, int(write_id[1:]))
         self._epochs = itertools.count(top_epoch + 1)
