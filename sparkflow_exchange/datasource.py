@@ -156,8 +156,8 @@ def _refuse_collated_keys(config: ExchangeConfig, schema: StructType) -> None:
         if collation != "UTF8_BINARY":
             raise ConfigError(
                 f"hash key {key!r} of exchange {config.exchange!r} is a collated string ({collation}), whose "
-                f"collation an exchange does not keep: hash on a key of the default collation (e.g. lower({key}) for UTF8_LCASE), "
-                "or cast it to STRING")
+                "collation an exchange does not keep: hash on a key of the default collation (e.g. "
+                f"lower({key}) for UTF8_LCASE), or cast it to STRING")
 
 
 def _check_schema(name: str | None, given: pa.Schema, expected: pa.Schema) -> None:

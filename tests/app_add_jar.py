@@ -29,7 +29,8 @@ except Exception as exc:  # noqa: BLE001 - the test asserts on the message
     out["written"] = False
     out["error"] = str(exc)[:4000]
 listed = [e for e in list_exchanges(ExchangeConfig.load()) if e["name"] == "added"]
-out["listed"] = [{"state": e.get("state"), "rows": e.get("rows"), "producers": len(e.get("committed") or [])} for e in listed]
+out["listed"] = [{"state": e.get("state"), "rows": e.get("rows"), "producers": len(e.get("committed") or [])}
+                 for e in listed]
 if out["written"]:
     out["jvm_rows"] = spark.read.format("pipelined").option("exchange", "added").load().count()
     spark.conf.set("spark.sparkflow.exchange.jvmFormat", "false")
