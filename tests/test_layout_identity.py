@@ -148,3 +148,24 @@ def test_a_commit_that_leaves_out_tasks_which_wrote_rows_is_refused(tmp_service)
     task.write([batch(200, 5)])
     ex.commit_write(handle, [task.finish()["partition"]], {})
     assert read_all(cfg) == sorted(f"r{i}" for i in range(200, 205))
+
+
+def test_an_append_to_a_failed_overwrite_is_released_with_it(tmp_service):
+    """An append declared on an open overwrite writes that version: the overwrite aborted, the append's producers
+    are released at once (not left unknown to every later drop) and its commit is refused; the committed version
+    stays the exchange's."""
+    svc = tmp_service()
+    cfg = client_config(svc, exchange="stacked", keys="a", numSubpartitions=2)
+    write(cfg, batch(0, 10), overwrite=True)
+    overwrite = ex.declare_write(cfg, SCHEMA, overwrite=True)
+    append = ex.declare_write(cfg, SCHEMA, overwrite=False)
+    task = ex.ProducerTask(append, 0, "attempt-0")
+    task.write([batch(100, 5)])
+    part = task.finish()["partition"]
+    ex.abort_write(overwrite, "a task failed")
+    with pytest.raises(ExchangeReplaced):
+        ex.commit_write(append, [part])
+    assert read_all(cfg) == sorted(f"r{i}" for i in range(10))
+    ex.drop_exchange("stacked", cfg)
+    with svc.connect() as conn:
+        assert conn.call("status")["partitions"] == []  # nothing left that no drop could reach

@@ -533,7 +533,10 @@ class Coordinator:
         self._persist(ex)
         await self._notify(ex, name, removed=[p.partition for p in of_write])
         if ex.state == ExchangeState.ABORTED and name in self.previous:
-            # a failed overwrite changes nothing: the version it was to replace is the exchange again
+            # a failed overwrite changes nothing: the version it was to replace is the exchange again. Writes
+            # still open on the failed version (an append to it) go with it: their producers are released now
+            self._release_producers(list(ex.producers.values()), f"the overwrite of exchange {name!r} it "
+                                    "wrote to failed; the exchange is its committed version again", REPLACED)
             restored = self.exchanges[name] = self.previous.pop(name)
             self._persist(restored)
             await self._notify(restored, name)
