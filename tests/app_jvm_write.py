@@ -856,6 +856,15 @@ def a_broadcast_read_gives_every_read_partition_one_copy(d):
                                                                          F.countDistinct("v").alias("distinct"))
             d[reader] = sorted((r["pid"], r["n"], r["distinct"]) for r in per.collect())
             assert d[reader] == [(i, 300, 300) for i in range(4)], (reader, d[reader])
+        # no width: each producer's one subpartition is every reader's (one read partition per producer)
+        small.repartition(3).writeTo("exchange.bc_shared").tableProperty("partitioner", "broadcast").create()
+        for reader, got in (("catalog_shared", spark.table("exchange.bc_shared")),
+                            ("python_shared", python_read("bc_shared"))):
+            per = got.groupBy(F.spark_partition_id().alias("pid")).agg(F.count("*").alias("n"),
+                                                                         F.countDistinct("v").alias("distinct"))
+            d[reader] = sorted((r["pid"], r["n"], r["distinct"]) for r in per.collect())
+            assert [(n, k) for _, n, k in d[reader]] == [(300, 300)] * len(d[reader]) and d[reader], (reader, d)
+        assert len(d["catalog_shared"]) == len(d["python_shared"]), d
     finally:
         spark.conf.set("spark.sql.adaptive.enabled", "false")
 
