@@ -41,7 +41,7 @@ import org.sparkflow.exchange.write.WriteSettings;
  * then ends at its declaration), as {@code format("pipelined")} reads it.
  */
 public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
-    /** The settings that find the service: the Python source given a format("pipelined") use gets them too. */
+    /** The settings that find the service (the Python source behind format("pipelined") gets the non-host ones). */
     public static final String[] KEYS = {"coordinator", "service", "secret", "secretFile", "hostId", "tls.caFile",
         "tls.certFile"};
     static final long POLL_MILLIS = 100;

@@ -3,6 +3,7 @@ package org.sparkflow.exchange.format;
 import java.util.EnumSet;
 import java.util.HashMap;
 import java.util.HashSet;
+import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
@@ -33,10 +34,16 @@ final class PythonSource {
     }
 
     /**
-     * {@code options} with the session's settings that find the service ({@link ExchangeCatalog#KEYS}:
-     * {@code spark.sparkflow.exchange.coordinator}, {@code secretFile}, ...) where the options do not give them:
-     * the Python source's planning workers do not see the session's settings without {@code register(spark)}, and
-     * must find the service the JVM path finds from the same settings.
+     * The application's settings that name the coordinator and prove the secret: what the JVM path finds the
+     * service with ({@link ExchangeCatalog#KEYS}) except the per-host ones ({@code hostId}, {@code service}),
+     * which each executor's tasks take from their own host.
+     */
+    static final List<String> DISCOVERY = List.of("coordinator", "secret", "secretFile", "tls.caFile", "tls.certFile");
+
+    /**
+     * {@code options} with the application's {@link #DISCOVERY} settings ({@code spark.sparkflow.exchange.*})
+     * where the options do not give them: the Python source's planning workers do not see the session's settings
+     * without {@code register(spark)}, and must find the service the JVM path finds from the same settings.
      */
     static Map<String, String> withSessionDiscovery(Map<String, String> options) {
         SparkConf conf = SparkEnv.get() != null ? SparkEnv.get().conf() : null;
@@ -46,7 +53,7 @@ final class PythonSource {
         Set<String> given = new HashSet<>();
         options.keySet().forEach(k -> given.add(k.toLowerCase(Locale.ROOT)));
         Map<String, String> out = new HashMap<>(options);
-        for (String key : ExchangeCatalog.KEYS) {
+        for (String key : DISCOVERY) {
             scala.Option<String> value = conf.getOption("spark.sparkflow.exchange." + key);
             if (!given.contains(key.toLowerCase(Locale.ROOT)) && value.isDefined()) {
                 out.put(key, value.get());
