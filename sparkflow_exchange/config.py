@@ -35,7 +35,10 @@ SINGLE_SUBPARTITION = ("forward", "broadcast")  # partitioners that give each pr
 
 
 
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30}
+# size and duration suffixes (lower case): the JVM writer's WriteSettings.SIZE_UNITS / TIME_UNITS hold the same
+# entries (tests/test_config.py compares them), so both writers accept and refuse the same values
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+               "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
 _TIME_UNITS = {"ms": 0.001, "s": 1.0, "": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 

@@ -91,6 +91,12 @@ class PipelinedDataSource(DataSource):
 
     @user_errors
     def writer(self, schema: StructType, overwrite: bool) -> "PipelinedWriter":
+        if not schema.fields:  # Spark hands a Python writer such rows as batches of 0 rows: they would be lost
+            raise ConfigError(
+                f"exchange {self.config.exchange!r}: a DataFrame with no columns cannot be written by the Python data "
+                "source (Spark passes it no rows); add a column, or write it through the plugin jar (catalog, or "
+                "format(\"pipelined\") with the jar loaded), which keeps the row count")
+        _refuse_collated_keys(self.config, schema)
         finding = _ServiceLookup(self.config)  # a first write may start the embedded service meanwhile
         from . import exchange as ex
         arrow_schema = _arrow_schema(schema)
@@ -136,6 +142,22 @@ class _ServiceLookup(threading.Thread):
         self.join()
         if self.error is not None:
             raise self.error
+
+
+def _refuse_collated_keys(config: ExchangeConfig, schema: StructType) -> None:
+    """A hash key of a collated string (e.g. UTF8_LCASE) is refused: an exchange's schema is Arrow's, which keeps
+    no collation, so the rows would be placed, compared and filtered as plain strings, unlike Spark's own."""
+    if config.partitioner != "hash":
+        return
+    fields = {f.name: f for f in schema.fields}
+    for key in config.keys:
+        field = fields.get(key)
+        collation = getattr(field.dataType, "collation", "UTF8_BINARY") if field is not None else "UTF8_BINARY"
+        if collation != "UTF8_BINARY":
+            raise ConfigError(
+                f"hash key {key!r} of exchange {config.exchange!r} is a collated string ({collation}), whose "
+                "collation an exchange does not keep: hash on a key of the default collation (e.g. "
+                f"lower({key}) for UTF8_LCASE), or cast it to STRING")
 
 
 def _check_schema(name: str | None, given: pa.Schema, expected: pa.Schema) -> None:

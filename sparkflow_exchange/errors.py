@@ -29,6 +29,7 @@ class ErrorCode(enum.StrEnum):
     NOT_A_BATCH = "not_a_batch"  # a batch read of a stream
     NOT_A_STREAM = "not_a_stream"  # a streaming read of a batch exchange
     SCHEMA_MISMATCH = "schema_mismatch"
+    LAYOUT_MISMATCH = "layout_mismatch"  # an append with another partitioner, keys, width or partition type
     SUPERSEDED = "superseded"  # a task of a writer query's run that a later start replaced
     NO_SUBPARTITIONS = "no_subpartitions"  # a read planned before the exchange's width is known
     UNREGISTERED_SERVICE = "unregistered_service"  # a producer location no registered service holds
@@ -176,6 +177,7 @@ _CLASS_OF: dict[ErrorCode, type[ServiceError]] = {
     ErrorCode.NOT_COORDINATOR: InvalidRequest,
     ErrorCode.WRITE_CLOSED: InvalidRequest,
     ErrorCode.WIDTH_MISMATCH: InvalidRequest,
+    ErrorCode.LAYOUT_MISMATCH: InvalidRequest,
     ErrorCode.FORWARD_PARALLELISM: InvalidRequest,
     ErrorCode.NOT_A_BATCH: InvalidRequest,
     ErrorCode.NOT_A_STREAM: InvalidRequest,

@@ -745,5 +745,160 @@ def format_pipelined_hands_the_rest_to_the_python_source(d):
         spark.conf.set(JVM_FORMAT, "false")
 
 
+def refused(d: dict, key: str, work, *needles: str) -> None:
+    """``work`` fails, its first line naming every needle; kept in ``d[key]``."""
+    try:
+        work()
+    except Exception as exc:  # noqa: BLE001 - Spark wraps the cause in its own type
+        d[key] = next((line for line in str(exc).splitlines() if needles[0] in line), str(exc).splitlines()[0])[:600]
+        for needle in needles:
+            assert needle in str(exc), (needle, str(exc)[:3000])
+        return
+    raise AssertionError(f"{key}: accepted")
+
+
+@check
+def an_append_in_another_layout_is_refused_on_every_writer(d):
+    """An exchange created hash(a) into 4 (by either writer) refuses an append on b (by either writer), and one
+    created hash(a, b) refuses hash(b, a): Spark, told the exchange is grouped by a, groups and prunes correctly."""
+    rows = spark.range(2000).select((F.col("id") % 50).alias("a"), (F.col("id") % 13).alias("b"), F.col("id").alias("v"))
+
+    def python_write(name, keys, mode):
+        rows.write.format("pipelined").mode(mode).option("exchange", name).option("keys", keys) \
+            .option("numSubpartitions", "4").save()
+
+    rows.writeTo("exchange.lay_jvm").tableProperty("keys", "a").tableProperty("numSubpartitions", "4").create()
+    python_write("lay_py", "a", "overwrite")
+    for name in ("lay_jvm", "lay_py"):
+        refused(d, f"python_append_{name}", lambda: python_write(name, "b", "append"),
+                "with another layout", "holds hash(a) into 4 subpartitions", "this write has hash(b) into 4")
+    spark.conf.set(JVM_FORMAT, "true")
+    try:
+        refused(d, "jvm_append_lay_py", lambda: rows.write.format("pipelined").mode("append").option("exchange", "lay_py")
+                .option("keys", "b").option("numSubpartitions", "4").save(), "layout")
+    finally:
+        spark.conf.set(JVM_FORMAT, "false")
+    python_write("lay_two", "a,b", "overwrite")
+    refused(d, "python_append_two_keys", lambda: python_write("lay_two", "b,a", "append"),
+            "holds hash(a, b) into 4", "this write has hash(b, a)")
+    for name in ("lay_jvm", "lay_py"):
+        assert described(name)["partitioner"]["keys"] == ["a"] and described(name)["rows"] == 2000, described(name)
+        table = spark.table(f"exchange.{name}")
+        d[f"groups_{name}"] = table.groupBy("a").count().count()
+        assert d[f"groups_{name}"] == 50, d
+        assert table.where("a = 7").count() == 40
+        placement_equals_repartition(python_read(name), rows, 4, "a")
+
+
+@check
+def key_filters_resolve_columns_as_spark_does(d):
+    """spark.sql.caseSensitive=true, columns k and K, hashed on K: WHERE k = 5 prunes nothing by k's value (k is
+    not a key), WHERE K = 5 prunes to K's subpartition; both readers of the jar return every matching row."""
+    spark.conf.set("spark.sql.caseSensitive", "true")
+    spark.conf.set(JVM_FORMAT, "true")
+    try:
+        src = spark.range(160).select((F.col("id") % 8).alias("k"), ((F.col("id") * 7 + 3) % 11).alias("K"),
+                                      F.col("id").alias("v"))
+        src.writeTo("exchange.cased").tableProperty("keys", "K").tableProperty("numSubpartitions", "8").create()
+        readers = {"catalog": lambda: spark.table("exchange.cased"),
+                   "format": lambda: spark.read.format("pipelined").option("exchange", "cased").load()}
+        for reader, read in readers.items():
+            for where in ("k = 5", "k IN (5, 6)", "K = 5", "K IN (5, 6)", "k = 5 AND K = 2"):
+                got = sorted(r["v"] for r in read().where(where).collect())
+                want = sorted(r["v"] for r in src.where(where).collect())
+                assert got == want and want, (reader, where, len(got), len(want))
+            d[f"{reader}_plan"] = executed(read().where("K = 5"))
+            assert "(1 read)" in d[f"{reader}_plan"], d[f"{reader}_plan"]  # K is the key: pruned to one
+            assert "read)" not in executed(read().where("k = 5")), executed(read().where("k = 5"))
+    finally:
+        spark.conf.set("spark.sql.caseSensitive", "false")
+        spark.conf.set(JVM_FORMAT, "false")
+
+
+@check
+def a_failed_write_through_the_jar_changes_nothing(d):
+    """bufferSize=1g is refused at planning by the JVM writer, as by the Python writer (nothing declared); an
+    overwrite whose tasks fail leaves the committed version readable, with its rows."""
+    hundred = spark.range(100).select(F.col("id").alias("k"), F.col("id").alias("v"))
+    hundred.writeTo("exchange.kept").tableProperty("keys", "k").tableProperty("numSubpartitions", "4").create()
+    epoch = described("kept")["epoch"]
+    spark.conf.set(JVM_FORMAT, "true")
+    try:
+        refused(d, "jvm_buffer_size", lambda: hundred.write.format("pipelined").mode("overwrite")
+                .option("exchange", "kept").option("keys", "k").option("numSubpartitions", "4")
+                .option("bufferSize", "1g").save(), "bufferSize 1073741824 must be at most half of maxFrameSize")
+        failing = hundred.select("k", F.when(F.col("v") == 50, F.raise_error(F.lit("boom"))).otherwise(F.col("v"))
+                                 .cast("long").alias("v"))
+        refused(d, "tasks_fail", lambda: failing.write.format("pipelined").mode("overwrite").option("exchange", "kept")
+                .option("keys", "k").option("numSubpartitions", "4").save(), "boom")
+    finally:
+        spark.conf.set(JVM_FORMAT, "false")
+    refused(d, "python_buffer_size", lambda: hundred.write.format("pipelined").mode("overwrite")
+            .option("exchange", "kept").option("keys", "k").option("numSubpartitions", "4")
+            .option("bufferSize", "1g").save(), "bufferSize 1073741824 must be at most half of maxFrameSize")
+    after = described("kept")
+    assert (after["epoch"], after["state"], after["rows"]) == (epoch, "committed", 100), after
+    same(spark.table("exchange.kept"), hundred)
+    same(python_read("kept"), hundred)
+
+
+@check
+def a_broadcast_read_gives_every_read_partition_one_copy(d):
+    """A broadcast exchange of 4 copies read by the catalog with readPartitions=auto under adaptive execution: 4
+    read partitions, each every row once, as the Python reader."""
+    small = base.where("v < 300").select("k", "v")
+    small.writeTo("exchange.bc4").tableProperty("partitioner", "broadcast").tableProperty("numSubpartitions", "4") \
+        .create()
+    spark.conf.set("spark.sql.adaptive.enabled", "true")
+    try:
+        for reader, got in (("catalog", spark.table("exchange.bc4")), ("python", python_read("bc4"))):
+            per = got.groupBy(F.spark_partition_id().alias("pid")).agg(F.count("*").alias("n"),
+                                                                         F.countDistinct("v").alias("distinct"))
+            d[reader] = sorted((r["pid"], r["n"], r["distinct"]) for r in per.collect())
+            assert d[reader] == [(i, 300, 300) for i in range(4)], (reader, d[reader])
+        # no width: each producer's one subpartition is every reader's (one read partition per producer)
+        small.repartition(3).writeTo("exchange.bc_shared").tableProperty("partitioner", "broadcast").create()
+        for reader, got in (("catalog_shared", spark.table("exchange.bc_shared")),
+                            ("python_shared", python_read("bc_shared"))):
+            per = got.groupBy(F.spark_partition_id().alias("pid")).agg(F.count("*").alias("n"),
+                                                                         F.countDistinct("v").alias("distinct"))
+            d[reader] = sorted((r["pid"], r["n"], r["distinct"]) for r in per.collect())
+            assert [(n, k) for _, n, k in d[reader]] == [(300, 300)] * len(d[reader]) and d[reader], (reader, d)
+        assert len(d["catalog_shared"]) == len(d["python_shared"]), d
+    finally:
+        spark.conf.set("spark.sql.adaptive.enabled", "false")
+
+
+@check
+def a_dataframe_without_columns_keeps_its_rows_or_is_refused(d):
+    """spark.range(5).select(): the JVM writer keeps its 5 rows; the Python writer refuses it, naming why."""
+    empty = spark.range(5).select()
+    empty.writeTo("exchange.nocols").tableProperty("partitioner", "rebalance").tableProperty("numSubpartitions", "2") \
+        .create()
+    d["jvm_rows"] = spark.table("exchange.nocols").count()
+    assert d["jvm_rows"] == 5, d
+    try:
+        d["python_reader"] = python_read("nocols").count()
+    except Exception as exc:  # noqa: BLE001 - recorded: a refusal is an answer too
+        d["python_reader"] = str(exc).splitlines()[0][:300]
+    assert d["python_reader"] == 5 or "no columns" in str(d["python_reader"]), d
+    refused(d, "python", lambda: empty.write.format("pipelined").mode("overwrite").option("exchange", "nocols_py")
+            .option("partitioner", "rebalance").option("numSubpartitions", "2").save(), "no columns")
+
+
+@check
+def collated_keys_are_refused_on_both_writers(d):
+    """A hash key of STRING COLLATE UTF8_LCASE is refused by both writers, naming the collation (an exchange keeps
+    no collation: its rows would be placed, compared and filtered as plain strings)."""
+    src = spark.range(90).select(F.expr("CAST(CASE id % 3 WHEN 0 THEN 'abc' WHEN 1 THEN 'ABC' ELSE 'Abc' END "
+                                        "AS STRING COLLATE UTF8_LCASE)").alias("k"), F.col("id").alias("v"))
+    refused(d, "jvm", lambda: src.writeTo("exchange.collated").tableProperty("keys", "k")
+            .tableProperty("numSubpartitions", "8").create(), "collated string", "UTF8_LCASE")
+    refused(d, "python", lambda: src.write.format("pipelined").mode("overwrite").option("exchange", "collated_py")
+            .option("keys", "k").option("numSubpartitions", "8").save(), "collated string", "UTF8_LCASE")
+    names = {e["name"] for e in list_exchanges(ExchangeConfig.load())}
+    assert not {"collated", "collated_py"} & names, names
+
+
 print(json.dumps(results))
 spark.stop()

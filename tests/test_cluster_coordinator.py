@@ -374,3 +374,19 @@ def test_a_drop_releases_partitions_at_each_registered_service(cluster):
     while any(h.status()["partitions"] for h in cluster.hosts.values()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [h.status()["partitions"] for h in cluster.hosts.values()] == [[], []]
+
+
+def test_an_overwrite_open_when_the_coordinator_restarts_leaves_the_committed_version(cluster):
+    """The version an open overwrite replaces is kept in the state directory with it: the restart aborts the
+    overwrite, and the name reads the committed version again, every row."""
+    expected = write_on_two_hosts(cluster, "kept-over-restart")
+    cfg = cluster.config("hostA", exchange="kept-over-restart", keys="id", numSubpartitions=3)
+    before = ex.describe_exchange(cfg)
+    handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
+    task = ex.ProducerTask(handle, 0, "0-0-0")
+    task.write(table(10_000, 50).to_batches())
+    task.finish()
+    cluster.restart_coordinator()
+    after = ex.describe_exchange(cfg)
+    assert (after["epoch"], after["state"], after["rows"]) == (before["epoch"], "committed", before["rows"])
+    assert read_all(cluster, "kept-over-restart").equals(expected)

@@ -66,3 +66,31 @@ def test_conf_example_lists_every_key():
     text = (Path(__file__).parent.parent / "conf" / "spark-defaults.conf").read_text()
     missing = [k for k in known_keys() if f"spark.sparkflow.exchange.{k}" not in text]
     assert not missing, f"conf/spark-defaults.conf lacks {missing}"
+
+
+def _java_table(name: str) -> dict[str, float]:
+    """A ``Map.ofEntries(Map.entry("k", value), ...)`` constant of the JVM writer's settings, read from its source."""
+    import re
+
+    source = (Path(__file__).parent.parent / "jvm-stub/src/main/java/org/sparkflow/exchange/write/"
+              "WriteSettings.java").read_text()
+    body = re.search(name + r" = Map\.ofEntries\((.*?)\);", source, re.S).group(1)
+    table = {}
+    for key, value in re.findall(r'Map\.entry\("(\w*)", ([^)]*)\)', body):
+        shifted = re.fullmatch(r"1L << (\d+)", value.strip())
+        table[key] = 1 << int(shifted.group(1)) if shifted else float(value.rstrip("L"))
+    return table
+
+
+def test_both_writers_parse_sizes_and_durations_from_the_same_table():
+    """The Python and the JVM writer accept the same suffixes (``1mib`` on both) and refuse the same values."""
+    from sparkflow_exchange.config import _SIZE_UNITS, _TIME_UNITS, parse_size
+
+    assert _java_table("SIZE_UNITS") == _SIZE_UNITS
+    assert _java_table("TIME_UNITS") == _TIME_UNITS
+    assert parse_size("1mib") == parse_size("1m") == parse_size(" 1 MB ") == 1 << 20
+    for bad in ("1ib", "1.5m", "1t", "m"):
+        with pytest.raises(ConfigError, match="not a size"):
+            parse_size(bad)
+    with pytest.raises(ConfigError, match="bufferSize 1073741824 must be at most half of maxFrameSize"):
+        ExchangeConfig.load({"bufferSize": "1g"}, spark_conf={})

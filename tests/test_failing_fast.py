@@ -168,8 +168,8 @@ def test_released_partition_tells_its_connected_reader_at_once(tmp_service, how)
         assert isinstance(first, BufferResponse) and first.kind == BufferKind.DATA
         if how == "dropped":
             ex.drop_exchange("release-dropped", config)
-        else:
-            ex.declare_write(config, SCHEMA, overwrite=True)
+        else:  # an overwrite releases the version it replaces when it commits (a failed one changes nothing)
+            ex.commit_write(*write(config, 10))
         msg = conn.recv(QUICK)
         assert isinstance(msg, ErrorResponse) and msg.receiver_id == 7, msg
         assert f"partition {parts[0]} of exchange 'release-{how}' was released: {how}" in msg.message

@@ -121,3 +121,47 @@ def test_live_producers_take_exactly_one_committed_state_without_sockets(results
 def test_a_catalog_set_to_read_while_written_reads_an_exchange_being_written(results):
     outcome = passed(results, "a_catalog_with_read_while_written_reads_as_the_producers_write")
     assert "read while written" in outcome["plan"] and outcome["reading_before_commit"]
+
+
+def test_an_append_in_another_layout_is_refused_on_every_writer_and_spark_groups_correctly(results):
+    outcome = passed(results, "an_append_in_another_layout_is_refused_on_every_writer")
+    assert outcome["groups_lay_jvm"] == outcome["groups_lay_py"] == 50
+
+
+def test_key_filters_resolve_columns_as_spark_does_on_both_jar_readers(results):
+    passed(results, "key_filters_resolve_columns_as_spark_does")
+
+
+def test_a_failed_write_through_the_jar_changes_nothing(results):
+    outcome = passed(results, "a_failed_write_through_the_jar_changes_nothing")
+    assert "at most half of maxFrameSize" in outcome["jvm_buffer_size"]
+
+
+def test_a_broadcast_read_gives_every_read_partition_exactly_one_copy(results):
+    passed(results, "a_broadcast_read_gives_every_read_partition_one_copy")
+
+
+def test_a_dataframe_without_columns_keeps_its_rows_or_is_refused(results):
+    assert passed(results, "a_dataframe_without_columns_keeps_its_rows_or_is_refused")["jvm_rows"] == 5
+
+
+def test_collated_keys_are_refused_on_both_writers(results):
+    outcome = passed(results, "collated_keys_are_refused_on_both_writers")
+    assert "UTF8_LCASE" in outcome["jvm"] and "UTF8_LCASE" in outcome["python"], outcome
+
+
+def test_a_jar_added_to_a_running_session_writes_every_row_or_fails_clearly(tmp_path, jar):
+    """ADD JAR in a session started without the jar, then a format("pipelined") write of 100,000 rows: every row
+    committed and read back by both readers, or the write fails naming the cause; never an empty committed exchange."""
+    from sparkflow_exchange.service.process import stop_embedded
+
+    try:
+        out, _proc = run_app_with_jar(tmp_path, (Path(__file__).parent / "app_add_jar.py").read_text(), jar, timeout=600)
+    finally:
+        stop_embedded(tmp_path / "runtime")
+    if out["written"]:
+        assert out["jvm_rows"] == out["python_rows"] == 100_000, out
+        assert [(e["state"], e["rows"]) for e in out["listed"]] == [("committed", 100_000)], out
+    else:
+        assert "ADD JAR" in out["error"] or "commit messages" in out["error"], out["error"]
+        assert all(e["state"] != "committed" or e["rows"] for e in out["listed"]), out

@@ -197,6 +197,9 @@ RELEASED = ErrorCode.RELEASED  # one write or attempt went (lost the commit, abo
 class Coordinator:
     def __init__(self, release: Release, ttl: float = 3600.0, heartbeat_timeout: float = 10.0) -> None:
         self.exchanges: dict[str, Exchange] = {}
+        # name -> the committed version an open overwrite replaces: released when the overwrite commits,
+        # the name's version again when it aborts (a failed write changes nothing)
+        self.previous: dict[str, Exchange] = {}
         self.services = ServiceRegistry(heartbeat_timeout)  # the services that hold partitions for us
         self.journal: Journal | None = None  # the state directory, when it has one (restore())
         self.release = release  # called with (location, partition id) of partitions to free, and why
@@ -220,7 +223,11 @@ class Coordinator:
     def _persist(self, ex: Exchange) -> None:
         """Write the exchange to the state directory (a state reads may see: declared, sealed, aborted)."""
         if self.journal is not None and not ex.stream and self.exchanges.get(ex.name) is ex:
-            self.journal.save_exchange(ex.name, ex.record())
+            record = ex.record()
+            older = self.previous.get(ex.name)
+            if older is not None:  # an open overwrite: a restart that aborts it gives the name this version again
+                record["previous"] = older.record()
+            self.journal.save_exchange(ex.name, record)
 
     def _get(self, name: str, epoch: int | None = None) -> Exchange:
         ex = self.exchanges.get(name)
@@ -252,6 +259,33 @@ class Coordinator:
         if producers:
             self.release([(p.location, p.partition) for p in producers], reason, code)
 
+    def _set_aside(self, ex: Exchange) -> None:
+        """An overwrite replaces ``ex``: its committed version is kept aside (its partitions held) until the
+        new version commits, so an overwrite whose write fails leaves it readable; what is not committed
+        (an open write's producers, an aborted version) goes now."""
+        if ex.stream or ex.commits == 0 or ex.state == ExchangeState.ABORTED:
+            self._release_producers(list(ex.producers.values()), "overwritten", REPLACED)
+            return
+        older = self.previous.pop(ex.name, None)
+        if older is not None:
+            self._release_producers(list(older.producers.values()), "overwritten", REPLACED)
+        committed = set(ex.committed)
+        self._release_producers([p for p in ex.producers.values() if p.partition not in committed], "overwritten",
+                                REPLACED)
+        for partition in [p for p in ex.producers if p not in committed]:
+            ex.remove_producer(partition)
+        if ex.open_writes:  # an append was open: the version kept is its last commit
+            ex.open_writes.clear()
+            ex.note_seal()
+        ex.state = ExchangeState.COMMITTED
+        self.previous[ex.name] = ex
+
+    def _release_previous(self, name: str, reason: str) -> None:
+        """The version an overwrite set aside goes: the overwrite committed, or the name was dropped or lost."""
+        older = self.previous.pop(name, None)
+        if older is not None:
+            self._release_producers(list(older.producers.values()), reason, REPLACED)
+
     # ------------------------------------------------------------ writer side
     async def declare(self, name: str, schema: str, num_subpartitions: int | None, partitioner: dict,
                       partition_type: str, mode: str, coalesce: bool = False, owner: str = "") -> dict:
@@ -274,20 +308,20 @@ class Coordinator:
                     f"this write has {_schema_text(schema)}; use mode('overwrite') to replace it",
                     ErrorCode.SCHEMA_MISMATCH,
                 )
-            if num_subpartitions is not None and ex.num_subpartitions not in (None, num_subpartitions):
+            given = {"name": partitioner.get("name"), "keys": list(partitioner.get("keys") or []),
+                     "custom": partitioner.get("custom"), "shared": bool(partitioner.get("shared"))}
+            if not same_layout(ex, given, partition_type, num_subpartitions):
                 raise ServiceError(
-                    f"append to exchange {name!r} with numSubpartitions={num_subpartitions}, but it has {ex.num_subpartitions}",
-                    ErrorCode.BAD_REQUEST,
-                )
+                    f"append to exchange {name!r} with another layout: the exchange holds "
+                    f"{layout_text(ex.partitioner, ex.partition_type, ex.num_subpartitions)}, this write has "
+                    f"{layout_text(given, partition_type, num_subpartitions)}; an exchange keeps the layout it was "
+                    "created with: write it with mode('overwrite') (createOrReplace) to change it",
+                    ErrorCode.LAYOUT_MISMATCH)
             if num_subpartitions is not None and ex.coalesce and ex.num_subpartitions is None:
                 ex.num_subpartitions = num_subpartitions  # an append that names the width fixes it
-            if partitioner.get("name") != ex.partitioner.get("name") or ex.partition_type != partition_type:
-                raise ServiceError(
-                    f"append to exchange {name!r} must use its partitioner {ex.partitioner.get('name')!r} and "
-                    f"partitionType {ex.partition_type}", ErrorCode.BAD_REQUEST)
         else:
             if ex is not None:
-                self._release_producers(list(ex.producers.values()), "overwritten", REPLACED)
+                self._set_aside(ex)
             ex = Exchange(name, next(self._epochs), schema, num_subpartitions, partitioner, partition_type,
                           coalesce=bool(coalesce) and num_subpartitions is None, owner=owner)
             self.exchanges[name] = ex
@@ -417,6 +451,7 @@ class Coordinator:
         self._check_rows(ex, partitions, rows)
         winners = set(partitions)
         of_write = [p for p in ex.producers.values() if p.write_id == write_id]
+        self._check_tasks_covered(ex, of_write, winners)
         indexes = sorted(ex.producers[p].index for p in partitions)
         if len(set(indexes)) != len(indexes):
             raise ServiceError(f"commit of {name!r} names two attempts of one task: {indexes}", ErrorCode.BAD_REQUEST)
@@ -436,6 +471,7 @@ class Coordinator:
         ex.committed.extend(partitions)
         ex.open_writes.discard(write_id)
         ex.commits += 1
+        self._release_previous(name, "overwritten")
         ex.state = ExchangeState.COMMITTED if not ex.open_writes else ExchangeState.OPEN
         ex.note_seal()
         self._persist(ex)
@@ -455,6 +491,22 @@ class Coordinator:
         reported = [ex.producers[p].rows for p in partitions]
         if ex.committed_rows is not None:
             ex.committed_rows = None if any(r < 0 for r in reported) else ex.committed_rows + sum(reported)
+
+    @staticmethod
+    def _check_tasks_covered(ex: Exchange, of_write: list[ProducerInfo], winners: set[str]) -> None:
+        """A commit holds every task that wrote rows: a task whose finished producers pushed rows but none of whose
+        attempts the commit names means the driver lost its commit message (never an empty commit of a full write)."""
+        covered = {p.index for p in of_write if p.partition in winners}
+        uncovered: dict[int, int] = {}
+        for p in of_write:
+            if p.index not in covered and p.state == PartitionState.FINISHED and p.rows > 0:
+                uncovered[p.index] = max(uncovered.get(p.index, 0), p.rows)
+        if uncovered:
+            listed = ", ".join(f"task {i} ({n} rows)" for i, n in sorted(uncovered.items())[:5])
+            raise ServiceError(
+                f"commit of exchange {ex.name!r} refused: it names {len(winners)} partitions, but {len(uncovered)} "
+                f"tasks of this write pushed rows and none of their attempts is committed ({listed}); the writing "
+                "driver lost their commit messages", ErrorCode.ROWS_LOST)
 
     @staticmethod
     def _add_sizes(ex: Exchange, partitions: list[str]) -> None:
@@ -505,6 +557,14 @@ class Coordinator:
             ex.note_seal()
         self._persist(ex)
         await self._notify(ex, name, removed=[p.partition for p in of_write])
+        if ex.state == ExchangeState.ABORTED and name in self.previous:
+            # a failed overwrite changes nothing: the version it was to replace is the exchange again. Writes
+            # still open on the failed version (an append to it) go with it: their producers are released now
+            self._release_producers(list(ex.producers.values()), f"the overwrite of exchange {name!r} it "
+                                    "wrote to failed; the exchange is its committed version again", REPLACED)
+            restored = self.exchanges[name] = self.previous.pop(name)
+            self._persist(restored)
+            await self._notify(restored, name)
         return {"ok": True}
 
     async def drop(self, name: str) -> dict:
@@ -521,6 +581,7 @@ class Coordinator:
             self.journal.remove_exchange(name)
         self._names_changed()
         self._release_producers(list(ex.producers.values()), reason, REPLACED)
+        self._release_previous(name, reason)
         await self._notify(None, name)
         return {"dropped": name, "partitions": len(ex.producers)}
 
@@ -537,8 +598,8 @@ class Coordinator:
             await self.services_lost(replaced)
         # what it holds for us: it frees the finished partitions of exchanges dropped, lost or aborted
         # while it could not be told (a restart, a failed release)
-        held = [p.partition for ex in self.exchanges.values() for p in ex.producers.values()
-                if p.location.get("service_id") == service_id]
+        held = [p.partition for ex in [*self.exchanges.values(), *self.previous.values()]
+                for p in ex.producers.values() if p.location.get("service_id") == service_id]
         return {"ok": True, "heartbeat_timeout": self.services.timeout, "partitions": held}
 
     async def service_heartbeat(self, service_id: str) -> dict:
@@ -566,6 +627,11 @@ class Coordinator:
         by_id = {r.service_id: r for r in records}
         for record in records:
             log.warning("%s is lost: %s", record.where(), record.lost_reason)
+        for name, older in list(self.previous.items()):  # a version set aside with data there cannot come back
+            if any(p.location.get("service_id") in by_id for p in older.producers.values()):
+                self._release_previous(name, f"lost with a service that held it ({older.name!r} was being overwritten)")
+                if name in self.exchanges:
+                    self._persist(self.exchanges[name])
         for name, ex in list(self.exchanges.items()):
             held = [p for p in ex.producers.values() if p.location.get("service_id") in by_id]
             committed = set(ex.committed)
@@ -589,6 +655,7 @@ class Coordinator:
         self.lost[name] = {"at": time.time(), "message": message}
         self._names_changed()
         self._release_producers(list(ex.producers.values()), message, REPLACED)
+        self._release_previous(name, message)
         await self._notify(None, name, reason=message)
 
     # ------------------------------------------------------------ the state directory (journal.py)
@@ -606,13 +673,17 @@ class Coordinator:
         for record in journal.load_exchanges():
             try:
                 ex = Exchange.from_record(record)
+                if record.get("previous"):
+                    self.previous[ex.name] = Exchange.from_record(record["previous"])
             except (KeyError, ValueError, TypeError) as exc:
                 log.error("state directory: exchange record %r cannot be read (%s): skipped", record.get("name"), exc)
                 continue
             self.exchanges[ex.name] = ex
             self.lost.pop(ex.name, None)
             top_epoch = max(top_epoch, ex.epoch)
-            for write_id in [*ex.open_writes, *(p.write_id for p in ex.producers.values())]:
+            older = self.previous.get(ex.name)
+            for write_id in [*ex.open_writes, *(p.write_id for v in (ex, older) if v is not None
+                                                for p in v.producers.values())]:
                 if write_id[1:].isdigit():
                     top_write = max(top_write, int(write_id[1:]))
         self._epochs = itertools.count(top_epoch + 1)
@@ -731,6 +802,56 @@ class Coordinator:
             if (not ex.open_writes or abandoned_writes) and not self._subscribers.get(name) \
                     and now - ex.last_used > self.ttl:
                 await self._drop(name, f"expired (unused for ttl={self.ttl:g} s)")
+
+
+def _key_columns(schema_b64: str, keys: list[str]) -> list[object]:
+    """The columns the keys name, as Spark resolves them: the exact name, else the one column of that name in
+    another case (a JVM write may spell a key as the user did); a name resolving to no single column stays a name."""
+    from ..buffer import schema_from_b64
+
+    try:
+        names = schema_from_b64(schema_b64).names
+    except Exception:  # noqa: BLE001 - an unreadable schema: compare the names as given
+        return list(keys)
+    out: list[object] = []
+    for key in keys:
+        if key in names:
+            out.append(names.index(key))
+            continue
+        folded = [i for i, n in enumerate(names) if n.lower() == str(key).lower()]
+        out.append(folded[0] if len(folded) == 1 else key)
+    return out
+
+
+def same_layout(ex: Exchange, partitioner: dict, partition_type: str, num_subpartitions: int | None) -> bool:
+    """An append writes the exchange's layout: its partitioner, the same key columns in the same order (hash,
+    custom), its custom function, a broadcast's sharing, its partitionType and (when the write names one) its
+    width. Readers plan on that layout, and the JVM reader tells Spark a hash exchange is grouped by its key."""
+    held = ex.partitioner
+    kind = held.get("name")
+    if partitioner.get("name") != kind or ex.partition_type != partition_type:
+        return False
+    if kind in ("hash", "custom") and _key_columns(ex.schema, list(held.get("keys") or [])) != \
+            _key_columns(ex.schema, list(partitioner.get("keys") or [])):
+        return False
+    if kind == "custom" and (held.get("custom") or None) != (partitioner.get("custom") or None):
+        return False
+    if kind == "broadcast" and bool(held.get("shared")) != bool(partitioner.get("shared")):
+        return False
+    return num_subpartitions is None or ex.num_subpartitions in (None, num_subpartitions)
+
+
+def layout_text(partitioner: dict, partition_type: str, num_subpartitions: int | None) -> str:
+    """A layout as an error message names it: ``hash(a, b) into 4 subpartitions, HYBRID``."""
+    kind = str(partitioner.get("name"))
+    keys = list(partitioner.get("keys") or [])
+    text = kind + (f"({', '.join(map(str, keys))})" if keys and kind in ("hash", "custom") else "")
+    if kind == "custom" and partitioner.get("custom"):
+        text += f" [{partitioner.get('custom')}]"
+    width = "an open width" if num_subpartitions is None else f"{num_subpartitions} subpartitions"
+    if kind == "broadcast" and partitioner.get("shared"):
+        width = "one shared subpartition per producer"
+    return f"{text} into {width}, {partition_type}"
 
 
 def same_schema(a_b64: str, b_b64: str) -> bool:

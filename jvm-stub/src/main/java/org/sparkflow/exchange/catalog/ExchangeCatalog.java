@@ -41,7 +41,8 @@ import org.sparkflow.exchange.write.WriteSettings;
  * then ends at its declaration), as {@code format("pipelined")} reads it.
  */
 public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
-    static final String[] KEYS = {"coordinator", "service", "secret", "secretFile", "hostId", "tls.caFile",
+    /** The settings that find the service (the Python source behind format("pipelined") gets the non-host ones). */
+    public static final String[] KEYS = {"coordinator", "service", "secret", "secretFile", "hostId", "tls.caFile",
         "tls.certFile"};
     static final long POLL_MILLIS = 100;
     static final long LONGEST_WAIT_MILLIS = 20_000; // one wait at the coordinator, within a call's timeout

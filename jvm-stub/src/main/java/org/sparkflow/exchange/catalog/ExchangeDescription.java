@@ -33,6 +33,7 @@ public final class ExchangeDescription implements Serializable {
     public final String partitioner;
     public final List<String> keys;
     public final boolean coalesce; // the writer gave no numSubpartitions
+    public final boolean shared; // broadcast of no given width: each producer's one subpartition is every reader's
     public final String partitionType;
     public final List<Producer> committed; // in commit order
     /** Every producer attempt registered and not released (running, finished, or failed), committed or not. */
@@ -57,6 +58,7 @@ public final class ExchangeDescription implements Serializable {
         keys = new ArrayList<>();
         p.path("keys").forEach(k -> keys.add(k.asText()));
         coalesce = d.path("coalesce").asBoolean(false);
+        shared = p.path("shared").asBoolean(false);
         partitionType = d.path("partition_type").asText("HYBRID");
         Map<String, JsonNode> byPartition = new HashMap<>();
         d.path("producers").forEach(x -> byPartition.put(x.path("partition").asText(), x));
@@ -149,6 +151,24 @@ public final class ExchangeDescription implements Serializable {
             }
         }
         return -1;
+    }
+
+    /**
+     * The column a query's reference {@code name} means, as Spark resolves it: the exact name; without
+     * {@code caseSensitive}, else the one column of that name in another case (-1: none, or several).
+     */
+    public static int resolve(StructType schema, String name, boolean caseSensitive) {
+        StructField[] fields = schema.fields();
+        int found = -1;
+        for (int i = 0; i < fields.length; i++) {
+            if (fields[i].name().equals(name)) {
+                return i;
+            }
+            if (!caseSensitive && fields[i].name().equalsIgnoreCase(name)) {
+                found = found == -1 ? i : -2;
+            }
+        }
+        return Math.max(found, -1);
     }
 
     public StructType sparkSchema() {

@@ -71,12 +71,13 @@ public final class PipelinedFormat implements SupportsCatalogOptions, DataSource
 
     @Override
     public StructType inferSchema(CaseInsensitiveStringMap options) {
-        return PythonSource.provider().inferSchema(options);
+        return PythonSource.provider().inferSchema(PythonSource.withSessionDiscovery(options));
     }
 
     @Override
     public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-        return PythonSource.provider().getTable(schema, partitioning, properties);
+        return new PythonSource.Finding(PythonSource.provider().getTable(schema, partitioning,
+                PythonSource.withSessionDiscovery(properties)));
     }
 
     @Override

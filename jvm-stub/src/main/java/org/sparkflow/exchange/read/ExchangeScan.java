@@ -63,13 +63,23 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
         }
         kept = read;
         // sizes of an exchange being written are those of its earlier commits only: not a basis for a layout
-        layout = ReadLayout.plan(desc.name, desc.numSubpartitions, kept, desc.sealed ? desc.subpartitionBytes : null,
-                readPartitions, desc.bucketedOnOneKey());
+        layout = "broadcast".equals(desc.partitioner)
+                ? ReadLayout.copies(desc.name, desc.numSubpartitions, readPartitions, desc.shared)
+                : ReadLayout.plan(desc.name, desc.numSubpartitions, kept, desc.sealed ? desc.subpartitionBytes : null,
+                        readPartitions, desc.bucketedOnOneKey());
     }
 
-    /** Spark may be told the layout: hash on one key with an explicit width, and the key among the columns read. */
-    private boolean keyGrouped() {
-        return desc.bucketedOnOneKey() && Arrays.asList(readSchema.fieldNames()).contains(desc.keys.get(0));
+    /**
+     * The column Spark may be told the rows are grouped by: hash on one key with an explicit width, the key a column
+     * of the exchange (named as its schema spells it) among the columns read; null otherwise.
+     */
+    private String keyColumn() {
+        if (!desc.bucketedOnOneKey()) {
+            return null;
+        }
+        int at = ExchangeDescription.column(desc.sparkSchema(), desc.keys.get(0));
+        String name = at < 0 ? null : desc.sparkSchema().fields()[at].name();
+        return name != null && Arrays.asList(readSchema.fieldNames()).contains(name) ? name : null;
     }
 
     /** Refuse at planning what this path cannot read exactly, saying what to do instead. */
@@ -149,8 +159,9 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
     @Override
     public Partitioning outputPartitioning() {
         int read = (int) layout.members().stream().filter(g -> g.length > 0).count();
-        if (keyGrouped()) {
-            Expression bucket = Expressions.bucket(layout.groups(), desc.keys.get(0));
+        String key = keyColumn();
+        if (key != null) {
+            Expression bucket = Expressions.bucket(layout.groups(), key);
             return new KeyGroupedPartitioning(new Expression[] {bucket}, read);
         }
         return new UnknownPartitioning(read);

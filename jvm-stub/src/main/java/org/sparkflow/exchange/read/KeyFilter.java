@@ -12,6 +12,7 @@ import org.apache.spark.sql.catalyst.expressions.Murmur3HashFunction;
 import org.apache.spark.sql.connector.expressions.Literal;
 import org.apache.spark.sql.connector.expressions.NamedReference;
 import org.apache.spark.sql.connector.expressions.filter.Predicate;
+import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.BinaryType;
 import org.apache.spark.sql.types.BooleanType;
 import org.apache.spark.sql.types.ByteType;
@@ -37,15 +38,20 @@ import org.sparkflow.exchange.catalog.ExchangeDescription;
 final class KeyFilter {
     static final int MAX_COMBINATIONS = 4096;
     private final List<String> keys;
+    private final StructType schema;
+    private final int[] keyColumns; // each key's column in the schema, as its writer resolved it (-1: none)
     private final DataType[] keyTypes;
     private final Map<Integer, Set<Object>> values = new TreeMap<>(); // key position -> values it may equal
     private final List<Predicate> used = new ArrayList<>();
 
     KeyFilter(StructType schema, List<String> keys) {
         this.keys = keys;
+        this.schema = schema;
+        this.keyColumns = new int[keys.size()];
         this.keyTypes = new DataType[keys.size()];
         for (int i = 0; i < keys.size(); i++) {
             int at = ExchangeDescription.column(schema, keys.get(i));
+            keyColumns[i] = at;
             keyTypes[i] = at < 0 ? null : schema.fields()[at].dataType();
         }
     }
@@ -97,9 +103,11 @@ final class KeyFilter {
         if (ref.fieldNames().length != 1) {
             return -1;
         }
-        String name = ref.fieldNames()[0];
-        for (int i = 0; i < keys.size(); i++) {
-            if (keys.get(i).equalsIgnoreCase(name) && keyTypes[i] != null) {
+        // the column the filter names, as Spark resolved it (spark.sql.caseSensitive): with columns k and K, a
+        // filter on k is not a filter on a key K
+        int column = ExchangeDescription.resolve(schema, ref.fieldNames()[0], SQLConf.get().caseSensitiveAnalysis());
+        for (int i = 0; column >= 0 && i < keys.size(); i++) {
+            if (keyColumns[i] == column && keyTypes[i] != null) {
                 return i;
             }
         }

@@ -35,6 +35,33 @@ record ReadLayout(int groups, List<int[]> members) {
         return new ReadLayout(m, members);
     }
 
+    /**
+     * A broadcast's layout: every subpartition holds every row, so read partition j reads subpartition j alone
+     * ({@code shared}: each producer's one subpartition, 0, which every reader reads), one copy of each row per
+     * read partition; {@code auto} reads n partitions, a number m of 1 to n the first m.
+     */
+    static ReadLayout copies(String exchange, int n, String requested, boolean shared) {
+        String value = requested == null ? "auto" : requested.strip().toLowerCase(Locale.ROOT);
+        int m = n;
+        if (!value.equals("auto")) {
+            try {
+                m = Integer.parseInt(value);
+            } catch (NumberFormatException e) {
+                throw new IllegalArgumentException(OPTION + " of exchange '" + exchange + "' must be auto or a "
+                        + "number of read partitions, got '" + requested + "'");
+            }
+            if (m < 1 || m > n) {
+                throw new IllegalArgumentException(OPTION + "=" + m + " for broadcast exchange '" + exchange + "' of "
+                        + n + " copies: give a number from 1 to " + n + " (each read partition reads one copy)");
+            }
+        }
+        List<int[]> members = new ArrayList<>();
+        for (int j = 0; j < m; j++) {
+            members.add(new int[] {shared ? 0 : j});
+        }
+        return new ReadLayout(m, members);
+    }
+
     private static int width(String exchange, int n, SortedSet<Integer> kept, long[] subpartitionBytes,
                              String requested, boolean keyGrouped) {
         String value = requested == null ? "auto" : requested.strip().toLowerCase(Locale.ROOT);

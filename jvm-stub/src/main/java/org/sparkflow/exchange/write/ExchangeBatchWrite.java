@@ -91,13 +91,38 @@ public final class ExchangeBatchWrite implements BatchWrite {
         List<String> partitions = new ArrayList<>();
         Map<String, Long> rows = new LinkedHashMap<>();
         for (WriterCommitMessage m : messages) {
-            if (m instanceof ProducerCommit c) {
-                partitions.add(c.partition());
-                rows.put(c.partition(), c.rows());
+            if (m == null) {
+                continue; // a task that wrote nothing for Spark to commit
             }
+            ProducerCommit c = commitOf(m);
+            partitions.add(c.partition());
+            rows.put(c.partition(), c.rows());
         }
         coordinator.call("commit", Map.of("name", handle.name(), "epoch", handle.epoch(), "write_id", handle.writeId(),
                 "partitions", partitions, "rows", rows));
+    }
+
+    /**
+     * A task's commit message. One of another class loader (the jar added to a running session with {@code ADD JAR}:
+     * the driver may read the tasks' results with a loader other than this class's) is read by its accessors; a
+     * message of any other kind fails the commit, so a write never commits without the rows its tasks wrote.
+     */
+    static ProducerCommit commitOf(WriterCommitMessage m) {
+        if (m instanceof ProducerCommit c) {
+            return c;
+        }
+        if (m.getClass().getName().equals(ProducerCommit.class.getName())) {
+            try {
+                return new ProducerCommit((String) m.getClass().getMethod("partition").invoke(m),
+                        (Integer) m.getClass().getMethod("index").invoke(m), (Long) m.getClass().getMethod("rows").invoke(m));
+            } catch (ReflectiveOperationException | ClassCastException e) {
+                throw new IllegalStateException("the commit of an exchange write cannot read a task's commit message "
+                        + "(" + e + "); load the plugin jar when the session starts (spark.jars), not with ADD JAR", e);
+            }
+        }
+        throw new IllegalStateException("the commit of an exchange write got a task commit message of "
+                + m.getClass().getName() + ", not the exchange writer's: nothing is committed; load the plugin jar when "
+                + "the session starts (spark.jars), not with ADD JAR");
     }
 
     @Override

@@ -7,6 +7,8 @@ import org.apache.spark.sql.catalyst.expressions.BoundReference;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.plans.physical.HashPartitioning;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.sparkflow.exchange.catalog.ExchangeDescription;
@@ -58,6 +60,14 @@ final class RowRouter {
             if (found < 0) {
                 throw new IllegalArgumentException("hash key '" + key + "' is not a column; available columns: "
                         + String.join(", ", schema.fieldNames()));
+            }
+            if (fields[found].dataType() instanceof StringType && !fields[found].dataType().equals(DataTypes.StringType)) {
+                // an exchange's schema is Arrow's, which keeps no collation: its readers would hash, compare and
+                // filter the key as plain strings, unlike the rows' own collation
+                throw new IllegalArgumentException("hash key '" + fields[found].name() + "' is a collated string ("
+                        + fields[found].dataType().simpleString() + "), whose collation an exchange does not keep: hash "
+                        + "on a key of the default collation (e.g. lower(" + fields[found].name() + ") for UTF8_LCASE), "
+                        + "or cast it to STRING");
             }
             refs.add(new BoundReference(found, fields[found].dataType(), fields[found].nullable()));
         }

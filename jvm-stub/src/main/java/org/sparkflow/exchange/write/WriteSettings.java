@@ -21,6 +21,17 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
                             int bufferSize, long sortBufferSize, int buffers, long bufferTimeoutNanos)
         implements Serializable {
     public static final List<String> PARTITIONERS = List.of("hash", "broadcast", "forward", "rebalance");
+    /** Size suffixes (lower case) and their bytes: config.py's _SIZE_UNITS, entry for entry (tests check it). */
+    static final Map<String, Long> SIZE_UNITS = Map.ofEntries(Map.entry("", 1L), Map.entry("b", 1L),
+            Map.entry("k", 1L << 10), Map.entry("kb", 1L << 10), Map.entry("kib", 1L << 10),
+            Map.entry("m", 1L << 20), Map.entry("mb", 1L << 20), Map.entry("mib", 1L << 20),
+            Map.entry("g", 1L << 30), Map.entry("gb", 1L << 30), Map.entry("gib", 1L << 30));
+    /** Duration suffixes (lower case) and their seconds: config.py's _TIME_UNITS, entry for entry. */
+    static final Map<String, Double> TIME_UNITS = Map.ofEntries(Map.entry("ms", 0.001), Map.entry("s", 1.0),
+            Map.entry("", 1.0), Map.entry("sec", 1.0), Map.entry("m", 60.0), Map.entry("min", 60.0),
+            Map.entry("h", 3600.0));
+    /** The service's default maxFrameSize (config.py): a buffer may be at most half of a frame. */
+    static final long MAX_FRAME_SIZE = 64L << 20;
     static final List<String> PARTITION_TYPES = List.of("HYBRID", "BLOCKING", "PIPELINED_BOUNDED");
 
     /** The Python writer's defaults: hash, HYBRID, 1 MiB buffers, a 32 MiB sort buffer, 16 pool buffers, 100 ms. */
@@ -45,6 +56,10 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
                 : numSubpartitions;
         String type = o.getOrDefault("partitiontype", partitionType).toUpperCase(Locale.ROOT);
         int size = o.containsKey("buffersize") ? (int) size("bufferSize", o.get("buffersize")) : bufferSize;
+        long frame = o.containsKey("maxframesize") ? size("maxFrameSize", o.get("maxframesize")) : MAX_FRAME_SIZE;
+        if (size > frame / 2) { // as the Python writer: refused before anything is declared, not in every task
+            throw new IllegalArgumentException("bufferSize " + size + " must be at most half of maxFrameSize " + frame);
+        }
         long sort = o.containsKey("sortbuffersize") ? size("sortBufferSize", o.get("sortbuffersize")) : sortBufferSize;
         int pool = o.containsKey("buffersperpartition")
                 ? positive("buffersPerPartition", o.get("buffersperpartition")) : buffers;
@@ -120,37 +135,33 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
         throw new IllegalArgumentException(key + " must be a positive integer, got '" + value + "'");
     }
 
-    /** Nanoseconds of a duration: seconds, or a number with a suffix ms, s, min or h (as the Python settings). */
+    /** Nanoseconds of a duration: seconds, or a number with a suffix of {@link #TIME_UNITS} (as the Python settings). */
     public static long duration(String key, String value) {
         java.util.regex.Matcher m = java.util.regex.Pattern.compile("\\s*(\\d+(?:\\.\\d+)?)\\s*([a-zA-Z]*)\\s*")
                 .matcher(value);
         if (m.matches()) {
-            double unit = switch (m.group(2).toLowerCase(Locale.ROOT)) {
-                case "ms" -> 1e6;
-                case "", "s", "sec" -> 1e9;
-                case "m", "min" -> 60e9;
-                case "h" -> 3600e9;
-                default -> -1;
-            };
-            if (unit > 0) {
-                return (long) (Double.parseDouble(m.group(1)) * unit);
+            Double unit = TIME_UNITS.get(m.group(2).toLowerCase(Locale.ROOT));
+            if (unit != null) {
+                return (long) (Double.parseDouble(m.group(1)) * unit * 1e9);
             }
         }
         throw new IllegalArgumentException(key + " must be a duration (seconds, or a suffix ms, s, min, h), got '"
                 + value + "'");
     }
 
-    /** Bytes: a number with an optional k/m/g suffix (KiB, MiB, GiB). */
+    /** Bytes: a number with an optional suffix of {@link #SIZE_UNITS} (k, m, g: KiB, MiB, GiB), as config.py. */
     static long size(String key, String value) {
-        String t = value.strip().toLowerCase(Locale.ROOT).replaceAll("i?b$", "");
-        long unit = t.endsWith("k") ? 1L << 10 : t.endsWith("m") ? 1L << 20 : t.endsWith("g") ? 1L << 30 : 1;
-        try {
-            long n = Long.parseLong(unit == 1 ? t : t.substring(0, t.length() - 1).strip()) * unit;
-            if (n >= 1 && n <= Integer.MAX_VALUE) {
-                return n;
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\\s*(\\d+)\\s*([a-zA-Z]*)\\s*").matcher(value);
+        if (m.matches()) {
+            Long unit = SIZE_UNITS.get(m.group(2).toLowerCase(Locale.ROOT));
+            try {
+                long n = unit == null ? -1 : Math.multiplyExact(Long.parseLong(m.group(1)), unit);
+                if (n >= 1 && n <= Integer.MAX_VALUE) {
+                    return n;
+                }
+            } catch (ArithmeticException | NumberFormatException ignored) {
+                // said below
             }
-        } catch (NumberFormatException ignored) {
-            // said below
         }
         throw new IllegalArgumentException(key + " must be a size in bytes (e.g. 1m), got '" + value + "'");
     }
