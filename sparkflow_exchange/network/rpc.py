@@ -1,12 +1,14 @@
-"""The RPC table: every method a service answers, with its arguments' types and ranges.
+"""The RPC table: every method a service answers, who may call it, and its arguments' types and ranges.
 
 A request is checked here, before anything acts on it, so a wrong type or an absurd value (a pid of
 2**70, a negative byte count, a wait of NaN) is refused with an error naming the method and the
 argument, instead of failing later and elsewhere (in a housekeeping task, with an OverflowError).
-Sans-IO; the server checks every :class:`RpcRequest` with :func:`check_args`.
+Sans-IO; the server checks every :class:`RpcRequest` with :func:`check_args`, and the service asks
+``service/owners.py`` whether the connection's credential may call it (each row's :class:`Who`).
 """
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +87,25 @@ def _null(arg: Arg) -> Arg:
     return Arg(arg.kind, True, True, arg.low, arg.high, arg.items, arg.choices)
 
 
+class Who(enum.StrEnum):
+    """Who may call an RPC (besides the operator, who may call every one). A rule about a named object holds
+    when the object exists; naming one that does not is left to the handler (a declare creates it)."""
+
+    ANY = "any credential"  # reads, listings, and a connection's own subscriptions
+    OPERATOR = "the operator"  # the whole service: stopping it, its registry of services, its lifetime
+    OWNER = "the owner of the exchange or stream it names"  # ``name``: the credential that declared it
+    GROUP = "the owner of the consumer group it names"  # ``group`` of stream ``name``, or the stream's owner
+    PARTITIONS = "the owner of the partitions it names"  # ``partition(s)`` held here: who registered them
+
+
+class Rpc(dict):
+    """One row of the table: its arguments (a dict, name -> :class:`Arg`) and who may call it."""
+
+    def __init__(self, who: Who, args: dict[str, Arg]) -> None:
+        super().__init__(args)
+        self.who = who
+
+
 TEXT = Arg(str)
 INT = Arg(int, low=INT64[0], high=INT64[1])
 COUNT = Arg(int, low=0, high=INT64[1])
@@ -101,51 +122,58 @@ TYPE = Arg(str, choices=tuple(t.value for t in PartitionType))
 _DECLARE = {"name": TEXT, "schema": TEXT, "num_subpartitions": _null(WIDTH), "partitioner": OBJECT,
             "partition_type": TYPE, "coalesce": _opt(FLAG)}
 
-RPCS: dict[str, dict[str, Arg]] = {
+RPCS: dict[str, Rpc] = {
     # every service
-    "ping": {},
-    "status": {},
-    "shutdown": {},
-    "release_partitions": {"partitions": NAMES, "reason": _opt(TEXT, True),
-                           "code": _opt(Arg(str, choices=(ErrorCode.RELEASED, ErrorCode.REPLACED)))},
-    "attach_app": {"app": TEXT, "pid": Arg(int, low=1, high=PID_MAX)},
-    "report_file_reads": {"bytes": COUNT, "partitions": _opt(Arg(dict, items=int), True)},
-    "report_backpressure": {"partition": TEXT, "seconds": SECONDS},
+    "ping": Rpc(Who.ANY, {}),
+    "status": Rpc(Who.ANY, {}),
+    "shutdown": Rpc(Who.OPERATOR, {}),
+    "release_partitions": Rpc(Who.PARTITIONS, {"partitions": NAMES, "reason": _opt(TEXT, True),
+                                               "code": _opt(Arg(str, choices=(ErrorCode.RELEASED,
+                                                                              ErrorCode.REPLACED))),
+                                               # the operator (a coordinator) frees them for this credential:
+                                               # only the partitions that credential registered are freed
+                                               "on_behalf_of": _opt(TEXT)}),
+    "attach_app": Rpc(Who.OPERATOR, {"app": TEXT, "pid": Arg(int, low=1, high=PID_MAX)}),
+    "report_file_reads": Rpc(Who.ANY, {"bytes": COUNT, "partitions": _opt(Arg(dict, items=int), True)}),
+    "report_backpressure": Rpc(Who.PARTITIONS, {"partition": TEXT, "seconds": SECONDS}),
     # the coordinator: the services that hold partitions for it (service/registry.py)
-    "register_service": {"service_id": TEXT, "host_id": TEXT, "tcp": TEXT, "unix": TEXT,
-                         "pid": Arg(int, low=1, high=PID_MAX)},
-    "service_heartbeat": {"service_id": TEXT},
-    "list_services": {},
+    "register_service": Rpc(Who.OPERATOR, {"service_id": TEXT, "host_id": TEXT, "tcp": TEXT, "unix": TEXT,
+                                           "pid": Arg(int, low=1, high=PID_MAX)}),
+    "service_heartbeat": Rpc(Who.OPERATOR, {"service_id": TEXT}),
+    "list_services": Rpc(Who.ANY, {}),
     # the coordinator: batch exchanges
-    "subscribe": {"name": TEXT, "topic": TEXT, "seal": _opt(COUNT, True)},
-    "unsubscribe": {"topic": TEXT},
-    "list_exchanges": {},
-    "declare": {**_DECLARE, "mode": TEXT},
-    "register_producer": {"name": TEXT, "epoch": INT, "write_id": TEXT, "index": COUNT, "attempt": TEXT,
-                          "partition": TEXT, "location": OBJECT, "num_subpartitions": _opt(INT, True)},
-    "producer_finished": {"name": TEXT, "epoch": INT, "partition": TEXT, "spill": _opt(TEXT),
-                          "subpartition_bytes": _opt(COUNTS, True), "subpartition_rows": _opt(COUNTS, True),
-                          "rows": _opt(COUNT, True),
-                          "bytes": _opt(COUNT, True)},
-    "producer_failed": {"name": TEXT, "epoch": _null(INT), "partition": TEXT, "reason": TEXT},
-    "commit": {"name": TEXT, "epoch": INT, "write_id": TEXT, "partitions": NAMES, "rows": _opt(ROWS, True)},
-    "abort": {"name": TEXT, "epoch": INT, "write_id": TEXT, "reason": _opt(TEXT)},
-    "drop": {"name": TEXT},
-    "get_exchange": {"name": TEXT, "wait": _opt(WAIT), "need_subpartitions": _opt(FLAG),
-                     "allow_stream": _opt(FLAG), "until_sealed": _opt(FLAG)},
+    "subscribe": Rpc(Who.ANY, {"name": TEXT, "topic": TEXT, "seal": _opt(COUNT, True)}),
+    "unsubscribe": Rpc(Who.ANY, {"topic": TEXT}),
+    "list_exchanges": Rpc(Who.ANY, {}),
+    "declare": Rpc(Who.OWNER, {**_DECLARE, "mode": TEXT}),
+    "register_producer": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "write_id": TEXT, "index": COUNT, "attempt": TEXT,
+                                         "partition": TEXT, "location": OBJECT, "num_subpartitions": _opt(INT, True)}),
+    "producer_finished": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "partition": TEXT, "spill": _opt(TEXT),
+                                         "subpartition_bytes": _opt(COUNTS, True),
+                                         "subpartition_rows": _opt(COUNTS, True),
+                                         "rows": _opt(COUNT, True),
+                                         "bytes": _opt(COUNT, True)}),
+    "producer_failed": Rpc(Who.OWNER, {"name": TEXT, "epoch": _null(INT), "partition": TEXT, "reason": TEXT}),
+    "commit": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "write_id": TEXT, "partitions": NAMES,
+                              "rows": _opt(ROWS, True)}),
+    "abort": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "write_id": TEXT, "reason": _opt(TEXT)}),
+    "drop": Rpc(Who.OWNER, {"name": TEXT}),
+    "get_exchange": Rpc(Who.ANY, {"name": TEXT, "wait": _opt(WAIT), "need_subpartitions": _opt(FLAG),
+                                  "allow_stream": _opt(FLAG), "until_sealed": _opt(FLAG)}),
     # the coordinator: streams
-    "stream_declare": {**_DECLARE, "max_retained_bytes": _opt(COUNT), "groups": _opt(NAMES, True)},
-    "stream_begin_epoch": {"name": TEXT, "epoch": INT, "query": TEXT, "run": TEXT, "wait": _opt(WAIT)},
-    "stream_commit_epoch": {"name": TEXT, "epoch": INT, "partitions": NAMES, "rows": _opt(ROWS, True)},
-    "stream_abort_epoch": {"name": TEXT, "epoch": INT, "reason": _opt(TEXT)},
-    "stream_describe": {"name": TEXT, "wait": _opt(WAIT)},
-    "stream_join": {"name": TEXT, "group": _opt(TEXT, True), "start": _opt(TEXT)},
-    "stream_latest": {"name": TEXT, "group": TEXT, "after": INT, "max_epochs": _opt(COUNT, True),
-                      "max_rows": _opt(COUNT, True), "max_bytes": _opt(COUNT, True), "upto": _opt(INT, True),
-                      "wait": _opt(WAIT)},
-    "stream_plan": {"name": TEXT, "after": INT, "upto": INT},
-    "stream_commit_group": {"name": TEXT, "group": TEXT, "epoch": INT},
-    "stream_leave": {"name": TEXT, "group": TEXT},
+    "stream_declare": Rpc(Who.OWNER, {**_DECLARE, "max_retained_bytes": _opt(COUNT), "groups": _opt(NAMES, True)}),
+    "stream_begin_epoch": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "query": TEXT, "run": TEXT, "wait": _opt(WAIT)}),
+    "stream_commit_epoch": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "partitions": NAMES, "rows": _opt(ROWS, True)}),
+    "stream_abort_epoch": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "reason": _opt(TEXT)}),
+    "stream_describe": Rpc(Who.ANY, {"name": TEXT, "wait": _opt(WAIT)}),
+    "stream_join": Rpc(Who.GROUP, {"name": TEXT, "group": _opt(TEXT, True), "start": _opt(TEXT)}),
+    "stream_latest": Rpc(Who.GROUP, {"name": TEXT, "group": TEXT, "after": INT, "max_epochs": _opt(COUNT, True),
+                                     "max_rows": _opt(COUNT, True), "max_bytes": _opt(COUNT, True),
+                                     "upto": _opt(INT, True),
+                                     "wait": _opt(WAIT)}),
+    "stream_plan": Rpc(Who.ANY, {"name": TEXT, "after": INT, "upto": INT}),
+    "stream_commit_group": Rpc(Who.GROUP, {"name": TEXT, "group": TEXT, "epoch": INT}),
+    "stream_leave": Rpc(Who.GROUP, {"name": TEXT, "group": TEXT}),
 }
 
 

@@ -75,7 +75,7 @@ class ConnectionHost(Protocol):
 
     def on_connection_closed(self, conn: "ServerConnection") -> None: ...
 
-    def register_partition(self, msg: RegisterPartition) -> "ResultPartition": ...
+    def register_partition(self, msg: RegisterPartition, owner: str) -> "ResultPartition": ...
 
     def producer_lost(self, part: "ResultPartition", reason: str) -> None: ...
 
@@ -242,7 +242,7 @@ class ServerConnection(asyncio.BufferedProtocol):
 
     def on_register(self, msg: RegisterPartition) -> None:
         try:
-            part = self.service.register_partition(msg)
+            part = self.service.register_partition(msg, self.identity)
         except (ValueError, RuntimeError) as exc:
             self.send(ErrorResponse(str(exc), None, False, ErrorCode.REGISTER_FAILED))
             return

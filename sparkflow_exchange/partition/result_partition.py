@@ -60,6 +60,7 @@ class ResultPartition:
         if num_subpartitions < 1:
             raise ValueError(f"a partition needs at least one subpartition, got {num_subpartitions}")
         self.pid = pid
+        self.owner = ""  # the credential that registered it (service/owners.py), set by its service
         self.exchange = exchange
         self.attempt = attempt
         self.partition_type = partition_type = PartitionType(partition_type)

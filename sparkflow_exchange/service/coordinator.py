@@ -42,6 +42,7 @@ class ProducerInfo:
     spill: str = ""  # data file of a finished re-readable partition (local readers may read it directly)
     rows: int = -1  # rows it pushed, reported at finish (-1: not reported); checked against its commit message
     bytes: int = -1  # bytes it wrote, reported at finish (-1: not reported); a stream's retention counts them
+    owner: str = ""  # the credential that joined it to the exchange: releasing it frees only a partition it registered
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,7 +75,7 @@ class Exchange:
     sizes_complete: bool = True  # every committed producer reported its sizes
     committed_rows: int | None = 0  # rows of the committed producers (None once one did not report its rows)
     stream: str = ""  # the stream this exchange is an epoch of (service/streams.py), "" for a batch exchange
-    owner: str = ""  # the credential that declared it (service/owners.py); "" for a stream's epoch
+    owner: str = ""  # the credential that declared it (service/owners.py); a stream's epoch: the stream's
     # len(committed) at each seal (no write open any more, after a commit or an abort): the states a read
     # planned while writes were open may see; such a read reads the first seal after its planning
     seal_ends: list[int] = field(default_factory=list)
@@ -188,15 +189,20 @@ class Exchange:
         return self.committed_sub_rows.tolist()
 
 
-# (location, partition id)s, why, and the code its writer is told ("replaced": a drop, overwrite or expiry)
-Release = Callable[[list[tuple[dict, str]], str, str], None]
+# (location, partition id, the credential that joined it)s, why, and the code its writer is told ("replaced": a
+# drop, overwrite or expiry)
+Release = Callable[[list[tuple[dict, str, str]], str, str], None]
+# (location, partition id) -> the credential that registered the partition, when this process holds it ("" if not)
+PartitionOwner = Callable[[dict, str], str]
 REPLACED = ErrorCode.REPLACED  # the exchange went (dropped, overwritten, expired): its writers fail with ExchangeReplaced
 RELEASED = ErrorCode.RELEASED  # one write or attempt went (lost the commit, aborted); the exchange stays
 
 
 class Coordinator:
-    def __init__(self, release: Release, ttl: float = 3600.0, heartbeat_timeout: float = 10.0) -> None:
+    def __init__(self, release: Release, ttl: float = 3600.0, heartbeat_timeout: float = 10.0,
+                 partition_owner: PartitionOwner = lambda location, pid: "") -> None:
         self.exchanges: dict[str, Exchange] = {}
+        self.partition_owner = partition_owner
         self.services = ServiceRegistry(heartbeat_timeout)  # the services that hold partitions for us
         self.journal: Journal | None = None  # the state directory, when it has one (restore())
         self.release = release  # called with (location, partition id) of partitions to free, and why
@@ -250,7 +256,7 @@ class Coordinator:
     def _release_producers(self, producers: list[ProducerInfo], reason: str, code: ErrorCode = RELEASED) -> None:
         """Free the producers' partitions; their connected readers and running writers get ``reason`` at once."""
         if producers:
-            self.release([(p.location, p.partition) for p in producers], reason, code)
+            self.release([(p.location, p.partition, p.owner) for p in producers], reason, code)
 
     # ------------------------------------------------------------ writer side
     async def declare(self, name: str, schema: str, num_subpartitions: int | None, partitioner: dict,
@@ -301,10 +307,20 @@ class Coordinator:
         return {**ex.describe(), "write_id": write_id}
 
     async def register_producer(self, name: str, epoch: int, write_id: str, index: int, attempt: str,
-                                partition: str, location: dict, num_subpartitions: int | None = None) -> dict:
+                                partition: str, location: dict, num_subpartitions: int | None = None,
+                                owner: str = "") -> dict:
         """A task attempt's partition joins the exchange. ``num_subpartitions``: the width this producer
-        writes when the exchange's width was not given; the first one fixes it, another one is refused."""
+        writes when the exchange's width was not given; the first one fixes it, another one is refused.
+
+        ``owner``: the credential asking. A partition joins one exchange only, and only its own
+        credential's: dropping an exchange releases its producers' partitions, so naming another's would
+        destroy another's data. Two checks make that sound without a round trip to the holding service:
+        a partition id already a producer of any exchange (or epoch) is refused here; and every release
+        carries the credential that joined the partition, which the holding service compares with the
+        credential that registered it there (``ExchangeService.release_owned``): a partition registered
+        by another is never freed for it. A partition this process holds is checked at once as well."""
         ex = self._get(name, epoch)
+        self._check_partition(ex, partition, location, owner)
         if write_id not in ex.open_writes:
             raise ServiceError(f"write {write_id} of exchange {name!r} is not open (committed or aborted already)", ErrorCode.WRITE_CLOSED)
         if ex.partitioner.get("name") == "forward" and ex.num_subpartitions is not None and index >= ex.num_subpartitions:
@@ -313,9 +329,27 @@ class Coordinator:
                 "repartition the DataFrame or set numSubpartitions to its partition count", ErrorCode.FORWARD_PARALLELISM)
         if num_subpartitions is not None:
             self._fix_width(ex, num_subpartitions)
-        info = ProducerInfo(index, attempt, partition, location, write_id)
+        info = ProducerInfo(index, attempt, partition, location, write_id, owner=owner)
         await self._notify(ex, name, [ex.set_producer(info)])
         return {"ok": True, "num_subpartitions": ex.num_subpartitions}
+
+    def _check_partition(self, ex: Exchange, partition: str, location: dict, owner: str) -> None:
+        """Refuse a partition held by another exchange, or registered by another credential (see above)."""
+        from ..network.auth import OPERATOR
+
+        for other in self.exchanges.values():
+            if other is not ex and partition in other.producers:
+                whose = other.owner
+                code = ErrorCode.FORBIDDEN if owner and owner not in (OPERATOR, other.owner) else ErrorCode.BAD_REQUEST
+                raise ServiceError(
+                    f"partition {partition!r} is already a producer of exchange {other.name!r}"
+                    f"{f' (credential {whose!r})' if whose else ''}: a partition joins one exchange only; a write "
+                    "registers partitions of its own", code)
+        registered_by = self.partition_owner(location, partition)
+        if owner and registered_by and owner not in (OPERATOR, registered_by):
+            raise ServiceError(f"partition {partition!r} was registered by credential {registered_by!r}; this connection "
+                               f"authenticated as {owner!r} cannot make it a producer of exchange {ex.name!r} (a write "
+                               "registers partitions of its own)", ErrorCode.FORBIDDEN)
 
     @staticmethod
     def _fix_width(ex: Exchange, width: int) -> None:
@@ -561,7 +595,7 @@ class Coordinator:
         ex = self.exchanges.pop(name)
         if self.journal is not None:
             self.journal.remove_exchange(name)
-        self.lost[name] = {"at": time.time(), "message": message}
+        self.lost[name] = {"at": time.time(), "message": message, "owner": ex.owner}
         self._names_changed()
         self._release_producers(list(ex.producers.values()), message, REPLACED)
         await self._notify(None, name, reason=message)

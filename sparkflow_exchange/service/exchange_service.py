@@ -39,6 +39,9 @@ from .launcher import SPILL_PREFIX, pid_alive
 
 log = logging.getLogger(__name__)
 
+# the RPCs whose handler is told the connection's credential (``owner``): what they create is its
+OWNED_BY_CALLER = frozenset({"declare", "stream_declare", "register_producer", "stream_join", "stream_latest",
+                             "stream_commit_group"})
 JOIN_GRACE = 1.0  # s after a writer is lost before its partition is released if it never joined its exchange
 
 
@@ -82,7 +85,10 @@ class ExchangeService:
         # host ("local"; "local_shared" of it were copied by the reader out of a writer's shared-memory
         # slot) or another ("remote"), or read by a reader on this host from our spill files
         self.traffic = {"local": 0, "local_shared": 0, "remote": 0, "local_file": 0}
-        self.coordinator = Coordinator(self._release, config.ttl, config.heartbeat_timeout) if coordinator else None
+        self.coordinator = Coordinator(
+            self._release, config.ttl, config.heartbeat_timeout,
+            partition_owner=lambda location, pid: self.partition_owner(pid)
+            if location.get("service_id") == self.service_id else "") if coordinator else None
         # a reader query that never planned a batch: its group goes after declareTimeout (at most 30 s) idle
         self.streams = StreamRegistry(self.coordinator, config.ttl, min(30.0, config.declare_timeout)) \
             if self.coordinator is not None else None
@@ -227,7 +233,9 @@ class ExchangeService:
         return time.monotonic() - self.last_app_seen > self.config.idle_timeout
 
     # ------------------------------------------------------------ partitions
-    def register_partition(self, msg: RegisterPartition) -> ResultPartition:
+    def register_partition(self, msg: RegisterPartition, owner: str = auth.OPERATOR) -> ResultPartition:
+        """Take a writer's partition; ``owner``: the credential its connection proved (only that one or the
+        operator may release it or join it to an exchange: ``service/owners.py``)."""
         if msg.partition_type not in PARTITION_TYPES:
             raise ValueError(f"unknown partition type {msg.partition_type!r}; use one of {', '.join(PARTITION_TYPES)}")
         if msg.partition in self.partitions:
@@ -242,6 +250,7 @@ class ExchangeService:
             self.spill_dir, exchange=msg.exchange, attempt=msg.attempt, spill_readers=self.spill_readers,
             disk=self.disk,
         )
+        part.owner = owner
         self.partitions[msg.partition] = part
         return part
 
@@ -280,25 +289,42 @@ class ExchangeService:
         part.release(reason, code)
         return True
 
-    def _release(self, targets: list[tuple[dict, str]], reason: str = "released by the coordinator",
+    def _release(self, targets: list[tuple[dict, str, str]], reason: str = "released by the coordinator",
                  code: ErrorCode = ErrorCode.RELEASED) -> None:
-        """Coordinator callback: free partitions here, or ask the service that holds them."""
-        remote: dict[str, list[str]] = {}
-        for location, pid in targets:
+        """Coordinator callback: free partitions here, or ask the service that holds them. Each target names
+        the credential that joined it to its exchange: only a partition that credential registered is freed
+        (a producer naming another's partition releases nothing of it)."""
+        remote: dict[tuple[str, str], list[str]] = {}
+        for location, pid, owner in targets:
             if location.get("service_id") == self.service_id:
-                self.release_partition(pid, reason, code)
+                self.release_owned([pid], owner, reason, code)
             else:
-                remote.setdefault(location.get("tcp", ""), []).append(pid)
-        for address, pids in remote.items():
+                remote.setdefault((location.get("tcp", ""), owner), []).append(pid)
+        for (address, owner), pids in remote.items():
             if address:
-                asyncio.ensure_future(self._release_remote(address, pids, reason, code))
+                asyncio.ensure_future(self._release_remote(address, pids, reason, code, owner))
 
-    async def _release_remote(self, address: str, pids: list[str], reason: str, code: ErrorCode) -> None:
+    def release_owned(self, pids: list[str], owner: str, reason: str, code: ErrorCode = ErrorCode.RELEASED) -> int:
+        """Free the partitions among ``pids`` that ``owner`` registered (every one for the operator or "")."""
+        released = 0
+        for pid in pids:
+            part = self.partitions.get(pid)
+            if part is None:
+                continue
+            if owner and owner not in (auth.OPERATOR, part.owner):
+                log.warning("partition %s was not released for credential %r: credential %r registered it", pid,
+                            owner, part.owner)
+                continue
+            released += self.release_partition(pid, reason, code)
+        return released
+
+    async def _release_remote(self, address: str, pids: list[str], reason: str, code: ErrorCode,
+                              owner: str = "") -> None:
         from ..network.aio_client import rpc_once
 
         try:
             await rpc_once(address, self.secret, self.config, "release_partitions",
-                           {"partitions": pids, "reason": reason, "code": code})
+                           {"partitions": pids, "reason": reason, "code": code, "on_behalf_of": owner})
         except Exception as exc:  # noqa: BLE001 - best effort: the other service's TTL frees them too
             log.warning("could not release %d partitions on %s: %s", len(pids), address, exc)
 
@@ -321,7 +347,7 @@ class ExchangeService:
         conn.subscriptions.clear()
 
     # ------------------------------------------------------------ rpc
-    def _owner_of(self, name: str) -> str:
+    def owner_of(self, name: str) -> str:
         """The credential an exchange or stream (or a stream's epoch) of that name belongs to ("" if none)."""
         if self.coordinator is None:
             return ""
@@ -329,20 +355,34 @@ class ExchangeService:
         if ex is not None and not ex.stream:
             return ex.owner
         st = self.streams.streams.get(ex.stream if ex is not None else name)
-        return st.owner if st is not None else ""
+        if st is not None:
+            return st.owner
+        lost = self.coordinator.lost.get(name)
+        return lost.get("owner", "") if lost is not None else ""
+
+    def group_owner(self, stream: str, group: str) -> tuple[str, str]:
+        """(the credential a consumer group belongs to, its stream's owner); ("", "") for none."""
+        st = self.streams.streams.get(stream) if self.streams is not None else None
+        g = st.groups.get(group) if st is not None else None
+        return (g.owner, st.owner) if g is not None else ("", "")
+
+    def partition_owner(self, partition: str) -> str:
+        part = self.partitions.get(partition)
+        return part.owner if part is not None else ""
 
     async def rpc(self, conn: ServerConnection, method: str, args: dict) -> Any:
-        owners.check(conn.identity, method, args, self._owner_of)
-        if method in ("declare", "stream_declare"):
+        owners.check(conn.identity, method, args, self)
+        if method in OWNED_BY_CALLER:
             args["owner"] = conn.identity  # never the client's say
         if method == "ping":
             return self.addresses()
         if method == "status":
             return self.status()
-        if method == "release_partitions":
+        if method == "release_partitions":  # owners.check: each one held here is the caller's (or the operator's)
             reason = str(args.get("reason") or "released by the coordinator")
             code = ErrorCode.REPLACED if args.get("code") == ErrorCode.REPLACED else ErrorCode.RELEASED
-            return {"released": sum(self.release_partition(p, reason, code) for p in args["partitions"])}
+            owner = args.get("on_behalf_of") or conn.identity if conn.identity == auth.OPERATOR else conn.identity
+            return {"released": self.release_owned(args["partitions"], owner, reason, code)}
         if method == "attach_app":
             self.apps[str(args["app"])] = int(args["pid"])
             self.last_app_seen = time.monotonic()

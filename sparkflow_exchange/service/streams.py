@@ -61,6 +61,7 @@ class Group:
     position: int  # the last epoch this group committed (read and done with)
     seen: float = field(default_factory=time.monotonic)
     confirmed: bool = False  # its query planned a micro-batch from it (so its checkpoint names the group)
+    owner: str = ""  # the credential that joined (created) it; it, the stream's owner or the operator may move it
 
 
 @dataclass
@@ -99,7 +100,8 @@ class Stream:
             "retained_rows": sum(e.rows for e in self.epochs.values() if e.rows >= 0),
             "max_retained_bytes": self.max_retained_bytes,
             "writer_waiting_s": None if self.waiting_since is None else round(now - self.waiting_since, 3),
-            "groups": {g.name: {"position": g.position, "idle_s": round(now - g.seen, 3), "confirmed": g.confirmed}
+            "groups": {g.name: {"position": g.position, "idle_s": round(now - g.seen, 3), "confirmed": g.confirmed,
+                                "owner": g.owner}
                        for g in self.groups.values()},
             "created_at": self.created,
             "last_used_at": self.created if used is None else wall_time(used),
@@ -175,7 +177,7 @@ class StreamRegistry:
         st.max_retained_bytes = max(0, int(max_retained_bytes or 0))
         for group in groups or ():
             if group not in st.groups:
-                st.groups[group] = Group(group, st.released_upto, confirmed=True)
+                st.groups[group] = Group(group, st.released_upto, confirmed=True, owner=st.owner)
         await self._notify()
         return st.describe()
 
@@ -219,7 +221,7 @@ class StreamRegistry:
                 ename = epoch_exchange(name, epoch)
                 desc = await self.coordinator.declare(
                     ename, st.schema, st.num_subpartitions, st.partitioner, st.partition_type, "overwrite",
-                    coalesce=st.coalesce and st.num_subpartitions is None)
+                    coalesce=st.coalesce and st.num_subpartitions is None, owner=st.owner)
                 self.coordinator.exchanges[ename].stream = name
                 op = st.open[epoch] = OpenEpoch(epoch, order, ename, desc["epoch"], desc["write_id"])
         return {"exchange": op.exchange, "generation": op.generation, "write_id": op.write_id,
@@ -296,7 +298,7 @@ class StreamRegistry:
                 pass
         return self._get(name).describe()
 
-    async def join(self, name: str, group: str | None = None, start: str = "earliest") -> dict:
+    async def join(self, name: str, group: str | None = None, start: str = "earliest", owner: str = "") -> dict:
         """A reader query starts without a checkpoint: its group's position (a new group starts at ``start``)."""
         st = self._get(name)
         if start not in STARTS:
@@ -307,15 +309,15 @@ class StreamRegistry:
             return {"group": g.name, "position": g.position}
         name_of_group = group or f"query-{uuid.uuid4().hex[:12]}"
         position = st.released_upto if start == "earliest" else st.last_committed
-        st.groups[name_of_group] = Group(name_of_group, position)
+        st.groups[name_of_group] = Group(name_of_group, position, owner=owner)
         return {"group": name_of_group, "position": position}
 
-    def _touch(self, st: Stream, group: str, after: int) -> Group:
+    def _touch(self, st: Stream, group: str, after: int, owner: str = "") -> Group:
         """The group, registered again at ``after`` when the service no longer knows it (expired, restarted)."""
         g = st.groups.get(group)
         if g is None:
             self._check_retained(st, after)
-            g = st.groups[group] = Group(group, after)
+            g = st.groups[group] = Group(group, after, owner=owner)
         g.seen = time.monotonic()
         return g
 
@@ -330,14 +332,14 @@ class StreamRegistry:
 
     async def latest(self, name: str, group: str, after: int, max_epochs: int | None = None,
                      max_rows: int | None = None, max_bytes: int | None = None, upto: int | None = None,
-                     wait: float = 0.0) -> dict:
+                     wait: float = 0.0, owner: str = "") -> dict:
         """The newest committed epoch a micro-batch starting after ``after`` may read (admission control:
         at least one epoch when any is there, then as many as the limits allow).
 
         ``wait``: with nothing new, wait up to this long for the next commit (a long poll: an idle reader
         query starts its batch within milliseconds of the writer's commit instead of polling)."""
         st = self._get(name)
-        g = self._touch(st, group, after)
+        g = self._touch(st, group, after, owner)
         self._check_retained(st, after)
         if after > g.position:
             # Spark asks from the end of its last batch, which is done and in its commit log (a batch that is
@@ -382,10 +384,10 @@ class StreamRegistry:
                 plans.append({"epoch": n, "rows": e.rows, "desc": desc})
         return {"epochs": plans, "num_subpartitions": st.num_subpartitions, "schema": st.schema}
 
-    async def commit_group(self, name: str, group: str, epoch: int) -> dict:
+    async def commit_group(self, name: str, group: str, epoch: int, owner: str = "") -> dict:
         """A reader query is done with every epoch up to ``epoch``: what every group is done with is released."""
         st = self._get(name)
-        g = self._touch(st, group, epoch)
+        g = self._touch(st, group, epoch, owner)
         g.position = max(g.position, epoch)
         g.confirmed = True
         await self._release(st)
