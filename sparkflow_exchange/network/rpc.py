@@ -9,6 +9,7 @@ Sans-IO; the server checks every :class:`RpcRequest` with :func:`check_args`, an
 from __future__ import annotations
 
 import enum
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,16 @@ from ..kinds import PartitionType
 INT64 = (-(1 << 63), (1 << 63) - 1)
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: no process id is larger
 MAX_WAIT = 10 * 365 * 86400.0  # seconds: longer than any deadline a client means
+# What a client may make the service keep and list to everyone, so listings and status stay far below the
+# frame maximum: the name of an exchange, stream or consumer group it declares, in characters
+# (docs/deployment.md, "Limits"); every other identifier (partition ids, attempts, queries, addresses,
+# a stream epoch's exchange ``<stream>#<epoch>``); a reason; an object (a location, a partitioner) as JSON;
+# a schema (base64 Arrow IPC: 4 MiB is some 50,000 columns).
+MAX_NAME_LENGTH = 256
+MAX_ID_LENGTH = 1024
+MAX_REASON_LENGTH = 16 * 1024
+MAX_OBJECT_LENGTH = 64 * 1024
+MAX_SCHEMA_LENGTH = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -32,6 +43,8 @@ class Arg:
     high: float | None = None
     items: type | None = None  # a list's items, a dict's values (dict keys are strings in JSON)
     choices: tuple[str, ...] = ()
+    longest: int | None = None  # a string's (a list's strings', an object's JSON) most characters
+    what: str = ""  # what the string is, for a refusal of its length
 
     def check(self, method: str, name: str, value: Any) -> None:
         if value is None:
@@ -51,9 +64,23 @@ class Arg:
                                          f"{type(item).__name__}, not {self.items.__name__}")
                 if self.items is int:
                     self._check_range(method, name, item)
+        if self.longest is not None:
+            self._check_length(method, name, value)
         if self.choices and value not in self.choices:
             raise InvalidRequest(f"bad {method!r} request: argument {name!r} is {value!r}; use one of "
                                  f"{', '.join(self.choices)}")
+
+    def _check_length(self, method: str, name: str, value: Any) -> None:
+        if isinstance(value, dict):
+            size = len(json.dumps(value))
+            if size > self.longest:
+                raise InvalidRequest(f"bad {method!r} request: argument {name!r} is {size} characters of JSON; "
+                                     f"{self.what or 'an object'} may be at most {self.longest}")
+            return
+        for text in value if isinstance(value, list) else (value,):
+            if isinstance(text, str) and len(text) > self.longest:
+                raise InvalidRequest(f"bad {method!r} request: argument {name!r} is {len(text)} characters long; "
+                                     f"{self.what or 'it'} may be at most {self.longest} characters")
 
     def _check_range(self, method: str, name: str, value: int | float) -> None:
         if isinstance(value, float) and not math.isfinite(value):
@@ -79,12 +106,13 @@ def _is_a(value: Any, kind: type) -> bool:
 
 def _opt(arg: Arg, nullable: bool = False) -> Arg:
     """``arg`` may be left out (and, with ``nullable``, be null)."""
-    return Arg(arg.kind, False, nullable or arg.nullable, arg.low, arg.high, arg.items, arg.choices)
+    return Arg(arg.kind, False, nullable or arg.nullable, arg.low, arg.high, arg.items, arg.choices, arg.longest,
+               arg.what)
 
 
 def _null(arg: Arg) -> Arg:
     """``arg`` must be given, and may be null."""
-    return Arg(arg.kind, True, True, arg.low, arg.high, arg.items, arg.choices)
+    return Arg(arg.kind, True, True, arg.low, arg.high, arg.items, arg.choices, arg.longest, arg.what)
 
 
 class Who(enum.StrEnum):
@@ -106,20 +134,24 @@ class Rpc(dict):
         self.who = who
 
 
-TEXT = Arg(str)
+TEXT = Arg(str, longest=MAX_ID_LENGTH, what="an identifier")
+NAME = Arg(str, longest=MAX_NAME_LENGTH, what="the name of an exchange, stream or consumer group (MAX_NAME_LENGTH)")
+REASON = Arg(str, longest=MAX_REASON_LENGTH, what="a reason")  # clipped, not refused: a failure is still told
+GROUPS = Arg(list, items=str, longest=MAX_NAME_LENGTH, what=NAME.what)
+SCHEMA = Arg(str, longest=MAX_SCHEMA_LENGTH, what="a schema")
 INT = Arg(int, low=INT64[0], high=INT64[1])
 COUNT = Arg(int, low=0, high=INT64[1])
 WIDTH = Arg(int, low=1, high=1 << 16)  # numSubpartitions (a service keeps at most 65536 per partition)
 WAIT = Arg(float, low=0.0, high=MAX_WAIT)
 SECONDS = Arg(float, low=0.0, high=MAX_WAIT * 10)
 FLAG = Arg(bool)
-NAMES = Arg(list, items=str)
+NAMES = Arg(list, items=str, longest=MAX_ID_LENGTH, what="an identifier")
 COUNTS = Arg(list, items=int)
 ROWS = Arg(dict, items=int)
-OBJECT = Arg(dict)
+OBJECT = Arg(dict, longest=MAX_OBJECT_LENGTH, what="an object (a location, a partitioner)")
 TYPE = Arg(str, choices=tuple(t.value for t in PartitionType))
 
-_DECLARE = {"name": TEXT, "schema": TEXT, "num_subpartitions": _null(WIDTH), "partitioner": OBJECT,
+_DECLARE = {"name": NAME, "schema": SCHEMA, "num_subpartitions": _null(WIDTH), "partitioner": OBJECT,
             "partition_type": TYPE, "coalesce": _opt(FLAG)}
 
 RPCS: dict[str, Rpc] = {
@@ -127,7 +159,7 @@ RPCS: dict[str, Rpc] = {
     "ping": Rpc(Who.ANY, {}),
     "status": Rpc(Who.ANY, {}),
     "shutdown": Rpc(Who.OPERATOR, {}),
-    "release_partitions": Rpc(Who.PARTITIONS, {"partitions": NAMES, "reason": _opt(TEXT, True),
+    "release_partitions": Rpc(Who.PARTITIONS, {"partitions": NAMES, "reason": _opt(REASON, True),
                                                "code": _opt(Arg(str, choices=(ErrorCode.RELEASED,
                                                                               ErrorCode.REPLACED))),
                                                # the operator (a coordinator) frees them for this credential:
@@ -153,20 +185,20 @@ RPCS: dict[str, Rpc] = {
                                          "subpartition_rows": _opt(COUNTS, True),
                                          "rows": _opt(COUNT, True),
                                          "bytes": _opt(COUNT, True)}),
-    "producer_failed": Rpc(Who.OWNER, {"name": TEXT, "epoch": _null(INT), "partition": TEXT, "reason": TEXT}),
+    "producer_failed": Rpc(Who.OWNER, {"name": TEXT, "epoch": _null(INT), "partition": TEXT, "reason": REASON}),
     "commit": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "write_id": TEXT, "partitions": NAMES,
                               "rows": _opt(ROWS, True)}),
-    "abort": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "write_id": TEXT, "reason": _opt(TEXT)}),
+    "abort": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "write_id": TEXT, "reason": _opt(REASON)}),
     "drop": Rpc(Who.OWNER, {"name": TEXT}),
     "get_exchange": Rpc(Who.ANY, {"name": TEXT, "wait": _opt(WAIT), "need_subpartitions": _opt(FLAG),
                                   "allow_stream": _opt(FLAG), "until_sealed": _opt(FLAG)}),
     # the coordinator: streams
-    "stream_declare": Rpc(Who.OWNER, {**_DECLARE, "max_retained_bytes": _opt(COUNT), "groups": _opt(NAMES, True)}),
+    "stream_declare": Rpc(Who.OWNER, {**_DECLARE, "max_retained_bytes": _opt(COUNT), "groups": _opt(GROUPS, True)}),
     "stream_begin_epoch": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "query": TEXT, "run": TEXT, "wait": _opt(WAIT)}),
     "stream_commit_epoch": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "partitions": NAMES, "rows": _opt(ROWS, True)}),
-    "stream_abort_epoch": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "reason": _opt(TEXT)}),
+    "stream_abort_epoch": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "reason": _opt(REASON)}),
     "stream_describe": Rpc(Who.ANY, {"name": TEXT, "wait": _opt(WAIT)}),
-    "stream_join": Rpc(Who.GROUP, {"name": TEXT, "group": _opt(TEXT, True), "start": _opt(TEXT)}),
+    "stream_join": Rpc(Who.GROUP, {"name": TEXT, "group": _opt(NAME, True), "start": _opt(TEXT)}),
     "stream_latest": Rpc(Who.GROUP, {"name": TEXT, "group": TEXT, "after": INT, "max_epochs": _opt(COUNT, True),
                                      "max_rows": _opt(COUNT, True), "max_bytes": _opt(COUNT, True),
                                      "upto": _opt(INT, True),
@@ -192,4 +224,7 @@ def check_args(method: str, args: Any) -> None:
             if arg.required:
                 raise InvalidRequest(f"bad {method!r} request: argument {name!r} is missing")
             continue
+        value = args[name]
+        if arg.what == REASON.what and isinstance(value, str) and len(value) > MAX_REASON_LENGTH:
+            args[name] = value[:MAX_REASON_LENGTH - 6] + " [...]"
         arg.check(method, name, args[name])

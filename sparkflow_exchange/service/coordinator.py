@@ -200,9 +200,13 @@ RELEASED = ErrorCode.RELEASED  # one write or attempt went (lost the commit, abo
 
 class Coordinator:
     def __init__(self, release: Release, ttl: float = 3600.0, heartbeat_timeout: float = 10.0,
-                 partition_owner: PartitionOwner = lambda location, pid: "") -> None:
+                 partition_owner: PartitionOwner = lambda location, pid: "", max_exchanges_per_owner: int = 0) -> None:
+        """``max_exchanges_per_owner``: exchanges and streams one application credential may own at once
+        (maxExchangesPerCredential; 0: no cap; the operator has none)."""
         self.exchanges: dict[str, Exchange] = {}
         self.partition_owner = partition_owner
+        self.max_exchanges_per_owner = max_exchanges_per_owner
+        self.streams_of: Callable[[str], int] = lambda owner: 0  # streams a credential owns (the stream registry)
         self.services = ServiceRegistry(heartbeat_timeout)  # the services that hold partitions for us
         self.journal: Journal | None = None  # the state directory, when it has one (restore())
         self.release = release  # called with (location, partition id) of partitions to free, and why
@@ -258,6 +262,18 @@ class Coordinator:
         if producers:
             self.release([(p.location, p.partition, p.owner) for p in producers], reason, code)
 
+    def check_room(self, owner: str, name: str, what: str = "exchange") -> None:
+        """Refuse a new exchange or stream of ``owner`` that owns as many as one credential may."""
+        from ..network.auth import OPERATOR
+
+        if not owner or owner == OPERATOR or not self.max_exchanges_per_owner:
+            return
+        owned = sum(1 for ex in self.exchanges.values() if ex.owner == owner and not ex.stream) + self.streams_of(owner)
+        if owned >= self.max_exchanges_per_owner:
+            raise ServiceError(f"declaring {what} {name!r} is refused: credential {owner!r} owns {owned} exchanges and "
+                               f"streams, and one application credential may own at most maxExchangesPerCredential="
+                               f"{self.max_exchanges_per_owner}; drop one it no longer needs", ErrorCode.LIMIT)
+
     # ------------------------------------------------------------ writer side
     async def declare(self, name: str, schema: str, num_subpartitions: int | None, partitioner: dict,
                       partition_type: str, mode: str, coalesce: bool = False, owner: str = "") -> dict:
@@ -292,6 +308,8 @@ class Coordinator:
                     f"append to exchange {name!r} must use its partitioner {ex.partitioner.get('name')!r} and "
                     f"partitionType {ex.partition_type}", ErrorCode.BAD_REQUEST)
         else:
+            if ex is None or ex.owner != owner:
+                self.check_room(owner, name)
             if ex is not None:
                 self._release_producers(list(ex.producers.values()), "overwritten", REPLACED)
             ex = Exchange(name, next(self._epochs), schema, num_subpartitions, partitioner, partition_type,

@@ -28,9 +28,9 @@ from ..network.listener import Listener, tcp_sockets, unix_socket
 from ..network.protocol import FRAME_POOL, RegisterPartition
 from ..errors import ErrorCode, ServiceError
 from ..network.server import ServerConnection
-from ..partition.buffer_pool import NetworkBufferPool
+from ..partition.buffer_pool import SUBPARTITION_BYTES, MemoryAccount, NetworkBufferPool
 from ..partition.result_partition import ResultPartition
-from ..partition.spill import DiskBudget, SpillReaders
+from ..partition.spill import DiskBudget, DiskShare, SpillReaders
 from . import owners
 from .coordinator import Coordinator
 from .fd_budget import fd_budget
@@ -76,10 +76,14 @@ class ExchangeService:
         # exchanges outlive their writers: the spill files' bound (maxDiskBytes, else 90% of the free space)
         self.disk = DiskBudget(config.max_disk_bytes or int(shutil.disk_usage(self.spill_dir).free * 0.9))
         self.partitions: dict[str, ResultPartition] = {}
+        # each application credential's share of memory.budget and of the disk bound (the operator has none)
+        self.memory_accounts: dict[str, MemoryAccount] = {}
+        self.disk_shares: dict[str, DiskShare] = {}
         # every connection, and the strangers among them (not authenticated, not our own user's Unix clients)
         self.admission: Admission[ServerConnection] = Admission(
             self.fds.connections, self.fds.strangers, self.fds.strangers_per_peer, config.hello_timeout,
-            notes=self.fds.notes)
+            notes=self.fds.notes, max_per_credential=min(config.max_connections_per_credential, self.fds.connections),
+            unlimited=auth.OPERATOR)
         self.connections = self.admission.connections
         # payload bytes consumers read, by path: served over a Unix/TCP connection from a reader on this
         # host ("local"; "local_shared" of it were copied by the reader out of a writer's shared-memory
@@ -88,7 +92,8 @@ class ExchangeService:
         self.coordinator = Coordinator(
             self._release, config.ttl, config.heartbeat_timeout,
             partition_owner=lambda location, pid: self.partition_owner(pid)
-            if location.get("service_id") == self.service_id else "") if coordinator else None
+            if location.get("service_id") == self.service_id else "",
+            max_exchanges_per_owner=config.max_exchanges_per_credential) if coordinator else None
         # a reader query that never planned a batch: its group goes after declareTimeout (at most 30 s) idle
         self.streams = StreamRegistry(self.coordinator, config.ttl, min(30.0, config.declare_timeout)) \
             if self.coordinator is not None else None
@@ -244,15 +249,38 @@ class ExchangeService:
             raise ValueError(f"numSubpartitions {msg.num_subpartitions} is out of range 1..65536")
         if msg.buffer_size < 0 or msg.buffer_size > self.config.max_frame_size // 2 or msg.buffers < 0:
             raise ValueError(f"bad pool request: {msg.buffers} buffers of {msg.buffer_size} bytes")
+        account, disk = self._shares_of(owner)
+        if account is not None:  # before a subpartition is made: a wide partition costs memory unwritten
+            bounded = msg.partition_type == "PIPELINED_BOUNDED"
+            need = msg.num_subpartitions * SUBPARTITION_BYTES + (0 if bounded else
+                                                                 msg.buffer_size or self.config.buffer_size)
+            if need > account.free:
+                raise ServiceError(
+                    f"partition {msg.partition!r} of {msg.num_subpartitions} subpartitions is refused: it needs {need} "
+                    f"bytes of memory before any row ({SUBPARTITION_BYTES} per subpartition"
+                    f"{'' if bounded else ' and a receive buffer'}), and {account.describe()}; finish or drop "
+                    "its other writes, or write fewer subpartitions", ErrorCode.LIMIT)
         part = ResultPartition(
             msg.partition, msg.num_subpartitions, msg.partition_type, self.budget,
             msg.buffers or self.config.buffers_per_partition, msg.buffer_size or self.config.buffer_size,
             self.spill_dir, exchange=msg.exchange, attempt=msg.attempt, spill_readers=self.spill_readers,
-            disk=self.disk,
+            disk=disk, account=account,
         )
         part.owner = owner
         self.partitions[msg.partition] = part
         return part
+
+    def _shares_of(self, owner: str) -> tuple[MemoryAccount | None, DiskBudget | DiskShare]:
+        """The memory account and disk bound a credential's partitions draw on: its shares of the service's
+        (``credentialMemoryShare``, ``credentialDiskShare``); the operator's are the whole budget and disk."""
+        if owner == auth.OPERATOR or not owner:
+            return None, self.disk
+        account = self.memory_accounts.get(owner)
+        if account is None:
+            account = self.memory_accounts[owner] = MemoryAccount(
+                owner, int(self.budget.total_bytes * self.config.credential_memory_share))
+            self.disk_shares[owner] = DiskShare(self.disk, owner, int(self.disk.limit * self.config.credential_disk_share))
+        return account, self.disk_shares[owner]
 
     def producer_lost(self, part: ResultPartition, reason: str) -> None:
         part.fail(reason)
@@ -335,8 +363,8 @@ class ExchangeService:
             victim.fatal(message, code=ErrorCode.TOO_MANY_CONNECTIONS)
         return verdict.refusal
 
-    def authenticated(self, conn: ServerConnection) -> None:
-        self.admission.authenticated(conn)
+    def authenticated(self, conn: ServerConnection) -> str | None:
+        return self.admission.authenticated(conn, conn.identity)
 
     def discharge(self, conn: ServerConnection) -> None:
         self.admission.discharge(conn)
@@ -496,8 +524,15 @@ class ExchangeService:
             "service": self.addresses(),
             "memory": {"budget": self.budget.total_bytes, "reserved": self.budget.reserved_bytes,
                        "used": self.budget.used_bytes, "promised": self.budget.promised_bytes,
+                       "bookkeeping": self.budget.bookkeeping_bytes,
                        "running_pools": len(self.budget.pools), "open_spill_reads": len(self.spill_readers)},
             "disk": {"limit": self.disk.limit, "used": self.disk.used, "spill_dir": str(self.spill_dir)},
+            # what each application credential holds of its shares (the operator has none)
+            "credentials": {
+                name: {"connections": self.admission.connections_of(name),
+                       "memory": account.bytes, "memory_limit": account.limit,
+                       "disk": self.disk_shares[name].used, "disk_limit": self.disk_shares[name].limit}
+                for name, account in self.memory_accounts.items()},
             "partitions": partitions,
             "channels": channels,
             "strangers": self.admission.strangers,  # connections that have not authenticated (own user's aside)

@@ -122,6 +122,7 @@ class StreamRegistry:
         self.streams: dict[str, Stream] = {}
         self._changed = coordinator._changed  # one condition: a read waiting for a batch exchange sees a stream too
         coordinator.is_stream = lambda name: name in self.streams
+        coordinator.streams_of = lambda owner: sum(1 for st in self.streams.values() if st.owner == owner)
 
     def _get(self, name: str) -> Stream:
         st = self.streams.get(name)
@@ -159,6 +160,7 @@ class StreamRegistry:
                            "stream is read with the same number of partitions", ErrorCode.BAD_REQUEST)
         st = self.streams.get(name)
         if st is None:
+            self.coordinator.check_room(owner, name, "stream")
             st = self.streams[name] = Stream(name, schema, partitioner, partition_type, num_subpartitions,
                                              bool(coalesce) and num_subpartitions is None, owner=owner)
             self.coordinator.lost.pop(name, None)
