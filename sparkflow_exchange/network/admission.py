@@ -147,6 +147,10 @@ class Admission(Generic[C]):
     def connections_of(self, credential: str) -> int:
         return self._per_credential.get(credential, 0)
 
+    def credentials(self) -> list[str]:
+        """The capped credentials holding connections now."""
+        return list(self._per_credential)
+
     def discharge(self, conn: C) -> None:
         """``conn`` is gone."""
         self._forget(conn)

@@ -282,6 +282,15 @@ class ExchangeService:
             self.disk_shares[owner] = DiskShare(self.disk, owner, int(self.disk.limit * self.config.credential_disk_share))
         return account, self.disk_shares[owner]
 
+    def _credential_holdings(self) -> dict[str, dict[str, int]]:
+        """Per application credential that connected or holds partitions: its connections and shares."""
+        out = {}
+        for name in sorted(set(self.memory_accounts) | set(self.admission.credentials())):
+            account, disk = self._shares_of(name)
+            out[name] = {"connections": self.admission.connections_of(name), "memory": account.bytes,
+                         "memory_limit": account.limit, "disk": disk.used, "disk_limit": disk.limit}
+        return out
+
     def producer_lost(self, part: ResultPartition, reason: str) -> None:
         part.fail(reason)
         if self.coordinator is not None and part.exchange:
@@ -528,11 +537,7 @@ class ExchangeService:
                        "running_pools": len(self.budget.pools), "open_spill_reads": len(self.spill_readers)},
             "disk": {"limit": self.disk.limit, "used": self.disk.used, "spill_dir": str(self.spill_dir)},
             # what each application credential holds of its shares (the operator has none)
-            "credentials": {
-                name: {"connections": self.admission.connections_of(name),
-                       "memory": account.bytes, "memory_limit": account.limit,
-                       "disk": self.disk_shares[name].used, "disk_limit": self.disk_shares[name].limit}
-                for name, account in self.memory_accounts.items()},
+            "credentials": self._credential_holdings(),
             "partitions": partitions,
             "channels": channels,
             "strangers": self.admission.strangers,  # connections that have not authenticated (own user's aside)
