@@ -360,8 +360,10 @@ class ExchangeService:
         from ..network.aio_client import rpc_once
 
         try:
+            # the operator's (a deployment with one secret) goes without: a service of an earlier version frees them
+            behalf = {"on_behalf_of": owner} if owner and owner != auth.OPERATOR else {}
             await rpc_once(address, self.secret, self.config, "release_partitions",
-                           {"partitions": pids, "reason": reason, "code": code, "on_behalf_of": owner})
+                           {"partitions": pids, "reason": reason, "code": code, **behalf})
         except Exception as exc:  # noqa: BLE001 - best effort: the other service's TTL frees them too
             log.warning("could not release %d partitions on %s: %s", len(pids), address, exc)
 
