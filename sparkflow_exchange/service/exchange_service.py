@@ -420,7 +420,9 @@ class ExchangeService:
         if method == "release_partitions":  # owners.check: each one held here is the caller's (or the operator's)
             reason = str(args.get("reason") or "released by the coordinator")
             code = ErrorCode.REPLACED if args.get("code") == ErrorCode.REPLACED else ErrorCode.RELEASED
-            owner = args.get("on_behalf_of") or conn.identity if conn.identity == auth.OPERATOR else conn.identity
+            owner = conn.identity  # the operator may free them for a credential: only what that one registered
+            if conn.identity == auth.OPERATOR and args.get("on_behalf_of"):
+                owner = args["on_behalf_of"]
             return {"released": self.release_owned(args["partitions"], owner, reason, code)}
         if method == "attach_app":
             self.apps[str(args["app"])] = int(args["pid"])
