@@ -113,6 +113,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "maxUnauthenticatedPerPeer": ("max_unauthenticated_per_peer", int, "connections that have not proved the secret yet from one address (TCP) or uid (Unix socket), at once; full, it makes room among that peer's own as maxUnauthenticatedConnections does"),
     "maxConnectionsPerCredential": ("max_connections_per_credential", int, "service: connections one application credential (not the operator) holds at once; more are refused naming the credential (lowered to maxConnections when that is less)"),
     "maxExchangesPerCredential": ("max_exchanges_per_credential", int, "service: exchanges and streams one application credential (not the operator) may own at once; a declare beyond is refused (LimitReached) until it drops one"),
+    "maxGroupsPerCredential": ("max_groups_per_credential", int, "service: consumer groups one application credential (not the operator) may own at once, over every stream (each holds epochs back and is listed to everyone); a reader joining one more is refused (LimitReached) until it leaves one, or idle ones expire"),
     "credentialMemoryShare": ("credential_memory_share", float, "service: the share of memory.budget one application credential's partitions may hold (buffers, credit, and about 1 KiB per subpartition of each partition); beyond, a write waits for its own memory and says so, and a partition too wide for it is refused; the operator has no share"),
     "credentialDiskShare": ("credential_disk_share", float, "service: the share of maxDiskBytes one application credential's spill files may hold; a write beyond fails naming the credential; the operator has no share"),
     "helloTimeout": ("hello_timeout", parse_duration, "a connection that has not proved the secret this long after connecting is closed"),
@@ -161,7 +162,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
                 "metricsPort", "metricsHost"),
     "security": ("secret", "secretFile", "credentialsFile", "tls.certFile", "tls.keyFile", "tls.caFile", "tls.checkHostname",
                  "maxUnauthenticatedConnections", "maxUnauthenticatedPerPeer", "helloTimeout",
-                 "maxConnectionsPerCredential", "maxExchangesPerCredential", "credentialMemoryShare",
+                 "maxConnectionsPerCredential", "maxExchangesPerCredential", "maxGroupsPerCredential",
+                 "credentialMemoryShare",
                  "credentialDiskShare"),
     "streaming": ("consumerGroup", "startingEpochs", "maxEpochsPerTrigger", "maxRowsPerTrigger", "maxBytesPerTrigger",
                   "stream.consumerGroups", "stream.maxRetainedBytes", "stream.pollWait"),
@@ -218,6 +220,7 @@ class ExchangeConfig:
     hello_timeout: float = 5.0
     max_connections_per_credential: int = 1024
     max_exchanges_per_credential: int = 1000
+    max_groups_per_credential: int = 1000
     credential_memory_share: float = 0.5
     credential_disk_share: float = 0.5
     bind_host: str = "127.0.0.1"
@@ -260,7 +263,8 @@ class ExchangeConfig:
             raise ConfigError(f"numSubpartitions must be at least 1, got {self.num_subpartitions}")
         for name in ("buffers_per_channel", "buffers_per_partition", "buffer_size", "sort_buffer_size",
                      "max_connections", "max_unauthenticated_connections", "max_unauthenticated_per_peer",
-                     "max_connections_per_credential", "max_exchanges_per_credential"):
+                     "max_connections_per_credential", "max_exchanges_per_credential",
+                     "max_groups_per_credential"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.starting_epochs not in ("earliest", "latest"):

@@ -25,7 +25,8 @@ from sparkflow_exchange.writer.partition_writer import PartitionWriter
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
 SECRETS = {"app-a": "secret-of-a-0123456789", "app-b": "secret-of-b-0123456789"}
 REFUSED = (ExchangeError, ServiceError)
-CAPS = {"maxConnectionsPerCredential": 6, "maxExchangesPerCredential": 3, "memory.budget": "8m",
+CAPS = {"maxConnectionsPerCredential": 6, "maxExchangesPerCredential": 3, "maxGroupsPerCredential": 4,
+        "memory.budget": "8m",
         "credentialMemoryShare": 0.5, "maxDiskBytes": "2m", "credentialDiskShare": 0.5}
 
 
@@ -106,6 +107,21 @@ def test_a_credential_owns_at_most_its_exchanges_and_streams(capped):
     alice_is_served(capped)
     ex.drop_exchange("b-stream", b[0])
     write(b[2], 10)  # a drop makes room
+
+
+def test_a_credential_owns_at_most_its_consumer_groups_and_the_stream_owner_still_reads(capped):
+    """Every group holds epochs back and is listed to everyone: a stranger cannot join without end."""
+    a = as_(capped, "app-a", name="events")
+    st.declare_stream(a, SCHEMA)
+    b = as_(capped, "app-b", name="events")
+    groups = [st.join_group(b, f"b-{i}")["group"] for i in range(4)]
+    message = limited(st.join_group, b, "b-4")
+    assert "credential 'app-b' owns 4 consumer groups" in message and "maxGroupsPerCredential=4" in message
+    limited(st.join_group, b)  # a group of its own named by the service counts too
+    assert st.join_group(a, "a-readers")["group"] == "a-readers"  # the others are not affected
+    st.leave_group(b, groups[0])
+    assert st.join_group(b, "b-4")["group"] == "b-4"  # leaving one makes room
+    alice_is_served(capped)
 
 
 def test_names_are_at_most_their_documented_length_and_listings_stay_small(capped):

@@ -95,7 +95,8 @@ class ExchangeService:
             if location.get("service_id") == self.service_id else "",
             max_exchanges_per_owner=config.max_exchanges_per_credential) if coordinator else None
         # a reader query that never planned a batch: its group goes after declareTimeout (at most 30 s) idle
-        self.streams = StreamRegistry(self.coordinator, config.ttl, min(30.0, config.declare_timeout)) \
+        self.streams = StreamRegistry(self.coordinator, config.ttl, min(30.0, config.declare_timeout),
+                                      max_groups_per_owner=config.max_groups_per_credential) \
             if self.coordinator is not None else None
         self.unix_path = unix_path
         self.attach_mode = attach_mode  # embedded: exit when the attached applications are gone

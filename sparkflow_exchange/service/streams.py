@@ -115,8 +115,13 @@ def epoch_exchange(stream: str, epoch: int) -> str:
 class StreamRegistry:
     """Streams, their epochs and consumer groups, over the coordinator's exchanges."""
 
-    def __init__(self, coordinator: Coordinator, ttl: float = 3600.0, unconfirmed_grace: float = UNCONFIRMED_GRACE) -> None:
+    def __init__(self, coordinator: Coordinator, ttl: float = 3600.0, unconfirmed_grace: float = UNCONFIRMED_GRACE,
+                 max_groups_per_owner: int = 0) -> None:
+        """``max_groups_per_owner``: consumer groups one application credential may own at once, over every
+        stream (maxGroupsPerCredential; 0: no cap; the operator has none): each one holds epochs back and
+        is listed to everyone."""
         self.coordinator = coordinator
+        self.max_groups_per_owner = max_groups_per_owner
         self.ttl = ttl
         self.unconfirmed_grace = unconfirmed_grace
         self.streams: dict[str, Stream] = {}
@@ -311,6 +316,7 @@ class StreamRegistry:
             return {"group": g.name, "position": g.position}
         name_of_group = group or f"query-{uuid.uuid4().hex[:12]}"
         position = st.released_upto if start == "earliest" else st.last_committed
+        self._check_room(owner, name_of_group, st)
         st.groups[name_of_group] = Group(name_of_group, position, owner=owner)
         return {"group": name_of_group, "position": position}
 
@@ -319,9 +325,23 @@ class StreamRegistry:
         g = st.groups.get(group)
         if g is None:
             self._check_retained(st, after)
+            self._check_room(owner, group, st)
             g = st.groups[group] = Group(group, after, owner=owner)
         g.seen = time.monotonic()
         return g
+
+    def _check_room(self, owner: str, group: str, st: Stream) -> None:
+        """Refuse a new group of ``owner`` that owns as many as one credential may."""
+        from ..network.auth import OPERATOR
+
+        if not owner or owner == OPERATOR or not self.max_groups_per_owner:
+            return
+        owned = sum(1 for s in self.streams.values() for g in s.groups.values() if g.owner == owner)
+        if owned >= self.max_groups_per_owner:
+            raise ServiceError(f"joining stream {st.name!r} as consumer group {group!r} is refused: credential "
+                               f"{owner!r} owns {owned} consumer groups, and one application credential may own at "
+                               f"most maxGroupsPerCredential={self.max_groups_per_owner}; leave groups it no longer "
+                               "reads with (sparkflow_exchange.leave_group)", ErrorCode.LIMIT)
 
     @staticmethod
     def _check_retained(st: Stream, after: int) -> None:
