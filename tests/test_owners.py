@@ -364,3 +364,16 @@ def test_a_service_holding_partitions_for_a_coordinator_frees_only_what_the_rele
 def released_note(svc) -> bool:
     return "was not released for credential 'app-b': credential 'app-a' registered it" in \
         (svc.spill_dir.parent / "service.log").read_text()
+
+
+def test_a_producer_names_a_partition_its_service_holds(shared):
+    """A partition the coordinator's own service does not hold (never registered, or released) cannot join."""
+    b = as_(shared, "app-b", name="bobs")
+    handle = ex.declare_write(b, SCHEMA, overwrite=True)
+    with shared.connect(secret=SECRETS["app-b"]) as conn:
+        location = conn.call("ping")
+    with pytest.raises(REFUSED, match="partition 'made-up' is not held by the service its location names") as info:
+        call(b, "register_producer", name="bobs", epoch=handle.epoch, write_id=handle.write_id, index=0,
+             attempt="x", partition="made-up", location=location)
+    assert info.value.code == ErrorCode.BAD_REQUEST
+    assert ex.describe_exchange(b)["producers"] == []

@@ -192,15 +192,16 @@ class Exchange:
 # (location, partition id, the credential that joined it)s, why, and the code its writer is told ("replaced": a
 # drop, overwrite or expiry)
 Release = Callable[[list[tuple[dict, str, str]], str, str], None]
-# (location, partition id) -> the credential that registered the partition, when this process holds it ("" if not)
-PartitionOwner = Callable[[dict, str], str]
+# (location, partition id) -> the credential that registered the partition, when the location is this process's
+# service ("" when it holds no such partition); None for a location elsewhere
+PartitionOwner = Callable[[dict, str], "str | None"]
 REPLACED = ErrorCode.REPLACED  # the exchange went (dropped, overwritten, expired): its writers fail with ExchangeReplaced
 RELEASED = ErrorCode.RELEASED  # one write or attempt went (lost the commit, aborted); the exchange stays
 
 
 class Coordinator:
     def __init__(self, release: Release, ttl: float = 3600.0, heartbeat_timeout: float = 10.0,
-                 partition_owner: PartitionOwner = lambda location, pid: "", max_exchanges_per_owner: int = 0) -> None:
+                 partition_owner: PartitionOwner = lambda location, pid: None, max_exchanges_per_owner: int = 0) -> None:
         """``max_exchanges_per_owner``: exchanges and streams one application credential may own at once
         (maxExchangesPerCredential; 0: no cap; the operator has none)."""
         self.exchanges: dict[str, Exchange] = {}
@@ -364,6 +365,10 @@ class Coordinator:
                     f"{f' (credential {whose!r})' if whose else ''}: a partition joins one exchange only; a write "
                     "registers partitions of its own", code)
         registered_by = self.partition_owner(location, partition)
+        if registered_by == "":
+            raise ServiceError(f"partition {partition!r} is not held by the service its location names (never "
+                               "registered there, or released already): a producer registers its partition with its "
+                               "service first", ErrorCode.BAD_REQUEST)
         if owner and registered_by and owner not in (OPERATOR, registered_by):
             raise ServiceError(f"partition {partition!r} was registered by credential {registered_by!r}; this connection "
                                f"authenticated as {owner!r} cannot make it a producer of exchange {ex.name!r} (a write "

@@ -92,7 +92,7 @@ class ExchangeService:
         self.coordinator = Coordinator(
             self._release, config.ttl, config.heartbeat_timeout,
             partition_owner=lambda location, pid: self.partition_owner(pid)
-            if location.get("service_id") == self.service_id else "",
+            if location.get("service_id") == self.service_id else None,
             max_exchanges_per_owner=config.max_exchanges_per_credential) if coordinator else None
         # a reader query that never planned a batch: its group goes after declareTimeout (at most 30 s) idle
         self.streams = StreamRegistry(self.coordinator, config.ttl, min(30.0, config.declare_timeout),
