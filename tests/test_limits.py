@@ -195,3 +195,16 @@ def test_a_credential_filling_its_disk_share_leaves_disk_for_the_others(capped):
     write(as_(capped, "app-b", name="small"), 20_000)  # within its share
     alice_is_served(capped)
     assert capped.status()["credentials"]["app-b"]["disk"] <= 1 << 20
+
+
+def test_a_connection_holds_a_bounded_number_of_subscriptions(capped):
+    from sparkflow_exchange.service.exchange_service import MAX_SUBSCRIPTIONS
+
+    write(as_(capped, "app-b", name="watched"), 10)
+    with capped.connect(secret=SECRETS["app-b"]) as conn:
+        for i in range(MAX_SUBSCRIPTIONS):
+            conn.call("subscribe", name="watched", topic=f"t{i}")
+        message = limited(conn.call, "subscribe", name="watched", topic="one-more")
+        assert "MAX_SUBSCRIPTIONS" in message and "'app-b'" in message
+        conn.call("subscribe", name="watched", topic="t0")  # the same topic again replaces it
+    alice_is_served(capped)

@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 # the RPCs whose handler is told the connection's credential (``owner``): what they create is its
 OWNED_BY_CALLER = frozenset({"declare", "stream_declare", "register_producer", "stream_join", "stream_latest",
                              "stream_commit_group"})
+# subscriptions one connection holds at once (a reader holds one per exchange it is reading): each costs the
+# coordinator a callback, so a client cannot grow its memory without end
+MAX_SUBSCRIPTIONS = 4096
 JOIN_GRACE = 1.0  # s after a writer is lost before its partition is released if it never joined its exchange
 
 
@@ -455,6 +458,11 @@ class ExchangeService:
             previous = conn.subscriptions.pop(topic, None)
             if previous:
                 previous()
+            elif len(conn.subscriptions) >= MAX_SUBSCRIPTIONS:
+                raise ServiceError(f"subscribing to exchange {name!r} is refused: this connection (credential "
+                                   f"{conn.identity!r}) holds {len(conn.subscriptions)} subscriptions, the most one "
+                                   "connection may (MAX_SUBSCRIPTIONS); unsubscribe from exchanges it no longer reads",
+                                   ErrorCode.LIMIT)
             conn.subscriptions[topic] = coord.subscribe(name, lambda body: conn.send(Notify(topic, body)),
                                                         seal=args.get("seal"))
             return {"ok": True}
