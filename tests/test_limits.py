@@ -162,7 +162,10 @@ def test_a_credentials_bounded_partitions_hold_at_most_its_share_and_the_others_
                                    attempt="t0", buffer_size=64 << 10, buffers=16) for i in range(64)]
         status = capped.status()
         bob = status["credentials"]["app-b"]
-        assert bob["memory"] <= bob["memory_limit"] == 4 << 20
+        assert bob["memory_limit"] == 4 << 20
+        memory = status["memory"]
+        assert memory["used"] + memory["promised"] <= 4 << 20  # bob's buffers and credit: his share, no more
+        assert bob["memory"] <= (4 << 20) + memory["bookkeeping"]  # later partitions wait for credit, not refused
         waiting = [p["waiting_for"] for p in status["partitions"] if p["waiting_for"]]
         assert waiting and all("waiting for memory: credential 'app-b' holds" in w for w in waiting)
         a = as_(capped, "app-a", name="alices", partitionType="PIPELINED_BOUNDED", numSubpartitions=1)

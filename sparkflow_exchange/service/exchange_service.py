@@ -258,7 +258,7 @@ class ExchangeService:
             bounded = msg.partition_type == "PIPELINED_BOUNDED"
             need = msg.num_subpartitions * SUBPARTITION_BYTES + (0 if bounded else
                                                                  msg.buffer_size or self.config.buffer_size)
-            if need > account.free:
+            if need > account.room:
                 raise ServiceError(
                     f"partition {msg.partition!r} of {msg.num_subpartitions} subpartitions is refused: it needs {need} "
                     f"bytes of memory before any row ({SUBPARTITION_BYTES} per subpartition"
