@@ -11,7 +11,7 @@ __all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "lea
            "PartitionType", "ExchangeState", "ExchangeKind", "ExchangeSummary", "StreamSummary", "open_reader", "open_writer", "ExchangeWriter",
            # the errors users see (docs/errors.md)
            "ConfigError", "ExchangeError", "ServiceError", "ServiceUnavailable", "AuthenticationFailed", "NotPermitted",
-           "InvalidRequest", "StorageError", "DataLost", "ExchangeNotFound", "ExchangeLost", "ExchangeReplaced",
+           "LimitReached", "InvalidRequest", "StorageError", "DataLost", "ExchangeNotFound", "ExchangeLost", "ExchangeReplaced",
            "PartitionReleasedError", "SchemaMismatch", "NoConsumerError", "ExchangeReadError", "ErrorCode"]
 
 from .config import ExchangeConfig, session_settings
@@ -26,6 +26,7 @@ from .errors import (  # noqa: F401
     ExchangeReadError,
     ExchangeReplaced,
     InvalidRequest,
+    LimitReached,
     NotPermitted,
     NoConsumerError,
     PartitionReleasedError,

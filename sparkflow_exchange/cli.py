@@ -120,9 +120,15 @@ def _print_status(status: dict) -> None:
     print(f"memory  {mem['used'] / MiB:.1f} of {mem['budget'] / MiB:.1f} MiB held by buffers, "
           f"{mem['promised'] / MiB:.1f} MiB promised as credit, {mem['running_pools']} running pools, "
           f"{mem['open_spill_reads']} open spill files")
+    if mem.get("bookkeeping"):
+        print(f"        {mem['bookkeeping'] / MiB:.1f} MiB for the partitions' subpartitions (bookkeeping)")
     if disk:
         print(f"disk    {disk['used'] / MiB:.1f} of {disk['limit'] / MiB:.1f} MiB of spill files (maxDiskBytes) "
               f"in {disk['spill_dir']}")
+    for name, held in (status.get("credentials") or {}).items():
+        print(f"credential {name}: {held['connections']} connections, memory {held['memory'] / MiB:.1f} of "
+              f"{held['memory_limit'] / MiB:.1f} MiB (credentialMemoryShare), disk {held['disk'] / MiB:.1f} of "
+              f"{held['disk_limit'] / MiB:.1f} MiB (credentialDiskShare)")
     if svc.get("reports_to"):
         print(f"holds partitions for the coordinator at {svc['reports_to']}")
     _print_services(status.get("services") or [])
@@ -149,7 +155,8 @@ def _print_status(status: dict) -> None:
         print(f"  {p['partition']:<48} {p['state']:<9} {p['bytes'] / MiB:9.1f} MiB  pool {p['pool_used']}/{p['pool_slots']}"
               f" ({p['pool_bytes'] / MiB:.1f} MiB)"
               f"  spilled {_size(p['spill_bytes'])}  served {_size(p.get('bytes_read', 0))}"
-              f" + files (reported) {_size(p.get('file_bytes_read', 0))}  backpressure {p['backpressure_ratio']:.2f}")
+              f" + files (reported) {_size(p.get('file_bytes_read', 0))}  backpressure {p['backpressure_ratio']:.2f}"
+              f"{'  ' + p['waiting_for'] if p.get('waiting_for') else ''}")
     print(f"\nchannels ({len(status['channels'])})")
     for c in status["channels"]:
         print(f"  {c['partition']}[{c['subpartition']}] -> {c['client']:<22} {c['locality']:<6} credit={c['credit']} "

@@ -115,6 +115,11 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "maxConnections": ("max_connections", int, "connections a service serves at once (more are refused at once); lowered to half of its open-file limit (after 32) when that is less"),
     "maxUnauthenticatedConnections": ("max_unauthenticated_connections", int, "connections that have not proved the secret yet, at once, this user's own Unix-socket clients aside (when full, the oldest one silent for a tenth of helloTimeout, at most 1 s, is closed for a newcomer; only a cap full of newer ones refuses it); on a TLS port as many again may be silent or in their TLS handshake, a newcomer taking the oldest silent one's place"),
     "maxUnauthenticatedPerPeer": ("max_unauthenticated_per_peer", int, "connections that have not proved the secret yet from one address (TCP) or uid (Unix socket), at once; full, it makes room among that peer's own as maxUnauthenticatedConnections does"),
+    "maxConnectionsPerCredential": ("max_connections_per_credential", int, "service: connections one application credential (not the operator) holds at once; more are refused naming the credential (lowered to maxConnections when that is less)"),
+    "maxExchangesPerCredential": ("max_exchanges_per_credential", int, "service: exchanges and streams one application credential (not the operator) may own at once; a declare beyond is refused (LimitReached) until it drops one"),
+    "maxGroupsPerCredential": ("max_groups_per_credential", int, "service: consumer groups one application credential (not the operator) may own at once, over every stream (each holds epochs back and is listed to everyone); a reader joining one more is refused (LimitReached) until it leaves one, or idle ones expire"),
+    "credentialMemoryShare": ("credential_memory_share", float, "service: the share of memory.budget one application credential's partitions may hold (buffers, credit, and about 2 KiB per subpartition of each partition); beyond, a write waits for its own memory and says so, and a partition too wide for it is refused; the operator has no share"),
+    "credentialDiskShare": ("credential_disk_share", float, "service: the share of maxDiskBytes one application credential's spill files may hold; a write beyond fails naming the credential; the operator has no share"),
     "helloTimeout": ("hello_timeout", parse_duration, "a connection that has not proved the secret this long after connecting is closed; on a TLS port its TLS handshake (and the wait for its first byte) gets as long before that"),
     "bindHost": ("bind_host", str, "address a service listens on"),
     "advertisedHost": ("advertised_host", str, "address or name other hosts reach a service at (default: its bindHost; bound to every interface: SPARK_LOCAL_IP, spark.driver.host on the driver, else the address of the interface that routes to the coordinator, else a non-loopback interface's)"),
@@ -162,7 +167,10 @@ GROUPS: dict[str, tuple[str, ...]] = {
                 "port", "hostId", "serviceScope", "spillDir", "maxDiskBytes", "embedded.idleTimeout", "maxFrameSize",
                 "metricsPort", "metricsHost", "metricsTimeout", "metricsMaxConnections"),
     "security": ("secret", "secretFile", "credentialsFile", "tls.certFile", "tls.keyFile", "tls.caFile", "tls.checkHostname",
-                 "maxUnauthenticatedConnections", "maxUnauthenticatedPerPeer", "helloTimeout"),
+                 "maxUnauthenticatedConnections", "maxUnauthenticatedPerPeer", "helloTimeout",
+                 "maxConnectionsPerCredential", "maxExchangesPerCredential", "maxGroupsPerCredential",
+                 "credentialMemoryShare",
+                 "credentialDiskShare"),
     "streaming": ("consumerGroup", "startingEpochs", "maxEpochsPerTrigger", "maxRowsPerTrigger", "maxBytesPerTrigger",
                   "stream.consumerGroups", "stream.maxRetainedBytes", "stream.pollWait"),
 }
@@ -216,6 +224,11 @@ class ExchangeConfig:
     max_unauthenticated_connections: int = 128
     max_unauthenticated_per_peer: int = 64
     hello_timeout: float = 5.0
+    max_connections_per_credential: int = 1024
+    max_exchanges_per_credential: int = 1000
+    max_groups_per_credential: int = 1000
+    credential_memory_share: float = 0.5
+    credential_disk_share: float = 0.5
     bind_host: str = "127.0.0.1"
     advertised_host: str | None = None
     port: int = 0
@@ -258,7 +271,8 @@ class ExchangeConfig:
             raise ConfigError(f"numSubpartitions must be at least 1, got {self.num_subpartitions}")
         for name in ("buffers_per_channel", "buffers_per_partition", "buffer_size", "sort_buffer_size",
                      "max_connections", "max_unauthenticated_connections", "max_unauthenticated_per_peer",
-                     "metrics_max_connections"):
+                     "metrics_max_connections", "max_connections_per_credential", "max_exchanges_per_credential",
+                     "max_groups_per_credential"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.starting_epochs not in ("earliest", "latest"):
@@ -271,6 +285,10 @@ class ExchangeConfig:
                               f"({self.heartbeat_interval:g} s), which must be above 0")
         if self.coordinator_retry_timeout < 0:
             raise ConfigError(f"coordinator.retryTimeout must be 0 (no retry) or more, got {self.coordinator_retry_timeout}")
+        for key, share in (("credentialMemoryShare", self.credential_memory_share),
+                           ("credentialDiskShare", self.credential_disk_share)):
+            if not 0 < share <= 1:
+                raise ConfigError(f"{key} must be above 0 and at most 1 (a share of the service's), got {share}")
         if not self.hello_timeout > 0:
             raise ConfigError(f"helloTimeout must be above 0, got {self.hello_timeout}")
         if not self.metrics_timeout > 0:

@@ -46,6 +46,7 @@ class ErrorCode(enum.StrEnum):
     TOO_MANY_CONNECTIONS = "too_many_connections"
     AUTH = "auth"
     FORBIDDEN = "forbidden"  # this credential may not: another's exchange, or an operator's operation
+    LIMIT = "limit"  # a credential's share of the service is used up (connections, exchanges, memory, disk)
     TLS = "tls"
     PROTOCOL = "protocol"
     STORAGE = "storage"  # the service's disk or file table: ENOSPC, EMFILE, ENAMETOOLONG...
@@ -103,6 +104,14 @@ class NotPermitted(ServiceError):
     credential, or the operation (shutting the service down...) needs the operator's."""
 
     default_code = ErrorCode.FORBIDDEN
+
+
+class LimitReached(ServiceError):
+    """The credential this connection authenticated with holds all the service lets one credential hold (its
+    connections, exchanges, memory or disk); the message names the limit and the credential. Another
+    credential is not affected; drop what it no longer needs, or ask the operator to raise the limit."""
+
+    default_code = ErrorCode.LIMIT
 
 
 class InvalidRequest(ServiceError, ValueError):
@@ -166,6 +175,7 @@ class ExchangeReadError(ExchangeError):
 
 
 PUBLIC = (UserFacing, ConfigError, ExchangeError, ServiceError, ServiceUnavailable, AuthenticationFailed, NotPermitted,
+          LimitReached,
           InvalidRequest, StorageError, DataLost, ExchangeNotFound, ExchangeLost, ExchangeReplaced, PartitionReleasedError, SchemaMismatch,
           ExchangeReadError)
 for _cls in PUBLIC:
@@ -196,6 +206,7 @@ _CLASS_OF: dict[ErrorCode, type[ServiceError]] = {
     ErrorCode.AUTH: AuthenticationFailed,
     ErrorCode.TLS: AuthenticationFailed,
     ErrorCode.FORBIDDEN: NotPermitted,
+    ErrorCode.LIMIT: LimitReached,
     ErrorCode.STORAGE: StorageError,
     ErrorCode.OUT_OF_MEMORY: ServiceUnavailable,
 }

@@ -462,3 +462,31 @@ def test_a_released_partition_without_readers_is_freed_by_reference_counting(tmp
         assert alive() is None
     finally:
         gc.enable()
+
+
+# ------------------------------------------------------------------ a credential's share of the budget
+@pytest.mark.parametrize("ptype", ["HYBRID", "PIPELINED_BOUNDED", "BLOCKING"])
+def test_a_credentials_memory_account_holds_what_its_partitions_hold_and_returns_to_zero(tmp_path, ptype):
+    """Credit, held buffers, the receive buffer and the subpartitions' bookkeeping are charged to the account
+    as they are taken and given back as they go: after a finish, reads and a release nothing is left."""
+    from sparkflow_exchange.partition.buffer_pool import SUBPARTITION_BYTES, MemoryAccount
+
+    budget = MemoryBudget(64 * BUF)
+    account = MemoryAccount("app-b", 6 * BUF + 2 * SUBPARTITION_BYTES)
+    part = ResultPartition("acct", 2, ptype, budget, 16, BUF, tmp_path, account=account)
+    fixed = 2 * SUBPARTITION_BYTES + (0 if ptype == "PIPELINED_BOUNDED" else BUF)  # a receive buffer
+    assert account.bytes == fixed and budget.bookkeeping_bytes == 2 * SUBPARTITION_BYTES
+    credit = part.memory.grant(0, 64)
+    if ptype == "PIPELINED_BOUNDED":
+        assert credit * BUF + fixed <= account.limit and account.free < BUF  # the share, not the budget, bounds it
+        assert part.memory.grant(credit, 64) == 0 and "credential 'app-b' holds" in part.stats()["waiting_for"]
+    items = min(credit, 5) if ptype == "PIPELINED_BOUNDED" else 10
+    for i in range(items):
+        part.add(i % 2, DATA, 0, payload(i))
+        assert account.bytes <= account.limit
+    part.finish()
+    views = [part.create_view(s, 0, Listener()) for s in range(2)]
+    for view in views:
+        read_all(view)
+    part.release("dropped")
+    assert account.bytes == 0 and budget.bookkeeping_bytes == 0 and budget.reserved_bytes == 0

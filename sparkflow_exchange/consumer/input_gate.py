@@ -416,6 +416,10 @@ class InputGate:
         if self.sealed is None and self.channels and len(self.finished) == len(self.channels):
             message += ("; every producer this read knows of finished, but a write of the exchange is still "
                         "open (neither committed nor aborted): is the writing job alive?")
+        elif self.exchange.get("partition_type") == "PIPELINED_BOUNDED" and len(self.finished) < len(self.channels):
+            message += ("; a PIPELINED_BOUNDED writer also stalls when its service has no memory for it: its "
+                        "partition's waiting_for in `sparkflow-exchange status` says so (memory.budget full, or "
+                        "its credential's credentialMemoryShare)")
         return message
 
     def _local_files(self) -> list[LocalFileInputChannel] | None:

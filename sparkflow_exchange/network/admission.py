@@ -8,6 +8,10 @@ a uid for the Unix socket). When a cap is full, the oldest stranger in it that h
 :meth:`Admission.idle_after` seconds is closed to make room: a client sends its Hello one round trip
 after connecting, so a full cap of idle strangers cannot keep anyone out. Only a cap full of strangers
 that connected within that moment refuses the newcomer ("try again").
+
+Once a connection has authenticated it counts against its credential: an application credential holds
+at most ``maxConnectionsPerCredential`` at once (the operator's has no such cap), so one application
+opening connections without end cannot keep the others, or the operator, out.
 """
 from __future__ import annotations
 
@@ -48,9 +52,16 @@ class Admission(Generic[C]):
     """The service's connections, and which of them are strangers, oldest first."""
 
     def __init__(self, max_connections: int, max_strangers: int, max_per_peer: int, hello_timeout: float,
-                 clock: Callable[[], float] = time.monotonic, notes: dict[str, str] | None = None) -> None:
-        """``notes``: key -> what its messages add after ``key=value`` (why the cap is lower than configured)."""
+                 clock: Callable[[], float] = time.monotonic, notes: dict[str, str] | None = None,
+                 max_per_credential: int | None = None, unlimited: str = "operator") -> None:
+        """``notes``: key -> what its messages add after ``key=value`` (why the cap is lower than configured);
+        ``max_per_credential``: connections one authenticated credential holds at once (None: no cap), except
+        the ``unlimited`` one (the operator)."""
         self.notes = notes or {}
+        self.max_per_credential = max_per_credential
+        self.unlimited = unlimited
+        self._per_credential: dict[str, int] = {}
+        self._credential_of: dict[C, str] = {}
         self.max_connections = max_connections
         self.max_strangers = max_strangers
         self.max_per_peer = max_per_peer
@@ -117,14 +128,40 @@ class Admission(Generic[C]):
         whose = f" from {peer}" if key == "maxUnauthenticatedPerPeer" else ""
         return f"too many connections{whose} that have not authenticated yet ({self._cap(key, limit)}); try again"
 
-    def authenticated(self, conn: C) -> None:
-        """``conn`` proved the secret: it is a stranger no more."""
+    def authenticated(self, conn: C, credential: str = "") -> str | None:
+        """``conn`` proved the secret of ``credential``: it is a stranger no more. Returns why it is refused
+        when its credential holds as many connections as it may (it is then closed: call :meth:`discharge`)."""
         self._forget(conn)
+        if not credential or credential == self.unlimited or self.max_per_credential is None:
+            return None
+        held = self._per_credential.get(credential, 0)
+        if held >= self.max_per_credential:
+            self.refused += 1
+            return (f"too many connections of credential {credential!r}: it holds {held}, and one application "
+                    f"credential may hold at most {self._cap('maxConnectionsPerCredential', self.max_per_credential)}"
+                    "; close some (other credentials are not affected)")
+        self._per_credential[credential] = held + 1
+        self._credential_of[conn] = credential
+        return None
+
+    def connections_of(self, credential: str) -> int:
+        return self._per_credential.get(credential, 0)
+
+    def credentials(self) -> list[str]:
+        """The capped credentials holding connections now."""
+        return list(self._per_credential)
 
     def discharge(self, conn: C) -> None:
         """``conn`` is gone."""
         self._forget(conn)
         self.connections.discard(conn)
+        credential = self._credential_of.pop(conn, None)
+        if credential is not None:
+            left = self._per_credential[credential] - 1
+            if left:
+                self._per_credential[credential] = left
+            else:
+                del self._per_credential[credential]
 
     def _oldest_idle(self, now: float, peer: str | None, gone: set[C]) -> C | None:
         for conn, (conn_peer, since) in self._strangers.items():  # oldest first

@@ -1,12 +1,15 @@
-"""The RPC table: every method a service answers, with its arguments' types and ranges.
+"""The RPC table: every method a service answers, who may call it, and its arguments' types and ranges.
 
 A request is checked here, before anything acts on it, so a wrong type or an absurd value (a pid of
 2**70, a negative byte count, a wait of NaN) is refused with an error naming the method and the
 argument, instead of failing later and elsewhere (in a housekeeping task, with an OverflowError).
-Sans-IO; the server checks every :class:`RpcRequest` with :func:`check_args`.
+Sans-IO; the server checks every :class:`RpcRequest` with :func:`check_args`, and the service asks
+``service/owners.py`` whether the connection's credential may call it (each row's :class:`Who`).
 """
 from __future__ import annotations
 
+import enum
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +20,16 @@ from ..kinds import PartitionType
 INT64 = (-(1 << 63), (1 << 63) - 1)
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT: no process id is larger
 MAX_WAIT = 10 * 365 * 86400.0  # seconds: longer than any deadline a client means
+# What a client may make the service keep and list to everyone, so listings and status stay far below the
+# frame maximum: the name of an exchange, stream or consumer group it declares, in characters
+# (docs/deployment.md, "Limits"); every other identifier (partition ids, attempts, queries, addresses,
+# a stream epoch's exchange ``<stream>#<epoch>``); a reason; an object (a location, a partitioner) as JSON;
+# a schema (base64 Arrow IPC: 4 MiB is some 50,000 columns).
+MAX_NAME_LENGTH = 256
+MAX_ID_LENGTH = 1024
+MAX_REASON_LENGTH = 16 * 1024
+MAX_OBJECT_LENGTH = 16 * 1024
+MAX_SCHEMA_LENGTH = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -30,6 +43,8 @@ class Arg:
     high: float | None = None
     items: type | None = None  # a list's items, a dict's values (dict keys are strings in JSON)
     choices: tuple[str, ...] = ()
+    longest: int | None = None  # a string's (a list's strings', an object's JSON) most characters
+    what: str = ""  # what the string is, for a refusal of its length
 
     def check(self, method: str, name: str, value: Any) -> None:
         if value is None:
@@ -49,9 +64,23 @@ class Arg:
                                          f"{type(item).__name__}, not {self.items.__name__}")
                 if self.items is int:
                     self._check_range(method, name, item)
+        if self.longest is not None:
+            self._check_length(method, name, value)
         if self.choices and value not in self.choices:
             raise InvalidRequest(f"bad {method!r} request: argument {name!r} is {value!r}; use one of "
                                  f"{', '.join(self.choices)}")
+
+    def _check_length(self, method: str, name: str, value: Any) -> None:
+        if isinstance(value, dict):
+            size = len(json.dumps(value))
+            if size > self.longest:
+                raise InvalidRequest(f"bad {method!r} request: argument {name!r} is {size} characters of JSON; "
+                                     f"{self.what or 'an object'} may be at most {self.longest}")
+            return
+        for text in value if isinstance(value, list) else (value,):
+            if isinstance(text, str) and len(text) > self.longest:
+                raise InvalidRequest(f"bad {method!r} request: argument {name!r} is {len(text)} characters long; "
+                                     f"{self.what or 'it'} may be at most {self.longest} characters")
 
     def _check_range(self, method: str, name: str, value: int | float) -> None:
         if isinstance(value, float) and not math.isfinite(value):
@@ -77,75 +106,106 @@ def _is_a(value: Any, kind: type) -> bool:
 
 def _opt(arg: Arg, nullable: bool = False) -> Arg:
     """``arg`` may be left out (and, with ``nullable``, be null)."""
-    return Arg(arg.kind, False, nullable or arg.nullable, arg.low, arg.high, arg.items, arg.choices)
+    return Arg(arg.kind, False, nullable or arg.nullable, arg.low, arg.high, arg.items, arg.choices, arg.longest,
+               arg.what)
 
 
 def _null(arg: Arg) -> Arg:
     """``arg`` must be given, and may be null."""
-    return Arg(arg.kind, True, True, arg.low, arg.high, arg.items, arg.choices)
+    return Arg(arg.kind, True, True, arg.low, arg.high, arg.items, arg.choices, arg.longest, arg.what)
 
 
-TEXT = Arg(str)
+class Who(enum.StrEnum):
+    """Who may call an RPC (besides the operator, who may call every one). A rule about a named object holds
+    when the object exists; naming one that does not is left to the handler (a declare creates it)."""
+
+    ANY = "any credential"  # reads, listings, and a connection's own subscriptions
+    OPERATOR = "the operator"  # the whole service: stopping it, its registry of services, its lifetime
+    OWNER = "the owner of the exchange or stream it names"  # ``name``: the credential that declared it
+    GROUP = "the owner of the consumer group it names"  # ``group`` of stream ``name``, or the stream's owner
+    PARTITIONS = "the owner of the partitions it names"  # ``partition(s)`` held here: who registered them
+
+
+class Rpc(dict):
+    """One row of the table: its arguments (a dict, name -> :class:`Arg`) and who may call it."""
+
+    def __init__(self, who: Who, args: dict[str, Arg]) -> None:
+        super().__init__(args)
+        self.who = who
+
+
+TEXT = Arg(str, longest=MAX_ID_LENGTH, what="an identifier")
+NAME = Arg(str, longest=MAX_NAME_LENGTH, what="the name of an exchange, stream or consumer group (MAX_NAME_LENGTH)")
+REASON = Arg(str, longest=MAX_REASON_LENGTH, what="a reason")  # clipped, not refused: a failure is still told
+GROUPS = Arg(list, items=str, longest=MAX_NAME_LENGTH, what=NAME.what)
+SCHEMA = Arg(str, longest=MAX_SCHEMA_LENGTH, what="a schema")
 INT = Arg(int, low=INT64[0], high=INT64[1])
 COUNT = Arg(int, low=0, high=INT64[1])
 WIDTH = Arg(int, low=1, high=1 << 16)  # numSubpartitions (a service keeps at most 65536 per partition)
 WAIT = Arg(float, low=0.0, high=MAX_WAIT)
 SECONDS = Arg(float, low=0.0, high=MAX_WAIT * 10)
 FLAG = Arg(bool)
-NAMES = Arg(list, items=str)
+NAMES = Arg(list, items=str, longest=MAX_ID_LENGTH, what="an identifier")
 COUNTS = Arg(list, items=int)
 ROWS = Arg(dict, items=int)
-OBJECT = Arg(dict)
+OBJECT = Arg(dict, longest=MAX_OBJECT_LENGTH, what="an object (a location, a partitioner)")
 TYPE = Arg(str, choices=tuple(t.value for t in PartitionType))
 
-_DECLARE = {"name": TEXT, "schema": TEXT, "num_subpartitions": _null(WIDTH), "partitioner": OBJECT,
+_DECLARE = {"name": NAME, "schema": SCHEMA, "num_subpartitions": _null(WIDTH), "partitioner": OBJECT,
             "partition_type": TYPE, "coalesce": _opt(FLAG)}
 
-RPCS: dict[str, dict[str, Arg]] = {
+RPCS: dict[str, Rpc] = {
     # every service
-    "ping": {},
-    "status": {},
-    "shutdown": {},
-    "release_partitions": {"partitions": NAMES, "reason": _opt(TEXT, True),
-                           "code": _opt(Arg(str, choices=(ErrorCode.RELEASED, ErrorCode.REPLACED)))},
-    "attach_app": {"app": TEXT, "pid": Arg(int, low=1, high=PID_MAX)},
-    "report_file_reads": {"bytes": COUNT, "partitions": _opt(Arg(dict, items=int), True)},
-    "report_backpressure": {"partition": TEXT, "seconds": SECONDS},
+    "ping": Rpc(Who.ANY, {}),
+    "status": Rpc(Who.ANY, {}),
+    "shutdown": Rpc(Who.OPERATOR, {}),
+    "release_partitions": Rpc(Who.PARTITIONS, {"partitions": NAMES, "reason": _opt(REASON, True),
+                                               "code": _opt(Arg(str, choices=(ErrorCode.RELEASED,
+                                                                              ErrorCode.REPLACED))),
+                                               # the operator (a coordinator) frees them for this credential:
+                                               # only the partitions that credential registered are freed
+                                               "on_behalf_of": _opt(TEXT)}),
+    "attach_app": Rpc(Who.OPERATOR, {"app": TEXT, "pid": Arg(int, low=1, high=PID_MAX)}),
+    "report_file_reads": Rpc(Who.ANY, {"bytes": COUNT, "partitions": _opt(Arg(dict, items=int), True)}),
+    "report_backpressure": Rpc(Who.PARTITIONS, {"partition": TEXT, "seconds": SECONDS}),
     # the coordinator: the services that hold partitions for it (service/registry.py)
-    "register_service": {"service_id": TEXT, "host_id": TEXT, "tcp": TEXT, "unix": TEXT,
-                         "pid": Arg(int, low=1, high=PID_MAX)},
-    "service_heartbeat": {"service_id": TEXT},
-    "list_services": {},
+    "register_service": Rpc(Who.OPERATOR, {"service_id": TEXT, "host_id": TEXT, "tcp": TEXT, "unix": TEXT,
+                                           "pid": Arg(int, low=1, high=PID_MAX)}),
+    "service_heartbeat": Rpc(Who.OPERATOR, {"service_id": TEXT}),
+    "list_services": Rpc(Who.ANY, {}),
     # the coordinator: batch exchanges
-    "subscribe": {"name": TEXT, "topic": TEXT, "seal": _opt(COUNT, True)},
-    "unsubscribe": {"topic": TEXT},
-    "list_exchanges": {},
-    "declare": {**_DECLARE, "mode": TEXT},
-    "register_producer": {"name": TEXT, "epoch": INT, "write_id": TEXT, "index": COUNT, "attempt": TEXT,
-                          "partition": TEXT, "location": OBJECT, "num_subpartitions": _opt(INT, True)},
-    "producer_finished": {"name": TEXT, "epoch": INT, "partition": TEXT, "spill": _opt(TEXT),
-                          "subpartition_bytes": _opt(COUNTS, True), "subpartition_rows": _opt(COUNTS, True),
-                          "rows": _opt(COUNT, True),
-                          "bytes": _opt(COUNT, True)},
-    "producer_failed": {"name": TEXT, "epoch": _null(INT), "partition": TEXT, "reason": TEXT},
-    "commit": {"name": TEXT, "epoch": INT, "write_id": TEXT, "partitions": NAMES, "rows": _opt(ROWS, True)},
-    "abort": {"name": TEXT, "epoch": INT, "write_id": TEXT, "reason": _opt(TEXT)},
-    "drop": {"name": TEXT},
-    "get_exchange": {"name": TEXT, "wait": _opt(WAIT), "need_subpartitions": _opt(FLAG),
-                     "allow_stream": _opt(FLAG), "until_sealed": _opt(FLAG)},
+    "subscribe": Rpc(Who.ANY, {"name": TEXT, "topic": TEXT, "seal": _opt(COUNT, True)}),
+    "unsubscribe": Rpc(Who.ANY, {"topic": TEXT}),
+    "list_exchanges": Rpc(Who.ANY, {}),
+    "declare": Rpc(Who.OWNER, {**_DECLARE, "mode": TEXT}),
+    "register_producer": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "write_id": TEXT, "index": COUNT, "attempt": TEXT,
+                                         "partition": TEXT, "location": OBJECT, "num_subpartitions": _opt(INT, True)}),
+    "producer_finished": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "partition": TEXT, "spill": _opt(TEXT),
+                                         "subpartition_bytes": _opt(COUNTS, True),
+                                         "subpartition_rows": _opt(COUNTS, True),
+                                         "rows": _opt(COUNT, True),
+                                         "bytes": _opt(COUNT, True)}),
+    "producer_failed": Rpc(Who.OWNER, {"name": TEXT, "epoch": _null(INT), "partition": TEXT, "reason": REASON}),
+    "commit": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "write_id": TEXT, "partitions": NAMES,
+                              "rows": _opt(ROWS, True)}),
+    "abort": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "write_id": TEXT, "reason": _opt(REASON)}),
+    "drop": Rpc(Who.OWNER, {"name": TEXT}),
+    "get_exchange": Rpc(Who.ANY, {"name": TEXT, "wait": _opt(WAIT), "need_subpartitions": _opt(FLAG),
+                                  "allow_stream": _opt(FLAG), "until_sealed": _opt(FLAG)}),
     # the coordinator: streams
-    "stream_declare": {**_DECLARE, "max_retained_bytes": _opt(COUNT), "groups": _opt(NAMES, True)},
-    "stream_begin_epoch": {"name": TEXT, "epoch": INT, "query": TEXT, "run": TEXT, "wait": _opt(WAIT)},
-    "stream_commit_epoch": {"name": TEXT, "epoch": INT, "partitions": NAMES, "rows": _opt(ROWS, True)},
-    "stream_abort_epoch": {"name": TEXT, "epoch": INT, "reason": _opt(TEXT)},
-    "stream_describe": {"name": TEXT, "wait": _opt(WAIT)},
-    "stream_join": {"name": TEXT, "group": _opt(TEXT, True), "start": _opt(TEXT)},
-    "stream_latest": {"name": TEXT, "group": TEXT, "after": INT, "max_epochs": _opt(COUNT, True),
-                      "max_rows": _opt(COUNT, True), "max_bytes": _opt(COUNT, True), "upto": _opt(INT, True),
-                      "wait": _opt(WAIT)},
-    "stream_plan": {"name": TEXT, "after": INT, "upto": INT},
-    "stream_commit_group": {"name": TEXT, "group": TEXT, "epoch": INT},
-    "stream_leave": {"name": TEXT, "group": TEXT},
+    "stream_declare": Rpc(Who.OWNER, {**_DECLARE, "max_retained_bytes": _opt(COUNT), "groups": _opt(GROUPS, True)}),
+    "stream_begin_epoch": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "query": TEXT, "run": TEXT, "wait": _opt(WAIT)}),
+    "stream_commit_epoch": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "partitions": NAMES, "rows": _opt(ROWS, True)}),
+    "stream_abort_epoch": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "reason": _opt(REASON)}),
+    "stream_describe": Rpc(Who.ANY, {"name": TEXT, "wait": _opt(WAIT)}),
+    "stream_join": Rpc(Who.GROUP, {"name": TEXT, "group": _opt(NAME, True), "start": _opt(TEXT)}),
+    "stream_latest": Rpc(Who.GROUP, {"name": TEXT, "group": TEXT, "after": INT, "max_epochs": _opt(COUNT, True),
+                                     "max_rows": _opt(COUNT, True), "max_bytes": _opt(COUNT, True),
+                                     "upto": _opt(INT, True),
+                                     "wait": _opt(WAIT)}),
+    "stream_plan": Rpc(Who.ANY, {"name": TEXT, "after": INT, "upto": INT}),
+    "stream_commit_group": Rpc(Who.GROUP, {"name": TEXT, "group": TEXT, "epoch": INT}),
+    "stream_leave": Rpc(Who.GROUP, {"name": TEXT, "group": TEXT}),
 }
 
 
@@ -164,4 +224,7 @@ def check_args(method: str, args: Any) -> None:
             if arg.required:
                 raise InvalidRequest(f"bad {method!r} request: argument {name!r} is missing")
             continue
+        value = args[name]
+        if arg.what == REASON.what and isinstance(value, str) and len(value) > MAX_REASON_LENGTH:
+            args[name] = value[:MAX_REASON_LENGTH - 6] + " [...]"
         arg.check(method, name, args[name])

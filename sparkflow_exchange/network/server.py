@@ -69,13 +69,14 @@ class ConnectionHost(Protocol):
     def admit(self, conn: "ServerConnection") -> str | None:
         """Take a new connection, or say why not."""
 
-    def authenticated(self, conn: "ServerConnection") -> None: ...
+    def authenticated(self, conn: "ServerConnection") -> str | None:
+        """``conn`` proved its credential; why it is refused (its credential's connections cap), or None."""
 
     def discharge(self, conn: "ServerConnection") -> None: ...
 
     def on_connection_closed(self, conn: "ServerConnection") -> None: ...
 
-    def register_partition(self, msg: RegisterPartition) -> "ResultPartition": ...
+    def register_partition(self, msg: RegisterPartition, owner: str) -> "ResultPartition": ...
 
     def producer_lost(self, part: "ResultPartition", reason: str) -> None: ...
 
@@ -223,8 +224,11 @@ class ServerConnection(asyncio.BufferedProtocol):
             return
         self.authenticated = True
         self.identity = self.protocol.identity
-        self.service.authenticated(self)
         self._hello_timer.cancel()
+        refusal = self.service.authenticated(self)
+        if refusal:  # its credential's own connections are the cap: not asked again, as a full service is
+            self.fatal(refusal, code=ErrorCode.LIMIT)
+            return
         self.decoder.raise_limits(self.service.config.max_frame_size)
         self.client_id = msg.client_id
         self.client_host = msg.host_id
@@ -242,9 +246,9 @@ class ServerConnection(asyncio.BufferedProtocol):
 
     def on_register(self, msg: RegisterPartition) -> None:
         try:
-            part = self.service.register_partition(msg)
-        except (ValueError, RuntimeError) as exc:
-            self.send(ErrorResponse(str(exc), None, False, ErrorCode.REGISTER_FAILED))
+            part = self.service.register_partition(msg, self.identity)
+        except (ValueError, RuntimeError) as exc:  # a limit reached keeps its own code
+            self.send(ErrorResponse(str(exc), None, False, code_of(exc, ErrorCode.REGISTER_FAILED)))
             return
         except (OSError, MemoryError) as exc:  # out of fds or disk: this registration fails, the rest go on
             self.send(ErrorResponse(explain(exc, f"registering partition {msg.partition!r}"), None, False,

@@ -23,23 +23,33 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..kinds import PartitionType
-from .buffer_pool import BufferTooLarge, MemorySlot, NetworkBufferPool, StoredBuffer
+from .buffer_pool import SUBPARTITION_BYTES, BufferTooLarge, MemoryAccount, MemorySlot, NetworkBufferPool, StoredBuffer
 
 
 class PartitionMemory:
     def __init__(self, network: NetworkBufferPool, partition_type: PartitionType, buffer_size: int, max_slots: int,
-                 pid: str = "") -> None:
+                 pid: str = "", width: int = 1, account: MemoryAccount | None = None) -> None:
+        """``width``: its subpartitions, whose bookkeeping is charged (``SUBPARTITION_BYTES`` each);
+        ``account``: its credential's share of the budget (None: the operator's, no share)."""
         self.pid = pid
         self.network = network
+        self.account = account
+        self.bookkeeping = width * SUBPARTITION_BYTES
+        network.bookkeeping_bytes += self.bookkeeping
+        self.waiting_for: str = ""  # why its bounded writer gets no credit now, when memory is the reason
         self.bounded = partition_type == PartitionType.PIPELINED_BOUNDED
         self.blocking = partition_type == PartitionType.BLOCKING
         self.buffer_size = buffer_size
         self.max_slots = max_slots
         self.pool = None if self.blocking else network.create_pool(buffer_size, max_slots)
+        if self.pool is not None:
+            self.pool.account = account
         # a spilling writer's credit does not wait for memory, but the frame it is sending is received
         # into memory before it reaches the spill file: one buffer's worth is set aside while it runs
         self._receiving = 0 if self.bounded else buffer_size
         network.promised_bytes += self._receiving
+        if account is not None:
+            account.bytes += self._receiving + self.bookkeeping
         self._slots: dict[MemorySlot, None] = {}  # slots holding buffers, oldest first (eviction order)
         self.arenas: set = set()  # writers' shared-memory arenas holding buffers of this partition
         self.pinned = 0  # buffers sent to local readers by reference and not copied yet
@@ -63,14 +73,25 @@ class PartitionMemory:
             return max(0, room)  # HYBRID spills and BLOCKING writes to disk: memory never holds a writer back
         pool = self.pool
         local = pool.target - pool.used - pool.promised - pending
-        free = self.network.free_bytes // self.buffer_size
+        free = pool.free_bytes // self.buffer_size
         new = min(local, free, room)
         if new > 0:
+            self.waiting_for = ""
             pool.promise(new)
             return new
         if local > 0 and free <= 0:
             self.network.wait(pool)
+            self.waiting_for = self._short_of_memory()
+        elif pool.target == 0:  # the budget's shares left it no slot
+            self.waiting_for = self._short_of_memory()
         return 0
+
+    def _short_of_memory(self) -> str:
+        """Why no memory is free for its writer: the budget, or its credential's share of it."""
+        if self.account is not None and self.account.free < self.buffer_size <= self.network.free_bytes:
+            return f"waiting for memory: {self.account.describe()}"
+        return (f"waiting for memory: memory.budget is full ({self.network.reserved_bytes} of "
+                f"{self.network.total_bytes} bytes held or promised by {len(self.network.pools)} running partitions)")
 
     def forfeit(self) -> None:
         """A credit was spent on a push that was refused: its promised memory goes back."""
@@ -183,6 +204,8 @@ class PartitionMemory:
     def _stop_receiving(self) -> None:
         if self._receiving:
             self.network.promised_bytes -= self._receiving
+            if self.account is not None:
+                self.account.bytes -= self._receiving
             self._receiving = 0
             self.network._freed()
 
@@ -209,8 +232,13 @@ class PartitionMemory:
         pool = self.pool
         if pool is not None:
             self.network.used_bytes -= pool.used_bytes
+            pool._charge(-pool.used_bytes)
             pool.used = pool.used_bytes = 0
             pool.close()
+        self.network.bookkeeping_bytes -= self.bookkeeping
+        if self.account is not None:
+            self.account.bytes -= self.bookkeeping
+        self.bookkeeping = 0
         for slot in self._slots:
             slot.buffers = []
         self._slots.clear()
@@ -226,4 +254,5 @@ class PartitionMemory:
             "pool_used": pool.used if pool else 0,
             "pool_bytes": pool.used_bytes if pool else 0,
             "pinned": self.pinned,
+            "waiting_for": self.waiting_for if not self.finished else "",
         }

@@ -21,9 +21,9 @@ from typing import Callable
 from ..buffer_kinds import BROADCAST, END_COUNTS, BufferKind
 from ..errors import ErrorCode
 from ..kinds import PartitionState, PartitionType
-from .buffer_pool import NetworkBufferPool, StoredBuffer
+from .buffer_pool import MemoryAccount, NetworkBufferPool, StoredBuffer
 from .partition_memory import PartitionMemory
-from .spill import DiskBudget, SpillFile, SpillReaders
+from .spill import DiskBudget, DiskShare, SpillFile, SpillReaders
 from .subpartition import Subpartition, SubpartitionView
 
 
@@ -53,20 +53,22 @@ class ResultPartition:
         exchange: str = "",
         attempt: str = "",
         spill_readers: SpillReaders | None = None,
-        disk: DiskBudget | None = None,
+        disk: DiskBudget | DiskShare | None = None,
+        account: MemoryAccount | None = None,
     ) -> None:
         """``slots`` is the most buffers its pool may hold (buffersPerPartition); how many it may hold
         now is the network pool's to say."""
         if num_subpartitions < 1:
             raise ValueError(f"a partition needs at least one subpartition, got {num_subpartitions}")
         self.pid = pid
+        self.owner = ""  # the credential that registered it (service/owners.py), set by its service
         self.exchange = exchange
         self.attempt = attempt
         self.partition_type = partition_type = PartitionType(partition_type)
         self.consume_once = partition_type.consume_once
         self.blocking = partition_type is PartitionType.BLOCKING
         self.num_subpartitions = num_subpartitions
-        self.memory = PartitionMemory(network, partition_type, buffer_size, slots, pid)
+        self.memory = PartitionMemory(network, partition_type, buffer_size, slots, pid, num_subpartitions, account)
         self.subpartitions = [Subpartition(self, i) for i in range(num_subpartitions)]
         self.spill: SpillFile | None = None if self.consume_once else \
             SpillFile(Path(spill_dir) / _spill_name(pid), spill_readers, disk)

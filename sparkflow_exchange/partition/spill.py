@@ -60,6 +60,31 @@ class DiskBudget:
         self.used = max(0, self.used - nbytes)
 
 
+class DiskShare:
+    """One credential's share of the service's :class:`DiskBudget` (``credentialDiskShare`` of maxDiskBytes):
+    its spill files draw on both, so one application filling the disk leaves room for the others."""
+
+    def __init__(self, shared: DiskBudget, name: str, limit: int) -> None:
+        self.shared = shared
+        self.name = name
+        self.limit = limit
+        self.used = 0
+
+    def take(self, nbytes: int, path: Path) -> None:
+        if self.used + nbytes > self.limit:
+            raise DiskFullError(
+                f"credential {self.name!r}'s spill files would exceed its share of the service's disk "
+                f"(credentialDiskShare: {self.limit} of maxDiskBytes={self.shared.limit} bytes; it holds {self.used}, "
+                f"{nbytes} more for {path.name}): drop exchanges it no longer needs (other credentials are not "
+                "affected)")
+        self.shared.take(nbytes, path)
+        self.used += nbytes
+
+    def give(self, nbytes: int) -> None:
+        self.used = max(0, self.used - nbytes)
+        self.shared.give(nbytes)
+
+
 class SpillReaders:
     """At most ``capacity`` read-only fds of finished spill files, least recently used closed first."""
 
@@ -96,7 +121,7 @@ def _create_private(path: Path, flags: int) -> int:
 
 
 class SpillFile:
-    def __init__(self, path: Path, readers: SpillReaders | None = None, disk: DiskBudget | None = None) -> None:
+    def __init__(self, path: Path, readers: SpillReaders | None = None, disk: DiskBudget | DiskShare | None = None) -> None:
         self.path = Path(path)
         self.index_path = self.path.with_suffix(".index")
         self.readers = readers if readers is not None else DEFAULT_READERS

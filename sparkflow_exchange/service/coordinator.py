@@ -42,6 +42,7 @@ class ProducerInfo:
     spill: str = ""  # data file of a finished re-readable partition (local readers may read it directly)
     rows: int = -1  # rows it pushed, reported at finish (-1: not reported); checked against its commit message
     bytes: int = -1  # bytes it wrote, reported at finish (-1: not reported); a stream's retention counts them
+    owner: str = ""  # the credential that joined it to the exchange: releasing it frees only a partition it registered
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,7 +75,7 @@ class Exchange:
     sizes_complete: bool = True  # every committed producer reported its sizes
     committed_rows: int | None = 0  # rows of the committed producers (None once one did not report its rows)
     stream: str = ""  # the stream this exchange is an epoch of (service/streams.py), "" for a batch exchange
-    owner: str = ""  # the credential that declared it (service/owners.py); "" for a stream's epoch
+    owner: str = ""  # the credential that declared it (service/owners.py); a stream's epoch: the stream's
     # len(committed) at each seal (no write open any more, after a commit or an abort): the states a read
     # planned while writes were open may see; such a read reads the first seal after its planning
     seal_ends: list[int] = field(default_factory=list)
@@ -188,18 +189,28 @@ class Exchange:
         return self.committed_sub_rows.tolist()
 
 
-# (location, partition id)s, why, and the code its writer is told ("replaced": a drop, overwrite or expiry)
-Release = Callable[[list[tuple[dict, str]], str, str], None]
+# (location, partition id, the credential that joined it)s, why, and the code its writer is told ("replaced": a
+# drop, overwrite or expiry)
+Release = Callable[[list[tuple[dict, str, str]], str, str], None]
+# (location, partition id) -> the credential that registered the partition, when the location is this process's
+# service ("" when it holds no such partition); None for a location elsewhere
+PartitionOwner = Callable[[dict, str], "str | None"]
 REPLACED = ErrorCode.REPLACED  # the exchange went (dropped, overwritten, expired): its writers fail with ExchangeReplaced
 RELEASED = ErrorCode.RELEASED  # one write or attempt went (lost the commit, aborted); the exchange stays
 
 
 class Coordinator:
-    def __init__(self, release: Release, ttl: float = 3600.0, heartbeat_timeout: float = 10.0) -> None:
+    def __init__(self, release: Release, ttl: float = 3600.0, heartbeat_timeout: float = 10.0,
+                 partition_owner: PartitionOwner = lambda location, pid: None, max_exchanges_per_owner: int = 0) -> None:
+        """``max_exchanges_per_owner``: exchanges and streams one application credential may own at once
+        (maxExchangesPerCredential; 0: no cap; the operator has none)."""
         self.exchanges: dict[str, Exchange] = {}
         # name -> the committed version an open overwrite replaces: released when the overwrite commits,
         # the name's version again when it aborts (a failed write changes nothing)
         self.previous: dict[str, Exchange] = {}
+        self.partition_owner = partition_owner
+        self.max_exchanges_per_owner = max_exchanges_per_owner
+        self.streams_of: Callable[[str], int] = lambda owner: 0  # streams a credential owns (the stream registry)
         self.services = ServiceRegistry(heartbeat_timeout)  # the services that hold partitions for us
         self.journal: Journal | None = None  # the state directory, when it has one (restore())
         self.release = release  # called with (location, partition id) of partitions to free, and why
@@ -257,7 +268,19 @@ class Coordinator:
     def _release_producers(self, producers: list[ProducerInfo], reason: str, code: ErrorCode = RELEASED) -> None:
         """Free the producers' partitions; their connected readers and running writers get ``reason`` at once."""
         if producers:
-            self.release([(p.location, p.partition) for p in producers], reason, code)
+            self.release([(p.location, p.partition, p.owner) for p in producers], reason, code)
+
+    def check_room(self, owner: str, name: str, what: str = "exchange") -> None:
+        """Refuse a new exchange or stream of ``owner`` that owns as many as one credential may."""
+        from ..network.auth import OPERATOR
+
+        if not owner or owner == OPERATOR or not self.max_exchanges_per_owner:
+            return
+        owned = sum(1 for ex in self.exchanges.values() if ex.owner == owner and not ex.stream) + self.streams_of(owner)
+        if owned >= self.max_exchanges_per_owner:
+            raise ServiceError(f"declaring {what} {name!r} is refused: credential {owner!r} owns {owned} exchanges and "
+                               f"streams, and one application credential may own at most maxExchangesPerCredential="
+                               f"{self.max_exchanges_per_owner}; drop one it no longer needs", ErrorCode.LIMIT)
 
     def _set_aside(self, ex: Exchange) -> None:
         """An overwrite replaces ``ex``: its committed version is kept aside (its partitions held) until the
@@ -320,6 +343,8 @@ class Coordinator:
             if num_subpartitions is not None and ex.coalesce and ex.num_subpartitions is None:
                 ex.num_subpartitions = num_subpartitions  # an append that names the width fixes it
         else:
+            if ex is None or ex.owner != owner:
+                self.check_room(owner, name)
             if ex is not None:
                 self._set_aside(ex)
             ex = Exchange(name, next(self._epochs), schema, num_subpartitions, partitioner, partition_type,
@@ -335,10 +360,20 @@ class Coordinator:
         return {**ex.describe(), "write_id": write_id}
 
     async def register_producer(self, name: str, epoch: int, write_id: str, index: int, attempt: str,
-                                partition: str, location: dict, num_subpartitions: int | None = None) -> dict:
+                                partition: str, location: dict, num_subpartitions: int | None = None,
+                                owner: str = "") -> dict:
         """A task attempt's partition joins the exchange. ``num_subpartitions``: the width this producer
-        writes when the exchange's width was not given; the first one fixes it, another one is refused."""
+        writes when the exchange's width was not given; the first one fixes it, another one is refused.
+
+        ``owner``: the credential asking. A partition joins one exchange only, and only its own
+        credential's: dropping an exchange releases its producers' partitions, so naming another's would
+        destroy another's data. Two checks make that sound without a round trip to the holding service:
+        a partition id already a producer of any exchange (or epoch) is refused here; and every release
+        carries the credential that joined the partition, which the holding service compares with the
+        credential that registered it there (``ExchangeService.release_owned``): a partition registered
+        by another is never freed for it. A partition this process holds is checked at once as well."""
         ex = self._get(name, epoch)
+        self._check_partition(ex, partition, location, owner)
         if write_id not in ex.open_writes:
             raise ServiceError(f"write {write_id} of exchange {name!r} is not open (committed or aborted already)", ErrorCode.WRITE_CLOSED)
         if ex.partitioner.get("name") == "forward" and ex.num_subpartitions is not None and index >= ex.num_subpartitions:
@@ -348,7 +383,7 @@ class Coordinator:
         location = self.registered_location(location)
         if num_subpartitions is not None:
             self._fix_width(ex, num_subpartitions)
-        info = ProducerInfo(index, attempt, partition, location, write_id)
+        info = ProducerInfo(index, attempt, partition, location, write_id, owner=owner)
         await self._notify(ex, name, [ex.set_producer(info)])
         return {"ok": True, "num_subpartitions": ex.num_subpartitions}
 
@@ -375,6 +410,28 @@ class Coordinator:
                     f"registered {getattr(record, key)!r}: a location is the service's own answer to ping",
                     ErrorCode.UNREGISTERED_SERVICE)
         return {**location, **record.location()}
+
+    def _check_partition(self, ex: Exchange, partition: str, location: dict, owner: str) -> None:
+        """Refuse a partition held by another exchange, or registered by another credential (see above)."""
+        from ..network.auth import OPERATOR
+
+        for other in [*self.exchanges.values(), *self.previous.values()]:  # versions an open overwrite set aside too
+            if other is not ex and partition in other.producers:
+                whose = other.owner
+                code = ErrorCode.FORBIDDEN if owner and owner not in (OPERATOR, other.owner) else ErrorCode.BAD_REQUEST
+                raise ServiceError(
+                    f"partition {partition!r} is already a producer of exchange {other.name!r}"
+                    f"{f' (credential {whose!r})' if whose else ''}: a partition joins one exchange only; a write "
+                    "registers partitions of its own", code)
+        registered_by = self.partition_owner(location, partition)
+        if registered_by == "":
+            raise ServiceError(f"partition {partition!r} is not held by the service its location names (never "
+                               "registered there, or released already): a producer registers its partition with its "
+                               "service first", ErrorCode.BAD_REQUEST)
+        if owner and registered_by and owner not in (OPERATOR, registered_by):
+            raise ServiceError(f"partition {partition!r} was registered by credential {registered_by!r}; this connection "
+                               f"authenticated as {owner!r} cannot make it a producer of exchange {ex.name!r} (a write "
+                               "registers partitions of its own)", ErrorCode.FORBIDDEN)
 
     @staticmethod
     def _fix_width(ex: Exchange, width: int) -> None:
@@ -652,7 +709,7 @@ class Coordinator:
         ex = self.exchanges.pop(name)
         if self.journal is not None:
             self.journal.remove_exchange(name)
-        self.lost[name] = {"at": time.time(), "message": message}
+        self.lost[name] = {"at": time.time(), "message": message, "owner": ex.owner}
         self._names_changed()
         self._release_producers(list(ex.producers.values()), message, REPLACED)
         self._release_previous(name, message)

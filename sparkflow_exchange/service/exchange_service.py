@@ -28,9 +28,9 @@ from ..network.listener import Listener, tcp_sockets, unix_socket
 from ..network.protocol import FRAME_POOL, RegisterPartition
 from ..errors import ErrorCode, ServiceError
 from ..network.server import ServerConnection
-from ..partition.buffer_pool import NetworkBufferPool
+from ..partition.buffer_pool import SUBPARTITION_BYTES, MemoryAccount, NetworkBufferPool
 from ..partition.result_partition import ResultPartition
-from ..partition.spill import DiskBudget, SpillReaders
+from ..partition.spill import DiskBudget, DiskShare, SpillReaders
 from . import owners
 from .coordinator import Coordinator
 from .fd_budget import fd_budget
@@ -39,6 +39,12 @@ from .launcher import SPILL_PREFIX, pid_alive
 
 log = logging.getLogger(__name__)
 
+# the RPCs whose handler is told the connection's credential (``owner``): what they create is its
+OWNED_BY_CALLER = frozenset({"declare", "stream_declare", "register_producer", "stream_join", "stream_latest",
+                             "stream_commit_group"})
+# subscriptions one connection holds at once (a reader holds one per exchange it is reading): each costs the
+# coordinator a callback, so a client cannot grow its memory without end
+MAX_SUBSCRIPTIONS = 4096
 JOIN_GRACE = 1.0  # s after a writer is lost before its partition is released if it never joined its exchange
 
 
@@ -75,18 +81,27 @@ class ExchangeService:
         # exchanges outlive their writers: the spill files' bound (maxDiskBytes, else 90% of the free space)
         self.disk = DiskBudget(config.max_disk_bytes or int(shutil.disk_usage(self.spill_dir).free * 0.9))
         self.partitions: dict[str, ResultPartition] = {}
+        # each application credential's share of memory.budget and of the disk bound (the operator has none)
+        self.memory_accounts: dict[str, MemoryAccount] = {}
+        self.disk_shares: dict[str, DiskShare] = {}
         # every connection, and the strangers among them (not authenticated, not our own user's Unix clients)
         self.admission: Admission[ServerConnection] = Admission(
             self.fds.connections, self.fds.strangers, self.fds.strangers_per_peer, config.hello_timeout,
-            notes=self.fds.notes)
+            notes=self.fds.notes, max_per_credential=min(config.max_connections_per_credential, self.fds.connections),
+            unlimited=auth.OPERATOR)
         self.connections = self.admission.connections
         # payload bytes consumers read, by path: served over a Unix/TCP connection from a reader on this
         # host ("local"; "local_shared" of it were copied by the reader out of a writer's shared-memory
         # slot) or another ("remote"), or read by a reader on this host from our spill files
         self.traffic = {"local": 0, "local_shared": 0, "remote": 0, "local_file": 0}
-        self.coordinator = Coordinator(self._release, config.ttl, config.heartbeat_timeout) if coordinator else None
+        self.coordinator = Coordinator(
+            self._release, config.ttl, config.heartbeat_timeout,
+            partition_owner=lambda location, pid: self.partition_owner(pid)
+            if location.get("service_id") == self.service_id else None,
+            max_exchanges_per_owner=config.max_exchanges_per_credential) if coordinator else None
         # a reader query that never planned a batch: its group goes after declareTimeout (at most 30 s) idle
-        self.streams = StreamRegistry(self.coordinator, config.ttl, min(30.0, config.declare_timeout)) \
+        self.streams = StreamRegistry(self.coordinator, config.ttl, min(30.0, config.declare_timeout),
+                                      max_groups_per_owner=config.max_groups_per_credential) \
             if self.coordinator is not None else None
         self.unix_path = unix_path
         self.attach_mode = attach_mode  # embedded: exit when the attached applications are gone
@@ -236,7 +251,9 @@ class ExchangeService:
         return time.monotonic() - self.last_app_seen > self.config.idle_timeout
 
     # ------------------------------------------------------------ partitions
-    def register_partition(self, msg: RegisterPartition) -> ResultPartition:
+    def register_partition(self, msg: RegisterPartition, owner: str = auth.OPERATOR) -> ResultPartition:
+        """Take a writer's partition; ``owner``: the credential its connection proved (only that one or the
+        operator may release it or join it to an exchange: ``service/owners.py``)."""
         if msg.partition_type not in PARTITION_TYPES:
             raise ValueError(f"unknown partition type {msg.partition_type!r}; use one of {', '.join(PARTITION_TYPES)}")
         if msg.partition in self.partitions:
@@ -245,14 +262,47 @@ class ExchangeService:
             raise ValueError(f"numSubpartitions {msg.num_subpartitions} is out of range 1..65536")
         if msg.buffer_size < 0 or msg.buffer_size > self.config.max_frame_size // 2 or msg.buffers < 0:
             raise ValueError(f"bad pool request: {msg.buffers} buffers of {msg.buffer_size} bytes")
+        account, disk = self._shares_of(owner)
+        if account is not None:  # before a subpartition is made: a wide partition costs memory unwritten
+            bounded = msg.partition_type == "PIPELINED_BOUNDED"
+            need = msg.num_subpartitions * SUBPARTITION_BYTES + (0 if bounded else
+                                                                 msg.buffer_size or self.config.buffer_size)
+            if need > account.room:
+                raise ServiceError(
+                    f"partition {msg.partition!r} of {msg.num_subpartitions} subpartitions is refused: it needs {need} "
+                    f"bytes of memory before any row ({SUBPARTITION_BYTES} per subpartition"
+                    f"{'' if bounded else ' and a receive buffer'}), and {account.describe()}; finish or drop "
+                    "its other writes, or write fewer subpartitions", ErrorCode.LIMIT)
         part = ResultPartition(
             msg.partition, msg.num_subpartitions, msg.partition_type, self.budget,
             msg.buffers or self.config.buffers_per_partition, msg.buffer_size or self.config.buffer_size,
             self.spill_dir, exchange=msg.exchange, attempt=msg.attempt, spill_readers=self.spill_readers,
-            disk=self.disk,
+            disk=disk, account=account,
         )
+        part.owner = owner
         self.partitions[msg.partition] = part
         return part
+
+    def _shares_of(self, owner: str) -> tuple[MemoryAccount | None, DiskBudget | DiskShare]:
+        """The memory account and disk bound a credential's partitions draw on: its shares of the service's
+        (``credentialMemoryShare``, ``credentialDiskShare``); the operator's are the whole budget and disk."""
+        if owner == auth.OPERATOR or not owner:
+            return None, self.disk
+        account = self.memory_accounts.get(owner)
+        if account is None:
+            account = self.memory_accounts[owner] = MemoryAccount(
+                owner, int(self.budget.total_bytes * self.config.credential_memory_share))
+            self.disk_shares[owner] = DiskShare(self.disk, owner, int(self.disk.limit * self.config.credential_disk_share))
+        return account, self.disk_shares[owner]
+
+    def _credential_holdings(self) -> dict[str, dict[str, int]]:
+        """Per application credential that connected or holds partitions: its connections and shares."""
+        out = {}
+        for name in sorted(set(self.memory_accounts) | set(self.admission.credentials())):
+            account, disk = self._shares_of(name)
+            out[name] = {"connections": self.admission.connections_of(name), "memory": account.bytes,
+                         "memory_limit": account.limit, "disk": disk.used, "disk_limit": disk.limit}
+        return out
 
     def producer_lost(self, part: ResultPartition, reason: str) -> None:
         part.fail(reason)
@@ -289,35 +339,53 @@ class ExchangeService:
         part.release(reason, code)
         return True
 
-    def _release(self, targets: list[tuple[dict, str]], reason: str = "released by the coordinator",
+    def _release(self, targets: list[tuple[dict, str, str]], reason: str = "released by the coordinator",
                  code: ErrorCode = ErrorCode.RELEASED) -> None:
         """Coordinator callback: free partitions here, or ask the service that holds them.
 
         Another service is dialed (with the operator's secret) only at the address it registered under the
-        id the location names, and must greet as that service: an address a client chose is never dialed."""
-        remote: dict[str, list[str]] = {}
-        for location, pid in targets:
+        id the location names, and must greet as that service: an address a client chose is never dialed.
+        Each target names the credential that joined it to its exchange: only a partition that credential
+        registered is freed (a producer naming another's partition releases nothing of it)."""
+        remote: dict[tuple[str, str], list[str]] = {}
+        for location, pid, owner in targets:
             sid = location.get("service_id")
             if sid == self.service_id:
-                self.release_partition(pid, reason, code)
+                self.release_owned([pid], owner, reason, code)
             elif isinstance(sid, str):
-                remote.setdefault(sid, []).append(pid)
+                remote.setdefault((sid, owner), []).append(pid)
         registry = self.coordinator.services.services if self.coordinator is not None else {}
-        for sid, pids in remote.items():
+        for (sid, owner), pids in remote.items():
             record = registry.get(sid)
             if record is None or not record.tcp:  # forgotten: it frees them when it registers again (or at ttl)
                 log.warning("could not release %d partitions on exchange service %s: it is not registered",
                             len(pids), sid)
                 continue
-            asyncio.ensure_future(self._release_remote(record.tcp, sid, pids, reason, code))
+            asyncio.ensure_future(self._release_remote(record.tcp, sid, pids, reason, code, owner))
+
+    def release_owned(self, pids: list[str], owner: str, reason: str, code: ErrorCode = ErrorCode.RELEASED) -> int:
+        """Free the partitions among ``pids`` that ``owner`` registered (every one for the operator or "")."""
+        released = 0
+        for pid in pids:
+            part = self.partitions.get(pid)
+            if part is None:
+                continue
+            if owner and owner not in (auth.OPERATOR, part.owner):
+                log.warning("partition %s was not released for credential %r: credential %r registered it", pid,
+                            owner, part.owner)
+                continue
+            released += self.release_partition(pid, reason, code)
+        return released
 
     async def _release_remote(self, address: str, service_id: str, pids: list[str], reason: str,
-                              code: ErrorCode) -> None:
+                              code: ErrorCode, owner: str = "") -> None:
         from ..network.aio_client import rpc_once
 
         try:
+            # the operator's (a deployment with one secret) goes without: a service of an earlier version frees them
+            behalf = {"on_behalf_of": owner} if owner and owner != auth.OPERATOR else {}
             await rpc_once(address, self.secret, self.config, "release_partitions",
-                           {"partitions": pids, "reason": reason, "code": code}, expect_service=service_id)
+                           {"partitions": pids, "reason": reason, "code": code, **behalf}, expect_service=service_id)
         except Exception as exc:  # noqa: BLE001 - best effort: the other service's TTL frees them too
             log.warning("could not release %d partitions on %s: %s", len(pids), address, exc)
 
@@ -328,8 +396,8 @@ class ExchangeService:
             victim.fatal(message, code=ErrorCode.TOO_MANY_CONNECTIONS)
         return verdict.refusal
 
-    def authenticated(self, conn: ServerConnection) -> None:
-        self.admission.authenticated(conn)
+    def authenticated(self, conn: ServerConnection) -> str | None:
+        return self.admission.authenticated(conn, conn.identity)
 
     def discharge(self, conn: ServerConnection) -> None:
         self.admission.discharge(conn)
@@ -340,7 +408,7 @@ class ExchangeService:
         conn.subscriptions.clear()
 
     # ------------------------------------------------------------ rpc
-    def _owner_of(self, name: str) -> str:
+    def owner_of(self, name: str) -> str:
         """The credential an exchange or stream (or a stream's epoch) of that name belongs to ("" if none)."""
         if self.coordinator is None:
             return ""
@@ -348,20 +416,36 @@ class ExchangeService:
         if ex is not None and not ex.stream:
             return ex.owner
         st = self.streams.streams.get(ex.stream if ex is not None else name)
-        return st.owner if st is not None else ""
+        if st is not None:
+            return st.owner
+        lost = self.coordinator.lost.get(name)
+        return lost.get("owner", "") if lost is not None else ""
+
+    def group_owner(self, stream: str, group: str) -> tuple[str, str]:
+        """(the credential a consumer group belongs to, its stream's owner); ("", "") for none."""
+        st = self.streams.streams.get(stream) if self.streams is not None else None
+        g = st.groups.get(group) if st is not None else None
+        return (g.owner, st.owner) if g is not None else ("", "")
+
+    def partition_owner(self, partition: str) -> str:
+        part = self.partitions.get(partition)
+        return part.owner if part is not None else ""
 
     async def rpc(self, conn: ServerConnection, method: str, args: dict) -> Any:
-        owners.check(conn.identity, method, args, self._owner_of)
-        if method in ("declare", "stream_declare"):
+        owners.check(conn.identity, method, args, self)
+        if method in OWNED_BY_CALLER:
             args["owner"] = conn.identity  # never the client's say
         if method == "ping":
             return self.addresses()
         if method == "status":
             return self.status()
-        if method == "release_partitions":
+        if method == "release_partitions":  # owners.check: each one held here is the caller's (or the operator's)
             reason = str(args.get("reason") or "released by the coordinator")
             code = ErrorCode.REPLACED if args.get("code") == ErrorCode.REPLACED else ErrorCode.RELEASED
-            return {"released": sum(self.release_partition(p, reason, code) for p in args["partitions"])}
+            owner = conn.identity  # the operator may free them for a credential: only what that one registered
+            if conn.identity == auth.OPERATOR and args.get("on_behalf_of"):
+                owner = args["on_behalf_of"]
+            return {"released": self.release_owned(args["partitions"], owner, reason, code)}
         if method == "attach_app":
             self.apps[str(args["app"])] = int(args["pid"])
             self.last_app_seen = time.monotonic()
@@ -394,6 +478,11 @@ class ExchangeService:
             previous = conn.subscriptions.pop(topic, None)
             if previous:
                 previous()
+            elif len(conn.subscriptions) >= MAX_SUBSCRIPTIONS:
+                raise ServiceError(f"subscribing to exchange {name!r} is refused: this connection (credential "
+                                   f"{conn.identity!r}) holds {len(conn.subscriptions)} subscriptions, the most one "
+                                   "connection may (MAX_SUBSCRIPTIONS); unsubscribe from exchanges it no longer reads",
+                                   ErrorCode.LIMIT)
             conn.subscriptions[topic] = coord.subscribe(name, lambda body: conn.send(Notify(topic, body)),
                                                         seal=args.get("seal"))
             return {"ok": True}
@@ -477,8 +566,11 @@ class ExchangeService:
             "service": self.addresses(),
             "memory": {"budget": self.budget.total_bytes, "reserved": self.budget.reserved_bytes,
                        "used": self.budget.used_bytes, "promised": self.budget.promised_bytes,
+                       "bookkeeping": self.budget.bookkeeping_bytes,
                        "running_pools": len(self.budget.pools), "open_spill_reads": len(self.spill_readers)},
             "disk": {"limit": self.disk.limit, "used": self.disk.used, "spill_dir": str(self.spill_dir)},
+            # what each application credential holds of its shares (the operator has none)
+            "credentials": self._credential_holdings(),
             "partitions": partitions,
             "channels": channels,
             "strangers": self.admission.strangers,  # connections that have not authenticated (own user's aside)

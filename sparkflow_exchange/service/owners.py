@@ -3,47 +3,90 @@
 A service accepts its own secret, the *operator* credential, and the application credentials of its
 ``credentialsFile``; a connection is whichever credential it proved in the handshake. An exchange (or
 stream) belongs to the credential that declared it. Only its owner or the operator may write it
-(overwrite, append, register producers, finish, commit, abort) or drop it; operations on the whole
-service (stopping it, releasing partitions by id, attaching applications to its lifetime) need the
-operator. Reading, listing and describing are open to every credential the service accepts. With one
-secret there is only the operator, and everything behaves as without owners. Sans-IO: the service
-asks :func:`check` before it acts on a request.
+(overwrite, append, register producers, finish, commit, abort) or drop it; a consumer group belongs to
+the credential that joined (created) it, and only that one, the stream's owner or the operator may
+move, commit or leave it; a partition belongs to the credential that registered it on its service, and
+only that one or the operator may release it or join it to an exchange. Operations on the whole
+service (stopping it, attaching applications to its lifetime, its registry of services) need the
+operator. Reading, listing and describing are open to every credential the service accepts. The RPC
+table (``network/rpc.py``) says which rule each method follows. With one secret there is only the
+operator, and everything behaves as without owners. Sans-IO: the service asks :func:`check` before it
+acts on a request.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Protocol
 
 from ..config import ConfigError, read_protected_file
 from ..network.auth import OPERATOR
+from ..network.rpc import RPCS, Who
 from ..errors import ErrorCode, ServiceError
 
 FORBIDDEN = ErrorCode.FORBIDDEN
 
 # operations on the whole service: what each one is, for the refusal
-SERVICE_WIDE = {"shutdown": "stopping the service", "release_partitions": "releasing partitions by id",
-                "attach_app": "attaching an application to the service's lifetime",
+SERVICE_WIDE = {"shutdown": "stopping the service", "attach_app": "attaching an application to the service's lifetime",
                 "register_service": "registering an exchange service", "service_heartbeat": "an exchange service's heartbeat"}
-# operations that change one exchange or stream (``name``): its owner's or the operator's
+# operations that change one exchange or stream (``name``): what each one does to it, for the refusal
 CHANGES = {"declare": "writing", "register_producer": "writing", "producer_finished": "writing",
            "producer_failed": "writing", "commit": "committing a write of", "abort": "aborting a write of",
            "drop": "dropping", "stream_declare": "writing", "stream_begin_epoch": "writing",
            "stream_commit_epoch": "committing an epoch of", "stream_abort_epoch": "aborting an epoch of"}
+# operations that change one consumer group of a stream
+GROUP_CHANGES = {"stream_join": "joining", "stream_latest": "reading with (it moves its position)",
+                 "stream_commit_group": "committing", "stream_leave": "leaving"}
+PARTITION_CHANGES = {"release_partitions": "releasing", "report_backpressure": "reporting the backpressure of"}
 
 
-def check(identity: str, method: str, args: dict[str, Any], owner_of: Callable[[str], str]) -> None:
-    """Refuse (``forbidden``) a request its connection's credential may not make; say whose it is."""
+class Holdings(Protocol):
+    """Who owns what the service holds ("" for nothing of that name, or nobody's)."""
+
+    def owner_of(self, name: str) -> str:
+        """The credential an exchange or stream (or a stream's epoch) belongs to."""
+
+    def group_owner(self, stream: str, group: str) -> tuple[str, str]:
+        """(the credential a stream's consumer group belongs to, the stream's owner)."""
+
+    def partition_owner(self, partition: str) -> str:
+        """The credential that registered a partition this service holds."""
+
+
+def check(identity: str, method: str, args: dict[str, Any], held: Holdings) -> None:
+    """Refuse (``forbidden``) a request its connection's credential may not make (the RPC table's
+    :class:`Who`); say what it touched and whose it is."""
     if identity == OPERATOR:
         return
-    if method in SERVICE_WIDE:
-        raise ServiceError(f"{SERVICE_WIDE[method]} needs the operator credential (the service's own secret); this "
-                       f"connection authenticated as {identity!r}", FORBIDDEN)
-    if method in CHANGES:
+    who = RPCS[method].who
+    if who is Who.ANY:
+        return
+    if who is Who.OPERATOR:
+        raise ServiceError(f"{SERVICE_WIDE.get(method, method)} needs the operator credential (the service's own "
+                           f"secret); this connection authenticated as {identity!r}", FORBIDDEN)
+    if who is Who.OWNER:
         name = args.get("name")
-        owner = owner_of(name) if isinstance(name, str) else ""
+        owner = held.owner_of(name) if isinstance(name, str) else ""
         if owner and owner != identity:
             raise ServiceError(f"{CHANGES[method]} exchange {name!r} is refused: it belongs to credential {owner!r} "
-                           f"and this connection authenticated as {identity!r}; only its owner or the operator "
-                           "may write, drop or release it", FORBIDDEN)
+                               f"and this connection authenticated as {identity!r}; only its owner or the operator "
+                               "may write, drop or release it", FORBIDDEN)
+    elif who is Who.GROUP:
+        name, group = args.get("name"), args.get("group")
+        if not (isinstance(name, str) and isinstance(group, str)):
+            return  # a new group of its own (stream_join without one)
+        owner, stream_owner = held.group_owner(name, group)
+        if owner and identity not in (owner, stream_owner):
+            raise ServiceError(f"{GROUP_CHANGES[method]} consumer group {group!r} of stream {name!r} is refused: the "
+                               f"group belongs to credential {owner!r} and this connection authenticated as "
+                               f"{identity!r}; read with a consumerGroup of your own (only the group's owner, the "
+                               "stream's owner or the operator may move, commit or leave it)", FORBIDDEN)
+    elif who is Who.PARTITIONS:
+        names = args.get("partitions") if "partitions" in args else [args.get("partition")]
+        for pid in names if isinstance(names, list) else ():
+            owner = held.partition_owner(pid) if isinstance(pid, str) else ""
+            if owner and owner != identity:
+                raise ServiceError(f"{PARTITION_CHANGES[method]} partition {pid!r} is refused: it was registered by "
+                                   f"credential {owner!r} and this connection authenticated as {identity!r}; only "
+                                   "the credential that registered it or the operator may", FORBIDDEN)
 
 
 def load_credentials(path: str | None, operator_secret: str | None) -> dict[str, str]:

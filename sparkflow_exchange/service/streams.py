@@ -61,6 +61,7 @@ class Group:
     position: int  # the last epoch this group committed (read and done with)
     seen: float = field(default_factory=time.monotonic)
     confirmed: bool = False  # its query planned a micro-batch from it (so its checkpoint names the group)
+    owner: str = ""  # the credential that joined (created) it; it, the stream's owner or the operator may move it
 
 
 @dataclass
@@ -99,7 +100,8 @@ class Stream:
             "retained_rows": sum(e.rows for e in self.epochs.values() if e.rows >= 0),
             "max_retained_bytes": self.max_retained_bytes,
             "writer_waiting_s": None if self.waiting_since is None else round(now - self.waiting_since, 3),
-            "groups": {g.name: {"position": g.position, "idle_s": round(now - g.seen, 3), "confirmed": g.confirmed}
+            "groups": {g.name: {"position": g.position, "idle_s": round(now - g.seen, 3), "confirmed": g.confirmed,
+                                "owner": g.owner}
                        for g in self.groups.values()},
             "created_at": self.created,
             "last_used_at": self.created if used is None else wall_time(used),
@@ -113,13 +115,19 @@ def epoch_exchange(stream: str, epoch: int) -> str:
 class StreamRegistry:
     """Streams, their epochs and consumer groups, over the coordinator's exchanges."""
 
-    def __init__(self, coordinator: Coordinator, ttl: float = 3600.0, unconfirmed_grace: float = UNCONFIRMED_GRACE) -> None:
+    def __init__(self, coordinator: Coordinator, ttl: float = 3600.0, unconfirmed_grace: float = UNCONFIRMED_GRACE,
+                 max_groups_per_owner: int = 0) -> None:
+        """``max_groups_per_owner``: consumer groups one application credential may own at once, over every
+        stream (maxGroupsPerCredential; 0: no cap; the operator has none): each one holds epochs back and
+        is listed to everyone."""
         self.coordinator = coordinator
+        self.max_groups_per_owner = max_groups_per_owner
         self.ttl = ttl
         self.unconfirmed_grace = unconfirmed_grace
         self.streams: dict[str, Stream] = {}
         self._changed = coordinator._changed  # one condition: a read waiting for a batch exchange sees a stream too
         coordinator.is_stream = lambda name: name in self.streams
+        coordinator.streams_of = lambda owner: sum(1 for st in self.streams.values() if st.owner == owner)
 
     def _get(self, name: str) -> Stream:
         st = self.streams.get(name)
@@ -157,6 +165,7 @@ class StreamRegistry:
                            "stream is read with the same number of partitions", ErrorCode.BAD_REQUEST)
         st = self.streams.get(name)
         if st is None:
+            self.coordinator.check_room(owner, name, "stream")
             st = self.streams[name] = Stream(name, schema, partitioner, partition_type, num_subpartitions,
                                              bool(coalesce) and num_subpartitions is None, owner=owner)
             self.coordinator.lost.pop(name, None)
@@ -175,7 +184,7 @@ class StreamRegistry:
         st.max_retained_bytes = max(0, int(max_retained_bytes or 0))
         for group in groups or ():
             if group not in st.groups:
-                st.groups[group] = Group(group, st.released_upto, confirmed=True)
+                st.groups[group] = Group(group, st.released_upto, confirmed=True, owner=st.owner)
         await self._notify()
         return st.describe()
 
@@ -219,7 +228,7 @@ class StreamRegistry:
                 ename = epoch_exchange(name, epoch)
                 desc = await self.coordinator.declare(
                     ename, st.schema, st.num_subpartitions, st.partitioner, st.partition_type, "overwrite",
-                    coalesce=st.coalesce and st.num_subpartitions is None)
+                    coalesce=st.coalesce and st.num_subpartitions is None, owner=st.owner)
                 self.coordinator.exchanges[ename].stream = name
                 op = st.open[epoch] = OpenEpoch(epoch, order, ename, desc["epoch"], desc["write_id"])
         return {"exchange": op.exchange, "generation": op.generation, "write_id": op.write_id,
@@ -296,7 +305,7 @@ class StreamRegistry:
                 pass
         return self._get(name).describe()
 
-    async def join(self, name: str, group: str | None = None, start: str = "earliest") -> dict:
+    async def join(self, name: str, group: str | None = None, start: str = "earliest", owner: str = "") -> dict:
         """A reader query starts without a checkpoint: its group's position (a new group starts at ``start``)."""
         st = self._get(name)
         if start not in STARTS:
@@ -307,17 +316,32 @@ class StreamRegistry:
             return {"group": g.name, "position": g.position}
         name_of_group = group or f"query-{uuid.uuid4().hex[:12]}"
         position = st.released_upto if start == "earliest" else st.last_committed
-        st.groups[name_of_group] = Group(name_of_group, position)
+        self._check_room(owner, name_of_group, st)
+        st.groups[name_of_group] = Group(name_of_group, position, owner=owner)
         return {"group": name_of_group, "position": position}
 
-    def _touch(self, st: Stream, group: str, after: int) -> Group:
+    def _touch(self, st: Stream, group: str, after: int, owner: str = "") -> Group:
         """The group, registered again at ``after`` when the service no longer knows it (expired, restarted)."""
         g = st.groups.get(group)
         if g is None:
             self._check_retained(st, after)
-            g = st.groups[group] = Group(group, after)
+            self._check_room(owner, group, st)
+            g = st.groups[group] = Group(group, after, owner=owner)
         g.seen = time.monotonic()
         return g
+
+    def _check_room(self, owner: str, group: str, st: Stream) -> None:
+        """Refuse a new group of ``owner`` that owns as many as one credential may."""
+        from ..network.auth import OPERATOR
+
+        if not owner or owner == OPERATOR or not self.max_groups_per_owner:
+            return
+        owned = sum(1 for s in self.streams.values() for g in s.groups.values() if g.owner == owner)
+        if owned >= self.max_groups_per_owner:
+            raise ServiceError(f"joining stream {st.name!r} as consumer group {group!r} is refused: credential "
+                               f"{owner!r} owns {owned} consumer groups, and one application credential may own at "
+                               f"most maxGroupsPerCredential={self.max_groups_per_owner}; leave groups it no longer "
+                               "reads with (sparkflow_exchange.leave_group)", ErrorCode.LIMIT)
 
     @staticmethod
     def _check_retained(st: Stream, after: int) -> None:
@@ -330,14 +354,14 @@ class StreamRegistry:
 
     async def latest(self, name: str, group: str, after: int, max_epochs: int | None = None,
                      max_rows: int | None = None, max_bytes: int | None = None, upto: int | None = None,
-                     wait: float = 0.0) -> dict:
+                     wait: float = 0.0, owner: str = "") -> dict:
         """The newest committed epoch a micro-batch starting after ``after`` may read (admission control:
         at least one epoch when any is there, then as many as the limits allow).
 
         ``wait``: with nothing new, wait up to this long for the next commit (a long poll: an idle reader
         query starts its batch within milliseconds of the writer's commit instead of polling)."""
         st = self._get(name)
-        g = self._touch(st, group, after)
+        g = self._touch(st, group, after, owner)
         self._check_retained(st, after)
         if after > g.position:
             # Spark asks from the end of its last batch, which is done and in its commit log (a batch that is
@@ -382,10 +406,10 @@ class StreamRegistry:
                 plans.append({"epoch": n, "rows": e.rows, "desc": desc})
         return {"epochs": plans, "num_subpartitions": st.num_subpartitions, "schema": st.schema}
 
-    async def commit_group(self, name: str, group: str, epoch: int) -> dict:
+    async def commit_group(self, name: str, group: str, epoch: int, owner: str = "") -> dict:
         """A reader query is done with every epoch up to ``epoch``: what every group is done with is released."""
         st = self._get(name)
-        g = self._touch(st, group, epoch)
+        g = self._touch(st, group, epoch, owner)
         g.position = max(g.position, epoch)
         g.confirmed = True
         await self._release(st)

@@ -223,7 +223,9 @@ class PartitionWriter:
                 if waited > self.no_consumer_timeout:
                     raise NoConsumerError(
                         f"partition {self.partition} ({self.partition_type}) has been full for {waited:.0f} s: no consumer "
-                        "is reading it (pipelined.noConsumerTimeout). Start the read, or use partitionType HYBRID, "
+                        "is reading it, or the service has no memory for it (pipelined.noConsumerTimeout; the "
+                        "partition's waiting_for in the service's status says when memory is why: memory.budget, or "
+                        "its credential's credentialMemoryShare). Start the read, or use partitionType HYBRID, "
                         "which spills instead of blocking")
                 msg = self.conn.recv(min(self.CREDIT_POLL, self.no_consumer_timeout - waited + 0.01))
                 if msg is not None:
