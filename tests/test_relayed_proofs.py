@@ -25,7 +25,8 @@ from sparkflow_exchange.buffer import schema_to_b64
 from sparkflow_exchange.errors import AuthenticationFailed, ErrorCode, InvalidRequest
 from sparkflow_exchange.network.aio_client import open_connection
 from sparkflow_exchange.network.blocking_client import BlockingConnection, ServiceError
-from sparkflow_exchange.network.protocol import FrameDecoder, Hello, RpcRequest, RpcResponse, ServerHello, encode_bytes
+from sparkflow_exchange.network.protocol import (FrameDecoder, Hello, PartitionRegistered, RegisterPartition, RpcRequest,
+                                                RpcResponse, ServerHello, encode_bytes)
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
 SECRETS = {"alice": "alice-secret-0123456789", "bob": "bob-secret-0123456789"}
@@ -159,7 +160,7 @@ def test_a_relayed_proof_gains_bob_nothing(shared):
         assert relay.powers() == []
         # the service is still the operator's alone
         with pytest.raises(ServiceError, match="needs the operator credential"):
-            bob.call("release_partitions", partitions=[])
+            bob.call("attach_app", app="relayed", pid=1)
         assert shared.proc.poll() is None
     finally:
         bob.close()
@@ -172,6 +173,9 @@ def test_a_location_is_stored_as_the_registry_has_it(shared):
     try:
         real = bob.call("ping")
         desc = _declare(bob, "bobs")
+        # a partition of bob's own on the service (a producer joins only with a partition its service holds)
+        bob.send(RegisterPartition(f"{desc['name']}.p0", 1, "HYBRID", exchange=desc["name"], attempt="0"))
+        assert isinstance(bob.recv(10), PartitionRegistered)
         # what bob adds besides the address fields does not replace them
         _register(bob, desc, {"service_id": real["service_id"], "tcp": real["tcp"], "spill_dir": "/elsewhere"})
         [producer] = bob.call("get_exchange", name="bobs")["producers"]

@@ -373,6 +373,7 @@ class Coordinator:
         credential that registered it there (``ExchangeService.release_owned``): a partition registered
         by another is never freed for it. A partition this process holds is checked at once as well."""
         ex = self._get(name, epoch)
+        location = self.registered_location(location)
         self._check_partition(ex, partition, location, owner)
         if write_id not in ex.open_writes:
             raise ServiceError(f"write {write_id} of exchange {name!r} is not open (committed or aborted already)", ErrorCode.WRITE_CLOSED)
@@ -380,7 +381,6 @@ class Coordinator:
             raise ServiceError(
                 f"forward needs equal parallelism: producer {index} has no subpartition among {ex.num_subpartitions}; "
                 "repartition the DataFrame or set numSubpartitions to its partition count", ErrorCode.FORWARD_PARALLELISM)
-        location = self.registered_location(location)
         if num_subpartitions is not None:
             self._fix_width(ex, num_subpartitions)
         info = ProducerInfo(index, attempt, partition, location, write_id, owner=owner)
