@@ -118,7 +118,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "port": ("port", int, "TCP port of a service (0 = ephemeral)"),
     "hostId": ("host_id", str, "identity of this host; local vs remote channels follow it"),
     "serviceScope": ("service_scope", lambda v: str(v).lower(), "host | executor"),
-    "spillDir": ("spill_dir", str, "directory for spill files (default: a fresh temp dir); the service makes it 0700 when it does not exist and then removes it when it stops; its files are 0600 and go with their partitions"),
+    "spillDir": ("spill_dir", str, "root of the services' spill directories (default: the temp directory); each service writes into a directory of its own in it (sfx-<pid>-<random>, 0700, locked while it lives) and removes what services killed there left; the service makes the root 0700 when it does not exist and then removes it when it stops; its files are 0600 and go with their partitions"),
     "embedded.idleTimeout": ("idle_timeout", parse_duration, "the embedded service exits this long after its last application ended, once it holds no exchange (dropped, or expired after ttl)"),
     "maxDiskBytes": ("max_disk_bytes", parse_size, "bytes of spill files a service holds at most; a write beyond fails saying so (0 = 90% of the spill directory's free space when the service starts)"),
     "ttl": ("ttl", parse_duration, "an exchange is dropped this long after its last use, and a write left open this long with no task writing (its job ended without commit or abort) is aborted (0 = never)"),
@@ -446,14 +446,37 @@ def known_keys() -> dict[str, tuple[str, str]]:
     return {k: (getattr(defaults, name), meaning) for k, (name, _, meaning) in _KEYS.items()}
 
 
-def read_spark_defaults() -> dict[str, str]:
-    """The spark-defaults.conf a Spark worker would see, or {} when there is none."""
+def spark_defaults_candidates() -> list[Path]:
+    """Where a Spark worker's spark-defaults.conf is looked for, first found wins ($SPARK_CONF_DIR, then
+    $SPARK_HOME/conf); empty when neither variable is set."""
     candidates = []
     if os.environ.get("SPARK_CONF_DIR"):
         candidates.append(Path(os.environ["SPARK_CONF_DIR"]) / "spark-defaults.conf")
     if os.environ.get("SPARK_HOME"):
         candidates.append(Path(os.environ["SPARK_HOME"]) / "conf" / "spark-defaults.conf")
-    for path in candidates:
+    return candidates
+
+
+def settings_sources() -> str:
+    """Which files and variables settings were read from, in one phrase: what `serve` logs at start and
+    what the CLI says when it finds no service (a conf that was not where it was looked for shows)."""
+    candidates = spark_defaults_candidates()
+    found = next((p for p in candidates if p.is_file()), None)
+    if found is not None:
+        keys = [k for k in parse_spark_defaults(found.read_text(errors="replace")) if k.startswith(PREFIX)]
+        parts = [f"spark-defaults.conf {found} ({len(keys)} {PREFIX}* settings)"]
+    elif candidates:
+        parts = [f"no spark-defaults.conf (none at {', '.join(str(p) for p in candidates)})"]
+    else:
+        parts = ["no spark-defaults.conf (SPARK_CONF_DIR and SPARK_HOME are unset)"]
+    env = os.environ.get(ENV_CONF)
+    parts.append(f"{ENV_CONF} set" if env else f"{ENV_CONF} unset")
+    return ", ".join(parts)
+
+
+def read_spark_defaults() -> dict[str, str]:
+    """The spark-defaults.conf a Spark worker would see, or {} when there is none."""
+    for path in spark_defaults_candidates():
         if path.is_file():
             try:
                 return parse_spark_defaults(path.read_text())
