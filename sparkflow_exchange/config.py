@@ -101,6 +101,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "coordinator.retryTimeout": ("coordinator_retry_timeout", parse_duration, "clients (readers, writers, list and drop, the plugin) of a configured coordinator that does not answer (it restarts) try again for this long, then fail naming it"),
     "heartbeatInterval": ("heartbeat_interval", parse_duration, "a service that holds partitions for a coordinator elsewhere registers with it and sends a heartbeat this often (and registers again after a coordinator restart)"),
     "heartbeatTimeout": ("heartbeat_timeout", parse_duration, "coordinator: a service silent this long is lost, and so is every exchange with a committed partition there (reads fail with ExchangeLost naming its host)"),
+    "lostServiceRetention": ("lost_service_retention", parse_duration, "coordinator: how long a lost service stays listed (status, its exchanges' messages) after it was declared lost; then it is forgotten, with one log line (0 = at once); kept across coordinator restarts with stateDir"),
     "stateDir": ("state_dir", str, "coordinator: directory (0700) where it keeps its exchanges, producers, the services holding their partitions and its seals (fsync'd), and takes them up again when it restarts (default: none, kept in memory only)"),
     "secret": ("secret", str, "shared secret for the HMAC handshake (embedded: generated)"),
     "secretFile": ("secret_file", str, "file holding the shared secret; refused when empty, or when others may read or change it (mode 0600, or 0640 to share it with a group; beside credentialsFile, the operator's, 0600)"),
@@ -155,6 +156,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
                "readerTimeout", "advisoryPartitionSize", "splitSkewedSubpartitions", "skewedPartitionFactor",
                "skewedPartitionThreshold", "freezeWorkerHeap", "jvmFormat"),
     "service": ("coordinator", "service", "coordinator.retryTimeout", "heartbeatInterval", "heartbeatTimeout",
+                "lostServiceRetention",
                 "stateDir", "memory.budget", "maxOpenSpillFiles", "maxConnections", "bindHost", "advertisedHost",
                 "port", "hostId", "serviceScope", "spillDir", "maxDiskBytes", "embedded.idleTimeout", "maxFrameSize",
                 "metricsPort", "metricsHost", "metricsTimeout", "metricsMaxConnections"),
@@ -201,6 +203,7 @@ class ExchangeConfig:
     coordinator_retry_timeout: float = 60.0
     heartbeat_interval: float = 2.0
     heartbeat_timeout: float = 10.0
+    lost_service_retention: float = 600.0
     state_dir: str | None = None
     secret: str | None = None
     secret_file: str | None = None
@@ -266,6 +269,8 @@ class ExchangeConfig:
         if not self.heartbeat_interval > 0 or not self.heartbeat_timeout > self.heartbeat_interval:
             raise ConfigError(f"heartbeatTimeout ({self.heartbeat_timeout:g} s) must be longer than heartbeatInterval "
                               f"({self.heartbeat_interval:g} s), which must be above 0")
+        if self.lost_service_retention < 0:
+            raise ConfigError(f"lostServiceRetention must be 0 or more, got {self.lost_service_retention}")
         if self.coordinator_retry_timeout < 0:
             raise ConfigError(f"coordinator.retryTimeout must be 0 (no retry) or more, got {self.coordinator_retry_timeout}")
         if not self.hello_timeout > 0:

@@ -97,7 +97,8 @@ class ExchangeService:
         # host ("local"; "local_shared" of it were copied by the reader out of a writer's shared-memory
         # slot) or another ("remote"), or read by a reader on this host from our spill files
         self.traffic = {"local": 0, "local_shared": 0, "remote": 0, "local_file": 0}
-        self.coordinator = Coordinator(self._release, config.ttl, config.heartbeat_timeout) if coordinator else None
+        self.coordinator = Coordinator(self._release, config.ttl, config.heartbeat_timeout,
+                                       config.lost_service_retention) if coordinator else None
         # a reader query that never planned a batch: its group goes after declareTimeout (at most 30 s) idle
         self.streams = StreamRegistry(self.coordinator, config.ttl, min(30.0, config.declare_timeout)) \
             if self.coordinator is not None else None
