@@ -71,6 +71,11 @@ def test_a_cluster_node_with_loopback_or_a_fresh_secret_is_warned(tmp_path):
     assert "listening on loopback (127.0.0.1) only although it advertises 10.20.30.40" in err
     assert "fresh random secret" not in err
 
+    # a worker host's command whose spark-defaults.conf was not read: it reports to no coordinator
+    _info, err = _serve(tmp_path, "--no-coordinator", "--secret-file", str(tmp_path / "secret"))
+    assert "--no-coordinator without a coordinator: this service reports to none" in err
+    assert "no spark-defaults.conf (SPARK_CONF_DIR and SPARK_HOME are unset)" in err
+
 
 def test_cli_without_configuration_says_where_it_looked(tmp_path):
     env = _env(tmp_path)

@@ -159,6 +159,10 @@ def announce(config: ExchangeConfig, args: argparse.Namespace, service: Exchange
         log.info("%s", line)  # log stays empty, and goes when it exits, unless something went wrong
         return
     print(f"sparkflow-exchange serve: {line}", file=sys.stderr, flush=True)
+    if service.coordinator is None and not config.coordinator:  # a worker host's command, its conf unread
+        log.warning("--no-coordinator without a coordinator: this service reports to none, so no application "
+                    "learns of it; give --coordinator HOST:PORT or spark.sparkflow.exchange.coordinator in the "
+                    "spark-defaults.conf it should read (settings from %s)", settings_sources())
     signs = []  # what makes this look like one host of a cluster
     coordinator_host = config.coordinator.rsplit(":", 1)[0].strip("[]") if config.coordinator else ""
     if service.coordinator is None and coordinator_host and not _loopback_only(coordinator_host):
