@@ -1,17 +1,17 @@
 """A service's own spill directory under a shared spill root, and what dead services left there.
 
-Every service writes its spill files (and its default Unix socket, a generated secret) into a
-directory of its own, ``<root>/sfx-<pid>-<random>`` (short: a Unix socket path has at most 107 bytes), where ``<root>`` is ``spillDir`` (or
-the temp directory). It holds an exclusive ``flock`` on the ``.lock`` file inside for as long as it
-lives: the kernel lets go of it when the process ends, however it ends (kill -9 included). A service
-starting on the same root removes the directories whose lock nobody holds; a live service's directory
-is never touched, whichever pid namespace it runs in. A directory without a held lock may be one being
-made at that moment (between ``mkdtemp`` and the lock): it is only taken for dead when its pid is gone
-too, or when it is older than ``BIRTH_GRACE``; one without a lock file at all is only removed when it is
-empty too (the prefix is short: a directory of someone else's is never emptied). Directories of earlier
-versions (``sparkflow-spill-<pid>-<random>``, no lock) are removed when their pid is gone. What it
-cannot remove (another user's files, a
-read-only file system) it counts against its own ``maxDiskBytes`` and reports in ``status``.
+Every service writes its spill files (and its default Unix socket, a generated secret) into a directory
+of its own, ``<root>/sfx-<pid>-<random>`` (short: a Unix socket path has at most 107 bytes), where
+``<root>`` is ``spillDir`` (or the temp directory). It holds an exclusive ``flock`` on the ``.lock``
+file inside for as long as it lives: the kernel lets go of it when the process ends, however it ends
+(kill -9 included). A service starting on the same root removes the directories whose lock nobody
+holds; a live service's directory is never touched, whichever pid namespace it runs in. A directory
+without a held lock may be one being made at that moment (between ``mkdir`` and the lock): it is only
+taken for dead when its pid is gone too, or when it is older than ``BIRTH_GRACE``; one without a lock
+file at all only when it is empty too (the prefix is short: someone else's directory is never emptied).
+Directories of earlier versions (``sparkflow-spill-<pid>-<random>``, no lock) are removed when their
+pid is gone. What it cannot remove (an immutable file, a read-only file system) the service counts
+against its own ``maxDiskBytes`` and reports in ``status``.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import fcntl
 import logging
 import os
 import shutil
-import stat
 import secrets
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
