@@ -18,7 +18,6 @@ from .config import ExchangeConfig
 from .errors import UserFacing
 
 MiB = 2**20
-CLI_PATIENCE = 10.0  # s to wait for a cluster coordinator that does not answer (it may be restarting)
 ELSEWHERE = "give --address HOST:PORT (and --secret-file FILE) for a service elsewhere"
 
 
@@ -68,7 +67,7 @@ def _targets(args: argparse.Namespace) -> list[tuple[str, Any, ExchangeConfig]]:
         if any(f.info.get("tcp") == address for f in found):
             continue
         ep = Endpoints(address, address, config.resolved_secret() or reported.get(address),
-                       config.resolved_host_id(), min(config.coordinator_retry_timeout, CLI_PATIENCE))
+                       config.resolved_host_id(), config.coordinator_retry_timeout)
         targets.append(("cluster coordinator", ep, config))
     if not targets:
         raise CliError(no_service_message("nothing to show", ELSEWHERE + ", or start one with `sparkflow-exchange serve`"))
@@ -125,6 +124,11 @@ def _print_status(status: dict) -> None:
     if disk:
         print(f"disk    {disk['used'] / MiB:.1f} of {disk['limit'] / MiB:.1f} MiB of spill files (maxDiskBytes) "
               f"in {disk['spill_dir']}")
+        if "root_bytes" in disk:
+            print(f"        {disk['root_bytes'] / MiB:.1f} MiB on disk under the spill root {disk['root']} "
+                  f"(every service's there, {disk['leftover'] / MiB:.1f} MiB left by dead services)")
+        for path in disk.get("leftover_dirs", []):
+            print(f"        a dead service's spill directory could not be removed (counted): {path}")
     for name, held in (status.get("credentials") or {}).items():
         print(f"credential {name}: {held['connections']} connections, memory {held['memory'] / MiB:.1f} of "
               f"{held['memory_limit'] / MiB:.1f} MiB (credentialMemoryShare), disk {held['disk'] / MiB:.1f} of "

@@ -104,6 +104,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "coordinator.retryTimeout": ("coordinator_retry_timeout", parse_duration, "clients (readers, writers, list and drop, the plugin) of a configured coordinator that does not answer (it restarts) try again for this long, then fail naming it"),
     "heartbeatInterval": ("heartbeat_interval", parse_duration, "a service that holds partitions for a coordinator elsewhere registers with it and sends a heartbeat this often (and registers again after a coordinator restart)"),
     "heartbeatTimeout": ("heartbeat_timeout", parse_duration, "coordinator: a service silent this long is lost, and so is every exchange with a committed partition there (reads fail with ExchangeLost naming its host)"),
+    "lostServiceRetention": ("lost_service_retention", parse_duration, "coordinator: how long a lost service stays listed (status, its exchanges' messages) after it was declared lost; then it is forgotten, with one log line (0 = at once); kept across coordinator restarts with stateDir"),
     "stateDir": ("state_dir", str, "coordinator: directory (0700) where it keeps its exchanges, producers, the services holding their partitions and its seals (fsync'd), and takes them up again when it restarts (default: none, kept in memory only)"),
     "secret": ("secret", str, "shared secret for the HMAC handshake (embedded: generated)"),
     "secretFile": ("secret_file", str, "file holding the shared secret; refused when empty, or when others may read or change it (mode 0600, or 0640 to share it with a group; beside credentialsFile, the operator's, 0600)"),
@@ -126,7 +127,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "port": ("port", int, "TCP port of a service (0 = ephemeral)"),
     "hostId": ("host_id", str, "identity of this host; local vs remote channels follow it"),
     "serviceScope": ("service_scope", lambda v: str(v).lower(), "host | executor"),
-    "spillDir": ("spill_dir", str, "directory for spill files (default: a fresh temp dir); the service makes it 0700 when it does not exist and then removes it when it stops; its files are 0600 and go with their partitions"),
+    "spillDir": ("spill_dir", str, "root of the services' spill directories (default: the temp directory); each service writes into a directory of its own in it (sfx-<pid>-<random>, 0700, locked while it lives) and removes what services killed there left; the service makes the root 0700 when it does not exist and then removes it when it stops; its files are 0600 and go with their partitions"),
     "embedded.idleTimeout": ("idle_timeout", parse_duration, "the embedded service exits this long after its last application ended, once it holds no exchange (dropped, or expired after ttl)"),
     "maxDiskBytes": ("max_disk_bytes", parse_size, "bytes of spill files a service holds at most; a write beyond fails saying so (0 = 90% of the spill directory's free space when the service starts)"),
     "ttl": ("ttl", parse_duration, "an exchange is dropped this long after its last use, and a write left open this long with no task writing (its job ended without commit or abort) is aborted (0 = never)"),
@@ -163,6 +164,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
                "readerTimeout", "advisoryPartitionSize", "splitSkewedSubpartitions", "skewedPartitionFactor",
                "skewedPartitionThreshold", "freezeWorkerHeap", "jvmFormat"),
     "service": ("coordinator", "service", "coordinator.retryTimeout", "heartbeatInterval", "heartbeatTimeout",
+                "lostServiceRetention",
                 "stateDir", "memory.budget", "maxOpenSpillFiles", "maxConnections", "bindHost", "advertisedHost",
                 "port", "hostId", "serviceScope", "spillDir", "maxDiskBytes", "embedded.idleTimeout", "maxFrameSize",
                 "metricsPort", "metricsHost", "metricsTimeout", "metricsMaxConnections"),
@@ -212,6 +214,7 @@ class ExchangeConfig:
     coordinator_retry_timeout: float = 60.0
     heartbeat_interval: float = 2.0
     heartbeat_timeout: float = 10.0
+    lost_service_retention: float = 600.0
     state_dir: str | None = None
     secret: str | None = None
     secret_file: str | None = None
@@ -283,6 +286,8 @@ class ExchangeConfig:
         if not self.heartbeat_interval > 0 or not self.heartbeat_timeout > self.heartbeat_interval:
             raise ConfigError(f"heartbeatTimeout ({self.heartbeat_timeout:g} s) must be longer than heartbeatInterval "
                               f"({self.heartbeat_interval:g} s), which must be above 0")
+        if self.lost_service_retention < 0:
+            raise ConfigError(f"lostServiceRetention must be 0 or more, got {self.lost_service_retention}")
         if self.coordinator_retry_timeout < 0:
             raise ConfigError(f"coordinator.retryTimeout must be 0 (no retry) or more, got {self.coordinator_retry_timeout}")
         for key, share in (("credentialMemoryShare", self.credential_memory_share),
@@ -467,14 +472,37 @@ def known_keys() -> dict[str, tuple[str, str]]:
     return {k: (getattr(defaults, name), meaning) for k, (name, _, meaning) in _KEYS.items()}
 
 
-def read_spark_defaults() -> dict[str, str]:
-    """The spark-defaults.conf a Spark worker would see, or {} when there is none."""
+def spark_defaults_candidates() -> list[Path]:
+    """Where a Spark worker's spark-defaults.conf is looked for, first found wins ($SPARK_CONF_DIR, then
+    $SPARK_HOME/conf); empty when neither variable is set."""
     candidates = []
     if os.environ.get("SPARK_CONF_DIR"):
         candidates.append(Path(os.environ["SPARK_CONF_DIR"]) / "spark-defaults.conf")
     if os.environ.get("SPARK_HOME"):
         candidates.append(Path(os.environ["SPARK_HOME"]) / "conf" / "spark-defaults.conf")
-    for path in candidates:
+    return candidates
+
+
+def settings_sources() -> str:
+    """Which files and variables settings were read from, in one phrase: what `serve` logs at start and
+    what the CLI says when it finds no service (a conf that was not where it was looked for shows)."""
+    candidates = spark_defaults_candidates()
+    found = next((p for p in candidates if p.is_file()), None)
+    if found is not None:
+        keys = [k for k in parse_spark_defaults(found.read_text(errors="replace")) if k.startswith(PREFIX)]
+        parts = [f"spark-defaults.conf {found} ({len(keys)} {PREFIX}* settings)"]
+    elif candidates:
+        parts = [f"no spark-defaults.conf (none at {', '.join(str(p) for p in candidates)})"]
+    else:
+        parts = ["no spark-defaults.conf (SPARK_CONF_DIR and SPARK_HOME are unset)"]
+    env = os.environ.get(ENV_CONF)
+    parts.append(f"{ENV_CONF} set" if env else f"{ENV_CONF} unset")
+    return ", ".join(parts)
+
+
+def read_spark_defaults() -> dict[str, str]:
+    """The spark-defaults.conf a Spark worker would see, or {} when there is none."""
+    for path in spark_defaults_candidates():
         if path.is_file():
             try:
                 return parse_spark_defaults(path.read_text())

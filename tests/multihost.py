@@ -11,14 +11,16 @@ every worker host, all configured by the host's ``spark-defaults.conf`` (shared 
 CA and a certificate naming the hosts' addresses). Applications run on host0, configured by that file
 alone.
 
-Needs root (namespaces, mounts), ``ip``, ``unshare``, ``nsenter``, ``openssl`` and Java; the project and its
-Python must live outside ``/tmp`` (each host's ``/tmp`` is its own). :func:`unavailable` says why not.
+Needs root (namespaces, mounts), ``ip``, ``unshare``, ``nsenter``, ``openssl`` and Java; :func:`unavailable`
+says why not. The project, its Python and Spark may live anywhere, ``/tmp`` included (a CI's clone): a host
+whose ``/tmp`` is its own gets each of them that lives under ``/tmp`` bind-mounted at the same path.
 Everything started is ended by pid, and the namespaces, veths and bridge are removed, in :meth:`Cluster.stop`.
 """
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -56,9 +58,6 @@ def unavailable() -> str | None:
     for tool in ("ip", "unshare", "nsenter", "openssl", "java"):
         if shutil.which(tool) is None:
             return f"{tool} is not on PATH"
-    for path in (Path(PYTHON).resolve(), PROJECT, SPARK_HOME):
-        if str(path).startswith("/tmp/"):
-            return f"{path} is under /tmp, which every simulated host replaces with its own"
     probe = f"sfxprobe{os.getpid() % 100000}"
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, timeout=30)
     if made.returncode != 0:
@@ -72,6 +71,18 @@ def unavailable() -> str | None:
     finally:
         subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=30)
     return None
+
+
+def carried_into_hosts() -> list[Path]:
+    """What every host needs from this machine's ``/tmp``, which its own replaces: the project, the
+    interpreter's environment and Spark when they live there (outermost paths only)."""
+    wanted = [PROJECT, Path(sys.prefix), Path(PYTHON).parent, Path(PYTHON).resolve().parent, SPARK_HOME]
+    under = sorted({p for p in wanted if p.is_relative_to("/tmp") and p != Path("/tmp")}, key=lambda p: len(p.parts))
+    outermost: list[Path] = []
+    for path in under:
+        if not any(path.is_relative_to(kept) for kept in outermost):
+            outermost.append(path)
+    return outermost
 
 
 def wait_for(what: str, check, timeout: float = START_TIMEOUT, interval: float = 0.25):
@@ -236,9 +247,17 @@ class Cluster:
         hosts_file = host.dir / "hosts"
         # only itself, by name (at 127.0.1.1, as Debian does): the other hosts are addresses, never names
         hosts_file.write_text(f"127.0.0.1 localhost\n127.0.1.1 {host.name}\n::1 localhost\n")
-        script = (f"hostname {host.name} && mount --bind {hosts_file} /etc/hosts"
-                  " && mount -t tmpfs -o mode=1777 tmpfs /tmp && mount -t tmpfs -o mode=1777 tmpfs /dev/shm"
-                  " && echo ready && exec sleep infinity")
+        # a /tmp of its own; what it needs from this machine's /tmp (a clone there) is bound back at the same
+        # path through a view of the old /tmp kept aside a moment (only in this host's mount namespace)
+        outer = host.dir / "outer-tmp"
+        outer.mkdir(exist_ok=True)
+        carried = "".join(f" && mkdir -p {shlex.quote(str(p))} && mount --rbind "
+                          f"{shlex.quote(str(outer / p.relative_to('/tmp')))} {shlex.quote(str(p))}"
+                          for p in carried_into_hosts())
+        script = (f"hostname {host.name} && mount --bind {shlex.quote(str(hosts_file))} /etc/hosts"
+                  f" && mount --rbind /tmp {shlex.quote(str(outer))}"
+                  f" && mount -t tmpfs -o mode=1777 tmpfs /tmp{carried} && umount -l {shlex.quote(str(outer))}"
+                  " && mount -t tmpfs -o mode=1777 tmpfs /dev/shm && echo ready && exec sleep infinity")
         host.holder = subprocess.Popen(["ip", "netns", "exec", host.netns, "unshare", "--uts", "--mount",
                                         "--propagation", "private", "sh", "-c", script],
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,

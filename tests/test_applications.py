@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness import stop_embedded
+from sparkflow_exchange.service.spill_root import SPILL_PREFIX
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).parent.parent
@@ -68,5 +69,5 @@ def _gone(pid: int, runtime: Path, spill: Path | None = None) -> None:
         time.sleep(0.2)
     assert not Path(f"/proc/{pid}").exists(), "embedded service still running after its application ended"
     assert spill is None or not spill.exists(), f"spill directory {spill} left behind"
-    assert not list(Path(tempfile.gettempdir()).glob(f"sparkflow-spill-{pid}-*")), "spill directory left behind"
+    assert not list(Path(tempfile.gettempdir()).glob(f"{SPILL_PREFIX}{pid}-*")), "spill directory left behind"
     assert sorted(p.name for p in runtime.iterdir()) == [], "files left in the runtime directory"

@@ -50,7 +50,7 @@ def test_status_drop_and_metrics(tmp_service, tmp_path):
     first = next(it)
     assert first.num_rows > 0
 
-    base = ["--address", svc.tcp, "--secret-file", str(svc.spill_dir.parent / "secret")]
+    base = ["--address", svc.tcp, "--secret-file", str(svc.home / "secret")]
     status = _cli("status", "--json", *base)
     assert status.returncode == 0, status.stderr
     [data] = json.loads(status.stdout)

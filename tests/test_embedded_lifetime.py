@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from sparkflow_exchange.service.spill_root import SPILL_PREFIX
+
 CLIENT = r"""
 import json, os, time
 import pyarrow as pa
@@ -102,7 +104,7 @@ def _exits_leaving_nothing(pid: int, runtime: Path) -> None:
         time.sleep(0.2)
     assert not Path(f"/proc/{pid}").exists(), "the embedded service did not exit once it held nothing"
     assert sorted(p.name for p in runtime.iterdir()) == [], "files left in the runtime directory"
-    assert not list(Path(tempfile.gettempdir()).glob(f"sparkflow-spill-{pid}-*")), "spill directory left behind"
+    assert not list(Path(tempfile.gettempdir()).glob(f"{SPILL_PREFIX}{pid}-*")), "spill directory left behind"
 
 
 def test_an_exchange_outlives_its_writer_and_the_service_exits_once_it_is_dropped(tmp_path):

@@ -111,7 +111,7 @@ def _read_all(svc, desc: dict) -> int:
 def test_at_its_fd_limit_a_service_refuses_clearly_and_serves_again(tmp_service):
     svc = tmp_service(nofile=NOFILE, conf={"helloTimeout": "60"})  # readers slow to say Hello are not cut off
     desc = _write(svc, "data")
-    log = svc.spill_dir.parent / "service.log"
+    log = svc.home / "service.log"
 
     # 200 concurrent readers, each on a connection of its own: more than the fd limit leaves room for
     results = asyncio.run(_readers(svc, desc, 200))

@@ -37,7 +37,8 @@ def _write(config, rows: int) -> str:
 
 
 def _modes(directory: Path) -> dict[str, int]:
-    return {p.name: stat.S_IMODE(p.lstat().st_mode) for p in directory.iterdir()}
+    """The files a service keeps in its spill directory (besides the lock it holds while it lives)."""
+    return {p.name: stat.S_IMODE(p.lstat().st_mode) for p in directory.iterdir() if p.name != ".lock"}
 
 
 def _rows(config) -> int:
@@ -88,10 +89,11 @@ def test_a_service_started_without_a_secret_leaves_nothing_in_its_spill_dir(tmp_
                              "--spill-dir", str(spill)], stdout=subprocess.PIPE, text=True)
     try:
         info = json.loads(proc.stdout.readline())
-        assert info["secret_file"] == str(spill / "secret")
-        for made in (spill, spill.parent):
+        own = Path(info["spill_dir"])  # the service's own directory in the spill root it was given
+        assert own.parent == spill and info["secret_file"] == str(own / "secret")
+        for made in (own, spill, spill.parent):
             assert stat.S_IMODE(made.stat().st_mode) == 0o700
-        assert set(_modes(spill).values()) == {0o600}  # the secret, the Unix socket
+        assert set(_modes(own).values()) == {0o600}  # the secret, the Unix socket
     finally:
         proc.terminate()
         assert proc.wait(30) == 0
@@ -120,7 +122,7 @@ def test_names_cannot_add_lines_to_metrics_status_or_logs(tmp_service):
         assert line.startswith("# HELP ") or line.startswith("# TYPE ") or line.startswith("sparkflow_"), line
 
     out = subprocess.run([sys.executable, "-m", "sparkflow_exchange.cli", "status", "--address", svc.tcp,
-                          "--secret-file", str(svc.spill_dir.parent / "secret")], capture_output=True, text=True,
+                          "--secret-file", str(svc.home / "secret")], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and "evil\"\\nsparkflow_injected" in out.stdout
     assert not [line for line in out.stdout.splitlines() if line.startswith("sparkflow_injected")]

@@ -113,3 +113,22 @@ def test_a_producer_location_is_taken_from_the_registry_or_refused():
 
     [producer] = asyncio.run(join())["producers"]
     assert producer["location"]["tcp"] == "10.0.0.1:7338" and producer["location"]["unix"] == "unix:/a"
+
+
+def test_a_lost_service_is_forgotten_after_the_retention_counted_from_its_loss_even_across_a_restart():
+    clock, wall = Clock(), Clock()
+    registry = ServiceRegistry(5.0, clock, wall)
+    registry.register("svc-a", "hostA", "10.0.0.1:7338", "unix:/a", 11)
+    wall.now += 3600.0  # registered long ago: the retention counts from the loss, not the registration
+    clock.now += 1.0
+    lost = checked_for(registry, clock, 6.0)
+    assert [r.service_id for r in lost] == ["svc-a"] and lost[0].lost_at == wall.now
+    assert registry.forget_lost(60.0) == []  # listed for the retention
+    wall.now += 59.0
+    assert registry.forget_lost(60.0) == []
+    after = ServiceRegistry(5.0, clock, wall)  # a coordinator restart keeps when it was lost
+    after.restore(registry.snapshot())
+    assert after.services["svc-a"].state == ServiceState.LOST and after.forget_lost(60.0) == []
+    wall.now += 1.0
+    assert [r.service_id for r in after.forget_lost(60.0)] == ["svc-a"]
+    assert after.describe() == [] and after.forget_lost(60.0) == []

@@ -435,7 +435,7 @@ def test_a_deeply_nested_hello_is_refused_before_it_is_parsed(tmp_service, nest,
     assert error.fatal and error.code == "protocol" and "nests deeper than" in error.message, error.message
     sock.close()
     _healthy(svc)
-    log = (svc.spill_dir.parent / "service.log").read_text()
+    log = (svc.home / "service.log").read_text()
     assert "RecursionError" not in log and "Traceback" not in log, log[-3000:]
 
 

@@ -246,7 +246,7 @@ def test_operator_sees_a_stream_its_groups_and_a_waiting_writer_and_can_drop_it(
 
     blocked = threading.Thread(target=write_blocked, daemon=True)
     blocked.start()
-    base = ["--address", svc.tcp, "--secret-file", str(svc.spill_dir.parent / "secret")]
+    base = ["--address", svc.tcp, "--secret-file", str(svc.home / "secret")]
     deadline = time.monotonic() + 120  # the writer thread is waiting once status says so (a loaded machine is slow)
     while True:
         human = _cli("status", *base)

@@ -201,7 +201,8 @@ RELEASED = ErrorCode.RELEASED  # one write or attempt went (lost the commit, abo
 
 class Coordinator:
     def __init__(self, release: Release, ttl: float = 3600.0, heartbeat_timeout: float = 10.0,
-                 partition_owner: PartitionOwner = lambda location, pid: None, max_exchanges_per_owner: int = 0) -> None:
+                 partition_owner: PartitionOwner = lambda location, pid: None, max_exchanges_per_owner: int = 0,
+                 lost_retention: float = 600.0) -> None:
         """``max_exchanges_per_owner``: exchanges and streams one application credential may own at once
         (maxExchangesPerCredential; 0: no cap; the operator has none)."""
         self.exchanges: dict[str, Exchange] = {}
@@ -215,6 +216,7 @@ class Coordinator:
         self.journal: Journal | None = None  # the state directory, when it has one (restore())
         self.release = release  # called with (location, partition id) of partitions to free, and why
         self.ttl = ttl
+        self.lost_retention = lost_retention  # s a lost service stays listed (lostServiceRetention)
         self._epochs = itertools.count(1)
         self._writes = itertools.count(1)
         self._changed = asyncio.Condition()
@@ -672,17 +674,27 @@ class Coordinator:
         if lost:
             self._save_services()
             await self.services_lost(lost)
-        self.services.forget_lost(max(self.ttl, 3600.0))
+        self._forget_lost()
+
+    def _forget_lost(self) -> None:
+        """Lost services are listed for lostServiceRetention, then forgotten: one line each."""
+        forgotten = self.services.forget_lost(self.lost_retention)
+        for record in forgotten:
+            log.info("forgot %s, lost %.0f s ago (lostServiceRetention=%g s)", record.where(),
+                     time.time() - record.lost_at, self.lost_retention)
+        if forgotten:
+            self._save_services()
 
     def _save_services(self) -> None:
         if self.journal is not None:
             self.journal.save_services(self.services.snapshot())
 
-    async def services_lost(self, records: list[ServiceRecord]) -> None:
+    async def services_lost(self, records: list[ServiceRecord], *, announce: bool = True) -> None:
         """An exchange with a committed partition on a lost service is lost (its data is incomplete for good);
-        a running producer there failed (its task is retried elsewhere, or its write aborts)."""
+        a running producer there failed (its task is retried elsewhere, or its write aborts). ``announce``:
+        log each loss (once, when it happens; not again when a restarted coordinator takes them up)."""
         by_id = {r.service_id: r for r in records}
-        for record in records:
+        for record in records if announce else ():
             log.warning("%s is lost: %s", record.where(), record.lost_reason)
         for name, older in list(self.previous.items()):  # a version set aside with data there cannot come back
             if any(p.location.get("service_id") in by_id for p in older.producers.values()):
@@ -723,8 +735,11 @@ class Coordinator:
         a full heartbeatTimeout to register again. Returns the exchanges restored."""
         current = list(self.services.services.values())  # this process's own service, registered at start
         self.services.restore(journal.load_services())
+        replaced = []
         for r in current:  # a predecessor at the same address is lost now: it was this process's predecessor
-            self.services.register(r.service_id, r.host_id, r.tcp, r.unix, r.pid)
+            replaced += self.services.register(r.service_id, r.host_id, r.tcp, r.unix, r.pid)
+        for record in replaced:  # lost now: said once, here
+            log.warning("%s is lost: %s", record.where(), record.lost_reason)
         self.lost.update(journal.load_lost())
         top_epoch = top_write = 0
         for record in journal.load_exchanges():
@@ -750,9 +765,12 @@ class Coordinator:
             for write_id in sorted(ex.open_writes):
                 await self.abort(ex.name, ex.epoch, write_id, "the coordinator restarted while this write was open "
                                  "(its producers' registrations are not kept); write it again")
+        self._forget_lost()
         lost = [r for r in self.services.services.values() if r.state == ServiceState.LOST]
-        if lost:
-            await self.services_lost(lost)
+        if lost:  # each was logged when it was lost; one line says how many are still listed
+            log.info("%d lost exchange services from before the restart are listed until lostServiceRetention "
+                     "(%g s) after their loss", len(lost), self.lost_retention)
+            await self.services_lost(lost, announce=False)
         self._names_changed()
         return len(self.exchanges)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..config import ExchangeConfig
+from ..config import ExchangeConfig, settings_sources
 from ..network import auth
 from ..errors import ErrorCode, ServiceError, ServiceUnavailable, error_for
 from ..network.blocking_client import BlockingConnection
@@ -144,9 +144,12 @@ def coordinators(config: ExchangeConfig, *, jvm: int | None = None) -> list[Endp
 
 
 def no_service_message(what: str, elsewhere: str = "set the coordinator setting to one on another host") -> str:
+    """Says where it looked: a service of another user (another runtime directory) or a spark-defaults.conf
+    that was not where it was looked for shows in it."""
     return (f"no exchange service is running for this user on this host ({what}; none was started to answer): "
-            f"{runtime_dir()} names no embedded service, none started by `sparkflow-exchange serve` and none of "
-            f"the Spark plugin's; {elsewhere}")
+            f"{runtime_dir()} (this user's runtime directory, $SPARKFLOW_EXCHANGE_RUNTIME_DIR) names no embedded "
+            f"service, none started by `sparkflow-exchange serve` and none of the Spark plugin's, and no "
+            f"coordinator is set ({settings_sources()}); {elsewhere}")
 
 
 _host_services: dict[str, dict] = {}  # coordinator -> this host's service for it, while its pid lives

@@ -35,7 +35,8 @@ from . import owners
 from .coordinator import Coordinator
 from .fd_budget import fd_budget
 from .streams import StreamRegistry
-from .launcher import SPILL_PREFIX, pid_alive
+from . import spill_root
+from .launcher import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +74,25 @@ class ExchangeService:
         self.spill_readers = SpillReaders(self.fds.spill_reads)  # fds of finished spill files
         # idle receive buffers kept for reuse are memory outside the budget: a small budget keeps few
         FRAME_POOL.max_bytes = min(FRAME_POOL.max_bytes, max(4 << 20, config.memory_budget // 8))
-        # the default spill directory carries our pid, so a launcher can sweep it if we are killed
-        self.spill_dir = Path(config.spill_dir or tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-"))
-        # directories we made (0700), removed when we stop: all of the default one, an explicit one when empty
-        self._made_dirs = [self.spill_dir] if config.spill_dir is None else _make_private_dirs(self.spill_dir)
+        # the spill root (spillDir, else the temp directory) is shared; our files go into a directory of our
+        # own in it, locked while we live, so a later service removes it if we are killed (spill_root.py)
+        self.spill_root = Path(config.spill_dir or tempfile.gettempdir())
+        # directories we made (0700) above our own, removed when we stop if nothing else is in them
+        self._made_dirs = [] if config.spill_dir is None else _make_private_dirs(self.spill_root)
+        swept = spill_root.sweep(self.spill_root)  # what dead services of this root left
+        if swept.removed:
+            log.info("removed %d spill directories of dead services under %s", len(swept.removed), self.spill_root)
+        for path, nbytes in swept.left.items():
+            log.warning("a dead service's spill directory %s (%d bytes) could not be removed: it counts against "
+                        "maxDiskBytes until it is gone", path, nbytes)
+        self.leftover = swept.left  # dead services' directories we could not remove -> bytes still in them
+        self.home = spill_root.SpillHome(self.spill_root)
+        self.spill_dir = self.home.path
         self.own_files: list[Path] = []  # files it made (its Unix socket, a generated secret), removed when it stops
-        # exchanges outlive their writers: the spill files' bound (maxDiskBytes, else 90% of the free space)
+        # exchanges outlive their writers: the spill files' bound (maxDiskBytes, else 90% of the free space);
+        # what dead services left and we could not remove takes its share of it
         self.disk = DiskBudget(config.max_disk_bytes or int(shutil.disk_usage(self.spill_dir).free * 0.9))
+        self.disk.used = sum(self.leftover.values())
         self.partitions: dict[str, ResultPartition] = {}
         # each application credential's share of memory.budget and of the disk bound (the operator has none)
         self.memory_accounts: dict[str, MemoryAccount] = {}
@@ -98,7 +111,8 @@ class ExchangeService:
             self._release, config.ttl, config.heartbeat_timeout,
             partition_owner=lambda location, pid: self.partition_owner(pid)
             if location.get("service_id") == self.service_id else None,
-            max_exchanges_per_owner=config.max_exchanges_per_credential) if coordinator else None
+            max_exchanges_per_owner=config.max_exchanges_per_credential,
+            lost_retention=config.lost_service_retention) if coordinator else None
         # a reader query that never planned a batch: its group goes after declareTimeout (at most 30 s) idle
         self.streams = StreamRegistry(self.coordinator, config.ttl, min(30.0, config.declare_timeout),
                                       max_groups_per_owner=config.max_groups_per_credential) \
@@ -202,8 +216,7 @@ class ExchangeService:
             self.metrics_server.close()
         for path in self.own_files:  # never what was at --unix before (a start that failed there)
             path.unlink(missing_ok=True)
-        if self.config.spill_dir is None:
-            shutil.rmtree(self.spill_dir, ignore_errors=True)
+        self.home.remove()
         for made in reversed(self._made_dirs):  # our files are gone with their partitions; others' stay
             try:
                 made.rmdir()
@@ -568,7 +581,7 @@ class ExchangeService:
                        "used": self.budget.used_bytes, "promised": self.budget.promised_bytes,
                        "bookkeeping": self.budget.bookkeeping_bytes,
                        "running_pools": len(self.budget.pools), "open_spill_reads": len(self.spill_readers)},
-            "disk": {"limit": self.disk.limit, "used": self.disk.used, "spill_dir": str(self.spill_dir)},
+            "disk": self._disk_status(),
             # what each application credential holds of its shares (the operator has none)
             "credentials": self._credential_holdings(),
             "partitions": partitions,
@@ -588,6 +601,21 @@ class ExchangeService:
             "exchange_traffic": by_exchange,
             "apps": dict(self.apps),
         }
+
+    def _disk_status(self) -> dict[str, Any]:
+        """What the spill files take, as counted and as found on disk (the root's too: live neighbours and
+        dead services' leftovers). A leftover the operator removed since stops counting."""
+        for path, nbytes in list(self.leftover.items()):
+            now = spill_root.tree_bytes(Path(path)) if os.path.isdir(path) else 0
+            self.disk.used = max(0, self.disk.used + now - nbytes)
+            if now:
+                self.leftover[path] = now
+            else:
+                del self.leftover[path]
+        return {"limit": self.disk.limit, "used": self.disk.used, "spill_dir": str(self.spill_dir),
+                "on_disk": spill_root.tree_bytes(self.spill_dir), "leftover": sum(self.leftover.values()),
+                "leftover_dirs": sorted(self.leftover), "root": str(self.spill_root),
+                "root_bytes": spill_root.root_bytes(self.spill_root)}
 
 
 def _make_private_dirs(path: Path) -> list[Path]:

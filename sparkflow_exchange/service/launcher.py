@@ -10,7 +10,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import stat
 import subprocess
 import sys
 import time
@@ -23,8 +22,8 @@ from ..errors import ErrorCode, ServiceError, ServiceUnavailable
 from ..network.blocking_client import BlockingConnection
 from ..pids import pid_alive  # noqa: F401 - services and the CLI ask it here
 from .private_files import open_private, read_private, write_private
+from .spill_root import SPILL_PREFIX, sweep  # noqa: F401 - a service's spill directory: <root>/<prefix><pid>-<random>
 
-SPILL_PREFIX = "sparkflow-spill-"  # a service's default spill directory: <tmp>/<prefix><pid>-<random> (swept below)
 _children: list[subprocess.Popen] = []  # keep a reference so the child is not reaped as garbage
 _attached: set[tuple[int, int]] = set()  # (service pid, jvm pid) pairs attached by this process
 _answered: dict[str, dict] = {}  # state file -> the service it named when it last answered us
@@ -170,24 +169,12 @@ class Retirement:
 
 
 def sweep_orphan_spill_dirs() -> list[str]:
-    """Remove default spill directories (and shared-memory arenas) of this user's dead processes (kill -9)."""
-    import shutil
+    """Remove default spill directories (and shared-memory arenas) of this user's dead services (kill -9)."""
     import tempfile
 
     from ..partition.shared_arena import sweep_orphan_arenas
 
-    removed = []
-    for path in Path(tempfile.gettempdir()).glob(f"{SPILL_PREFIX}*-*"):
-        try:
-            pid = int(path.name[len(SPILL_PREFIX):].split("-", 1)[0])
-            st = path.lstat()  # never follow a link planted under our prefix
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or pid_alive(pid):
-                continue
-        except (ValueError, OSError):
-            continue
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(str(path))
-    return removed + [str(p) for p in sweep_orphan_arenas()]
+    return sweep(Path(tempfile.gettempdir())).removed + [str(p) for p in sweep_orphan_arenas()]
 
 
 def _start(state: Path, config: ExchangeConfig, extra_args: list[str], timeout: float) -> dict:

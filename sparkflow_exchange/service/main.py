@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..config import ConfigError, ExchangeConfig
+from ..config import ConfigError, ExchangeConfig, settings_sources
 from ..errors import UserFacing
 from ..network import auth
 from .exchange_service import ExchangeService
@@ -93,6 +93,7 @@ async def run(args: argparse.Namespace) -> None:
         if isinstance(exc, OSError):  # a file or directory it cannot use: one line that names it
             raise ConfigError(f"cannot start: {exc}") from None
         raise
+    announce(config, args, service, fresh_secret=bool(secret) and not configured_secret)
     print(json.dumps(info), flush=True)
     try:
         await service.serve_until_stopped()
@@ -134,6 +135,51 @@ async def _start(service: ExchangeService, config: ExchangeConfig, args: argpars
         write_state(args.state_file, {**info, "secret": secret})
     registered = None if args.state_file else register_serve({**info, "secret": secret})
     return registered, ledger, info
+
+
+_FLAGS = ("host", "port", "advertised_host", "unix", "coordinator", "state_dir", "secret_file", "spill_dir",
+          "host_id", "metrics_port")
+
+
+def announce(config: ExchangeConfig, args: argparse.Namespace, service: ExchangeService, *, fresh_secret: bool) -> None:
+    """One line on stderr at every start saying what configuration was read (the service runs with what it
+    found, and a conf that was not where it was looked for shows), and a warning when a host that looks
+    like a cluster node got settings only a single host can use (loopback, a secret nobody else knows)."""
+    flags = [f"--{name.replace('_', '-')}" for name in _FLAGS if getattr(args, name, None) is not None]
+    flags += [f"--conf {item.partition('=')[0]}" for item in args.conf]
+    role = ("is the coordinator" if service.coordinator is not None
+            else f"reports to the coordinator {config.coordinator}" if config.coordinator else "reports to no coordinator")
+    secret = (f"a fresh random secret (in {service.spill_dir / 'secret'})" if fresh_secret
+              else f"secretFile {config.secret_file}" if config.secret_file
+              else "no secret (--insecure)" if not service.secret else "the secret setting")
+    line = (f"settings from {settings_sources()}, command line {' '.join(flags) if flags else '(no settings)'}; "
+            f"listens on {config.bind_host or '127.0.0.1'} (bindHost), {role}, {secret}")
+    log = logging.getLogger(__name__)
+    if args.embedded:  # started for applications by a launcher (loopback and its own secret are meant): its
+        log.info("%s", line)  # log stays empty, and goes when it exits, unless something went wrong
+        return
+    print(f"sparkflow-exchange serve: {line}", file=sys.stderr, flush=True)
+    if service.coordinator is None and not config.coordinator:  # a worker host's command, its conf unread
+        log.warning("--no-coordinator without a coordinator: this service reports to none, so no application "
+                    "learns of it; give --coordinator HOST:PORT or spark.sparkflow.exchange.coordinator in the "
+                    "spark-defaults.conf it should read (settings from %s)", settings_sources())
+    signs = []  # what makes this look like one host of a cluster
+    coordinator_host = config.coordinator.rsplit(":", 1)[0].strip("[]") if config.coordinator else ""
+    if service.coordinator is None and coordinator_host and not _loopback_only(coordinator_host):
+        signs.append(f"reports to the coordinator {config.coordinator}")
+    if config.advertised_host and not _loopback_only(config.advertised_host):
+        signs.append(f"advertises {config.advertised_host}")
+    loopback = _loopback_only(config.bind_host or "127.0.0.1")
+    if loopback and signs:
+        log.warning("listening on loopback (%s) only although it %s: no other host can reach it; give --host "
+                    "0.0.0.0 (or bindHost) to serve the cluster (settings from %s)",
+                    config.bind_host or "127.0.0.1", " and ".join(signs), settings_sources())
+    if not loopback:
+        signs.append(f"listens on {config.bind_host}")
+    if fresh_secret and signs:
+        log.warning("using a fresh random secret no other host knows although it %s: clients and services "
+                    "elsewhere cannot authenticate; give --secret-file (secretFile) the cluster's secret file "
+                    "(settings from %s)", " and ".join(signs), settings_sources())
 
 
 def check_insecure_host(bind_host: str, allowed: bool) -> None:

@@ -68,6 +68,11 @@ def render(status: dict) -> str:
         metric("disk_used_bytes", "gauge", "bytes of spill files the service holds", [({}, status["disk"]["used"])])
         metric("disk_limit_bytes", "gauge", "maxDiskBytes: most bytes of spill files the service holds",
                [({}, status["disk"]["limit"])])
+        if "root_bytes" in status["disk"]:
+            metric("disk_leftover_bytes", "gauge", "bytes dead services left under the spill root that the "
+                   "service could not remove (counted in disk_used_bytes)", [({}, status["disk"]["leftover"])])
+            metric("disk_root_bytes", "gauge", "bytes of every service's spill directory under the spill root "
+                   "(live neighbours', dead ones' leftovers), as found on disk", [({}, status["disk"]["root_bytes"])])
     # counters of what the service itself observed; what clients report is counted apart, named "reported"
     # (any credential may report anything: it must never inflate what the service measured)
     traffic = status.get("traffic", {})

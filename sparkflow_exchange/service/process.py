@@ -26,7 +26,8 @@ class RunningService:
     proc: subprocess.Popen
     info: dict
     secret: str
-    spill_dir: Path
+    spill_dir: Path  # the service's own spill directory (inside the spill root it was given)
+    home: Path  # the directory given to start_service: its secret file, socket and log
 
     @property
     def tcp(self) -> str:
@@ -64,14 +65,15 @@ class RunningService:
 def start_service(tmp: Path, *, host: str = "127.0.0.1", host_id: str | None = None, coordinator: bool = True,
                   secret: str = "test-secret", conf: dict | None = None, extra: list[str] | None = None,
                   nofile: int | None = None, fsize: int | None = None, port: int = 0,
-                  env: dict[str, str] | None = None) -> RunningService:
+                  env: dict[str, str] | None = None, spill: Path | None = None) -> RunningService:
     """``port``: a fixed TCP port (a restart at the address clients know); ``env``: variables to set for it
     (e.g. its runtime directory). ``nofile``: the service process's open-file limit (RLIMIT_NOFILE, soft and hard), as ``ulimit -n`` sets
-    it; ``fsize``: the largest file it may write (RLIMIT_FSIZE: a write beyond fails as a full disk would)."""
+    it; ``fsize``: the largest file it may write (RLIMIT_FSIZE: a write beyond fails as a full disk would);
+    ``spill``: its spill root (spillDir, default ``tmp/spill``), which several services may share."""
     tmp.mkdir(parents=True, exist_ok=True)
     secret_file = tmp / "secret"
     write_private(secret_file, secret)  # mode 0600: a secret file others may read is refused
-    spill = tmp / "spill"
+    spill = Path(spill) if spill is not None else tmp / "spill"
     args = [sys.executable, "-m", "sparkflow_exchange.service", "--host", host, "--port", str(port),
             "--secret-file", str(secret_file), "--spill-dir", str(spill), "--unix", str(tmp / "svc.sock"),
             "--host-id", host_id or host]
@@ -99,7 +101,8 @@ def start_service(tmp: Path, *, host: str = "127.0.0.1", host_id: str | None = N
     if not line.strip():
         proc.kill()
         raise RuntimeError(f"service did not start: {(tmp / 'service.log').read_text()[-2000:]}")
-    return RunningService(proc, json.loads(line), secret, spill)
+    info = json.loads(line)
+    return RunningService(proc, info, secret, Path(info.get("spill_dir") or spill), tmp)
 
 
 def stop_embedded(runtime: Path, timeout: float = 30.0) -> int | None:

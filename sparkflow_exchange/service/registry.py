@@ -5,7 +5,9 @@ plugin's) register with it and then send a heartbeat every ``heartbeatInterval``
 nothing for ``heartbeatTimeout`` is *lost* (time the coordinator's own loop was stalled does not count:
 heartbeats may be waiting unread), as is one whose address is taken over by a newly
 registered process (a restarted service: the old one's data went with it). The coordinator then
-marks the exchanges that had partitions there lost (``coordinator.Coordinator.services_lost``).
+marks the exchanges that had partitions there lost (``coordinator.Coordinator.services_lost``). A lost
+record stays listed for ``lostServiceRetention`` after it was declared lost (its wall-clock time is kept,
+across coordinator restarts too), then it is forgotten.
 
 Sans-IO: it only keeps records and is told the time; the service's event loop calls it.
 """
@@ -29,6 +31,7 @@ class ServiceRecord:
     last_seen: float  # the registry clock (monotonic) at its last heartbeat
     state: ServiceState = ServiceState.ALIVE
     lost_reason: str = ""
+    lost_at: float = 0.0  # epoch seconds it was declared lost
 
     def where(self) -> str:
         """The service as a message names it: its host first (what an operator looks for)."""
@@ -51,9 +54,12 @@ CHECK_PERIOD = 0.5  # s between two expire() calls (the service's housekeeping);
 
 
 class ServiceRegistry:
-    def __init__(self, timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, timeout: float, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        """``clock``: heartbeats' time (monotonic); ``wall``: registrations' and losses' (epoch seconds)."""
         self.timeout = timeout
         self.clock = clock
+        self.wall = wall
         self.services: dict[str, ServiceRecord] = {}
         self._checked: float | None = None  # the clock at the last expire()
 
@@ -65,15 +71,16 @@ class ServiceRegistry:
         for other in self.services.values():
             if other.service_id != service_id and other.tcp == tcp and other.state == ServiceState.ALIVE:
                 other.state = ServiceState.LOST
+                other.lost_at = self.wall()
                 other.lost_reason = (f"a new exchange service ({service_id}, pid {pid}) registered at its address "
                                      f"{tcp}: it was restarted, and what it held went with the old process")
                 replaced.append(other)
         record = self.services.get(service_id)
         if record is None or record.state == ServiceState.LOST:
-            record = self.services[service_id] = ServiceRecord(service_id, host_id, tcp, unix, pid, time.time(), now)
+            record = self.services[service_id] = ServiceRecord(service_id, host_id, tcp, unix, pid, self.wall(), now)
         else:
             record.host_id, record.tcp, record.unix, record.pid = host_id, tcp, unix, pid
-            record.last_seen, record.registered = now, time.time()
+            record.last_seen, record.registered = now, self.wall()
         return replaced
 
     def heartbeat(self, service_id: str) -> bool:
@@ -96,18 +103,21 @@ class ServiceRegistry:
         for record in self.services.values():
             if record.state == ServiceState.ALIVE and now - record.last_seen > self.timeout:
                 record.state = ServiceState.LOST
-                when = time.strftime("%Y-%m-%d %H:%M:%S")
+                record.lost_at = self.wall()
+                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.lost_at))
                 record.lost_reason = (f"it sent no heartbeat for {now - record.last_seen:.1f} s (heartbeatTimeout="
                                       f"{self.timeout:g} s; declared lost at {when}): stopped, killed, or its host "
                                       "is down")
                 lost.append(record)
         return lost
 
-    def forget_lost(self, older_than: float) -> None:
-        """Drop lost records older than ``older_than`` seconds (registration time)."""
-        cutoff = time.time() - older_than
-        for sid in [s for s, r in self.services.items() if r.state == ServiceState.LOST and r.registered < cutoff]:
-            del self.services[sid]
+    def forget_lost(self, retention: float) -> list[ServiceRecord]:
+        """Drop the records declared lost more than ``retention`` seconds ago; returns them."""
+        cutoff = self.wall() - retention
+        gone = [r for r in self.services.values() if r.state == ServiceState.LOST and r.lost_at <= cutoff]
+        for record in gone:
+            del self.services[record.service_id]
+        return gone
 
     def describe(self) -> list[dict[str, Any]]:
         now = self.clock()
@@ -125,7 +135,8 @@ class ServiceRegistry:
                 record = ServiceRecord(str(data["service_id"]), str(data["host_id"]), str(data["tcp"]),
                                        str(data.get("unix", "")), int(data["pid"]), float(data["registered"]), now,
                                        ServiceState(data.get("state", ServiceState.ALIVE)),
-                                       str(data.get("lost_reason", "")))
+                                       str(data.get("lost_reason", "")),
+                                       float(data.get("lost_at", data["registered"])))
             except (KeyError, ValueError, TypeError):
                 continue
             self.services[record.service_id] = record

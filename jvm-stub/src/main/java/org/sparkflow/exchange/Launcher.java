@@ -1,9 +1,8 @@
 package org.sparkflow.exchange;
 
-import java.io.File;
 import java.io.IOException;
+import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
@@ -17,15 +16,19 @@ import org.apache.spark.SparkConf;
  * this side only starts the launcher, hands it the settings (JSON in SPARKFLOW_EXCHANGE_CONF) and
  * reads back its one JSON line.
  *
- * <p>The child's stdout and stderr go to temporary files, not pipes: a pipe can neither fill up and
- * block the child, nor keep us waiting for EOF when the launcher leaves a background service
- * behind that inherited it. The timeout therefore bounds the whole call.
+ * <p>The child's stdout and stderr are pipes drained by two daemon threads, never files: a JVM killed
+ * while the launcher runs (an executor ended during its plugin's shutdown) leaves nothing on disk. A
+ * pipe never fills up and blocks the child (it is drained as it comes), and a background service
+ * that inherited it cannot keep us waiting for EOF: once the launcher has exited we wait at most
+ * {@code DRAIN_GRACE_MS} for the rest. The timeout therefore bounds the whole call.
  */
 public final class Launcher {
     static final String PREFIX = "spark.sparkflow.exchange.";
     static final String CONF_ENV = "SPARKFLOW_EXCHANGE_CONF";
     static final String MODULE = "sparkflow_exchange.service.plugin";
     private static final int STDERR_LIMIT = 16 * 1024;
+    private static final int STDOUT_LIMIT = 1024 * 1024; // the JSON line is the last one: the tail is kept
+    private static final long DRAIN_GRACE_MS = 2000;
 
     private Launcher() {}
 
@@ -61,28 +64,27 @@ public final class Launcher {
         command.add("-m");
         command.add(MODULE);
         command.addAll(Arrays.asList(args));
-        File outFile = null;
-        File errFile = null;
         try {
-            outFile = File.createTempFile("sparkflow-plugin-", ".out");
-            errFile = File.createTempFile("sparkflow-plugin-", ".err");
             ProcessBuilder pb = new ProcessBuilder(command);
             pb.environment().put(CONF_ENV, Json.object(settings));
-            pb.redirectOutput(outFile);
-            pb.redirectError(errFile);
             Process p = pb.start();
             p.getOutputStream().close(); // no stdin
+            Drain stdout = new Drain(p.getInputStream(), STDOUT_LIMIT, "stdout");
+            Drain stderr = new Drain(p.getErrorStream(), STDERR_LIMIT, "stderr");
             if (!p.waitFor(timeoutSeconds, TimeUnit.SECONDS)) {
                 p.destroyForcibly();
                 p.waitFor(5, TimeUnit.SECONDS);
+                stderr.await(DRAIN_GRACE_MS);
                 throw new RuntimeException("sparkflow-exchange launcher timed out after " + timeoutSeconds
-                        + " s and was killed: " + command + stderr(errFile));
+                        + " s and was killed: " + command + stderr.message());
             }
+            stdout.await(DRAIN_GRACE_MS);
+            stderr.await(DRAIN_GRACE_MS);
             if (p.exitValue() != 0) {
                 throw new RuntimeException("sparkflow-exchange launcher failed (exit " + p.exitValue() + "): "
-                        + command + stderr(errFile));
+                        + command + stderr.message());
             }
-            String out = new String(Files.readAllBytes(outFile.toPath()), StandardCharsets.UTF_8);
+            String out = stdout.text();
             String line = null;
             for (String l : out.split("\r?\n")) {
                 if (l.trim().startsWith("{")) {
@@ -91,13 +93,13 @@ public final class Launcher {
             }
             if (line == null) {
                 throw new RuntimeException("sparkflow-exchange launcher printed no JSON line: " + command
-                        + "\nstdout: " + out + stderr(errFile));
+                        + "\nstdout: " + out + stderr.message());
             }
             try {
                 return Json.parseObject(line);
             } catch (IllegalArgumentException e) {
                 throw new RuntimeException("sparkflow-exchange launcher printed unreadable JSON: " + command
-                        + ": " + e.getMessage() + stderr(errFile), e);
+                        + ": " + e.getMessage() + stderr.message(), e);
             }
         } catch (IOException e) {
             throw new RuntimeException("cannot run the sparkflow-exchange launcher " + command + ": " + e
@@ -106,13 +108,6 @@ public final class Launcher {
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             throw new RuntimeException("interrupted while running the sparkflow-exchange launcher " + command, e);
-        } finally {
-            if (outFile != null) {
-                outFile.delete();
-            }
-            if (errFile != null) {
-                errFile.delete();
-            }
         }
     }
 
@@ -125,15 +120,62 @@ public final class Launcher {
                 "--jvm-pid", Long.toString(ProcessHandle.current().pid()));
     }
 
-    /** The launcher's stderr (its last 16 KiB), prefixed for appending to a message. */
-    private static String stderr(File errFile) {
-        try {
-            byte[] all = Files.readAllBytes(errFile.toPath());
-            int from = Math.max(0, all.length - STDERR_LIMIT);
-            String text = new String(all, from, all.length - from, StandardCharsets.UTF_8).trim();
+    /** Reads one of the child's pipes to its end on a daemon thread, keeping the last {@code limit} bytes. */
+    private static final class Drain implements Runnable {
+        private final InputStream in;
+        private final int limit;
+        private final Thread thread;
+        private byte[] kept = new byte[0];
+        private IOException failure;
+
+        Drain(InputStream in, int limit, String name) {
+            this.in = in;
+            this.limit = limit;
+            this.thread = new Thread(this, "sparkflow-exchange-launcher-" + name);
+            this.thread.setDaemon(true);
+            this.thread.start();
+        }
+
+        @Override
+        public void run() {
+            byte[] buf = new byte[8192];
+            try (InputStream stream = in) {
+                int n;
+                while ((n = stream.read(buf)) > 0) {
+                    append(buf, n);
+                }
+            } catch (IOException e) {
+                synchronized (this) {
+                    failure = e;
+                }
+            }
+        }
+
+        private synchronized void append(byte[] buf, int n) {
+            int total = Math.min(limit, kept.length + n);
+            byte[] next = new byte[total];
+            int fromKept = Math.max(0, total - n);
+            System.arraycopy(kept, kept.length - fromKept, next, 0, fromKept);
+            System.arraycopy(buf, Math.max(0, n - total), next, fromKept, total - fromKept);
+            kept = next;
+        }
+
+        /** Wait up to {@code millis} for the end of the pipe (a background process may hold it open). */
+        void await(long millis) throws InterruptedException {
+            thread.join(millis);
+        }
+
+        synchronized String text() {
+            return new String(kept, StandardCharsets.UTF_8);
+        }
+
+        /** The text read so far, prefixed for appending to a message. */
+        synchronized String message() {
+            if (failure != null && kept.length == 0) {
+                return "\nstderr: (unreadable: " + failure.getMessage() + ")";
+            }
+            String text = text().trim();
             return text.isEmpty() ? "\nstderr: (empty)" : "\nstderr:\n" + text;
-        } catch (IOException e) {
-            return "\nstderr: (unreadable: " + e.getMessage() + ")";
         }
     }
 }
