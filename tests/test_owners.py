@@ -365,7 +365,7 @@ def test_a_service_holding_partitions_for_a_coordinator_frees_only_what_the_rele
 
 def released_note(svc) -> bool:
     return "was not released for credential 'app-b': credential 'app-a' registered it" in \
-        (svc.spill_dir.parent / "service.log").read_text()
+        (svc.home / "service.log").read_text()
 
 
 def test_a_producer_names_a_partition_its_service_holds(shared):
