@@ -1,5 +1,7 @@
 package org.sparkflow.exchange.catalog;
 
+import org.sparkflow.exchange.wire.Contract.ExchangeState;
+
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -150,7 +152,7 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
      */
     private ExchangeDescription untilCommitted(CoordinatorClient coordinator, String table, long deadline) {
         ExchangeDescription desc = coordinator.describe(table);
-        while (desc == null || !(desc.sealed || "aborted".equals(desc.state) || readWhileWritten)) {
+        while (desc == null || !(desc.sealed || ExchangeState.ABORTED.equals(desc.state) || readWhileWritten)) {
             long left = (deadline - System.nanoTime()) / 1_000_000;
             if (left <= 0) {
                 break;

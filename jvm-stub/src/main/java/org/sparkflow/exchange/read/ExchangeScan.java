@@ -1,5 +1,8 @@
 package org.sparkflow.exchange.read;
 
+import org.sparkflow.exchange.wire.Contract.ExchangeState;
+import org.sparkflow.exchange.wire.Contract.PartitionState;
+
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -86,7 +89,7 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
      */
     public static String unreadable(ExchangeDescription desc, boolean whileWritten) {
         String ex = "exchange '" + desc.name + "'";
-        if ("aborted".equals(desc.state)) {
+        if (ExchangeState.ABORTED.equals(desc.state)) {
             return ex + " was aborted: its write failed, it holds no rows to read";
         }
         if (!desc.sealed && !whileWritten) {
@@ -102,7 +105,7 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
                     + "i's alone), which the catalog does not read; read it with spark.read.format(\"pipelined\")";
         }
         for (ExchangeDescription.Producer p : desc.committed) {
-            if (!"finished".equals(p.state())) {
+            if (!PartitionState.FINISHED.equals(p.state())) {
                 return ex + ": committed producer " + p.index() + " (partition " + p.partition() + ") is " + p.state()
                         + ", not finished";
             }

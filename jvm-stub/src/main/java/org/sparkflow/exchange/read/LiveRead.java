@@ -1,5 +1,7 @@
 package org.sparkflow.exchange.read;
 
+import org.sparkflow.exchange.wire.Contract.ErrorCode;
+
 import java.util.Map;
 import org.sparkflow.exchange.catalog.ExchangeDescription;
 import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
@@ -88,10 +90,10 @@ final class LiveRead implements AutoCloseable {
                 }
                 return ExchangeDescription.parse(conn.call("get_exchange", Map.of("name", exchange)));
             } catch (WireException e) {
-                if ("no_exchange".equals(e.code())) {
+                if (ErrorCode.NO_EXCHANGE.equals(e.code())) {
                     throw new ExchangeReadException(ExchangeReadException.gone(exchange, "dropped"));
                 }
-                if ("connection_lost".equals(e.code()) && attempt == 0) {
+                if (ErrorCode.CONNECTION_LOST.equals(e.code()) && attempt == 0) {
                     close();
                     continue; // one new connection: the coordinator may have closed an idle one
                 }

@@ -1,5 +1,7 @@
 package org.sparkflow.exchange.read;
 
+import org.sparkflow.exchange.wire.Contract.ErrorCode;
+
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.nio.channels.Channels;
@@ -105,7 +107,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
             long epoch = conn.call("get_exchange", Map.of("name", input.exchange())).path("epoch").asLong(-1);
             how = epoch != input.epoch() && input.epoch() != 0 ? "overwritten" : null;
         } catch (WireException w) {
-            how = "no_exchange".equals(w.code()) ? "dropped" : null;
+            how = ErrorCode.NO_EXCHANGE.equals(w.code()) ? "dropped" : null;
         } catch (RuntimeException other) {
             how = null; // the coordinator cannot say: the original error stands
         }

@@ -1,5 +1,7 @@
 package org.sparkflow.exchange.write;
 
+import org.sparkflow.exchange.wire.Contract.ErrorCode;
+
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
@@ -140,15 +142,15 @@ final class ProducerConnection implements AutoCloseable {
             case Frames.PARTITION_RELEASED -> {
                 JsonNode m = json(f);
                 if (m.path("handle").asLong() == handle) {
-                    String replaced = "replaced".equals(m.path("code").asText())
+                    String replaced = ErrorCode.REPLACED.equals(m.path("code").asText())
                             ? "; the write cannot be committed: write the exchange again" : "";
-                    throw new WireException(m.path("message").asText() + replaced, m.path("code").asText("released"));
+                    throw new WireException(m.path("message").asText() + replaced, m.path("code").asText(ErrorCode.RELEASED));
                 }
             }
             case Frames.ERROR_RESPONSE -> {
                 JsonNode m = json(f);
                 throw new WireException("exchange service refused partition " + partition + ": "
-                        + m.path("message").asText(), m.path("code").asText("error"));
+                        + m.path("message").asText(), m.path("code").asText(ErrorCode.ERROR));
             }
             default -> {
                 // slots freed, notifications: nothing for a socket writer
@@ -160,7 +162,7 @@ final class ProducerConnection implements AutoCloseable {
         try {
             return MAPPER.readTree(f.header());
         } catch (IOException e) {
-            throw new WireException("protocol error: a frame's JSON header is unreadable: " + e.getMessage(), "protocol");
+            throw new WireException("protocol error: a frame's JSON header is unreadable: " + e.getMessage(), ErrorCode.PROTOCOL);
         }
     }
 
