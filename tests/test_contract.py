@@ -212,4 +212,4 @@ def test_the_jars_constants_are_the_contracts(jvm):
     assert None not in expected.values(), "Frames names a constant the contract does not have"
     generated, used = jvm([{"op": "contract"}, {"op": "fields", "fields": sorted(expected)}])
     assert generated == {"contract": _expected_contract_class()}
-    assert used == {"fields": expected}
+    assert {name: value for name, value in used["fields"].items() if value != expected[name]} == {}

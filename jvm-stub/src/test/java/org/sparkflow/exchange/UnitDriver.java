@@ -120,6 +120,7 @@ public final class UnitDriver {
         ArrayNode out = JSON.createArrayNode();
         for (Frames.Frame f : frames) {
             out.addObject().put("type", f.type()).put("header", f.headerText())
+                    .put("header_hex", HexFormat.of().formatHex(f.header()))
                     .put("payload", HexFormat.of().formatHex(f.payload()));
         }
         return out;
