@@ -147,7 +147,7 @@ def generate_contract(root: Path, contract: Path = CONTRACT) -> Path:
 
 
 def up_to_date(jar: Path, sources: Path) -> bool:
-    inputs = [*sources.rglob("*.java"), Path(__file__).resolve(), CONTRACT]
+    inputs = [*sources.rglob("*.java"), Path(__file__).resolve(), *([CONTRACT] if CONTRACT.exists() else [])]
     return jar.exists() and all(jar.stat().st_mtime_ns > s.stat().st_mtime_ns for s in inputs)
 
 

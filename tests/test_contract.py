@@ -48,6 +48,18 @@ def test_a_layout_with_an_unknown_field_type_is_refused_by_name():
         contract.layout([["x", "f32"]])
 
 
+def test_the_jar_build_says_when_the_contract_is_missing_or_not_a_contract(tmp_path):
+    from sparkflow_exchange import build_plugin
+
+    with pytest.raises(build_plugin.BuildError, match="missing.json is missing"):
+        build_plugin.generate_contract(tmp_path, tmp_path / "missing.json")
+    (tmp_path / "partial.json").write_text('{"frame": {}}')
+    with pytest.raises(build_plugin.BuildError, match="partial.json is not a valid contract"):
+        build_plugin.generate_contract(tmp_path, tmp_path / "partial.json")
+    generated = build_plugin.generate_contract(tmp_path)
+    assert generated.name == "Contract.java" and "int HELLO = 2;" in generated.read_text()
+
+
 # ------------------------------------------------------------------ Python agrees with the file
 def test_python_frames_and_message_types_are_the_contracts():
     frame = C["frame"]
