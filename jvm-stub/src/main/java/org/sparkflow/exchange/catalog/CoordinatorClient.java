@@ -1,13 +1,12 @@
 package org.sparkflow.exchange.catalog;
 
-import org.sparkflow.exchange.wire.Contract.ErrorCode;
-import org.sparkflow.exchange.wire.Contract.ExchangeState;
-
 import com.fasterxml.jackson.databind.JsonNode;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import org.sparkflow.exchange.discovery.Endpoint;
+import org.sparkflow.exchange.wire.Contract.ErrorCode;
+import org.sparkflow.exchange.wire.Contract.ExchangeState;
 import org.sparkflow.exchange.wire.RpcConnection;
 import org.sparkflow.exchange.wire.WireException;
 

@@ -1,7 +1,5 @@
 package org.sparkflow.exchange.catalog;
 
-import org.sparkflow.exchange.wire.Contract.ExchangeState;
-
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -26,6 +24,7 @@ import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.discovery.RuntimeDir;
 import org.sparkflow.exchange.functions.BucketFunction;
 import org.sparkflow.exchange.read.ReadSettings;
+import org.sparkflow.exchange.wire.Contract.ExchangeState;
 import org.sparkflow.exchange.write.WriteSettings;
 
 /**

@@ -1,13 +1,12 @@
 package org.sparkflow.exchange.read;
 
-import org.sparkflow.exchange.wire.Contract.ExchangeState;
-import org.sparkflow.exchange.wire.Contract.PartitionState;
-
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
 import org.sparkflow.exchange.catalog.ExchangeDescription;
 import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
+import org.sparkflow.exchange.wire.Contract.ExchangeState;
+import org.sparkflow.exchange.wire.Contract.PartitionState;
 
 /**
  * Which producer attempts a read task takes from an exchange that was being written when the read was planned, and

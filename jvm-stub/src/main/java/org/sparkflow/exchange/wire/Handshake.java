@@ -1,7 +1,5 @@
 package org.sparkflow.exchange.wire;
 
-import org.sparkflow.exchange.wire.Contract.ErrorCode;
-
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -12,6 +10,7 @@ import java.security.SecureRandom;
 import java.util.HexFormat;
 import javax.crypto.Mac;
 import javax.crypto.spec.SecretKeySpec;
+import org.sparkflow.exchange.wire.Contract.ErrorCode;
 
 /**
  * The client's side of the mutual HMAC handshake, sans-IO ({@code network/auth.py}, {@code connection.py}):

@@ -1,7 +1,5 @@
 package org.sparkflow.exchange.wire;
 
-import org.sparkflow.exchange.wire.Contract.ErrorCode;
-
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -15,6 +13,7 @@ import java.nio.channels.Selector;
 import java.nio.channels.SocketChannel;
 import java.util.ArrayDeque;
 import java.util.Map;
+import org.sparkflow.exchange.wire.Contract.ErrorCode;
 
 /**
  * A blocking, authenticated connection to a coordinator or exchange service: request/response calls
