@@ -72,7 +72,7 @@ final class CreditReceiver {
     /** The ADD_CREDIT frame giving back one buffer the reader is done with. */
     byte[] consumed() {
         credit++;
-        return Frames.encode(Frames.ADD_CREDIT, ByteBuffer.allocate(12).putLong(receiverId).putInt(1).array());
+        return Frames.encode(Frames.ADD_CREDIT, ByteBuffer.allocate(Contract.DataHeaderSize.ADD_CREDIT).putLong(receiverId).putInt(1).array());
     }
 
     /** The frame cancelling the request (the service then lets go of its view). */

@@ -8,6 +8,7 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.Map;
 import org.sparkflow.exchange.discovery.Endpoint;
+import org.sparkflow.exchange.wire.Contract;
 import org.sparkflow.exchange.wire.Contract.ErrorCode;
 import org.sparkflow.exchange.wire.Frames;
 import org.sparkflow.exchange.wire.RpcConnection;
@@ -71,7 +72,7 @@ final class ProducerConnection implements AutoCloseable {
             onFrame(conn.receive());
         }
         credit--;
-        byte[] header = ByteBuffer.allocate(14).putLong(handle).putInt(subpartition).put((byte) 0).put((byte) 0)
+        byte[] header = ByteBuffer.allocate(Contract.DataHeaderSize.PUSH_BUFFER).putLong(handle).putInt(subpartition).put((byte) 0).put((byte) 0)
                 .array();
         conn.send(Frames.encode(Frames.PUSH_BUFFER, header, payload.length), payload);
     }
