@@ -8,6 +8,7 @@ Standard library only: ``setup.py`` loads this file by path, before the package 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -21,6 +22,8 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 PACKAGED_SOURCES = PACKAGE_DIR / "jvm_src"  # the Java sources as the wheel carries them
 CHECKOUT_SOURCES = PACKAGE_DIR.parent / "jvm-stub" / "src" / "main" / "java"  # a source checkout
 DEFAULT_JAR = PACKAGE_DIR / "jars" / JAR_NAME
+CONTRACT = PACKAGE_DIR / "contract.json"  # what Python and the jar agree on; the jar's Contract class is made from it
+CONTRACT_CLASS = "org/sparkflow/exchange/wire/Contract.java"
 MANIFEST = ("Manifest-Version: 1.0\r\n"
             "Created-By: sparkflow-exchange build_plugin\r\n"
             "Implementation-Title: sparkflow-exchange-plugin\r\n"
@@ -62,8 +65,89 @@ def spark_jars() -> list[Path]:
                      "and $SPARK_HOME/jars is not set or empty")
 
 
+_SIZES = {"i8": 1, "u8": 1, "i32": 4, "u32": 4, "i64": 8, "u64": 8}
+
+
+def _size(fields: list[list[str]]) -> int:
+    return sum(_SIZES[kind] for _, kind in fields)
+
+
+def _strings(name: str, values: dict[str, str], lists: dict[str, list[str]] | None = None) -> list[str]:
+    """A nested class of String constants, and List<String> constants of some of their values."""
+    lines = [f"    public static final class {name} {{", f"        private {name}() {{}}"]
+    lines += [f"        public static final String {key} = {json.dumps(value)};" for key, value in values.items()]
+    for list_name, members in (lists or {}).items():
+        lines.append(f"        public static final List<String> {list_name} = List.of({', '.join(map(json.dumps, members))});")
+    return lines + ["    }"]
+
+
+def _ints(name: str, values: dict[str, int]) -> list[str]:
+    lines = [f"    public static final class {name} {{", f"        private {name}() {{}}"]
+    lines += [f"        public static final int {key} = {int(value)};" for key, value in values.items()]
+    return lines + ["    }"]
+
+
+def contract_java(contract: dict) -> str:
+    """The Java source of ``org.sparkflow.exchange.wire.Contract``: the contract's constants, made at build time."""
+    frame, buffer, spill = contract["frame"], contract["buffer"], contract["spill_index"]
+    kinds = {"PARTITION_TYPES": contract["partition_types"], "PARTITIONERS": contract["partitioners"]}
+    props: dict[str, dict[str, list[str]]] = {}
+    for group, members in kinds.items():
+        props[group] = {"ALL": list(members)}
+        for member, flags in members.items():
+            for flag, on in flags.items():
+                props[group].setdefault(flag.upper(), [])
+                if on:
+                    props[group][flag.upper()].append(member)
+    out = ["package org.sparkflow.exchange.wire;", "", "import java.util.List;", "",
+           "/**",
+           " * What the JVM plugin and the Python package agree on, generated from {@code sparkflow_exchange/contract.json}",
+           " * by {@code sparkflow_exchange/build_plugin.py} when the jar is built. Do not edit: change the contract file.",
+           " */",
+           "public final class Contract {",
+           "    private Contract() {}",
+           "    public static final class Frame {",
+           "        private Frame() {}",
+           f"        public static final int MAGIC = {frame['magic']};",
+           f"        public static final byte VERSION = {frame['version']};",
+           f"        public static final int PREFIX_SIZE = {_size(frame['prefix'])};",
+           f"        public static final int MAX_FRAME = {frame['max_frame']};",
+           "    }"]
+    out += _ints("MessageType", contract["message_types"])
+    out += _ints("DataHeaderSize", {name: _size(fields) for name, fields in contract["data_headers"].items()})
+    out += _strings("ErrorCode", contract["error_codes"])
+    out += _strings("PartitionType", {name: name for name in contract["partition_types"]}, props["PARTITION_TYPES"])
+    out += _strings("Partitioner", {name.upper(): name for name in contract["partitioners"]}, props["PARTITIONERS"])
+    out += _strings("ExchangeState", contract["exchange_states"])
+    out += _strings("PartitionState", contract["partition_states"])
+    out += _strings("ExchangeKind", contract["exchange_kinds"])
+    out += _ints("BufferKind", buffer["kinds"])
+    out += _ints("BufferFlag", buffer["flags"])
+    out += _ints("Buffer", {"BROADCAST_SUBPARTITION": buffer["broadcast_subpartition"],
+                            "TRAILER_SIZE": _size(buffer["trailer"]), "END_COUNTS_SIZE": _size(buffer["end_counts"])})
+    out += ["    public static final class SpillIndex {", "        private SpillIndex() {}",
+            f"        public static final String MAGIC = {json.dumps(spill['magic'])};",
+            f"        public static final int VERSION = {int(spill['version'])};",
+            f"        public static final int ENTRY_SIZE = {_size(spill['entry'])};", "    }"]
+    return "\n".join(out + ["}", ""])
+
+
+def generate_contract(root: Path, contract: Path = CONTRACT) -> Path:
+    """Write the generated ``Contract.java`` under ``root``; a clear error if the contract file is missing or bad."""
+    try:
+        text = contract_java(json.loads(contract.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise BuildError(f"the contract file {contract} is missing; the jar's constants are made from it") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BuildError(f"the contract file {contract} is not a valid contract: {exc!r}") from None
+    target = root / CONTRACT_CLASS
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    return target
+
+
 def up_to_date(jar: Path, sources: Path) -> bool:
-    inputs = [*sources.rglob("*.java"), Path(__file__).resolve()]
+    inputs = [*sources.rglob("*.java"), Path(__file__).resolve(), *([CONTRACT] if CONTRACT.exists() else [])]
     return jar.exists() and all(jar.stat().st_mtime_ns > s.stat().st_mtime_ns for s in inputs)
 
 
@@ -79,7 +163,9 @@ def build(jar: Path = DEFAULT_JAR, sources: Path | None = None, *, force: bool =
     if javac is None:
         raise BuildError("javac (JDK 17 or newer) is not on PATH; cannot build the Spark plugin jar")
     classpath = os.pathsep.join(map(str, spark_jars()))
-    with tempfile.TemporaryDirectory(prefix="sparkflow-jvm-stub-") as out:
+    with tempfile.TemporaryDirectory(prefix="sparkflow-jvm-stub-") as out, \
+            tempfile.TemporaryDirectory(prefix="sparkflow-jvm-gen-") as generated:
+        java_files = [*java_files, generate_contract(Path(generated))]
         proc = subprocess.run([javac, "--release", "17", "-nowarn", "-encoding", "UTF-8", "-cp", classpath,
                                "-d", out, *map(str, java_files)], capture_output=True, text=True)
         if proc.returncode != 0:

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.packaging
 ROOT = Path(__file__).resolve().parent.parent
 JAR_IN_WHEEL = "sparkflow_exchange/jars/sparkflow-exchange-plugin.jar"
 PLUGIN_CLASS = "org/sparkflow/exchange/ExchangePlugin.class"
+CONTRACT_CLASS = "org/sparkflow/exchange/wire/Contract.class"  # generated from contract.json at the build
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +63,9 @@ def test_wheel_carries_the_plugin_jar_and_plugin_jar_returns_it(clean_copy, tmp_
     wheel, _ = build_wheel(clean_copy, tmp_path)
     with zipfile.ZipFile(wheel) as whl:
         jar_bytes = whl.read(JAR_IN_WHEEL)
+        assert "sparkflow_exchange/contract.json" in whl.namelist()  # Python reads it; an installed build makes Java's
     (tmp_path / "p.jar").write_bytes(jar_bytes)
-    assert PLUGIN_CLASS in zipfile.ZipFile(tmp_path / "p.jar").namelist()
+    assert {PLUGIN_CLASS, CONTRACT_CLASS} <= set(zipfile.ZipFile(tmp_path / "p.jar").namelist())
     # Spark finds format("pipelined") in the jar through this service entry
     services = zipfile.ZipFile(tmp_path / "p.jar").read("META-INF/services/org.apache.spark.sql.sources.DataSourceRegister")
     assert services.decode().split() == ["org.sparkflow.exchange.format.PipelinedFormat"]
@@ -88,7 +90,7 @@ def test_without_a_jdk_the_wheel_is_pure_python_and_names_a_command_that_builds_
     built = subprocess.run([sys.executable, "-m", "sparkflow_exchange.build_plugin"], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr
-    assert PLUGIN_CLASS in zipfile.ZipFile(site / JAR_IN_WHEEL).namelist()
+    assert {PLUGIN_CLASS, CONTRACT_CLASS} <= set(zipfile.ZipFile(site / JAR_IN_WHEEL).namelist())
 
 
 def test_sdist_carries_the_java_sources_and_the_build_hook(clean_copy, tmp_path):
@@ -101,7 +103,8 @@ def test_sdist_carries_the_java_sources_and_the_build_hook(clean_copy, tmp_path)
     with tarfile.open(tmp_path / "sdist" / proc.stdout.strip().splitlines()[-1]) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     assert {"setup.py", "MANIFEST.in", "sparkflow_exchange/build_plugin.py", "jvm-stub/build.py",
-            "jvm-stub/src/main/java/org/sparkflow/exchange/ExchangePlugin.java"} <= names
+            "jvm-stub/src/main/java/org/sparkflow/exchange/ExchangePlugin.java",
+            "sparkflow_exchange/contract.json"} <= names
 
 
 FROM_ELSEWHERE = r'''

@@ -5,6 +5,8 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import org.sparkflow.exchange.discovery.Endpoint;
+import org.sparkflow.exchange.wire.Contract.ErrorCode;
+import org.sparkflow.exchange.wire.Contract.ExchangeState;
 import org.sparkflow.exchange.wire.RpcConnection;
 import org.sparkflow.exchange.wire.WireException;
 
@@ -29,7 +31,7 @@ public final class CoordinatorClient {
     public List<String> names() {
         List<String> out = new ArrayList<>();
         for (JsonNode ex : call("list_exchanges", Map.of())) {
-            if (!"streaming".equals(ex.path("state").asText())) { // streams are read with readStream, not here
+            if (!ExchangeState.STREAMING.equals(ex.path("state").asText())) { // streams are read with readStream, not here
                 out.add(ex.path("name").asText());
             }
         }
@@ -41,7 +43,7 @@ public final class CoordinatorClient {
         try {
             return ExchangeDescription.parse(call("get_exchange", Map.of("name", name)));
         } catch (WireException e) {
-            if ("no_exchange".equals(e.code())) {
+            if (ErrorCode.NO_EXCHANGE.equals(e.code())) {
                 return null;
             }
             throw e;
@@ -57,7 +59,7 @@ public final class CoordinatorClient {
             return ExchangeDescription.parse(call("get_exchange", Map.of("name", name, "wait",
                     Math.max(0, waitMillis) / 1000.0, "until_sealed", true)));
         } catch (WireException e) {
-            if ("no_exchange".equals(e.code())) {
+            if (ErrorCode.NO_EXCHANGE.equals(e.code())) {
                 return null;
             }
             throw e;
@@ -72,7 +74,7 @@ public final class CoordinatorClient {
         try {
             return describe(name);
         } catch (WireException e) {
-            if ("exchange_lost".equals(e.code())) {
+            if (ErrorCode.EXCHANGE_LOST.equals(e.code())) {
                 return null;
             }
             throw e;
@@ -85,7 +87,7 @@ public final class CoordinatorClient {
             call("drop", Map.of("name", name));
             return true;
         } catch (WireException e) {
-            if ("no_exchange".equals(e.code())) {
+            if (ErrorCode.NO_EXCHANGE.equals(e.code())) {
                 return false;
             }
             throw e;

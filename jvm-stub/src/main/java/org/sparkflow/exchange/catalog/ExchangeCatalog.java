@@ -24,6 +24,7 @@ import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.discovery.RuntimeDir;
 import org.sparkflow.exchange.functions.BucketFunction;
 import org.sparkflow.exchange.read.ReadSettings;
+import org.sparkflow.exchange.wire.Contract.ExchangeState;
 import org.sparkflow.exchange.write.WriteSettings;
 
 /**
@@ -151,7 +152,7 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
      */
     private ExchangeDescription untilCommitted(CoordinatorClient coordinator, String table, long deadline) {
         ExchangeDescription desc = coordinator.describe(table);
-        while (desc == null || !(desc.sealed || "aborted".equals(desc.state) || readWhileWritten)) {
+        while (desc == null || !(desc.sealed || ExchangeState.ABORTED.equals(desc.state) || readWhileWritten)) {
             long left = (deadline - System.nanoTime()) / 1_000_000;
             if (left <= 0) {
                 break;

@@ -5,6 +5,7 @@ import java.util.Set;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.sparkflow.exchange.catalog.ExchangeDescription;
 import org.sparkflow.exchange.read.ExchangeScan;
+import org.sparkflow.exchange.wire.Contract;
 import org.sparkflow.exchange.write.WriteSettings;
 
 /**
@@ -20,7 +21,7 @@ final class Route {
             "partitiontype", "buffersize", "sortbuffersize", "buffersperpartition", "buffertimeout", "compression");
 
     /** Layouts the JVM reader reads as the Python reader does (every producer holds every subpartition). */
-    static final Set<String> READ_PARTITIONERS = Set.of("hash", "rebalance");
+    static final Set<String> READ_PARTITIONERS = Set.copyOf(Contract.Partitioner.JVM_READ); // hash, rebalance
 
     private Route() {}
 

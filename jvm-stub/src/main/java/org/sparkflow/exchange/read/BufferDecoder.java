@@ -15,6 +15,7 @@ import org.apache.arrow.vector.ipc.ReadChannel;
 import org.apache.arrow.vector.ipc.message.ArrowRecordBatch;
 import org.apache.arrow.vector.ipc.message.MessageMetadataResult;
 import org.apache.arrow.vector.ipc.message.MessageSerializer;
+import org.sparkflow.exchange.wire.Contract;
 
 /**
  * Data buffers into a {@link VectorSchemaRoot} ({@code buffer.py}): each is an Arrow IPC record-batch message
@@ -23,7 +24,7 @@ import org.apache.arrow.vector.ipc.message.MessageSerializer;
  * (compressed bodies are decompressed by Arrow's codec).
  */
 public final class BufferDecoder {
-    static final int TRAILER = 8;
+    static final int TRAILER = Contract.Buffer.TRAILER_SIZE;
     private final BufferAllocator allocator;
     private final VectorSchemaRoot root;
     private final VectorLoader loader;

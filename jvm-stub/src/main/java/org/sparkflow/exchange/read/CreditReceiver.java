@@ -3,6 +3,7 @@ package org.sparkflow.exchange.read;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.nio.ByteBuffer;
+import org.sparkflow.exchange.wire.Contract;
 import org.sparkflow.exchange.wire.Frames;
 
 /**
@@ -14,8 +15,8 @@ final class CreditReceiver {
     /** One BUFFER_RESPONSE: {@code receiver:i64 seq:i64 backlog:i32 kind:u8 flags:u8}, then the payload. */
     record Buffer(long seq, int kind, int flags, byte[] payload) {}
 
-    static final int HEADER = 22;
-    static final int FLAG_SHARED = 2;
+    static final int HEADER = Contract.DataHeaderSize.BUFFER_RESPONSE;
+    static final int FLAG_SHARED = Contract.BufferFlag.SHARED;
     private static final ObjectMapper MAPPER = new ObjectMapper();
     private final long receiverId;
     private final int initialCredit;
@@ -71,7 +72,7 @@ final class CreditReceiver {
     /** The ADD_CREDIT frame giving back one buffer the reader is done with. */
     byte[] consumed() {
         credit++;
-        return Frames.encode(Frames.ADD_CREDIT, ByteBuffer.allocate(12).putLong(receiverId).putInt(1).array());
+        return Frames.encode(Frames.ADD_CREDIT, ByteBuffer.allocate(Contract.DataHeaderSize.ADD_CREDIT).putLong(receiverId).putInt(1).array());
     }
 
     /** The frame cancelling the request (the service then lets go of its view). */

@@ -21,6 +21,8 @@ import org.apache.spark.sql.connector.read.partitioning.UnknownPartitioning;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.sparkflow.exchange.catalog.ExchangeDescription;
+import org.sparkflow.exchange.wire.Contract.ExchangeState;
+import org.sparkflow.exchange.wire.Contract.PartitionState;
 
 /**
  * A scan of a sealed exchange, or of one being written ({@link LiveProducers}): read partitions as {@link ReadLayout} groups the subpartitions (with
@@ -96,7 +98,7 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
      */
     public static String unreadable(ExchangeDescription desc, boolean whileWritten) {
         String ex = "exchange '" + desc.name + "'";
-        if ("aborted".equals(desc.state)) {
+        if (ExchangeState.ABORTED.equals(desc.state)) {
             return ex + " was aborted: its write failed, it holds no rows to read";
         }
         if (!desc.sealed && !whileWritten) {
@@ -112,7 +114,7 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
                     + "i's alone), which the catalog does not read; read it with spark.read.format(\"pipelined\")";
         }
         for (ExchangeDescription.Producer p : desc.committed) {
-            if (!"finished".equals(p.state())) {
+            if (!PartitionState.FINISHED.equals(p.state())) {
                 return ex + ": committed producer " + p.index() + " (partition " + p.partition() + ") is " + p.state()
                         + ", not finished";
             }

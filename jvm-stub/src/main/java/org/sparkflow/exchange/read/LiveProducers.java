@@ -5,6 +5,8 @@ import java.util.List;
 import java.util.Set;
 import org.sparkflow.exchange.catalog.ExchangeDescription;
 import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
+import org.sparkflow.exchange.wire.Contract.ExchangeState;
+import org.sparkflow.exchange.wire.Contract.PartitionState;
 
 /**
  * Which producer attempts a read task takes from an exchange that was being written when the read was planned, and
@@ -39,7 +41,7 @@ public final class LiveProducers {
         if (d.epoch != epoch) {
             throw new ExchangeReadException(ExchangeReadException.gone(exchange, "overwritten"));
         }
-        if ("aborted".equals(d.state)) {
+        if (ExchangeState.ABORTED.equals(d.state)) {
             throw new ExchangeReadException("the write of exchange '" + exchange + "' was aborted, so this read "
                     + "has no committed state to return; write it again");
         }
@@ -55,7 +57,7 @@ public final class LiveProducers {
             return state.stream().filter(p -> !taken.contains(p.partition())).findFirst().orElse(null);
         }
         return registered.stream().filter(p -> !taken.contains(p.partition()) && !failed.contains(p.partition())
-                && !"failed".equals(p.state())).findFirst().orElse(null);
+                && !PartitionState.FAILED.equals(p.state())).findFirst().orElse(null);
     }
 
     /** Whether this pass read every producer of the read's state. */

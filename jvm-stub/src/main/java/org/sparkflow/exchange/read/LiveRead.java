@@ -6,6 +6,7 @@ import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
 import org.sparkflow.exchange.discovery.Discovery;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.discovery.RuntimeDir;
+import org.sparkflow.exchange.wire.Contract.ErrorCode;
 import org.sparkflow.exchange.wire.RpcConnection;
 import org.sparkflow.exchange.wire.WireException;
 
@@ -88,10 +89,10 @@ final class LiveRead implements AutoCloseable {
                 }
                 return ExchangeDescription.parse(conn.call("get_exchange", Map.of("name", exchange)));
             } catch (WireException e) {
-                if ("no_exchange".equals(e.code())) {
+                if (ErrorCode.NO_EXCHANGE.equals(e.code())) {
                     throw new ExchangeReadException(ExchangeReadException.gone(exchange, "dropped"));
                 }
-                if ("connection_lost".equals(e.code()) && attempt == 0) {
+                if (ErrorCode.CONNECTION_LOST.equals(e.code()) && attempt == 0) {
                     close();
                     continue; // one new connection: the coordinator may have closed an idle one
                 }

@@ -10,13 +10,14 @@ import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
 import java.util.List;
 import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
+import org.sparkflow.exchange.wire.Contract;
 
 /**
  * One producer's finished spill file, for one subpartition: its index entries (checked by {@link SpillIndex}), its
  * data buffers in order, and the end-of-partition counts (buffers, rows) to compare with what was read.
  */
 final class ProducerFile implements ProducerSource {
-    static final int END_COUNTS = 16; // buffers:i64, rows:i64
+    static final int END_COUNTS = Contract.Buffer.END_COUNTS_SIZE; // buffers:i64, rows:i64
 
     private final Producer producer;
     private final FileChannel data;

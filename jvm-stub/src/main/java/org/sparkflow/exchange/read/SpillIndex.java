@@ -5,6 +5,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
+import org.sparkflow.exchange.wire.Contract;
 
 /**
  * A spill index file ({@code partition/spill.py}): {@code "SFXIDX01"}, then entries
@@ -13,11 +14,11 @@ import java.util.List;
  * ending with the end-of-partition entry, inside the data file.
  */
 public final class SpillIndex {
-    static final byte[] MAGIC = "SFXIDX01".getBytes(StandardCharsets.US_ASCII);
-    static final int ENTRY = 26;
-    public static final int DATA = 0;
-    public static final int END_OF_PARTITION = 1;
-    public static final int MARKER = 2;
+    static final byte[] MAGIC = Contract.SpillIndex.MAGIC.getBytes(StandardCharsets.US_ASCII);
+    static final int ENTRY = Contract.SpillIndex.ENTRY_SIZE;
+    public static final int DATA = Contract.BufferKind.DATA;
+    public static final int END_OF_PARTITION = Contract.BufferKind.END_OF_PARTITION;
+    public static final int MARKER = Contract.BufferKind.MARKER;
 
     /** One buffer of the subpartition: where its bytes are in the data file and what it is. */
     public record Entry(long seq, long offset, int length, int kind, int flags) {}

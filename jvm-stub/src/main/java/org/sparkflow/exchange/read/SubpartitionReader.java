@@ -20,6 +20,7 @@ import org.apache.spark.sql.vectorized.ArrowColumnVector;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
+import org.sparkflow.exchange.wire.Contract.ErrorCode;
 import org.sparkflow.exchange.wire.RpcConnection;
 import org.sparkflow.exchange.wire.WireException;
 
@@ -105,7 +106,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
             long epoch = conn.call("get_exchange", Map.of("name", input.exchange())).path("epoch").asLong(-1);
             how = epoch != input.epoch() && input.epoch() != 0 ? "overwritten" : null;
         } catch (WireException w) {
-            how = "no_exchange".equals(w.code()) ? "dropped" : null;
+            how = ErrorCode.NO_EXCHANGE.equals(w.code()) ? "dropped" : null;
         } catch (RuntimeException other) {
             how = null; // the coordinator cannot say: the original error stands
         }

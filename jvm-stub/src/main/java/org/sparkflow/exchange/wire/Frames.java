@@ -11,28 +11,29 @@ import java.util.List;
  * {@code length} counting every byte after itself. Control messages carry a JSON header.
  */
 public final class Frames {
-    public static final int MAGIC = 0x53465845; // "SFXE"
-    public static final byte VERSION = 2; // protocol.py's VERSION: 2, proofs cover both nonces and the service id
-    public static final int PREFIX_SIZE = 14;
-    public static final int SERVER_HELLO = 1;
-    public static final int HELLO = 2;
-    public static final int WELCOME = 3;
-    public static final int PARTITION_REQUEST = 10;
-    public static final int ADD_CREDIT = 11;
-    public static final int CANCEL_PARTITION_REQUEST = 13;
-    public static final int BUFFER_RESPONSE = 15;
-    public static final int ERROR_RESPONSE = 16;
-    public static final int REGISTER_PARTITION = 20;
-    public static final int PARTITION_REGISTERED = 21;
-    public static final int PUSH_BUFFER = 22;
-    public static final int PRODUCER_CREDIT = 23;
-    public static final int FINISH_PARTITION = 24;
-    public static final int FAIL_PARTITION = 25;
-    public static final int PARTITION_FINISHED = 26;
-    public static final int RPC_REQUEST = 30;
-    public static final int RPC_RESPONSE = 31;
-    public static final int NOTIFY = 32;
-    public static final int PARTITION_RELEASED = 35;
+    // the numbers come from the contract (sparkflow_exchange/contract.json), as protocol.py's are checked against it
+    public static final int MAGIC = Contract.Frame.MAGIC; // "SFXE"
+    public static final byte VERSION = Contract.Frame.VERSION; // 2: proofs cover both nonces and the service id
+    public static final int PREFIX_SIZE = Contract.Frame.PREFIX_SIZE;
+    public static final int SERVER_HELLO = Contract.MessageType.SERVER_HELLO;
+    public static final int HELLO = Contract.MessageType.HELLO;
+    public static final int WELCOME = Contract.MessageType.WELCOME;
+    public static final int PARTITION_REQUEST = Contract.MessageType.PARTITION_REQUEST;
+    public static final int ADD_CREDIT = Contract.MessageType.ADD_CREDIT;
+    public static final int CANCEL_PARTITION_REQUEST = Contract.MessageType.CANCEL_PARTITION_REQUEST;
+    public static final int BUFFER_RESPONSE = Contract.MessageType.BUFFER_RESPONSE;
+    public static final int ERROR_RESPONSE = Contract.MessageType.ERROR_RESPONSE;
+    public static final int REGISTER_PARTITION = Contract.MessageType.REGISTER_PARTITION;
+    public static final int PARTITION_REGISTERED = Contract.MessageType.PARTITION_REGISTERED;
+    public static final int PUSH_BUFFER = Contract.MessageType.PUSH_BUFFER;
+    public static final int PRODUCER_CREDIT = Contract.MessageType.PRODUCER_CREDIT;
+    public static final int FINISH_PARTITION = Contract.MessageType.FINISH_PARTITION;
+    public static final int FAIL_PARTITION = Contract.MessageType.FAIL_PARTITION;
+    public static final int PARTITION_FINISHED = Contract.MessageType.PARTITION_FINISHED;
+    public static final int RPC_REQUEST = Contract.MessageType.RPC_REQUEST;
+    public static final int RPC_RESPONSE = Contract.MessageType.RPC_RESPONSE;
+    public static final int NOTIFY = Contract.MessageType.NOTIFY;
+    public static final int PARTITION_RELEASED = Contract.MessageType.PARTITION_RELEASED;
 
     private Frames() {}
 

@@ -13,6 +13,7 @@ import java.nio.channels.Selector;
 import java.nio.channels.SocketChannel;
 import java.util.ArrayDeque;
 import java.util.Map;
+import org.sparkflow.exchange.wire.Contract.ErrorCode;
 
 /**
  * A blocking, authenticated connection to a coordinator or exchange service: request/response calls
@@ -22,7 +23,7 @@ import java.util.Map;
  */
 public final class RpcConnection implements AutoCloseable {
     private static final ObjectMapper MAPPER = new ObjectMapper();
-    private static final int MAX_FRAME = 64 << 20;
+    private static final int MAX_FRAME = Contract.Frame.MAX_FRAME;
     private final String address;
     private final SocketChannel channel;
     private final Frames.Decoder decoder = new Frames.Decoder(MAX_FRAME);
@@ -49,7 +50,7 @@ public final class RpcConnection implements AutoCloseable {
         } catch (IOException | RuntimeException e) {
             close();
             throw e instanceof WireException w ? w : new WireException(
-                    "cannot talk to the exchange service at " + address + ": " + e.getMessage(), "unreachable");
+                    "cannot talk to the exchange service at " + address + ": " + e.getMessage(), ErrorCode.UNREACHABLE);
         }
     }
 
@@ -72,7 +73,7 @@ public final class RpcConnection implements AutoCloseable {
             ch.socket().setTcpNoDelay(true);
             return ch;
         } catch (IOException | NumberFormatException e) {
-            throw new WireException("cannot reach the exchange service at " + address + ": " + e, "unreachable");
+            throw new WireException("cannot reach the exchange service at " + address + ": " + e, ErrorCode.UNREACHABLE);
         }
     }
 
@@ -91,19 +92,19 @@ public final class RpcConnection implements AutoCloseable {
                 if (frame.type() == Frames.RPC_RESPONSE && header.path("call_id").asLong() == id) {
                     JsonNode error = header.get("error");
                     if (error != null && !error.isNull() && !error.asText().isEmpty()) {
-                        throw new WireException(error.asText(), header.path("code").asText("error"));
+                        throw new WireException(error.asText(), header.path("code").asText(ErrorCode.ERROR));
                     }
                     return header.get("result");
                 }
                 if (frame.type() == Frames.ERROR_RESPONSE && header.path("fatal").asBoolean()) {
                     throw new WireException("exchange coordinator at " + address + ": "
-                            + header.path("message").asText(), header.path("code").asText("error"));
+                            + header.path("message").asText(), header.path("code").asText(ErrorCode.ERROR));
                 }
                 // notifications and anything else not asked for: not this caller's
             }
         } catch (IOException e) {
             throw new WireException(method + " on the exchange coordinator at " + address + " failed: " + e,
-                    "connection_lost");
+                    ErrorCode.CONNECTION_LOST);
         }
     }
 
@@ -115,7 +116,7 @@ public final class RpcConnection implements AutoCloseable {
             }
         } catch (IOException e) {
             throw new WireException("connection to the exchange service at " + address + " failed while sending: " + e,
-                    "connection_lost");
+                    ErrorCode.CONNECTION_LOST);
         }
     }
 
@@ -126,7 +127,7 @@ public final class RpcConnection implements AutoCloseable {
                 int n = channel.read(ByteBuffer.wrap(readBuffer));
                 if (n < 0) {
                     throw new WireException("the exchange service at " + address + " closed the connection",
-                            "connection_lost");
+                            ErrorCode.CONNECTION_LOST);
                 }
                 if (n > 0) {
                     inbox.addAll(decoder.feed(readBuffer, n));
@@ -135,7 +136,7 @@ public final class RpcConnection implements AutoCloseable {
             return inbox.poll();
         } catch (IOException e) {
             throw new WireException("connection to the exchange service at " + address + " failed: " + e,
-                    "connection_lost");
+                    ErrorCode.CONNECTION_LOST);
         }
     }
 
@@ -145,7 +146,7 @@ public final class RpcConnection implements AutoCloseable {
             return next();
         } catch (IOException e) {
             throw new WireException("connection to the exchange service at " + address + " failed: " + e,
-                    "connection_lost");
+                    ErrorCode.CONNECTION_LOST);
         }
     }
 
@@ -158,7 +159,7 @@ public final class RpcConnection implements AutoCloseable {
             int n = readSome();
             if (n < 0) {
                 throw new WireException("the exchange service at " + address + " closed the connection",
-                        "connection_lost");
+                        ErrorCode.CONNECTION_LOST);
             }
             inbox.addAll(decoder.feed(readBuffer, n));
         }
@@ -189,7 +190,7 @@ public final class RpcConnection implements AutoCloseable {
         try {
             if (selector.select(timeoutMillis) == 0) {
                 throw new WireException("the exchange service at " + address + " gave no " + what + " within "
-                        + timeoutMillis / 1000.0 + " s", "timeout");
+                        + timeoutMillis / 1000.0 + " s", ErrorCode.TIMEOUT);
             }
             selector.selectedKeys().clear();
         } finally {

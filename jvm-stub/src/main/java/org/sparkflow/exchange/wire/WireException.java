@@ -1,11 +1,13 @@
 package org.sparkflow.exchange.wire;
 
+import org.sparkflow.exchange.wire.Contract.ErrorCode;
+
 /** The coordinator or service cannot be talked to: unreachable, refused us, or sent something invalid. */
 public class WireException extends RuntimeException {
     private final String code;
 
     public WireException(String message) {
-        this(message, "error");
+        this(message, ErrorCode.ERROR);
     }
 
     public WireException(String message, String code) {

@@ -16,6 +16,7 @@ import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.execution.arrow.ArrowWriter;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.ArrowUtils;
+import org.sparkflow.exchange.wire.Contract;
 
 /**
  * Rows into data buffers, byte for byte the layout of {@code buffer.BatchEncoder} (uncompressed): one Arrow IPC
@@ -25,7 +26,7 @@ import org.apache.spark.sql.util.ArrowUtils;
  * back each time its buffer leaves, so what a task holds is what its targets hold, never each target's largest.
  */
 final class BufferEncoder implements AutoCloseable {
-    static final int TRAILER = 8;
+    static final int TRAILER = Contract.Buffer.TRAILER_SIZE;
 
     /**
      * Rows a target's vectors are first made for. Arrow's default (3,970) made every target of a wide write hold

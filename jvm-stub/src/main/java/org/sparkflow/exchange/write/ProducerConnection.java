@@ -8,6 +8,8 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.Map;
 import org.sparkflow.exchange.discovery.Endpoint;
+import org.sparkflow.exchange.wire.Contract;
+import org.sparkflow.exchange.wire.Contract.ErrorCode;
 import org.sparkflow.exchange.wire.Frames;
 import org.sparkflow.exchange.wire.RpcConnection;
 import org.sparkflow.exchange.wire.WireException;
@@ -70,7 +72,7 @@ final class ProducerConnection implements AutoCloseable {
             onFrame(conn.receive());
         }
         credit--;
-        byte[] header = ByteBuffer.allocate(14).putLong(handle).putInt(subpartition).put((byte) 0).put((byte) 0)
+        byte[] header = ByteBuffer.allocate(Contract.DataHeaderSize.PUSH_BUFFER).putLong(handle).putInt(subpartition).put((byte) 0).put((byte) 0)
                 .array();
         conn.send(Frames.encode(Frames.PUSH_BUFFER, header, payload.length), payload);
     }
@@ -140,15 +142,15 @@ final class ProducerConnection implements AutoCloseable {
             case Frames.PARTITION_RELEASED -> {
                 JsonNode m = json(f);
                 if (m.path("handle").asLong() == handle) {
-                    String replaced = "replaced".equals(m.path("code").asText())
+                    String replaced = ErrorCode.REPLACED.equals(m.path("code").asText())
                             ? "; the write cannot be committed: write the exchange again" : "";
-                    throw new WireException(m.path("message").asText() + replaced, m.path("code").asText("released"));
+                    throw new WireException(m.path("message").asText() + replaced, m.path("code").asText(ErrorCode.RELEASED));
                 }
             }
             case Frames.ERROR_RESPONSE -> {
                 JsonNode m = json(f);
                 throw new WireException("exchange service refused partition " + partition + ": "
-                        + m.path("message").asText(), m.path("code").asText("error"));
+                        + m.path("message").asText(), m.path("code").asText(ErrorCode.ERROR));
             }
             default -> {
                 // slots freed, notifications: nothing for a socket writer
@@ -160,7 +162,7 @@ final class ProducerConnection implements AutoCloseable {
         try {
             return MAPPER.readTree(f.header());
         } catch (IOException e) {
-            throw new WireException("protocol error: a frame's JSON header is unreadable: " + e.getMessage(), "protocol");
+            throw new WireException("protocol error: a frame's JSON header is unreadable: " + e.getMessage(), ErrorCode.PROTOCOL);
         }
     }
 

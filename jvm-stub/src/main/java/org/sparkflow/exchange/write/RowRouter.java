@@ -12,6 +12,7 @@ import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.sparkflow.exchange.catalog.ExchangeDescription;
+import org.sparkflow.exchange.wire.Contract;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
@@ -22,7 +23,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * to every subpartition at once (broadcast, with more than one).
  */
 final class RowRouter {
-    static final int BROADCAST = -1; // buffer_kinds.BROADCAST: a buffer for every subpartition
+    static final int BROADCAST = Contract.Buffer.BROADCAST_SUBPARTITION; // buffer_kinds.BROADCAST: a buffer for every subpartition
     private final boolean single;
     private final int width;
     private final int pushedAs; // single targets: the subpartition index pushed

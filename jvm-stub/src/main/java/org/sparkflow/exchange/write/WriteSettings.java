@@ -9,6 +9,7 @@ import java.util.Map;
 import org.apache.spark.sql.connector.expressions.BucketTransform;
 import org.apache.spark.sql.connector.expressions.NamedReference;
 import org.apache.spark.sql.connector.expressions.Transform;
+import org.sparkflow.exchange.wire.Contract;
 
 /**
  * How a catalog write routes and cuts its rows, under the Python options' names ({@code config.py}):
@@ -20,7 +21,8 @@ import org.apache.spark.sql.connector.expressions.Transform;
 public record WriteSettings(String partitioner, List<String> keys, Integer numSubpartitions, String partitionType,
                             int bufferSize, long sortBufferSize, int buffers, long bufferTimeoutNanos)
         implements Serializable {
-    public static final List<String> PARTITIONERS = List.of("hash", "broadcast", "forward", "rebalance");
+    public static final List<String> PARTITIONERS = Contract.Partitioner.JVM_WRITE; // hash, broadcast, forward, rebalance
+    static final List<String> PARTITION_TYPES = Contract.PartitionType.ALL;
     /** Size suffixes (lower case) and their bytes: config.py's _SIZE_UNITS, entry for entry (tests check it). */
     static final Map<String, Long> SIZE_UNITS = Map.ofEntries(Map.entry("", 1L), Map.entry("b", 1L),
             Map.entry("k", 1L << 10), Map.entry("kb", 1L << 10), Map.entry("kib", 1L << 10),
@@ -32,7 +34,6 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
             Map.entry("h", 3600.0));
     /** The service's default maxFrameSize (config.py): a buffer may be at most half of a frame. */
     static final long MAX_FRAME_SIZE = 64L << 20;
-    static final List<String> PARTITION_TYPES = List.of("HYBRID", "BLOCKING", "PIPELINED_BOUNDED");
 
     /** The Python writer's defaults: hash, HYBRID, 1 MiB buffers, a 32 MiB sort buffer, 16 pool buffers, 100 ms. */
     public static WriteSettings defaults() {

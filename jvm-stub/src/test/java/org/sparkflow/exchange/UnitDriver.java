@@ -1,0 +1,145 @@
+package org.sparkflow.exchange;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.lang.reflect.Field;
+import java.lang.reflect.Method;
+import java.lang.reflect.Modifier;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HexFormat;
+import java.util.List;
+import java.util.TreeSet;
+import org.sparkflow.exchange.wire.Contract;
+import org.sparkflow.exchange.wire.Frames;
+
+/**
+ * Drives the plugin's sans-IO classes without Spark, for the unit tests in {@code tests/test_jvm_units.py} and
+ * {@code tests/test_contract.py}: one JSON request per stdin line, one JSON answer per stdout line.
+ *
+ * <ul>
+ *   <li>{@code {"op": "contract"}}: every constant of the generated {@link Contract} class, by nested class</li>
+ *   <li>{@code {"op": "fields", "fields": ["pkg.Class#FIELD", ...]}}: the values of static fields (any visibility)</li>
+ *   <li>{@code {"op": "encode", "type": n, "header": "text" | "header_hex": "..", "payload_length": k}}: {@link Frames#encode}</li>
+ *   <li>{@code {"op": "decode", "hex": "..", "chunk": k, "max_frame": m}}: the frames a {@link Frames.Decoder} fed k bytes
+ *       at a time returns, or the error it throws</li>
+ *   <li>{@code {"op": "spill", "index": path, "subpartition": s, "data_size": n}}: {@code SpillIndex.entries} or its error</li>
+ * </ul>
+ */
+public final class UnitDriver {
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    private UnitDriver() {}
+
+    public static void main(String[] args) throws Exception {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        for (String line = in.readLine(); line != null; line = in.readLine()) {
+            if (line.isBlank()) {
+                continue;
+            }
+            JsonNode request = JSON.readTree(line);
+            ObjectNode answer = JSON.createObjectNode();
+            try {
+                switch (request.path("op").asText()) {
+                    case "contract" -> answer.set("contract", contract());
+                    case "fields" -> answer.set("fields", fields(request.path("fields")));
+                    case "encode" -> answer.put("hex", encode(request));
+                    case "decode" -> answer.set("frames", decode(request));
+                    case "spill" -> answer.set("entries", spill(request));
+                    default -> throw new IllegalArgumentException("unknown op " + request.path("op"));
+                }
+            } catch (RuntimeException e) {
+                answer.put("error", e.getClass().getSimpleName() + ": " + e.getMessage());
+            }
+            System.out.println(JSON.writeValueAsString(answer));
+        }
+    }
+
+    private static ObjectNode contract() throws IllegalAccessException {
+        ObjectNode out = JSON.createObjectNode();
+        for (Class<?> nested : Contract.class.getDeclaredClasses()) {
+            ObjectNode values = out.putObject(nested.getSimpleName());
+            for (Field f : nested.getDeclaredFields()) {
+                if (Modifier.isStatic(f.getModifiers())) {
+                    values.set(f.getName(), value(f.get(null)));
+                }
+            }
+        }
+        return out;
+    }
+
+    private static ObjectNode fields(JsonNode names) throws ReflectiveOperationException {
+        ObjectNode out = JSON.createObjectNode();
+        for (JsonNode name : names) {
+            String[] parts = name.asText().split("#");
+            Field f = Class.forName(parts[0]).getDeclaredField(parts[1]);
+            f.setAccessible(true);
+            out.set(name.asText(), value(f.get(null)));
+        }
+        return out;
+    }
+
+    /** A constant as JSON: numbers and strings as they are, bytes as ASCII text, a set as a sorted list. */
+    private static JsonNode value(Object v) {
+        if (v instanceof byte[] bytes) {
+            return JSON.getNodeFactory().textNode(new String(bytes, StandardCharsets.US_ASCII));
+        }
+        if (v instanceof Collection<?> items) {
+            ArrayNode list = JSON.createArrayNode();
+            Collection<?> ordered = items instanceof List<?> ? items : new TreeSet<>(items);
+            ordered.forEach(item -> list.add(value(item)));
+            return list;
+        }
+        return JSON.valueToTree(v);
+    }
+
+    private static String encode(JsonNode r) {
+        byte[] header = r.has("header_hex") ? HexFormat.of().parseHex(r.path("header_hex").asText())
+                : r.path("header").asText().getBytes(StandardCharsets.UTF_8);
+        return HexFormat.of().formatHex(Frames.encode(r.path("type").asInt(), header, r.path("payload_length").asInt(0)));
+    }
+
+    private static ArrayNode decode(JsonNode r) {
+        byte[] data = HexFormat.of().parseHex(r.path("hex").asText());
+        int chunk = Math.max(1, r.path("chunk").asInt(data.length == 0 ? 1 : data.length));
+        Frames.Decoder decoder = new Frames.Decoder(r.path("max_frame").asInt(Contract.Frame.MAX_FRAME));
+        List<Frames.Frame> frames = new ArrayList<>();
+        for (int pos = 0; pos < data.length; pos += chunk) {
+            int n = Math.min(chunk, data.length - pos);
+            byte[] piece = new byte[n];
+            System.arraycopy(data, pos, piece, 0, n);
+            frames.addAll(decoder.feed(piece, n));
+        }
+        ArrayNode out = JSON.createArrayNode();
+        for (Frames.Frame f : frames) {
+            out.addObject().put("type", f.type()).put("header", f.headerText())
+                    .put("header_hex", HexFormat.of().formatHex(f.header()))
+                    .put("payload", HexFormat.of().formatHex(f.payload()));
+        }
+        return out;
+    }
+
+    private static ArrayNode spill(JsonNode r) throws Exception {
+        byte[] index = Files.readAllBytes(Path.of(r.path("index").asText()));
+        Method entries = Class.forName("org.sparkflow.exchange.read.SpillIndex")
+                .getMethod("entries", byte[].class, int.class, long.class);
+        List<?> found;
+        try {
+            found = (List<?>) entries.invoke(null, index, r.path("subpartition").asInt(), r.path("data_size").asLong());
+        } catch (java.lang.reflect.InvocationTargetException e) {
+            throw (RuntimeException) e.getCause();
+        }
+        ArrayNode out = JSON.createArrayNode();
+        for (Object e : found) {
+            out.add(JSON.valueToTree(e)); // a record: seq, offset, length, kind, flags
+        }
+        return out;
+    }
+}

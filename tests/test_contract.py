@@ -1,0 +1,227 @@
+"""Python and the JVM plugin agree with the contract file (sparkflow_exchange/contract.json), constant by constant.
+
+Python's definitions (message types, error codes, enums, layouts) are compared with the file; the jar's generated
+``Contract`` class and the constants its classes use (``Frames``, ``SpillIndex``, the trailers, the partitioner lists)
+are read back from a built jar by a small Java driver (no Spark). The Java sources are also scanned for error codes
+and states written as string literals where they are compared or thrown. So a constant changed in one language only
+fails here.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from jvm_units import compile_driver
+from sparkflow_exchange import buffer, buffer_kinds, config, contract, exchange, kinds
+from sparkflow_exchange.errors import ErrorCode
+from sparkflow_exchange.network import protocol
+from sparkflow_exchange.partition import spill
+from sparkflow_exchange.service import coordinator
+from sparkflow_exchange.writer import selectors
+
+C = contract.load()
+JAVA = Path(__file__).resolve().parent.parent / "jvm-stub" / "src" / "main" / "java"
+
+
+def members(enum_cls) -> dict:
+    return {m.name: m.value for m in enum_cls}
+
+
+# ------------------------------------------------------------------ the file is consistent with itself
+def test_the_contracts_sizes_are_those_of_its_layouts():
+    assert contract.layout(C["frame"]["prefix"]).size == C["frame"]["prefix_size"]
+    assert contract.layout(C["buffer"]["trailer"]).size == C["buffer"]["trailer_size"]
+    assert contract.layout(C["buffer"]["end_counts"]).size == C["buffer"]["end_counts_size"]
+    assert contract.layout(C["spill_index"]["entry"]).size == C["spill_index"]["entry_size"]
+    assert int.from_bytes(C["frame"]["magic_text"].encode("ascii"), "big") == C["frame"]["magic"]
+    assert C["spill_index"]["magic"].endswith("%02d" % C["spill_index"]["version"])
+    assert len(set(C["message_types"].values())) == len(C["message_types"])  # no number used twice
+    assert len(set(C["error_codes"].values())) == len(C["error_codes"])
+
+
+def test_a_layout_with_an_unknown_field_type_is_refused_by_name():
+    with pytest.raises(ValueError, match="unknown field type 'f32'"):
+        contract.layout([["x", "f32"]])
+
+
+def test_the_jar_build_says_when_the_contract_is_missing_or_not_a_contract(tmp_path):
+    from sparkflow_exchange import build_plugin
+
+    with pytest.raises(build_plugin.BuildError, match="missing.json is missing"):
+        build_plugin.generate_contract(tmp_path, tmp_path / "missing.json")
+    (tmp_path / "partial.json").write_text('{"frame": {}}')
+    with pytest.raises(build_plugin.BuildError, match="partial.json is not a valid contract"):
+        build_plugin.generate_contract(tmp_path, tmp_path / "partial.json")
+    generated = build_plugin.generate_contract(tmp_path)
+    assert generated.name == "Contract.java" and "int HELLO = 2;" in generated.read_text()
+
+
+# ------------------------------------------------------------------ Python agrees with the file
+def test_python_frames_and_message_types_are_the_contracts():
+    frame = C["frame"]
+    assert (protocol.MAGIC, protocol.VERSION, protocol.PREFIX_SIZE, protocol.DEFAULT_MAX_FRAME) == \
+        (frame["magic"], frame["version"], frame["prefix_size"], frame["max_frame"])
+    assert protocol.PREFIX.format == contract.layout(frame["prefix"]).format
+    assert members(protocol.MsgType) == C["message_types"]
+    headers = {"BUFFER_RESPONSE": protocol._BUFFER_RESPONSE, "ADD_CREDIT": protocol._ADD_CREDIT,
+               "PUSH_BUFFER": protocol._PUSH_BUFFER, "PRODUCER_CREDIT": protocol._PRODUCER_CREDIT}
+    assert {name: s.format for name, s in headers.items()} == \
+        {name: contract.layout(fields).format for name, fields in C["data_headers"].items()}
+
+
+def test_python_error_codes_are_the_contracts():
+    assert members(ErrorCode) == C["error_codes"]
+
+
+def test_python_partition_types_and_their_properties_are_the_contracts():
+    assert {t.name: {"re_readable": t.re_readable, "consume_once": t.consume_once} for t in kinds.PartitionType} == \
+        C["partition_types"]
+    assert kinds.PARTITION_TYPES == tuple(C["partition_types"])
+
+
+def test_python_partitioners_and_their_properties_are_the_contracts():
+    names = tuple(C["partitioners"])
+    assert exchange.PARTITIONERS == names
+    assert selectors.PARTITIONERS == names
+    single = {n for n, p in C["partitioners"].items() if p["single_subpartition"]}
+    assert set(config.SINGLE_SUBPARTITION) == single
+    assert set(coordinator.FORWARD_LIKE) == single
+    schema = pa.schema([("k", pa.int64())])
+    for name, props in C["partitioners"].items():
+        if name == "custom":
+            continue  # needs its function, not keys
+        if props["keyed"]:
+            with pytest.raises(selectors.SelectorError, match="needs the 'keys' option"):
+                selectors.make_selector(name, 2, 0, schema, keys=())
+        else:
+            selectors.make_selector(name, 2, 0, schema, keys=(), num_producers=2)
+
+
+def test_python_states_and_kinds_are_the_contracts():
+    assert members(kinds.ExchangeState) == C["exchange_states"]
+    assert members(kinds.PartitionState) == C["partition_states"]
+    assert members(kinds.ExchangeKind) == C["exchange_kinds"]
+
+
+def test_python_buffer_kinds_flags_trailer_and_end_counts_are_the_contracts():
+    b = C["buffer"]
+    assert members(buffer_kinds.BufferKind) == b["kinds"]
+    assert {"COMPRESSED": buffer_kinds.FLAG_COMPRESSED, "SHARED": buffer_kinds.FLAG_SHARED} == b["flags"]
+    assert buffer_kinds.BROADCAST == b["broadcast_subpartition"]
+    assert buffer.TRAILER.format == contract.layout(b["trailer"]).format
+    assert buffer_kinds.END_COUNTS.format == contract.layout(b["end_counts"]).format
+
+
+def test_python_spill_index_layout_is_the_contracts():
+    s = C["spill_index"]
+    assert spill.INDEX_MAGIC == s["magic"].encode("ascii")
+    assert spill.INDEX_ENTRY.format == contract.layout(s["entry"]).format
+    assert spill._index_dtype().itemsize == s["entry_size"]
+    assert spill._KINDS == tuple(C["buffer"]["kinds"].values())
+    assert spill._END_OF_PARTITION == C["buffer"]["kinds"]["END_OF_PARTITION"]
+
+
+# ------------------------------------------------------------------ the Java sources name the contract's constants
+def _java_sources() -> dict[str, str]:
+    return {str(p.relative_to(JAVA)): p.read_text(encoding="utf-8") for p in sorted(JAVA.rglob("*.java"))}
+
+
+def _literals_where_codes_and_states_are_used(text: str) -> set[str]:
+    """String literals compared with ``.equals``, given as a JSON field's default, or passed as a WireException's
+    code: where the JVM would spell a code or state on its own."""
+    flat = re.sub(r"\s+", " ", re.sub(r"//[^\n]*", "", text))
+    found = set(re.findall(r'"([a-z_]+)"\s*\.equals(?:IgnoreCase)?\(', flat))
+    found |= set(re.findall(r'path\("(?:code|state)"\)\.asText\("([a-z_]+)"\)', flat))
+    found |= set(re.findall(r'new WireException\([^;]*,\s*"([a-z_]+)"\)\s*;', flat))
+    return found
+
+
+def test_the_java_sources_spell_no_error_code_or_state_of_their_own():
+    reserved = set(C["error_codes"].values()) | set(C["exchange_states"].values()) | \
+        set(C["partition_states"].values()) | {"connection_lost"}
+    spelled = {name: sorted(_literals_where_codes_and_states_are_used(text) & reserved)
+               for name, text in _java_sources().items()}
+    assert {name: found for name, found in spelled.items() if found} == {}, \
+        "use org.sparkflow.exchange.wire.Contract's ErrorCode / ExchangeState / PartitionState"
+
+
+def test_the_source_scan_finds_a_spelled_code():
+    """The scan above is not vacuous: each way of spelling a code is found."""
+    assert _literals_where_codes_and_states_are_used('if ("no_exchange".equals(e.code())) {') == {"no_exchange"}
+    assert _literals_where_codes_and_states_are_used('m.path("code").asText("released")') == {"released"}
+    assert _literals_where_codes_and_states_are_used('throw new WireException("x " + y,\n  "protocol");') == {"protocol"}
+
+
+# ------------------------------------------------------------------ the built jar agrees with the file
+@pytest.fixture(scope="module")
+def jvm(jar, tmp_path_factory):
+    if shutil.which("java") is None:
+        pytest.skip("java is not on PATH")
+    return compile_driver(jar, tmp_path_factory.mktemp("jvm-units"))
+
+
+def _expected_contract_class() -> dict:
+    def flags(group: dict) -> dict:
+        out = {"ALL": list(group)}
+        for member, props in group.items():
+            for prop, on in props.items():
+                out.setdefault(prop.upper(), [])
+                if on:
+                    out[prop.upper()].append(member)
+        return out
+
+    b, s, f = C["buffer"], C["spill_index"], C["frame"]
+    return {
+        "Frame": {"MAGIC": f["magic"], "VERSION": f["version"], "PREFIX_SIZE": f["prefix_size"],
+                  "MAX_FRAME": f["max_frame"]},
+        "MessageType": C["message_types"],
+        "DataHeaderSize": {name: contract.layout(fields).size for name, fields in C["data_headers"].items()},
+        "ErrorCode": C["error_codes"],
+        "PartitionType": {**{n: n for n in C["partition_types"]}, **flags(C["partition_types"])},
+        "Partitioner": {**{n.upper(): n for n in C["partitioners"]}, **flags(C["partitioners"])},
+        "ExchangeState": C["exchange_states"],
+        "PartitionState": C["partition_states"],
+        "ExchangeKind": C["exchange_kinds"],
+        "BufferKind": b["kinds"],
+        "BufferFlag": b["flags"],
+        "Buffer": {"BROADCAST_SUBPARTITION": b["broadcast_subpartition"], "TRAILER_SIZE": b["trailer_size"],
+                   "END_COUNTS_SIZE": b["end_counts_size"]},
+        "SpillIndex": {"MAGIC": s["magic"], "VERSION": s["version"], "ENTRY_SIZE": s["entry_size"]},
+    }
+
+
+def _frames_fields() -> list[str]:
+    text = (JAVA / "org/sparkflow/exchange/wire/Frames.java").read_text(encoding="utf-8")
+    return re.findall(r"public static final \w+ ([A-Z_]+) =", text)
+
+
+def test_the_jars_constants_are_the_contracts(jvm):
+    """The generated class holds the file's values, and every class that names a contract constant holds the same
+    value: a literal written over one in Java fails here."""
+    p = "org.sparkflow.exchange."
+    b, s = C["buffer"], C["spill_index"]
+    expected = {f"{p}wire.Frames#{name}": C["message_types"].get(name) for name in _frames_fields()}
+    expected.update({f"{p}wire.Frames#MAGIC": C["frame"]["magic"], f"{p}wire.Frames#VERSION": C["frame"]["version"],
+                     f"{p}wire.Frames#PREFIX_SIZE": C["frame"]["prefix_size"],
+                     f"{p}wire.RpcConnection#MAX_FRAME": C["frame"]["max_frame"],
+                     f"{p}read.SpillIndex#MAGIC": s["magic"], f"{p}read.SpillIndex#ENTRY": s["entry_size"],
+                     f"{p}read.SpillIndex#DATA": b["kinds"]["DATA"],
+                     f"{p}read.SpillIndex#END_OF_PARTITION": b["kinds"]["END_OF_PARTITION"],
+                     f"{p}read.SpillIndex#MARKER": b["kinds"]["MARKER"],
+                     f"{p}write.BufferEncoder#TRAILER": b["trailer_size"],
+                     f"{p}read.BufferDecoder#TRAILER": b["trailer_size"],
+                     f"{p}read.ProducerFile#END_COUNTS": b["end_counts_size"],
+                     f"{p}read.CreditReceiver#HEADER": contract.layout(C["data_headers"]["BUFFER_RESPONSE"]).size,
+                     f"{p}read.CreditReceiver#FLAG_SHARED": b["flags"]["SHARED"],
+                     f"{p}write.RowRouter#BROADCAST": b["broadcast_subpartition"],
+                     f"{p}write.WriteSettings#PARTITIONERS": [n for n, x in C["partitioners"].items() if x["jvm_write"]],
+                     f"{p}write.WriteSettings#PARTITION_TYPES": list(C["partition_types"]),
+                     f"{p}format.Route#READ_PARTITIONERS": sorted(n for n, x in C["partitioners"].items() if x["jvm_read"])})
+    assert None not in expected.values(), "Frames names a constant the contract does not have"
+    generated, used = jvm([{"op": "contract"}, {"op": "fields", "fields": sorted(expected)}])
+    assert generated == {"contract": _expected_contract_class()}
+    assert {name: value for name, value in used["fields"].items() if value != expected[name]} == {}
