@@ -54,13 +54,27 @@ def _session():
     return spark
 
 
+def _start_service() -> None:
+    """The JVM catalog finds a running service and starts none: start the embedded one as a Python write does."""
+    import pyarrow as pa
+
+    import sparkflow_exchange as sfe
+
+    with sfe.open_writer("diff_warmup", pa.schema([("x", pa.int64())]), partitioner="rebalance",
+                         num_subpartitions=1) as w:
+        w.write(pa.table({"x": [1]}))
+    sfe.drop_exchange("diff_warmup")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seed", type=int, default=None, help="random seed (default: a random one, printed)")
     p.add_argument("--steps", type=int, default=None, help="operations to run (default 40 without --minutes)")
     p.add_argument("--minutes", type=float, default=None, help="run this long (also bounded by --steps if given)")
+    from differential_data import Features
+
     p.add_argument("--disable", default="", help="generators to leave out, comma separated: "
-                   "other_layout_append, case_collision, failing_overwrite, zero_columns, collation, broadcast_catalog")
+                   + ", ".join(Features.NAMES))
     p.add_argument("--json", default=None, help="write the summary and discrepancies to this file")
     p.add_argument("--verbose", action="store_true", help="print every operation")
     args = p.parse_args(argv)
@@ -74,7 +88,6 @@ def main(argv: list[str] | None = None) -> int:
         own_runtime = tempfile.mkdtemp(prefix="sparkflow-differential-")
         os.environ["SPARKFLOW_EXCHANGE_RUNTIME_DIR"] = own_runtime
 
-    from differential_data import Features
     from differential_run import Runner
 
     features = Features.without([d.strip() for d in args.disable.split(",") if d.strip()])
@@ -87,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     spark = _session()
+    _start_service()
     session_seconds = time.monotonic() - started
     runner = Runner(spark, seed, features, prefix=f"diff{seed % 100000}_", verbose=args.verbose,
                     log=lambda s: print(s, flush=True))

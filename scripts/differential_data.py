@@ -139,9 +139,10 @@ class Features:
     zero_columns: bool = True          # DataFrames with rows and no columns
     collation: bool = True             # STRING COLLATE UTF8_LCASE columns and keys
     broadcast_catalog: bool = True     # broadcast exchanges read through the catalog (readPartitions=auto)
+    failing_replace_catalog: bool = True  # failing overwrites through the catalog's createOrReplace
 
     NAMES = ("other_layout_append", "case_collision", "failing_overwrite", "zero_columns", "collation",
-             "broadcast_catalog")
+             "broadcast_catalog", "failing_replace_catalog")
 
     @classmethod
     def without(cls, disabled: list[str]) -> "Features":

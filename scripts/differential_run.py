@@ -8,6 +8,7 @@ Readers: ``py``, ``jar``, ``catalog`` (``spark.table("exchange.<name>")``), ``ow
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -16,6 +17,7 @@ from typing import Any, Callable
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 import sparkflow_exchange as sfe
@@ -59,9 +61,11 @@ def first_line(exc: BaseException) -> str:
     """The line of an error that says what went wrong (Spark wraps the package's errors in its own text)."""
     text = f"{type(exc).__name__}: {exc}"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for ln in lines:
-        if "sparkflow_exchange." in ln or "Exception:" in ln and "Traceback" not in ln:
-            return ln[:300]
+    for test in (lambda ln: "sparkflow_exchange." in ln,
+                 lambda ln: re.search(r"(Error|Exception): \S", ln) and "exception was thrown" not in ln):
+        for ln in lines:
+            if test(ln):
+                return ln[:300]
     return (lines[0] if lines else type(exc).__name__)[:300]
 
 
@@ -152,9 +156,19 @@ class Runner:
                     df = df.withColumn(c.name, F.collate(F.col(f"`{c.name}`"), "UTF8_LCASE"))
         return df.repartition(producers)
 
+    def arrow_schema(self, layout: Layout) -> pa.Schema:
+        """The Arrow schema a Spark writer declares for ``layout``'s columns (``to_arrow_schema``, UTC): what an
+        ``open_writer`` of the same exchange must bring (Spark names a list's element ``element``)."""
+        if not layout.columns:
+            return pa.schema([])
+        plain = ", ".join(f"`{c.name}` {c.type.ddl}" for c in layout.columns)
+        return to_arrow_schema(StructType.fromDDL(plain), timezone="UTC")
+
     def _rows(self, layout: Layout) -> pa.Table:
         r = self.r
         count = r.choice([0, 1, 5, 20, 50, 100, 200, 400]) if r.random() < 0.9 else r.randint(500, 2000)
+        if layout.partitioner == "forward":  # Spark makes an empty DataFrame one partition, whatever repartition says
+            count = max(count, layout.n)
         return random_rows(r, layout, count)
 
     def _writers_for(self, layout: Layout, mode: str) -> list[str]:
@@ -169,7 +183,9 @@ class Runner:
         """One write; ``mode``: overwrite, append or create (fails if the exchange exists)."""
         extra = dict(extra or {})
         if writer == "ow":
-            with sfe.open_writer(name, layout.arrow_schema, partitioner=layout.partitioner, keys=list(layout.keys),
+            schema = self.arrow_schema(layout)
+            table = table.cast(schema)
+            with sfe.open_writer(name, schema, partitioner=layout.partitioner, keys=list(layout.keys),
                                  num_subpartitions=layout.n, mode="append" if mode == "append" else "overwrite",
                                  partitionType=layout.partition_type, **extra) as w:
                 w.write(table)
@@ -248,6 +264,10 @@ class Runner:
         assert model is not None
         table = self._rows(model.layout)
         writer = self.r.choice(self._writers_for(model.layout, "append"))
+        if model.layout.partitioner == "forward":  # producer i is subpartition i: a second write has no room
+            table = random_rows(self.r, model.layout, max(table.num_rows, model.layout.n))
+            return self._refused(name, "append to a forward exchange", writer,
+                                 lambda: self._write(writer, name, model.layout, table, "append"))
         if self._attempt(name, f"append {table.num_rows} rows", writer,
                          lambda: self._write(writer, name, model.layout, table, "append")):
             model.tables.append(table)
@@ -278,6 +298,8 @@ class Runner:
         ]
         if self.features.failing_overwrite:
             bad.append(("bufferSize=1g", layout, {"bufferSize": "1g"}))
+        if writer == "catalog" and not self.features.failing_replace_catalog:
+            writer = "jar"
         what, layout, extra = self.r.choice(bad)
         self._refused(name, f"overwrite with {what}", writer,
                       lambda: self._write(writer, name, layout, table, "overwrite", extra))
@@ -345,6 +367,10 @@ class Runner:
         layout = model.layout
         if reader == "catalog" and layout.partitioner == "broadcast" and not self.features.broadcast_catalog:
             reader = "py"
+        if reader == "catalog" and layout.partitioner == "forward":  # documented: the catalog refuses it, clearly
+            self._refused(name, "read of a forward exchange", "catalog", lambda: self.spark.table(
+                f"exchange.`{name}`").toArrow())
+            return
         self.counts[f"read:{reader}"] += 1
         self.counts["reads"] += 1
         started = time.monotonic()
@@ -357,8 +383,8 @@ class Runner:
                 m = df.rdd.getNumPartitions()
                 got = canon_rows(df.withColumn("__pid", F.spark_partition_id()).toArrow(), pid="__pid")
         except Exception as exc:  # noqa: BLE001
-            self._report(Discrepancy("unexpected_error", self.step_no, name, list(self.history[name]), reader=reader,
-                                     expected=f"{model.rows} rows", got=first_line(exc)))
+            self._report(Discrepancy(self._read_failure_kind(name), self.step_no, name, list(self.history[name]),
+                                     reader=reader, expected=f"{model.rows} rows", got=first_line(exc)))
             return
         self.counts["rows_read"] += len(got)
         if self.verbose:
@@ -367,6 +393,11 @@ class Runner:
             return
         if df is not None and model.rows and layout.partitioner != "broadcast" and self.r.random() < 0.5:
             self._check_filter(name, reader, model, df)
+
+    def _read_failure_kind(self, name: str) -> str:
+        """A read that fails right after a refused operation: the refusal lost the committed state."""
+        last = self.history[name][-1] if self.history[name] else ""
+        return "refusal_lost_state" if last.endswith(": refused") else "unexpected_error"
 
     def _ow_read(self, name: str, layout: Layout) -> tuple[list, int, bool]:
         if layout.partitioner == "broadcast" and self.r.random() < 0.5:  # all subpartitions at once: one copy
@@ -390,6 +421,8 @@ class Runner:
         layout = model.layout
         expected_rows = Counter(r for t in model.tables for r in canon_rows(t))
         def report(kind: str, expected: str, got_text: str, rows: list[str]) -> bool:
+            if self._read_failure_kind(name) == "refusal_lost_state":
+                kind = "refusal_lost_state"
             self._report(Discrepancy(kind, self.step_no, name, list(self.history[name]), reader=reader,
                                      expected=expected, got=got_text, rows=rows))
             return False
