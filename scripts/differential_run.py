@@ -7,6 +7,7 @@ Readers: ``py``, ``jar``, ``catalog`` (``spark.table("exchange.<name>")``), ``ow
 """
 from __future__ import annotations
 
+import datetime as dt
 import random
 import re
 import time
@@ -473,7 +474,12 @@ class Runner:
             if c.type is COLLATED and isinstance(v, str) and self.r.random() < 0.5:
                 v = v.upper()
             col = F.col(f"`{c.name}`")
-            lit = F.lit(bytearray(v)) if isinstance(v, bytes) else F.lit(v)
+            if isinstance(v, bytes):
+                lit = F.lit(bytearray(v))
+            elif isinstance(v, dt.date) and not isinstance(v, dt.datetime):  # py4j's Date.valueOf misreads year 1
+                lit = F.lit(v.isoformat()).cast("date")
+            else:
+                lit = F.lit(v)
             parts.append(col.eqNullSafe(lit) if v is None else col == lit)
             texts.append(f"`{c.name}` {'<=>' if v is None else '='} {show_row(v, 40)}")
         cond = parts[0]
