@@ -464,7 +464,13 @@ class Runner:
         row = self.r.randrange(table.num_rows)
         value = lambda c: table.column(table.column_names.index(c)).to_pylist()[row]  # noqa: E731
         key_cols = [c for c in layout.columns if c.name in layout.keys]
-        if layout.partitioner == "hash" and all(c in filterable for c in key_cols) and self.r.random() < 0.6:
+        partner = {"k": "K", "K": "k"}
+        names = {c.name: c for c in layout.columns}
+        swapped = [names.get(partner.get(c.name, ""), c) for c in key_cols]
+        if layout.partitioner == "hash" and swapped != key_cols and all(c in filterable for c in swapped) \
+                and self.r.random() < 0.5:
+            cols = swapped  # `k` where the exchange is hashed on `K` (or the other way): no pruning on it
+        elif layout.partitioner == "hash" and all(c in filterable for c in key_cols) and self.r.random() < 0.6:
             cols = key_cols
         else:
             cols = [self.r.choice(filterable)]
