@@ -26,6 +26,7 @@ from differential_data import (COLLATED, FILTER_TYPES, ExchangeModel, Features, 
                                random_layout, random_rows, show_row)
 
 WRITERS = ("py", "jar", "catalog", "ow")
+READ_WAIT = "5"  # declareTimeout of a read: the model knows the exchange exists, a lost one is not waited for long
 READERS = ("py", "jar", "catalog", "ow")
 CLEAR_WORDS = ("layout", "schema", "keys", "key ", "partitioner", "numsubpartitions", "subpartitions", "width",
                "column", "exists", "buffersize", "partitiontype", "append", "not found", "unknown", "bad pool")
@@ -349,9 +350,10 @@ class Runner:
         jvm_layout = layout.partitioner in ("hash", "rebalance")
         exact = reader == "py" or self.r.random() < 0.5
         if reader == "py":
-            return spark.read.format("pipelined").option("exchange", name).option("jvmFormat", "false").load(), True
+            return (spark.read.format("pipelined").option("exchange", name).option("jvmFormat", "false")
+                    .option("declareTimeout", READ_WAIT).load(), True)
         if reader == "jar":
-            rd = spark.read.format("pipelined").option("exchange", name)
+            rd = spark.read.format("pipelined").option("exchange", name).option("declareTimeout", READ_WAIT)
             if not jvm_layout:  # the Python source's layouts: readPartitions is the JVM reader's option
                 return rd.load(), True
             if exact:
@@ -402,10 +404,11 @@ class Runner:
 
     def _ow_read(self, name: str, layout: Layout) -> tuple[list, int, bool]:
         if layout.partitioner == "broadcast" and self.r.random() < 0.5:  # all subpartitions at once: one copy
-            return [(0, row) for row in canon_rows(sfe.open_reader(name).read_all())], 1, False
+            return [(0, row) for row in canon_rows(sfe.open_reader(name, declareTimeout=READ_WAIT).read_all())], 1, False
         got = []
         for i in range(layout.n):
-            got += [(i, row) for row in canon_rows(sfe.open_reader(name, subpartitions=i).read_all())]
+            got += [(i, row) for row in canon_rows(
+                sfe.open_reader(name, subpartitions=i, declareTimeout=READ_WAIT).read_all())]
         return got, layout.n, True
 
     def _expected_placement(self, model: ExchangeModel, m: int) -> list:
