@@ -154,7 +154,7 @@ class Features:
 
 def random_columns(r: random.Random, features: Features) -> tuple[Column, ...]:
     """1-6 columns of random types, at least one hashable; sometimes `k` and `K` together; sometimes none at all."""
-    if features.zero_columns and r.random() < 0.06:
+    if features.zero_columns and r.random() < 0.1:
         return ()
     types = list(TYPES) + ([COLLATED, COLLATED] if features.collation else [])
     count = r.randint(1, 6)
