@@ -130,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"differential: seed {seed}: {runner.step_no} steps in {seconds:.0f}s (session {session_seconds:.0f}s), "
           f"{runner.counts['reads']} reads, {runner.counts['rows_read']} rows, {runner.counts['filters']} filters, "
           f"{runner.counts['refused']} refused; {len(runner.found)} discrepancies {kinds or ''}", flush=True)
+    if runner.found:
+        print(f"differential: replay with scripts/differential.py --seed {seed} --steps {runner.step_no} --verbose"
+              + (f" --disable {args.disable}" if args.disable else ""), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({**summary, "found": [asdict(d) for d in runner.found]}, indent=1))
     return 1 if runner.found else 0

@@ -13,7 +13,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Callable
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -25,7 +25,7 @@ import sparkflow_exchange as sfe
 from differential_data import (COLLATED, FILTER_TYPES, ExchangeModel, Features, Layout, canon_rows, other_layouts,
                                random_layout, random_rows, show_row)
 
-WRITERS = ("py", "jar", "catalog", "ow")
+WRITERS = ("py", "jar", "catalog", "ow")  # the writers (_write), for reference
 READ_WAIT = "5"  # declareTimeout of a read: the model knows the exchange exists, a lost one is not waited for long
 READERS = ("py", "jar", "catalog", "ow")
 CLEAR_WORDS = ("layout", "schema", "keys", "key ", "partitioner", "numsubpartitions", "subpartitions", "width",
@@ -342,6 +342,7 @@ class Runner:
     # ------------------------------------------------------------------ reads
     def model_frame(self, model: ExchangeModel) -> DataFrame:
         table = pa.concat_tables(model.tables) if model.tables else random_rows(self.r, model.layout, 0)
+        table = table.combine_chunks()  # createDataFrame(pyarrow.Table) drops every row after an empty chunk
         return self._dataframe(model.layout, table, 1)
 
     def _spark_read(self, reader: str, name: str, layout: Layout) -> tuple[DataFrame, bool]:
@@ -426,7 +427,7 @@ class Runner:
         expected_rows = Counter(r for t in model.tables for r in canon_rows(t))
         def report(kind: str, expected: str, got_text: str, rows: list[str]) -> bool:
             if self._read_failure_kind(name) == "refusal_lost_state":
-                kind = "refusal_lost_state"
+                got_text += " (right after a refused operation)"
             self._report(Discrepancy(kind, self.step_no, name, list(self.history[name]), reader=reader,
                                      expected=expected, got=got_text, rows=rows))
             return False
