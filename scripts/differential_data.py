@@ -184,6 +184,8 @@ def random_layout(r: random.Random, features: Features, columns: tuple[Column, .
     keys: tuple[str, ...] = ()
     if partitioner == "hash":
         keys = tuple(r.sample(hashable, r.randint(1, min(3, len(hashable)))))
+        if {"k", "K"} <= set(hashable) and r.random() < 0.5:  # hashed on one of two names that differ in case
+            keys = (r.choice(["k", "K"]),)
     n = r.choice([1, 2, 3, 4, 4, 8]) if partitioner != "forward" else r.choice([1, 2, 3])
     ptype = r.choice(["HYBRID", "HYBRID", "BLOCKING"])
     return Layout(partitioner, keys, n, columns, ptype)

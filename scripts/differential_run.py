@@ -504,6 +504,8 @@ class Runner:
                                      reader=f"{reader} WHERE {' AND '.join(texts)}", expected="the model's rows",
                                      got=first_line(exc)))
             return
+        if self.verbose:
+            self.log(f"    {reader} WHERE {' AND '.join(texts)}: {sum(got.values())} rows")
         if got != want:
             self._report(Discrepancy("wrong_filter", self.step_no, name, list(self.history[name]),
                                      reader=f"{reader} WHERE {' AND '.join(texts)}",
