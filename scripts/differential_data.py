@@ -159,7 +159,7 @@ def random_columns(r: random.Random, features: Features) -> tuple[Column, ...]:
     types = list(TYPES) + ([COLLATED, COLLATED] if features.collation else [])
     count = r.randint(1, 6)
     names = [f"c{i}" for i in range(count)]
-    if features.case_collision and r.random() < 0.3:
+    if features.case_collision and r.random() < 0.4:
         names[:2] = ["k", "K"] if count >= 2 else ["K"]
         if count < 2:
             names.append("k")

@@ -395,7 +395,7 @@ class Runner:
             self.log(f"    read by {reader}: {len(got)} rows in {m} partitions ({time.monotonic() - started:.1f}s)")
         if not self._compare(name, reader, model, got, m, exact):
             return
-        if df is not None and model.rows and layout.partitioner != "broadcast" and self.r.random() < 0.5:
+        if df is not None and model.rows and layout.partitioner != "broadcast" and self.r.random() < 0.6:
             self._check_filter(name, reader, model, df)
 
     def _read_failure_kind(self, name: str) -> str:
@@ -472,7 +472,7 @@ class Runner:
         names = {c.name: c for c in layout.columns}
         swapped = [names.get(partner.get(c.name, ""), c) for c in key_cols]
         if layout.partitioner == "hash" and swapped != key_cols and all(c in filterable for c in swapped) \
-                and self.r.random() < 0.5:
+                and self.r.random() < 0.8:
             cols = swapped  # `k` where the exchange is hashed on `K` (or the other way): no pruning on it
         elif layout.partitioner == "hash" and all(c in filterable for c in key_cols) and self.r.random() < 0.6:
             cols = key_cols
