@@ -168,7 +168,7 @@ def random_columns(r: random.Random, features: Features) -> tuple[Column, ...]:
         t = r.choice(types)
         cols.append(Column(name, t, null_rate=r.choice([0.0, 0.05, 0.3])))
     named = {c.name: i for i, c in enumerate(cols)}
-    if "k" in named and "K" in named and r.random() < 0.6:  # one type: a literal for `k` is also one for `K`
+    if "k" in named and "K" in named and r.random() < 0.85:  # one type: a literal for `k` is also one for `K`
         cols[named["K"]] = replace(cols[named["K"]], type=cols[named["k"]].type)
     if not any(c.type.hashable for c in cols):
         cols[0] = replace(cols[0], type=BY_NAME["int"])
