@@ -28,7 +28,7 @@ from differential_data import (BY_NAME, Column, ExchangeModel, Features, Layout,
 from differential_run import Runner, clear_error  # noqa: E402
 
 SEED = 11
-STEPS = 26
+STEPS = 22
 DISABLED = os.environ.get("SPARKFLOW_DIFFERENTIAL_DISABLE", "")
 
 
