@@ -63,8 +63,9 @@ def first_line(exc: BaseException) -> str:
     """The line of an error that says what went wrong (Spark wraps the package's errors in its own text)."""
     text = f"{type(exc).__name__}: {exc}"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for test in (lambda ln: "sparkflow_exchange." in ln,
-                 lambda ln: re.search(r"(Error|Exception): \S", ln) and "exception was thrown" not in ln):
+    for test in (lambda ln: "sparkflow_exchange." in ln or "org.sparkflow." in ln,
+                 lambda ln: re.search(r"(Error|Exception): \S", ln) and "exception was thrown" not in ln
+                 and "An error occurred while calling" not in ln):
         for ln in lines:
             if test(ln):
                 return ln[:300]
