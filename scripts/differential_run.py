@@ -375,6 +375,7 @@ class Runner:
         if reader == "catalog" and layout.partitioner == "forward":  # documented: the catalog refuses it, clearly
             self._refused(name, "read of a forward exchange", "catalog", lambda: self.spark.table(
                 f"exchange.`{name}`").toArrow())
+            self.history[name][-1] += " (a read: nothing to lose)"
             return
         self.counts[f"read:{reader}"] += 1
         self.counts["reads"] += 1
