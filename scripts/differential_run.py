@@ -118,13 +118,21 @@ class Runner:
             op(name)
         model = self.models[name]
         if model is not None:
-            readers = list(READERS) if r.random() < 0.2 else r.sample(READERS, 2)
+            readers = list(READERS) if r.random() < 0.2 else self._least_used("try-read", list(READERS), 2)
             for reader in readers:
                 if self.models[name] is None:
                     break
                 self.check_read(name, reader)
         elif self.history[name] and self.history[name][-1].startswith("drop") and r.random() < 0.3:
             self.check_dropped(name)
+
+    def _least_used(self, kind: str, options: list[str], count: int = 1) -> list[str]:
+        """``count`` of ``options`` used least so far (ties at random): every writer and reader takes part in a
+        short run, whatever the operations before did."""
+        ranked = sorted(options, key=lambda o: (self.counts[f"{kind}:{o}"], self.r.random()))[:count]
+        for o in ranked:
+            self.counts[f"{kind}:{o}"] += 1
+        return ranked
 
     def _note(self, name: str, text: str) -> None:
         self.history[name].append(text)
@@ -173,6 +181,9 @@ class Runner:
         if layout.partitioner == "forward":  # Spark makes an empty DataFrame one partition, whatever repartition says
             count = max(count, layout.n)
         return random_rows(r, layout, count)
+
+    def _pick_writer(self, layout: Layout, mode: str) -> str:
+        return self._least_used("try-write", self._writers_for(layout, mode))[0]
 
     def _writers_for(self, layout: Layout, mode: str) -> list[str]:
         out = ["py", "jar", "catalog"]
@@ -245,7 +256,7 @@ class Runner:
     def op_create(self, name: str) -> None:
         layout = random_layout(self.r, self.features)
         table = self._rows(layout)
-        writer = self.r.choice(self._writers_for(layout, "overwrite"))
+        writer = self._pick_writer(layout, "overwrite")
         mode = self.r.choice(["create", "overwrite"]) if writer in ("jar", "catalog") else "overwrite"
         self.history[name] = []
         if self._attempt(name, f"{mode} {layout.describe()} {table.num_rows} rows", writer,
@@ -257,7 +268,7 @@ class Runner:
         assert model is not None
         layout = model.layout if self.r.random() < 0.4 else random_layout(self.r, self.features)
         table = self._rows(layout)
-        writer = self.r.choice(self._writers_for(layout, "overwrite"))
+        writer = self._pick_writer(layout, "overwrite")
         if self._attempt(name, f"overwrite {layout.describe()} {table.num_rows} rows", writer,
                          lambda: self._write(writer, name, layout, table, "overwrite")):
             self.models[name] = ExchangeModel(layout, [table])
@@ -266,7 +277,7 @@ class Runner:
         model = self.models[name]
         assert model is not None
         table = self._rows(model.layout)
-        writer = self.r.choice(self._writers_for(model.layout, "append"))
+        writer = self._pick_writer(model.layout, "append")
         if model.layout.partitioner == "forward":  # producer i is subpartition i: a second write has no room
             table = random_rows(self.r, model.layout, max(table.num_rows, model.layout.n))
             return self._refused(name, "append to a forward exchange", writer,
@@ -285,7 +296,7 @@ class Runner:
         table = self._rows(layout)
         if table.num_rows == 0:
             table = random_rows(self.r, layout, 10)
-        writer = self.r.choice(self._writers_for(layout, "append"))
+        writer = self._pick_writer(layout, "append")
         self._refused(name, f"append with {what} ({layout.describe()})", writer,
                       lambda: self._write(writer, name, layout, table, "append"))
 
@@ -294,7 +305,7 @@ class Runner:
         assert model is not None
         layout = random_layout(self.r, self.features)
         table = random_rows(self.r, layout, 20)
-        writer = self.r.choice(self._writers_for(layout, "overwrite"))
+        writer = self._pick_writer(layout, "overwrite")
         bad: list[tuple[str, Layout, dict[str, str]]] = [
             ("a key that is no column", replace(layout, partitioner="hash", keys=("no_such_column",)), {}),
             ("an unknown partition type", replace(layout, partition_type="SIDEWAYS"), {}),
