@@ -224,8 +224,23 @@ class Runner:
             w = w.option(k, v)
         w.mode({"create": "errorifexists"}.get(mode, mode)).save()
 
-    def _attempt(self, name: str, what: str, writer: str, fn: Callable[[], None]) -> bool:
-        """Run an operation the model says succeeds; an error is a discrepancy."""
+    @staticmethod
+    def _refusal(writer: str, layout: Layout) -> str | None:
+        """Why the model says this write must be refused (None: it must succeed)."""
+        if layout.collated:  # an exchange keeps no collation: its readers would compare the column as plain strings
+            return "a collated string column"
+        if not layout.columns and writer == "py":  # Spark hands a Python writer no rows for it
+            return "a DataFrame without columns through the Python data source"
+        return None
+
+    def _attempt(self, name: str, what: str, writer: str, fn: Callable[[], None],
+                 layout: Layout | None = None) -> bool:
+        """Run an operation the model says succeeds (or, for what ``layout`` makes refused, must fail with a
+        clear error and change nothing); an error is a discrepancy. True when it ran and succeeded."""
+        refusal = self._refusal(writer, layout) if layout is not None else None
+        if refusal is not None:
+            self._refused(name, f"{what} with {refusal}", writer, fn)
+            return False
         started = time.monotonic()
         try:
             fn()
@@ -260,7 +275,7 @@ class Runner:
         mode = self.r.choice(["create", "overwrite"]) if writer in ("jar", "catalog") else "overwrite"
         self.history[name] = []
         if self._attempt(name, f"{mode} {layout.describe()} {table.num_rows} rows", writer,
-                         lambda: self._write(writer, name, layout, table, mode)):
+                         lambda: self._write(writer, name, layout, table, mode), layout):
             self.models[name] = ExchangeModel(layout, [table])
 
     def op_overwrite(self, name: str) -> None:
@@ -270,7 +285,7 @@ class Runner:
         table = self._rows(layout)
         writer = self._pick_writer(layout, "overwrite")
         if self._attempt(name, f"overwrite {layout.describe()} {table.num_rows} rows", writer,
-                         lambda: self._write(writer, name, layout, table, "overwrite")):
+                         lambda: self._write(writer, name, layout, table, "overwrite"), layout):
             self.models[name] = ExchangeModel(layout, [table])
 
     def op_append(self, name: str) -> None:
@@ -283,7 +298,7 @@ class Runner:
             return self._refused(name, "append to a forward exchange", writer,
                                  lambda: self._write(writer, name, model.layout, table, "append"))
         if self._attempt(name, f"append {table.num_rows} rows", writer,
-                         lambda: self._write(writer, name, model.layout, table, "append")):
+                         lambda: self._write(writer, name, model.layout, table, "append"), model.layout):
             model.tables.append(table)
 
     def op_other_layout_append(self, name: str) -> None:

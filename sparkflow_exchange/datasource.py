@@ -96,7 +96,7 @@ class PipelinedDataSource(DataSource):
                 f"exchange {self.config.exchange!r}: a DataFrame with no columns cannot be written by the Python data "
                 "source (Spark passes it no rows); add a column, or write it through the plugin jar (catalog, or "
                 "format(\"pipelined\") with the jar loaded), which keeps the row count")
-        _refuse_collated_keys(self.config, schema)
+        _refuse_collated(self.config, schema)
         finding = _ServiceLookup(self.config)  # a first write may start the embedded service meanwhile
         from . import exchange as ex
         arrow_schema = _arrow_schema(schema)
@@ -144,20 +144,29 @@ class _ServiceLookup(threading.Thread):
             raise self.error
 
 
-def _refuse_collated_keys(config: ExchangeConfig, schema: StructType) -> None:
-    """A hash key of a collated string (e.g. UTF8_LCASE) is refused: an exchange's schema is Arrow's, which keeps
-    no collation, so the rows would be placed, compared and filtered as plain strings, unlike Spark's own."""
-    if config.partitioner != "hash":
-        return
-    fields = {f.name: f for f in schema.fields}
-    for key in config.keys:
-        field = fields.get(key)
-        collation = getattr(field.dataType, "collation", "UTF8_BINARY") if field is not None else "UTF8_BINARY"
-        if collation != "UTF8_BINARY":
-            raise ConfigError(
-                f"hash key {key!r} of exchange {config.exchange!r} is a collated string ({collation}), whose "
-                "collation an exchange does not keep: hash on a key of the default collation (e.g. "
-                f"lower({key}) for UTF8_LCASE), or cast it to STRING")
+def _refuse_collated(config: ExchangeConfig, schema: StructType) -> None:
+    """A collated string anywhere in the rows (e.g. UTF8_LCASE) is refused: an exchange's schema is Arrow's, which
+    keeps no collation, so its readers would place, compare, filter and join it as a plain string, unlike Spark."""
+    from pyspark.sql.types import ArrayType, MapType, StringType
+
+    def walk(dtype, where: str) -> None:
+        if isinstance(dtype, StructType):
+            for field in dtype.fields:
+                walk(field.dataType, f"{where}.{field.name}" if where else field.name)
+        elif isinstance(dtype, ArrayType):
+            walk(dtype.elementType, f"{where}[]")
+        elif isinstance(dtype, MapType):
+            walk(dtype.keyType, f"{where}{{key}}")
+            walk(dtype.valueType, f"{where}{{value}}")
+        elif isinstance(dtype, StringType):
+            collation = getattr(dtype, "collation", "UTF8_BINARY")
+            if collation != "UTF8_BINARY":
+                raise ConfigError(
+                    f"column {where!r} of exchange {config.exchange!r} is a collated string ({collation}), whose "
+                    "collation an exchange does not keep (its readers would compare it as a plain string): cast it "
+                    f"to STRING, or write lower({where}) for UTF8_LCASE")
+
+    walk(schema, "")
 
 
 def _check_schema(name: str | None, given: pa.Schema, expected: pa.Schema) -> None:

@@ -9,13 +9,17 @@ import org.apache.spark.SparkEnv;
 import org.apache.spark.sql.catalyst.analysis.NoSuchFunctionException;
 import org.apache.spark.sql.catalyst.analysis.NoSuchNamespaceException;
 import org.apache.spark.sql.catalyst.analysis.NoSuchTableException;
+import org.apache.spark.sql.catalyst.analysis.TableAlreadyExistsException;
 import org.apache.spark.sql.connector.catalog.CatalogV2Util;
 import org.apache.spark.sql.connector.catalog.Column;
 import org.apache.spark.sql.connector.catalog.FunctionCatalog;
 import org.apache.spark.sql.connector.catalog.Identifier;
+import org.apache.spark.sql.connector.catalog.StagedTable;
+import org.apache.spark.sql.connector.catalog.StagingTableCatalog;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCatalog;
 import org.apache.spark.sql.connector.catalog.TableChange;
+import org.apache.spark.sql.connector.catalog.TableInfo;
 import org.apache.spark.sql.connector.catalog.functions.UnboundFunction;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
@@ -41,7 +45,7 @@ import org.sparkflow.exchange.write.WriteSettings;
  * (catalog setting only; default false): an exchange being written is read as its producers write it (the wait
  * then ends at its declaration), as {@code format("pipelined")} reads it.
  */
-public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
+public class ExchangeCatalog implements StagingTableCatalog, FunctionCatalog {
     /** The settings that find the service (the Python source behind format("pipelined") gets the non-host ones). */
     public static final String[] KEYS = {"coordinator", "service", "secret", "secretFile", "hostId", "tls.caFile",
         "tls.certFile"};
@@ -204,10 +208,63 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
     @Override
     public Table createTable(Identifier ident, Column[] columns, Transform[] partitions, Map<String, String> properties)
             throws NoSuchNamespaceException {
+        return newTable(ident, columns, partitions, properties, false);
+    }
+
+    private NewExchangeTable newTable(Identifier ident, Column[] columns, Transform[] partitions,
+                                      Map<String, String> properties, boolean replaces) throws NoSuchNamespaceException {
         requireRoot(ident.namespace());
         WriteSettings write = WriteSettings.defaults().with(List.of(properties)).withPartitioning(partitions);
         return new NewExchangeTable(ident.name(), CatalogV2Util.v2ColumnsToStructType(columns), partitions, properties,
-                write, client(), settings);
+                write, client(), settings, replaces);
+    }
+
+    /**
+     * The staged forms of create and replace (CTAS, RTAS, {@code writeTo(...).create()/replace()/createOrReplace()}):
+     * Spark then never drops the exchange before writing it, so a replace whose settings or write fail leaves the
+     * committed exchange readable (the write declares an overwrite that replaces it only at its commit).
+     */
+    @Override
+    public StagedTable stageCreate(Identifier ident, Column[] columns, Transform[] partitions,
+                                   Map<String, String> properties)
+            throws TableAlreadyExistsException, NoSuchNamespaceException {
+        if (tableExists(ident)) {
+            throw new TableAlreadyExistsException(ident);
+        }
+        return newTable(ident, columns, partitions, properties, false);
+    }
+
+    @Override
+    public StagedTable stageReplace(Identifier ident, Column[] columns, Transform[] partitions,
+                                    Map<String, String> properties)
+            throws NoSuchNamespaceException, NoSuchTableException {
+        if (!tableExists(ident)) {
+            throw new NoSuchTableException(ident);
+        }
+        return newTable(ident, columns, partitions, properties, true);
+    }
+
+    @Override
+    public StagedTable stageCreateOrReplace(Identifier ident, Column[] columns, Transform[] partitions,
+                                            Map<String, String> properties) throws NoSuchNamespaceException {
+        return newTable(ident, columns, partitions, properties, true);
+    }
+
+    @Override
+    public StagedTable stageCreate(Identifier ident, TableInfo info)
+            throws TableAlreadyExistsException, NoSuchNamespaceException {
+        return stageCreate(ident, info.columns(), info.partitions(), info.properties());
+    }
+
+    @Override
+    public StagedTable stageReplace(Identifier ident, TableInfo info)
+            throws NoSuchNamespaceException, NoSuchTableException {
+        return stageReplace(ident, info.columns(), info.partitions(), info.properties());
+    }
+
+    @Override
+    public StagedTable stageCreateOrReplace(Identifier ident, TableInfo info) throws NoSuchNamespaceException {
+        return stageCreateOrReplace(ident, info.columns(), info.partitions(), info.properties());
     }
 
     @Override

@@ -7,7 +7,10 @@ import org.apache.spark.sql.catalyst.expressions.BoundReference;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.plans.physical.HashPartitioning;
+import org.apache.spark.sql.types.ArrayType;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.MapType;
 import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
@@ -32,6 +35,7 @@ final class RowRouter {
 
     RowRouter(WriteHandle handle, int producerIndex) {
         WriteSettings s = handle.settings();
+        refuseCollated(handle.schema(), "");
         single = s.single();
         Integer n = handle.numSubpartitions();
         if (single) {
@@ -51,6 +55,27 @@ final class RowRouter {
         hash = "hash".equals(s.partitioner()) ? UnsafeProjection.create(new HashPartitioning(
                 CollectionConverters.asScala(keyReferences(handle.schema(), s.keys())).toList(), n)
                 .partitionIdExpression()) : null;
+    }
+
+    /**
+     * A collated string anywhere in the rows (e.g. UTF8_LCASE) is refused: an exchange's schema is Arrow's, which
+     * keeps no collation, so its readers would compare, filter, group and join the column as plain strings.
+     */
+    static void refuseCollated(DataType type, String where) {
+        if (type instanceof StructType struct) {
+            for (StructField field : struct.fields()) {
+                refuseCollated(field.dataType(), where.isEmpty() ? field.name() : where + "." + field.name());
+            }
+        } else if (type instanceof ArrayType array) {
+            refuseCollated(array.elementType(), where + "[]");
+        } else if (type instanceof MapType map) {
+            refuseCollated(map.keyType(), where + "{key}");
+            refuseCollated(map.valueType(), where + "{value}");
+        } else if (type instanceof StringType && !type.equals(DataTypes.StringType)) {
+            throw new IllegalArgumentException("column '" + where + "' is a collated string (" + type.simpleString()
+                    + "), whose collation an exchange does not keep (its readers would compare it as a plain string):"
+                    + " cast it to STRING, or write lower(" + where + ") for UTF8_LCASE");
+        }
     }
 
     private static List<Expression> keyReferences(StructType schema, List<String> keys) {
