@@ -76,14 +76,17 @@ def tls_setup(tmp_path_factory):
 def probe(jar, tmp_path_factory):
     from sparkflow_exchange.build_plugin import spark_jars
 
-    if shutil.which("java") is None:
-        pytest.skip("java is not on PATH")
+    if shutil.which("java") is None or shutil.which("javac") is None:
+        pytest.skip("java/javac are not on PATH")
     work = tmp_path_factory.mktemp("jvm-tls-probe")
     (work / "Probe.java").write_text(PROBE)
     classpath = ":".join([str(jar), *(str(p) for p in spark_jars())])
+    compiled = subprocess.run(["javac", "-nowarn", "-cp", classpath, "-d", str(work), str(work / "Probe.java")],
+                              capture_output=True, text=True, timeout=300)  # once: each run then only starts a JVM
+    assert compiled.returncode == 0, compiled.stderr[-3000:]
 
     def run(address: str, secret: str, ca: Path | None, check_hostname: bool = True) -> str:
-        out = subprocess.run(["java", "-cp", classpath, str(work / "Probe.java"), address, secret,
+        out = subprocess.run(["java", "-cp", f"{work}:{classpath}", "Probe", address, secret,
                               str(ca or ""), str(check_hostname).lower()], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr[-3000:]
         return out.stdout.strip().splitlines()[-1]
@@ -106,9 +109,11 @@ def test_a_unix_socket_stays_plaintext_with_tls_configured(probe, tls_setup):
     assert probe(svc.unix, svc.secret, tls_setup["ca"]) == f"served {svc.info['service_id']}"
 
 
-def test_a_tls_service_refuses_a_plaintext_jvm_client_within_the_timeout(probe, tls_setup):
+def test_a_plaintext_jvm_client_of_a_tls_port_is_told_to_set_the_ca(probe, tls_setup):
     svc = tls_setup["svc"]
-    assert probe(svc.tcp, svc.secret, None).startswith("refused")
+    answer = probe(svc.tcp, svc.secret, None)
+    assert answer == (f"refused the exchange service at {svc.tcp} closed the connection before the handshake "
+                      "finished (is it a TLS port? then set tls.caFile)"), answer
 
 
 def test_a_wrong_ca_fails_verification_in_the_python_clients_words(probe, tls_setup):
@@ -148,16 +153,21 @@ def test_format_pipelined_and_the_catalog_run_in_the_jvm_over_tls(jar, tls_setup
              "misnamed_tcp": misnamed.tcp, "misnamed_cert": str(tls_setup["misnamed_cert"])}
     source = (Path(__file__).parent / "app_jvm_tls.py").read_text().replace(
         "setup = json.loads(sys.argv[2])", f"setup = json.loads({json.dumps(json.dumps(setup))})")
+    before = svc.connect(svc.unix).call("status")["traffic"]
     results, _ = run_app_with_jar(tmp_path, source, jar, timeout=600)
+    after = svc.connect(svc.unix).call("status")["traffic"]
 
     def passed(name: str) -> dict:
         outcome = results[name]
         assert outcome["ok"], f"{name}: {outcome.get('error')}\n{outcome.get('trace', '')}"
         return outcome
 
+    # the reads took every row from the service over TCP (TLS: its only TCP port), none from its spill files
+    assert after["remote"] > before["remote"] and after["local_file"] == before["local_file"], (before, after)
     passed("format_pipelined_over_tls_is_served_by_the_jvm")
     passed("catalog_over_tls_writes_and_reads_in_the_jvm")
     assert passed("without_the_host_name_check_the_ca_alone_is_trusted")["tables"] == []
+    print(json.dumps({k: v.get("error", "").splitlines()[:2] for k, v in results.items()}))  # shown on a failure
     wrong_ca = results["a_wrong_ca_fails_verification"]
     assert not wrong_ca["ok"] and "failed TLS verification" in wrong_ca["error"] \
         and "unknown CA" in wrong_ca["error"], wrong_ca

@@ -60,11 +60,20 @@ public final class RpcConnection implements AutoCloseable {
                 startTls(tls, hostPort[0], Integer.parseInt(hostPort[1]));
             }
             Handshake handshake = new Handshake(secret, hostId, address);
-            while (!handshake.open()) {
-                byte[] reply = handshake.step(next());
-                if (reply != null) {
-                    write(reply);
+            try {
+                while (!handshake.open()) {
+                    byte[] reply = handshake.step(next());
+                    if (reply != null) {
+                        write(reply);
+                    }
                 }
+            } catch (WireException cut) {
+                if (engine != null || address.startsWith("unix:") || !"connection_lost".equals(cut.code())) {
+                    throw cut;
+                }
+                // a TLS port says nothing to a plaintext client, and closes on it after its helloTimeout
+                throw new WireException(cut.getMessage() + " before the handshake finished (is it a TLS port? then "
+                        + "set tls.caFile)", cut.code());
             }
         } catch (IllegalArgumentException e) { // a TLS file that cannot serve: the setting's own error
             close();
