@@ -271,7 +271,7 @@ public final class RpcConnection implements AutoCloseable {
             if (r.getStatus() == SSLEngineResult.Status.CLOSED) {
                 return -1;
             }
-            if (r.getHandshakeStatus() == SSLEngineResult.HandshakeStatus.NEED_TASK) {
+            if (engine.getHandshakeStatus() == SSLEngineResult.HandshakeStatus.NEED_TASK) {
                 runTasks();
             }
             if (engine.getHandshakeStatus() == SSLEngineResult.HandshakeStatus.NEED_WRAP) { // a post-handshake answer
@@ -433,9 +433,21 @@ public final class RpcConnection implements AutoCloseable {
             if (selector != null) {
                 selector.close();
             }
-            channel.close();
-        } catch (IOException ignored) {
-            // closing: nothing left to do with it
+            if (engine != null && channel.isOpen()) { // close_notify, if the socket takes it now: never waits
+                engine.closeOutbound();
+                netOut.clear();
+                engine.wrap(ByteBuffer.allocate(0), netOut);
+                netOut.flip();
+                channel.write(netOut);
+            }
+        } catch (IOException | RuntimeException ignored) {
+            // closing: a failed TLS session or a socket already gone has nothing left to say
+        } finally {
+            try {
+                channel.close();
+            } catch (IOException ignored) {
+                // closing: nothing left to do with it
+            }
         }
     }
 }
