@@ -1,5 +1,6 @@
 """A Spark application whose exchange service speaks TLS, run by tests/test_jvm_tls.py with the plugin jar as argv[1]
-and the service's addresses, secret and certificates as JSON in argv[2].
+and the service's addresses, secret and certificates as JSON in argv[2] (the test writes them in place of that
+argument).
 
 The session names the service by TCP (coordinator and service settings) with ``tls.caFile``, and a ``hostId`` of
 its own, so that its read tasks read the producers over TCP, not from the spill files of their host: every
@@ -19,7 +20,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 CATALOG = "org.sparkflow.exchange.catalog.ExchangeCatalog"
-N = 4000
+N = 200_000  # rows: many buffers (and TLS records) on every connection, beyond a reader's first credit of 4
 setup = json.loads(sys.argv[2])
 results: dict[str, dict] = {}
 

@@ -5,8 +5,8 @@ TLS on loopback: the CA file trusted and a certificate naming 127.0.0.1 serve; a
 wrong CA, or a certificate naming another address, fail verification in the Python client's words (unless
 ``tls.checkHostname=false``, which trusts the CA alone). Then one Spark application (tests/app_jvm_tls.py) writes
 and reads through ``format("pipelined")`` and the catalog over TLS in the JVM: no Exchange after the read for a
-``groupBy`` on the key, every row exact. Builds the plugin jar; the application takes about 40 s on a busy 2-core
-machine.
+``groupBy`` on the key, every row exact, the reads over TCP. Builds the plugin jar; the application takes 25-45 s on
+a busy 2-core machine.
 """
 from __future__ import annotations
 
