@@ -28,7 +28,8 @@ import javax.net.ssl.TrustManagerFactory;
  */
 public record Tls(String caFile, String certFile, boolean checkHostname) implements Serializable {
     private static final String[] PROTOCOLS = {"TLSv1.3", "TLSv1.2"};
-    private static final Map<Tls, SSLContext> CONTEXTS = new ConcurrentHashMap<>();
+    // one context per settings and trust file version: a CA file replaced in place is read again
+    private static final Map<String, SSLContext> CONTEXTS = new ConcurrentHashMap<>();
 
     /** The TLS settings among the sparkflow-exchange keys without prefix, or null when TLS is not configured. */
     public static Tls from(Map<String, String> settings) {
@@ -61,7 +62,14 @@ public record Tls(String caFile, String certFile, boolean checkHostname) impleme
 
     /** A client engine for {@code host:port}: host-name checked (IP or DNS subjectAltName) unless switched off. */
     public SSLEngine engine(String host, int port) {
-        SSLEngine engine = CONTEXTS.computeIfAbsent(this, Tls::context).createSSLEngine(host, port);
+        long modified;
+        try {
+            modified = Files.getLastModifiedTime(Path.of(trustFile())).toMillis();
+        } catch (IOException | RuntimeException e) {
+            modified = -1; // missing or unreadable: context() says which
+        }
+        SSLEngine engine = CONTEXTS.computeIfAbsent(this + "@" + modified, key -> context(this))
+                .createSSLEngine(host, port);
         engine.setUseClientMode(true);
         SSLParameters params = engine.getSSLParameters();
         params.setProtocols(PROTOCOLS);
