@@ -30,16 +30,19 @@ public final class Discovery {
         }
         JsonNode plugin = runtime.state(runtime.path().resolve("jvm-" + ProcessHandle.current().pid() + ".json"));
         if (plugin != null && plugin.hasNonNull("coordinator_address")) {
-            return endpoint(plugin, plugin.get("coordinator_address").asText(), secret, hostId, "the Spark plugin's state file", tls);
+            return endpoint(plugin, plugin.get("coordinator_address").asText(), secret, hostId,
+                    "the Spark plugin's state file", tls);
         }
         JsonNode embedded = runtime.state(runtime.path().resolve("embedded.json"));
         if (embedded != null && embedded.hasNonNull("unix")) {
-            return endpoint(embedded, embedded.get("unix").asText(), secret, hostId, "the embedded service's state file", tls);
+            return endpoint(embedded, embedded.get("unix").asText(), secret, hostId,
+                    "the embedded service's state file", tls);
         }
         for (String glob : List.of("serve-*.json", "coordinator-*.json")) {
             for (JsonNode info : runtime.states(glob)) {
                 if (info.path("coordinator").asBoolean(false)) {
-                    return endpoint(info, info.get("unix").asText(), secret, hostId, "a running service's state file", tls);
+                    return endpoint(info, info.get("unix").asText(), secret, hostId,
+                            "a running service's state file", tls);
                 }
             }
         }
@@ -72,7 +75,8 @@ public final class Discovery {
         if (coordinator != null && !coordinator.isBlank()) {
             for (JsonNode info : runtime.states("serve-*.json")) {
                 if (coordinator.trim().equals(info.path("reports_to").asText())) {
-                    return endpoint(info, info.get("unix").asText(), secret, hostId, "this host's service's state file", tls);
+                    return endpoint(info, info.get("unix").asText(), secret, hostId,
+                            "this host's service's state file", tls);
                 }
             }
         }

@@ -117,7 +117,8 @@ public record Tls(String caFile, String certFile, boolean checkHostname) impleme
             ctx.init(null, trust.getTrustManagers(), null);
             return ctx;
         } catch (GeneralSecurityException | IOException e) {
-            throw new IllegalArgumentException(setting + " " + file + " cannot serve as a trust root: " + e.getMessage());
+            throw new IllegalArgumentException(setting + " " + file + " cannot serve as a trust root: "
+                    + e.getMessage());
         }
     }
 }
