@@ -2,10 +2,13 @@
 its spark-defaults.conf alone (master, coordinator, secret file, TLS).
 
 ``write PREFIX``: writes a hash, a broadcast and a forward exchange from four tasks spread over both
-workers and ends; prints, per exchange, where its producers' partitions are held.
+workers (the hash one through the jar's JVM writer, which ``format("pipelined")`` takes with TLS on too), and
+the hash rows again through the catalog (``writeTo``: the JVM writer only), and ends; prints, per exchange,
+where its producers' partitions are held.
 ``read PREFIX``: reads the three and compares them, partition ids included, with what they must hold
 (chispa); prints the row and partition counts and each partition's rows and sum of ids, and the names
-``list_exchanges(spark)`` gives on the driver.
+``list_exchanges(spark)`` gives on the driver; reads the catalog's exchange with ``spark.table`` (compared the
+same way) and prints the executed plans of a ``groupBy`` on the key after the JVM reads.
 
 Without Spark (the client API, in a plain Python process of host0, configured by the same file):
 ``client-sums PREFIX``: each subpartition's rows and sum of ids, as ``read`` prints them.
@@ -20,6 +23,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 WIDTH = 4  # write tasks, and read partitions of every exchange
+CATALOG = "org.sparkflow.exchange.catalog.ExchangeCatalog"
 
 
 def source(spark, name: str):
@@ -58,7 +62,16 @@ def write(spark, prefix: str) -> dict:
         w.save()
         plan = read_plan(f"{prefix}-{name}")
         out[name] = sorted({(p["location"]["host_id"], p["location"]["tcp"]) for p in plan["producers"]})
+    spark.conf.set("spark.sql.catalog.exchange", CATALOG)  # the same settings: spark.sparkflow.exchange.*
+    source(spark, "hash").writeTo(f"exchange.`{prefix}-cat`").tableProperty("keys", "key") \
+        .tableProperty("numSubpartitions", str(WIDTH)).create()
+    plan = read_plan(f"{prefix}-cat")
+    out["cat"] = sorted({(p["location"]["host_id"], p["location"]["tcp"]) for p in plan["producers"]})
     return out
+
+
+def executed(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
 
 
 def read(spark, prefix: str) -> dict:
@@ -67,6 +80,14 @@ def read(spark, prefix: str) -> dict:
     import sparkflow_exchange
 
     out = {}
+    jvm = {"format_plan": executed(spark.read.format("pipelined").option("exchange", f"{prefix}-hash").load()
+                                   .groupBy("key").count())}
+    spark.conf.set("spark.sql.catalog.exchange", CATALOG)
+    cat = spark.table(f"exchange.`{prefix}-cat`")
+    jvm["catalog_plan"] = executed(cat.groupBy("key").count())
+    assert_df_equality(expected(spark, "hash"), cat.withColumn("pid", F.spark_partition_id()), ignore_row_order=True,
+                       ignore_nullable=True)
+    jvm["catalog_rows"] = cat.count()
     for name in OPTIONS:
         got = spark.read.format("pipelined").option("exchange", f"{prefix}-{name}").load()
         partitions = got.rdd.getNumPartitions()
@@ -78,7 +99,7 @@ def read(spark, prefix: str) -> dict:
         got.unpersist()
     # the driver sees the cluster's exchanges (the coordinator spark-defaults.conf names)
     listed = sorted(s.name for s in sparkflow_exchange.list_exchanges(spark) if s.name.startswith(f"{prefix}-"))
-    return {"exchanges": out, "listed": listed}
+    return {"exchanges": out, "listed": listed, "jvm": jvm}
 
 
 def client_sums(prefix: str) -> dict:

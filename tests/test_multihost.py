@@ -1,6 +1,6 @@
 """Exchanges between applications on a cluster of three hosts (tests/multihost.py): Spark standalone, the
 services deployed as docs/deployment.md says (coordinator on host0, a service on each worker host), TLS
-with host-name checks, no hosts-file entries for the other hosts, applications configured by
+with host-name checks (which the jar's JVM writer, reader and catalog speak too), no hosts-file entries for the other hosts, applications configured by
 spark-defaults.conf alone.
 
 One cluster for the module (bringing it up takes a minute or two); the test that kills a service runs last.
@@ -87,7 +87,16 @@ def test_a_later_application_reads_every_exchange_exactly(read_back):
 
 def test_the_driver_lists_the_clusters_exchanges(written, read_back):
     prefix, _ = written
-    assert read_back["listed"] == sorted(f"{prefix}-{name}" for name in EXPECTED)
+    assert read_back["listed"] == sorted(f"{prefix}-{name}" for name in [*EXPECTED, "cat"])
+
+
+def test_the_jvm_writer_reader_and_catalog_serve_across_hosts_with_tls(read_back):
+    # format("pipelined") and the catalog read in the JVM over TLS: the exchange's scan, no shuffle after it
+    jvm = read_back["jvm"]
+    for plan in (jvm["format_plan"], jvm["catalog_plan"]):
+        assert "sparkflow-exchange" in plan and "(Python)" not in plan, plan
+        assert "Exchange" not in plan.replace("sparkflow-exchange", ""), plan
+    assert jvm["catalog_rows"] == EXPECTED["hash"]["rows"]
 
 
 def test_status_on_a_worker_host_shows_the_clusters_services(cluster, written):

@@ -22,7 +22,7 @@ public final class CoordinatorClient {
     /** One call on a fresh connection; its result, or a {@link WireException} with the coordinator's code. */
     public JsonNode call(String method, Map<String, Object> args) {
         try (RpcConnection conn = new RpcConnection(endpoint.coordinator(), endpoint.secret(), endpoint.hostId(),
-                TIMEOUT_MILLIS)) {
+                TIMEOUT_MILLIS, endpoint.tls())) {
             return conn.call(method, args);
         }
     }

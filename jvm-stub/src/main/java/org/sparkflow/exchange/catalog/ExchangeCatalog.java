@@ -48,7 +48,7 @@ import org.sparkflow.exchange.write.WriteSettings;
 public class ExchangeCatalog implements StagingTableCatalog, FunctionCatalog {
     /** The settings that find the service (the Python source behind format("pipelined") gets the non-host ones). */
     public static final String[] KEYS = {"coordinator", "service", "secret", "secretFile", "hostId", "tls.caFile",
-        "tls.certFile"};
+        "tls.certFile", "tls.checkHostname"};
     static final long POLL_MILLIS = 100;
     static final long LONGEST_WAIT_MILLIS = 20_000; // one wait at the coordinator, within a call's timeout
     private String name;
@@ -87,14 +87,7 @@ public class ExchangeCatalog implements StagingTableCatalog, FunctionCatalog {
      * embedded service that restarted has a new secret (finding it reads a few small files).
      */
     protected Endpoint endpoint() {
-        Endpoint found = Discovery.find(settings, RuntimeDir.standard());
-        boolean tls = settings.containsKey("tls.caFile") || settings.containsKey("tls.certFile");
-        if (tls && !found.coordinator().startsWith("unix:")) {
-            throw new UnsupportedOperationException("the exchange catalog speaks no TLS, and TLS is configured "
-                    + "(tls.caFile/tls.certFile) for the coordinator at " + found + ": give it the coordinator's "
-                    + "Unix socket on its host (coordinator=unix:/path), or read with spark.read.format(\"pipelined\")");
-        }
-        return found;
+        return Discovery.find(settings, RuntimeDir.standard());
     }
 
     /** The catalog's connection settings (coordinator, secret, hostId, ...), from its options or the session. */
@@ -105,7 +98,7 @@ public class ExchangeCatalog implements StagingTableCatalog, FunctionCatalog {
     /** What a read task needs of this catalog: this host's identity and the secret of the coordinator found. */
     protected ReadSettings readSettings(Endpoint found) {
         return new ReadSettings(settings.getOrDefault("hostId", ""), found.secret(), found.coordinator(),
-                readWhileWritten);
+                readWhileWritten, found.tls());
     }
 
     CoordinatorClient client() {

@@ -8,6 +8,7 @@ import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.List;
 import java.util.Map;
+import org.sparkflow.exchange.wire.Tls;
 
 /**
  * Which coordinator the catalog asks, in the Python client's order ({@code service/discovery.py}), never starting
@@ -18,26 +19,30 @@ import java.util.Map;
 public final class Discovery {
     private Discovery() {}
 
-    /** ``settings``: the sparkflow-exchange keys without prefix (coordinator, secret, secretFile, hostId). */
+    /** ``settings``: the sparkflow-exchange keys without prefix (coordinator, secret, secretFile, hostId, tls.*). */
     public static Endpoint find(Map<String, String> settings, RuntimeDir runtime) {
         String secret = secret(settings);
         String hostId = settings.getOrDefault("hostId", "");
+        Tls tls = Tls.from(settings);
         String coordinator = settings.get("coordinator");
         if (coordinator != null && !coordinator.isBlank()) {
-            return new Endpoint(coordinator.trim(), secret, hostId, "the coordinator setting");
+            return new Endpoint(coordinator.trim(), secret, hostId, "the coordinator setting", tls);
         }
         JsonNode plugin = runtime.state(runtime.path().resolve("jvm-" + ProcessHandle.current().pid() + ".json"));
         if (plugin != null && plugin.hasNonNull("coordinator_address")) {
-            return endpoint(plugin, plugin.get("coordinator_address").asText(), secret, hostId, "the Spark plugin's state file");
+            return endpoint(plugin, plugin.get("coordinator_address").asText(), secret, hostId,
+                    "the Spark plugin's state file", tls);
         }
         JsonNode embedded = runtime.state(runtime.path().resolve("embedded.json"));
         if (embedded != null && embedded.hasNonNull("unix")) {
-            return endpoint(embedded, embedded.get("unix").asText(), secret, hostId, "the embedded service's state file");
+            return endpoint(embedded, embedded.get("unix").asText(), secret, hostId,
+                    "the embedded service's state file", tls);
         }
         for (String glob : List.of("serve-*.json", "coordinator-*.json")) {
             for (JsonNode info : runtime.states(glob)) {
                 if (info.path("coordinator").asBoolean(false)) {
-                    return endpoint(info, info.get("unix").asText(), secret, hostId, "a running service's state file");
+                    return endpoint(info, info.get("unix").asText(), secret, hostId,
+                            "a running service's state file", tls);
                 }
             }
         }
@@ -57,29 +62,32 @@ public final class Discovery {
         String service = settings.get("service");
         if (service != null && !service.isBlank()) {
             Endpoint c = find(settings, runtime);
-            return new Endpoint(service.trim(), c.secret(), c.hostId(), "the service setting");
+            return new Endpoint(service.trim(), c.secret(), c.hostId(), "the service setting", c.tls());
         }
         String secret = secret(settings);
         String hostId = settings.getOrDefault("hostId", "");
+        Tls tls = Tls.from(settings);
         JsonNode plugin = runtime.state(runtime.path().resolve("jvm-" + ProcessHandle.current().pid() + ".json"));
         if (plugin != null && plugin.hasNonNull("unix")) {
-            return endpoint(plugin, plugin.get("unix").asText(), secret, hostId, "the Spark plugin's state file");
+            return endpoint(plugin, plugin.get("unix").asText(), secret, hostId, "the Spark plugin's state file", tls);
         }
         String coordinator = settings.get("coordinator");
         if (coordinator != null && !coordinator.isBlank()) {
             for (JsonNode info : runtime.states("serve-*.json")) {
                 if (coordinator.trim().equals(info.path("reports_to").asText())) {
-                    return endpoint(info, info.get("unix").asText(), secret, hostId, "this host's service's state file");
+                    return endpoint(info, info.get("unix").asText(), secret, hostId,
+                            "this host's service's state file", tls);
                 }
             }
         }
         return find(settings, runtime);
     }
 
-    private static Endpoint endpoint(JsonNode info, String address, String secret, String hostId, String source) {
+    private static Endpoint endpoint(JsonNode info, String address, String secret, String hostId, String source,
+                                     Tls tls) {
         String s = secret != null ? secret : info.path("secret").asText(null);
         String h = !hostId.isEmpty() ? hostId : info.path("host_id").asText("");
-        return new Endpoint(address, s, h, source + " in the runtime directory");
+        return new Endpoint(address, s, h, source + " in the runtime directory", tls);
     }
 
     private static String secret(Map<String, String> settings) {

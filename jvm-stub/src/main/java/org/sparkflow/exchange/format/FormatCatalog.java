@@ -91,7 +91,7 @@ public final class FormatCatalog extends ExchangeCatalog {
         Endpoint found;
         try {
             found = write ? endpointStartingEmbedded(true) : untilFound(deadline);
-        } catch (RuntimeException e) { // no service (a cluster without the plugin), TLS: the Python source
+        } catch (RuntimeException e) { // no service (a cluster without the plugin): the Python source
             return null;
         }
         CoordinatorClient coordinator = new CoordinatorClient(found);

@@ -38,7 +38,8 @@ final class PythonSource {
      * service with ({@link ExchangeCatalog#KEYS}) except the per-host ones ({@code hostId}, {@code service}),
      * which each executor's tasks take from their own host.
      */
-    static final List<String> DISCOVERY = List.of("coordinator", "secret", "secretFile", "tls.caFile", "tls.certFile");
+    static final List<String> DISCOVERY = List.of("coordinator", "secret", "secretFile", "tls.caFile", "tls.certFile",
+            "tls.checkHostname");
 
     /**
      * {@code options} with the application's {@link #DISCOVERY} settings ({@code spark.sparkflow.exchange.*})

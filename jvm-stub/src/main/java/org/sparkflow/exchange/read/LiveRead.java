@@ -108,7 +108,8 @@ final class LiveRead implements AutoCloseable {
      */
     private RpcConnection connect() {
         try {
-            return new RpcConnection(settings.coordinator(), settings.secret(), settings.hostId(), CALL_TIMEOUT_MILLIS);
+            return new RpcConnection(settings.coordinator(), settings.secret(), settings.hostId(), CALL_TIMEOUT_MILLIS,
+                    settings.tls());
         } catch (WireException e) {
             if (!settings.coordinator().startsWith("unix:")) {
                 throw e;
@@ -119,7 +120,8 @@ final class LiveRead implements AutoCloseable {
             } catch (RuntimeException none) {
                 throw e;
             }
-            return new RpcConnection(here.coordinator(), here.secret(), settings.hostId(), CALL_TIMEOUT_MILLIS);
+            return new RpcConnection(here.coordinator(), here.secret(), settings.hostId(), CALL_TIMEOUT_MILLIS,
+                    settings.tls());
         }
     }
 

@@ -7,6 +7,7 @@ import java.nio.ByteBuffer;
 import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
 import org.sparkflow.exchange.wire.Frames;
 import org.sparkflow.exchange.wire.RpcConnection;
+import org.sparkflow.exchange.wire.Tls;
 
 /**
  * One producer's subpartition read from its exchange service under credit: a partition request on an
@@ -26,9 +27,9 @@ final class RemoteProducer implements ProducerSource {
     private long buffersStored = -1;
     private long rowsStored = -1;
 
-    RemoteProducer(Producer producer, String address, int subpartition, String secret, String hostId) {
+    RemoteProducer(Producer producer, String address, int subpartition, String secret, String hostId, Tls tls) {
         this.producer = producer;
-        this.conn = new RpcConnection(address, secret, hostId, TIMEOUT_MILLIS);
+        this.conn = new RpcConnection(address, secret, hostId, TIMEOUT_MILLIS, tls);
         try {
             conn.send(credit.request(producer.partition(), subpartition));
         } catch (RuntimeException e) {

@@ -35,7 +35,7 @@ public final class StandaloneRead {
             throw new ExchangeReadException(why);
         }
         SubpartitionInput input = SubpartitionInput.planned(desc, subpartition, new int[] {subpartition});
-        ReadSettings settings = new ReadSettings(hostId, secret, coordinator, true);
+        ReadSettings settings = new ReadSettings(hostId, secret, coordinator, true, null);
         List<byte[]> chunks = new ArrayList<>();
         int total = 0;
         try (SubpartitionReader reader = new SubpartitionReader(input, desc.schemaBase64, columns, settings)) {

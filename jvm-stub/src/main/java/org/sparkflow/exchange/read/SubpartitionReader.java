@@ -102,7 +102,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
         }
         String how;
         try (RpcConnection conn = new RpcConnection(settings.coordinator(), settings.secret(), settings.hostId(),
-                GONE_LOOKUP_MILLIS)) {
+                GONE_LOOKUP_MILLIS, settings.tls())) {
             long epoch = conn.call("get_exchange", Map.of("name", input.exchange())).path("epoch").asLong(-1);
             how = epoch != input.epoch() && input.epoch() != 0 ? "overwritten" : null;
         } catch (WireException w) {
@@ -215,12 +215,13 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
         if (address.isEmpty()) {
             throw new ExchangeReadException(where(p) + ": its service left no address to read it from");
         }
-        if (!address.startsWith("unix:") && p.tls()) {
+        if (!address.startsWith("unix:") && p.tls() && settings.tls() == null) {
             throw new ExchangeReadException(where(p) + " is held by a service on host " + p.hostId() + " that "
-                    + "speaks TLS, which the catalog does not: read it with spark.read.format(\"pipelined\")");
+                    + "speaks TLS, and TLS is not configured here: set spark.sparkflow.exchange.tls.caFile to the CA "
+                    + "that signed its certificate");
         }
         try {
-            return new RemoteProducer(p, address, subpartition(), secret, hostId);
+            return new RemoteProducer(p, address, subpartition(), secret, hostId, settings.tls());
         } catch (WireException e) {
             throw integrity(p, "lost", "its service at " + address + " cannot be asked for it: " + e.getMessage());
         }

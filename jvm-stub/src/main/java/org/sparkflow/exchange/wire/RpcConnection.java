@@ -11,15 +11,20 @@ import java.nio.ByteBuffer;
 import java.nio.channels.SelectionKey;
 import java.nio.channels.Selector;
 import java.nio.channels.SocketChannel;
+import java.security.cert.CertificateException;
 import java.util.ArrayDeque;
 import java.util.Map;
+import javax.net.ssl.SSLEngine;
+import javax.net.ssl.SSLEngineResult;
+import javax.net.ssl.SSLException;
 import org.sparkflow.exchange.wire.Contract.ErrorCode;
 
 /**
  * A blocking, authenticated connection to a coordinator or exchange service: request/response calls
  * ({@code rpc.py}'s table), or a reader's partition request and its buffers ({@link #send}, {@link #receive}).
- * {@code unix:/path} or {@code host:port}. It only moves bytes; {@link Frames} and {@link Handshake} hold the
- * protocol. Not thread safe: one caller at a time.
+ * {@code unix:/path} or {@code host:port}; over TCP with TLS when {@link Tls} settings are given (never on a Unix
+ * socket), the handshake then running over the TLS stream. It only moves bytes; {@link Frames} and {@link Handshake}
+ * hold the protocol. Not thread safe: one caller at a time.
  */
 public final class RpcConnection implements AutoCloseable {
     private static final ObjectMapper MAPPER = new ObjectMapper();
@@ -32,21 +37,48 @@ public final class RpcConnection implements AutoCloseable {
     private final int timeoutMillis;
     private Selector selector;
     private long nextCall = 1;
+    // TLS (null engine: plaintext): records read but not yet decrypted (fill mode), records to send (drain mode),
+    // plaintext decrypted but not yet taken (drain mode)
+    private SSLEngine engine;
+    private ByteBuffer netIn;
+    private ByteBuffer netOut;
+    private ByteBuffer appIn;
 
     public RpcConnection(String address, String secret, String hostId, int timeoutMillis) {
+        this(address, secret, hostId, timeoutMillis, null);
+    }
+
+    /** {@code tls}: the client's TLS settings (null: plaintext), used on TCP only. */
+    public RpcConnection(String address, String secret, String hostId, int timeoutMillis, Tls tls) {
         this.address = address;
         this.timeoutMillis = timeoutMillis;
         this.channel = open(address);
         try {
             channel.configureBlocking(false);
             selector = Selector.open();
-            Handshake handshake = new Handshake(secret, hostId, address);
-            while (!handshake.open()) {
-                byte[] reply = handshake.step(next());
-                if (reply != null) {
-                    write(reply);
-                }
+            if (tls != null && !address.startsWith("unix:")) {
+                String[] hostPort = hostPort(address);
+                startTls(tls, hostPort[0], Integer.parseInt(hostPort[1]));
             }
+            Handshake handshake = new Handshake(secret, hostId, address);
+            try {
+                while (!handshake.open()) {
+                    byte[] reply = handshake.step(next());
+                    if (reply != null) {
+                        write(reply);
+                    }
+                }
+            } catch (WireException cut) {
+                if (engine != null || address.startsWith("unix:") || !ErrorCode.CONNECTION_LOST.equals(cut.code())) {
+                    throw cut;
+                }
+                // a TLS port says nothing to a plaintext client, and closes on it after its helloTimeout
+                throw new WireException(cut.getMessage() + " before the handshake finished (is it a TLS port? then "
+                        + "set tls.caFile)", cut.code());
+            }
+        } catch (IllegalArgumentException e) { // a TLS file that cannot serve: the setting's own error
+            close();
+            throw e;
         } catch (IOException | RuntimeException e) {
             close();
             throw e instanceof WireException w ? w : new WireException(
@@ -62,19 +94,213 @@ public final class RpcConnection implements AutoCloseable {
                 ch.connect(UnixDomainSocketAddress.of(path));
                 return ch;
             }
-            String text = address.startsWith("tcp://") ? address.substring(6) : address;
-            int colon = text.lastIndexOf(':');
-            if (colon < 0) {
-                throw new WireException("not a service address: " + address + " (use host:port or unix:/path)");
-            }
-            String host = text.substring(0, colon).replace("[", "").replace("]", "");
-            int port = Integer.parseInt(text.substring(colon + 1));
-            SocketChannel ch = SocketChannel.open(new InetSocketAddress(host.isEmpty() ? "127.0.0.1" : host, port));
+            String[] hostPort = hostPort(address);
+            SocketChannel ch = SocketChannel.open(new InetSocketAddress(hostPort[0], Integer.parseInt(hostPort[1])));
             ch.socket().setTcpNoDelay(true);
             return ch;
         } catch (IOException | NumberFormatException e) {
             throw new WireException("cannot reach the exchange service at " + address + ": " + e, ErrorCode.UNREACHABLE);
         }
+    }
+
+    /** The host (an empty one: 127.0.0.1) and port of a TCP address. */
+    private static String[] hostPort(String address) {
+        String text = address.startsWith("tcp://") ? address.substring(6) : address;
+        int colon = text.lastIndexOf(':');
+        if (colon < 0) {
+            throw new WireException("not a service address: " + address + " (use host:port or unix:/path)");
+        }
+        String host = text.substring(0, colon).replace("[", "").replace("]", "");
+        return new String[] {host.isEmpty() ? "127.0.0.1" : host, text.substring(colon + 1)};
+    }
+
+    /**
+     * The TLS handshake, within the connection's timeout; a certificate that does not name the address dialled or
+     * that the trusted CA did not sign fails it with code {@code tls} and the Python client's words.
+     */
+    private void startTls(Tls tls, String host, int port) throws IOException {
+        engine = tls.engine(host, port);
+        int packet = engine.getSession().getPacketBufferSize();
+        netIn = ByteBuffer.allocate(packet);
+        netOut = ByteBuffer.allocate(packet).flip();
+        appIn = ByteBuffer.allocate(engine.getSession().getApplicationBufferSize()).flip();
+        try {
+            engine.beginHandshake();
+            SSLEngineResult.HandshakeStatus status = engine.getHandshakeStatus();
+            while (status != SSLEngineResult.HandshakeStatus.FINISHED
+                    && status != SSLEngineResult.HandshakeStatus.NOT_HANDSHAKING) {
+                switch (status) {
+                    case NEED_TASK -> runTasks();
+                    case NEED_WRAP -> {
+                        wrap(ByteBuffer.allocate(0));
+                        while (!flushNet()) {
+                            await(SelectionKey.OP_WRITE, "room to send the TLS handshake");
+                        }
+                    }
+                    default -> { // NEED_UNWRAP(_AGAIN)
+                        SSLEngineResult r = unwrap();
+                        if (r.getStatus() == SSLEngineResult.Status.BUFFER_UNDERFLOW) {
+                            int n = channel.read(netIn);
+                            if (n < 0) {
+                                throw new WireException("the exchange service at " + address + " closed the "
+                                        + "connection during the TLS handshake: it had no room for another handshake, "
+                                        + "or the handshake took longer than its helloTimeout", ErrorCode.TOO_MANY_CONNECTIONS);
+                            }
+                            if (n == 0) {
+                                await(SelectionKey.OP_READ, "TLS ServerHello (is it a TLS port?)");
+                            }
+                        } else if (r.getStatus() == SSLEngineResult.Status.CLOSED) {
+                            throw new WireException("the exchange service at " + address + " closed the TLS "
+                                    + "handshake", ErrorCode.TOO_MANY_CONNECTIONS);
+                        }
+                    }
+                }
+                status = engine.getHandshakeStatus();
+            }
+        } catch (SSLException e) {
+            throw verification(tls, host, e);
+        }
+    }
+
+    /** The handshake's failure in the Python client's words: which check failed, and what to do about it. */
+    private WireException verification(Tls tls, String host, SSLException e) {
+        CertificateException cert = null;
+        for (Throwable t = e; t != null; t = t.getCause()) {
+            if (t instanceof CertificateException c) {
+                cert = c;
+            }
+        }
+        if (cert == null) {
+            return new WireException("the exchange service at " + address + " failed the TLS handshake: "
+                    + e.getMessage() + " (is it a TLS port, with TLS 1.2 or later?)", ErrorCode.TLS);
+        }
+        String message = String.valueOf(cert.getMessage());
+        String why = message.contains("subject alternative") || message.contains("No name matching")
+                ? "certificate is not valid for '" + host + "' (" + message + ")"
+                : message.contains("PKIX") || message.contains("certification path")
+                ? "certificate signed by an unknown CA: not one " + tls.trustSetting() + " " + tls.trustFile()
+                        + " trusts (unable to get local issuer certificate)"
+                : message;
+        return new WireException("the exchange service at " + address + " failed TLS verification: " + why
+                + " (a certificate must name the address clients dial in its subjectAltName, or set "
+                + "tls.checkHostname=false to trust the CA alone)", ErrorCode.TLS);
+    }
+
+    private void runTasks() {
+        Runnable task;
+        while ((task = engine.getDelegatedTask()) != null) {
+            task.run();
+        }
+    }
+
+    /** Encrypt from {@code src} into the empty {@link #netOut}; what it consumed. */
+    private int wrap(ByteBuffer src) throws IOException {
+        netOut.clear();
+        SSLEngineResult r;
+        try {
+            r = engine.wrap(src, netOut);
+        } finally {
+            netOut.flip();
+        }
+        if (r.getStatus() == SSLEngineResult.Status.CLOSED) {
+            throw new SSLException("the TLS session is closed");
+        }
+        return r.bytesConsumed();
+    }
+
+    /** Decrypt what {@link #netIn} holds into {@link #appIn}, growing it when a record does not fit. */
+    private SSLEngineResult unwrap() throws IOException {
+        while (true) {
+            appIn.compact();
+            netIn.flip();
+            SSLEngineResult r;
+            try {
+                r = engine.unwrap(netIn, appIn);
+            } finally {
+                netIn.compact();
+                appIn.flip();
+            }
+            switch (r.getStatus()) {
+                case BUFFER_OVERFLOW -> {
+                    ByteBuffer bigger = ByteBuffer.allocate(appIn.remaining()
+                            + engine.getSession().getApplicationBufferSize());
+                    bigger.put(appIn).flip();
+                    appIn = bigger;
+                }
+                case BUFFER_UNDERFLOW -> {
+                    if (netIn.remaining() == 0) { // a record larger than the buffer
+                        ByteBuffer bigger = ByteBuffer.allocate(netIn.capacity()
+                                + engine.getSession().getPacketBufferSize());
+                        netIn.flip();
+                        bigger.put(netIn);
+                        netIn = bigger;
+                        continue;
+                    }
+                    return r;
+                }
+                default -> {
+                    return r;
+                }
+            }
+        }
+    }
+
+    /** Send what {@link #netOut} holds; false when the socket has no room for all of it now. */
+    private boolean flushNet() throws IOException {
+        while (netOut.hasRemaining()) {
+            if (channel.write(netOut) == 0) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /** Like {@link SocketChannel#read}, decrypting under TLS: 0 when nothing has arrived, -1 at the end. */
+    private int readRaw(ByteBuffer dst) throws IOException {
+        if (engine == null) {
+            return channel.read(dst);
+        }
+        while (true) {
+            if (appIn.hasRemaining()) {
+                int n = Math.min(appIn.remaining(), dst.remaining());
+                ByteBuffer slice = appIn.slice(appIn.position(), n);
+                dst.put(slice);
+                appIn.position(appIn.position() + n);
+                return n;
+            }
+            SSLEngineResult r = unwrap();
+            if (r.getStatus() == SSLEngineResult.Status.CLOSED) {
+                return -1;
+            }
+            if (engine.getHandshakeStatus() == SSLEngineResult.HandshakeStatus.NEED_TASK) {
+                runTasks();
+            }
+            if (engine.getHandshakeStatus() == SSLEngineResult.HandshakeStatus.NEED_WRAP) { // a post-handshake answer
+                wrap(ByteBuffer.allocate(0));
+                while (!flushNet()) {
+                    await(SelectionKey.OP_WRITE, "room to send");
+                }
+            }
+            if (r.getStatus() == SSLEngineResult.Status.BUFFER_UNDERFLOW) {
+                int n = channel.read(netIn);
+                if (n <= 0) {
+                    return n;
+                }
+            }
+        }
+    }
+
+    /** Like {@link SocketChannel#write}, encrypting under TLS: what it took of {@code src} (0: no room now). */
+    private int writeRaw(ByteBuffer src) throws IOException {
+        if (engine == null) {
+            return channel.write(src);
+        }
+        if (!flushNet()) {
+            return 0;
+        }
+        int taken = wrap(src);
+        flushNet();
+        return taken;
     }
 
     /** Call {@code method} with {@code args}; its result, or a {@link WireException} with the service's message and code. */
@@ -124,7 +350,7 @@ public final class RpcConnection implements AutoCloseable {
     public Frames.Frame poll() {
         try {
             if (inbox.isEmpty()) {
-                int n = channel.read(ByteBuffer.wrap(readBuffer));
+                int n = readRaw(ByteBuffer.wrap(readBuffer));
                 if (n < 0) {
                     throw new WireException("the exchange service at " + address + " closed the connection",
                             ErrorCode.CONNECTION_LOST);
@@ -168,10 +394,10 @@ public final class RpcConnection implements AutoCloseable {
 
     private int readSome() throws IOException {
         ByteBuffer in = ByteBuffer.wrap(readBuffer);
-        int n = channel.read(in);
+        int n = readRaw(in);
         while (n == 0) {
             await(SelectionKey.OP_READ, "an answer");
-            n = channel.read(in);
+            n = readRaw(in);
         }
         return n;
     }
@@ -179,9 +405,12 @@ public final class RpcConnection implements AutoCloseable {
     private void write(byte[] bytes) throws IOException {
         ByteBuffer out = ByteBuffer.wrap(bytes);
         while (out.hasRemaining()) {
-            if (channel.write(out) == 0) {
+            if (writeRaw(out) == 0) {
                 await(SelectionKey.OP_WRITE, "room to send");
             }
+        }
+        while (engine != null && !flushNet()) {
+            await(SelectionKey.OP_WRITE, "room to send");
         }
     }
 
@@ -205,9 +434,21 @@ public final class RpcConnection implements AutoCloseable {
             if (selector != null) {
                 selector.close();
             }
-            channel.close();
-        } catch (IOException ignored) {
-            // closing: nothing left to do with it
+            if (engine != null && channel.isOpen()) { // close_notify, if the socket takes it now: never waits
+                engine.closeOutbound();
+                netOut.clear();
+                engine.wrap(ByteBuffer.allocate(0), netOut);
+                netOut.flip();
+                channel.write(netOut);
+            }
+        } catch (IOException | RuntimeException ignored) {
+            // closing: a failed TLS session or a socket already gone has nothing left to say
+        } finally {
+            try {
+                channel.close();
+            } catch (IOException ignored) {
+                // closing: nothing left to do with it
+            }
         }
     }
 }

@@ -35,7 +35,8 @@ final class ProducerConnection implements AutoCloseable {
     ProducerConnection(Endpoint service, String partition, int numSubpartitions, String partitionType,
                        String exchange, String attempt, int bufferSize, int buffers) {
         this.partition = partition;
-        this.conn = new RpcConnection(service.coordinator(), service.secret(), service.hostId(), TIMEOUT_MILLIS);
+        this.conn = new RpcConnection(service.coordinator(), service.secret(), service.hostId(), TIMEOUT_MILLIS,
+                service.tls());
         try {
             location = conn.call("ping", Map.of()); // where readers find this partition (before any partition news)
             ObjectNode msg = MAPPER.createObjectNode();
