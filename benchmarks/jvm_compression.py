@@ -34,7 +34,7 @@ def lineitem(sf: float) -> Path:
         if not tool.exists():
             sys.exit("tpchgen-cli is missing: .venv/bin/python -m pip install tpchgen-cli")
         target.mkdir(parents=True, exist_ok=True)
-        subprocess.run([str(tool), "--scale-factor", f"{sf:g}", "--tables", "lineitem", "--format", "parquet",
+        subprocess.run([str(tool), "parquet", "--scale-factor", f"{sf:g}", "--tables", "lineitem",
                         "--output-dir", str(target)], check=True)
     return target
 

@@ -906,7 +906,7 @@ def compressed_exchanges_round_trip_on_every_path(d):
     reader, open_reader and the JVM reader, holding fewer bytes than the same rows uncompressed; the Python writer's
     compressed exchanges read through the JVM reader; a bad value is refused at planning by both writers, naming the
     choices, with nothing declared."""
-    rows = base.withColumn("text", F.concat(F.lit("carefully final deposits "), (F.col("id") % 37).cast("string")))
+    rows = base.withColumn("text", F.concat(F.lit("carefully final deposits "), (F.col("v") % 37).cast("string")))
     rows.writeTo("exchange.zc_none").tableProperty("keys", "k").tableProperty("numSubpartitions", "4").create()
     d["bytes_none"] = described("zc_none").get("bytes")
     for codec in ("zstd", "lz4"):
