@@ -170,4 +170,4 @@ def test_a_jar_added_to_a_running_session_writes_every_row_or_fails_clearly(tmp_
 def test_compressed_exchanges_round_trip_between_the_jvm_and_python(results):
     outcome = passed(results, "compressed_exchanges_round_trip_on_every_path")
     assert "unknown compression 'gzip'" in outcome["jvm_bad"] and "unknown compression 'gzip'" in outcome["python_bad"]
-    assert outcome["bytes_none"], outcome  # the exchange reports its bytes: compression is seen in them
+    assert outcome["bytes_lz4"] < 0.8 * outcome["bytes_none"] and outcome["bytes_zstd"] < 0.8 * outcome["bytes_none"]
