@@ -6,6 +6,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.connector.expressions.BucketTransform;
 import org.sparkflow.exchange.codec.Codecs;
 import org.apache.spark.sql.connector.expressions.NamedReference;
@@ -37,10 +38,24 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
     static final long MAX_FRAME_SIZE = 64L << 20;
     static final List<String> PARTITION_TYPES = List.of("HYBRID", "BLOCKING", "PIPELINED_BOUNDED");
 
-    /** The Python writer's defaults: hash, HYBRID, 1 MiB buffers, a 32 MiB sort buffer, 16 pool buffers, 100 ms. */
+    /**
+     * The Python writer's defaults: hash, HYBRID, 1 MiB buffers, a 32 MiB sort buffer, 16 pool buffers, 100 ms, and
+     * the session's compression (none unless set).
+     */
     public static WriteSettings defaults() {
         return new WriteSettings("hash", List.of(), null, "HYBRID", 1 << 20, 32L << 20, 16, 100_000_000L,
-                Codecs.DEFAULT);
+                sessionCompression());
+    }
+
+    /**
+     * {@code spark.sparkflow.exchange.compression} of the active session (its conf falls back to the application's),
+     * as the Python writer reads it, else {@link Codecs#DEFAULT}: one setting compresses both writers' exchanges.
+     */
+    static String sessionCompression() {
+        scala.Option<SparkSession> session = SparkSession.getActiveSession();
+        String value = session.isDefined()
+                ? session.get().conf().get("spark.sparkflow.exchange.compression", null) : null;
+        return value == null ? Codecs.DEFAULT : Codecs.checked(value);
     }
 
     /** These settings with another layout (partitioner, keys, width, partition type), the buffers' settings kept. */
