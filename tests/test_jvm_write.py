@@ -165,3 +165,9 @@ def test_a_jar_added_to_a_running_session_writes_every_row_or_fails_clearly(tmp_
     else:
         assert "ADD JAR" in out["error"] or "commit messages" in out["error"], out["error"]
         assert all(e["state"] != "committed" or e["rows"] for e in out["listed"]), out
+
+
+def test_compressed_exchanges_round_trip_between_the_jvm_and_python(results):
+    outcome = passed(results, "compressed_exchanges_round_trip_on_every_path")
+    assert "unknown compression 'gzip'" in outcome["jvm_bad"] and "unknown compression 'gzip'" in outcome["python_bad"]
+    assert outcome["bytes_lz4"] < 0.8 * outcome["bytes_none"] and outcome["bytes_zstd"] < 0.8 * outcome["bytes_none"]

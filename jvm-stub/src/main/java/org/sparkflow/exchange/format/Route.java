@@ -10,7 +10,7 @@ import org.sparkflow.exchange.write.WriteSettings;
 
 /**
  * Which options of {@code format("pipelined")} the JVM path serves. A read or write that asks for anything else
- * (no explicit numSubpartitions, a custom partitioner, compression, waiting for an exchange to be declared, per-read connection settings, ...)
+ * (no explicit numSubpartitions, a custom partitioner, waiting for an exchange to be declared, per-read connection settings, ...)
  * goes to the Python data source, which serves every option.
  */
 final class Route {
@@ -44,9 +44,6 @@ final class Route {
             String partitioner = options.getOrDefault("partitioner", "hash").toLowerCase(Locale.ROOT);
             if (!WriteSettings.PARTITIONERS.contains(partitioner)) {
                 return "partitioner " + partitioner;
-            }
-            if (!"none".equalsIgnoreCase(options.getOrDefault("compression", "none"))) {
-                return "compression";
             }
         }
         return null;

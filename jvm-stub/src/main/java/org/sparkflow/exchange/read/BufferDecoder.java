@@ -5,7 +5,6 @@ import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.channels.ReadableByteChannel;
 import java.util.zip.CRC32C;
-import org.apache.arrow.compression.CommonsCompressionFactory;
 import org.apache.arrow.flatbuf.MessageHeader;
 import org.apache.arrow.memory.ArrowBuf;
 import org.apache.arrow.memory.BufferAllocator;
@@ -15,13 +14,14 @@ import org.apache.arrow.vector.ipc.ReadChannel;
 import org.apache.arrow.vector.ipc.message.ArrowRecordBatch;
 import org.apache.arrow.vector.ipc.message.MessageMetadataResult;
 import org.apache.arrow.vector.ipc.message.MessageSerializer;
+import org.sparkflow.exchange.codec.Codecs;
 import org.sparkflow.exchange.wire.Contract;
 
 /**
  * Data buffers into a {@link VectorSchemaRoot} ({@code buffer.py}): each is an Arrow IPC record-batch message
  * followed by an 8-byte trailer, the message's CRC32C and length (u32 each, big endian). The bytes are read once,
  * into Arrow memory; the checksum is checked before Arrow looks at them; the body is loaded without another copy
- * (compressed bodies are decompressed by Arrow's codec).
+ * (compressed bodies are decompressed by {@link Codecs}: ZSTD and LZ4 frames, natively where lz4-java can).
  */
 public final class BufferDecoder {
     static final int TRAILER = Contract.Buffer.TRAILER_SIZE;
@@ -32,7 +32,7 @@ public final class BufferDecoder {
     public BufferDecoder(BufferAllocator allocator, VectorSchemaRoot root) {
         this.allocator = allocator;
         this.root = root;
-        this.loader = new VectorLoader(root, CommonsCompressionFactory.INSTANCE);
+        this.loader = new VectorLoader(root, Codecs.INSTANCE);
     }
 
     /** Corrupt bytes: the buffer is not what its writer wrote. */

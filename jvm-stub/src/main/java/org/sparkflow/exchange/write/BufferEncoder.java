@@ -8,6 +8,8 @@ import java.util.zip.CRC32C;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.VectorUnloader;
+import org.apache.arrow.vector.compression.CompressionCodec;
+import org.apache.arrow.vector.compression.CompressionUtil;
 import org.apache.arrow.vector.ipc.WriteChannel;
 import org.apache.arrow.vector.ipc.message.ArrowRecordBatch;
 import org.apache.arrow.vector.ipc.message.MessageSerializer;
@@ -19,8 +21,8 @@ import org.apache.spark.sql.util.ArrowUtils;
 import org.sparkflow.exchange.wire.Contract;
 
 /**
- * Rows into data buffers, byte for byte the layout of {@code buffer.BatchEncoder} (uncompressed): one Arrow IPC
- * record-batch message (no schema: the exchange carries it once), then an 8-byte trailer, the message's CRC32C
+ * Rows into data buffers, the layout of {@code buffer.BatchEncoder}: one Arrow IPC
+ * record-batch message (its body compressed per Arrow buffer by the codec, ZSTD or LZ4_FRAME, if any) (no schema: the exchange carries it once), then an 8-byte trailer, the message's CRC32C
  * and its length (u32 each, big endian). Each target fills its own Arrow root through Spark's own ArrowWriter as
  * rows arrive (no row is copied to be held), made when the target gets its first row; a root's memory is given
  * back each time its buffer leaves, so what a task holds is what its targets hold, never each target's largest.
@@ -40,14 +42,23 @@ final class BufferEncoder implements AutoCloseable {
     private final BufferAllocator allocator;
     private final VectorSchemaRoot[] roots;
     private final ArrowWriter[] writers;
+    private final CompressionCodec codec;
+    /** buffer_kinds.FLAG_COMPRESSED: what the Python writer sets on a compressed exchange's buffers. */
+    static final int FLAG_COMPRESSED = 1;
 
     /** {@code schema}: the exchange's Arrow schema; {@code rowSchema}: the rows' Spark schema (the same columns). */
-    BufferEncoder(Schema schema, StructType rowSchema, int targets) {
+    BufferEncoder(Schema schema, StructType rowSchema, int targets, CompressionCodec codec) {
+        this.codec = codec;
         this.schema = schema;
         this.rowSchema = rowSchema;
         allocator = ArrowUtils.rootAllocator().newChildAllocator("sparkflow-exchange-writer", 0, Long.MAX_VALUE);
         roots = new VectorSchemaRoot[targets];
         writers = new ArrowWriter[targets];
+    }
+
+    /** The flags of every buffer this encoder makes. */
+    int flags() {
+        return codec.getCodecType() == CompressionUtil.CodecType.NO_COMPRESSION ? 0 : FLAG_COMPRESSED;
     }
 
     /** Append {@code row} to target {@code t}'s buffer. */
@@ -67,7 +78,7 @@ final class BufferEncoder implements AutoCloseable {
         try {
             w.finish();
             Sink out = new Sink((int) Math.min(Integer.MAX_VALUE - 64, sizeHint + sizeHint / 8 + 4096));
-            try (ArrowRecordBatch batch = new VectorUnloader(root).getRecordBatch()) {
+            try (ArrowRecordBatch batch = new VectorUnloader(root, true, codec, true).getRecordBatch()) {
                 MessageSerializer.serialize(new WriteChannel(Channels.newChannel(out)), batch);
             }
             return out.sealed();

@@ -11,6 +11,7 @@ import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
 import org.sparkflow.exchange.catalog.CoordinatorClient;
+import org.sparkflow.exchange.codec.Codecs;
 import org.sparkflow.exchange.catalog.ExchangeDescription;
 import org.sparkflow.exchange.discovery.Discovery;
 import org.sparkflow.exchange.discovery.Endpoint;
@@ -65,7 +66,7 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
         coordinator = new CoordinatorClient(Discovery.find(handle.discovery(), runtime));
         WriteSettings s = handle.settings();
         encoder = new BufferEncoder(ExchangeDescription.arrowSchema(handle.name(), handle.schemaBase64()), handle.schema(),
-                width);
+                width, Codecs.forName(s.compression()));
         ProducerConnection conn = null;
         try {
             conn = new ProducerConnection(service, partition, handle.registeredSubpartitions(), s.partitionType(),
@@ -120,7 +121,7 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
         if (heldRows[target] == 0) {
             return;
         }
-        producer.push(router.subpartition(target), encoder.encode(target, heldBytes[target]));
+        producer.push(router.subpartition(target), encoder.encode(target, heldBytes[target]), encoder.flags());
         sentBuffers[target]++;
         sentRows[target] += heldRows[target];
         heldRows[target] = 0;

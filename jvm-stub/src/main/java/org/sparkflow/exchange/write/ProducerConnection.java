@@ -64,8 +64,8 @@ final class ProducerConnection implements AutoCloseable {
         return location;
     }
 
-    /** Push one data buffer to {@code subpartition} (-1: every subpartition), waiting for credit. */
-    void push(int subpartition, byte[] payload) {
+    /** Push one data buffer to {@code subpartition} (-1: every subpartition), waiting for credit ({@code flags}: buffer_kinds). */
+    void push(int subpartition, byte[] payload, int flags) {
         if (credit <= 0 || System.nanoTime() >= nextLook) {
             look();
         }
@@ -73,7 +73,7 @@ final class ProducerConnection implements AutoCloseable {
             onFrame(conn.receive());
         }
         credit--;
-        byte[] header = ByteBuffer.allocate(Contract.DataHeaderSize.PUSH_BUFFER).putLong(handle).putInt(subpartition).put((byte) 0).put((byte) 0)
+        byte[] header = ByteBuffer.allocate(Contract.DataHeaderSize.PUSH_BUFFER).putLong(handle).putInt(subpartition).put((byte) 0).put((byte) flags)
                 .array();
         conn.send(Frames.encode(Frames.PUSH_BUFFER, header, payload.length), payload);
     }

@@ -6,7 +6,9 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.connector.expressions.BucketTransform;
+import org.sparkflow.exchange.codec.Codecs;
 import org.apache.spark.sql.connector.expressions.NamedReference;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.sparkflow.exchange.wire.Contract;
@@ -15,11 +17,13 @@ import org.sparkflow.exchange.wire.Contract;
  * How a catalog write routes and cuts its rows, under the Python options' names ({@code config.py}):
  * {@code partitioner} (hash, broadcast, forward, rebalance), {@code keys}, {@code numSubpartitions},
  * {@code partitionType}, {@code bufferSize}, {@code sortBufferSize}, {@code buffersPerPartition},
- * {@code bufferTimeout} (a partly filled buffer leaves after this: what a reader of a write in progress waits). Keys are
+ * {@code bufferTimeout} (a partly filled buffer leaves after this: what a reader of a write in progress waits),
+ * {@code compression} (none, zstd, lz4: Arrow IPC body compression, as the Python writer's). Keys are
  * case-insensitive; a table property may also carry Spark's {@code option.} prefix.
  */
 public record WriteSettings(String partitioner, List<String> keys, Integer numSubpartitions, String partitionType,
-                            int bufferSize, long sortBufferSize, int buffers, long bufferTimeoutNanos)
+                            int bufferSize, long sortBufferSize, int buffers, long bufferTimeoutNanos,
+                            String compression)
         implements Serializable {
     public static final List<String> PARTITIONERS = Contract.Partitioner.JVM_WRITE; // hash, broadcast, forward, rebalance
     static final List<String> PARTITION_TYPES = Contract.PartitionType.ALL;
@@ -35,14 +39,29 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
     /** The service's default maxFrameSize (config.py): a buffer may be at most half of a frame. */
     static final long MAX_FRAME_SIZE = 64L << 20;
 
-    /** The Python writer's defaults: hash, HYBRID, 1 MiB buffers, a 32 MiB sort buffer, 16 pool buffers, 100 ms. */
+    /**
+     * The Python writer's defaults: hash, HYBRID, 1 MiB buffers, a 32 MiB sort buffer, 16 pool buffers, 100 ms, and
+     * the session's compression (none unless set).
+     */
     public static WriteSettings defaults() {
-        return new WriteSettings("hash", List.of(), null, "HYBRID", 1 << 20, 32L << 20, 16, 100_000_000L);
+        return new WriteSettings("hash", List.of(), null, "HYBRID", 1 << 20, 32L << 20, 16, 100_000_000L,
+                sessionCompression());
+    }
+
+    /**
+     * {@code spark.sparkflow.exchange.compression} of the active session (its conf falls back to the application's),
+     * as the Python writer reads it, else {@link Codecs#DEFAULT}: one setting compresses both writers' exchanges.
+     */
+    static String sessionCompression() {
+        scala.Option<SparkSession> session = SparkSession.getActiveSession();
+        String value = session.isDefined()
+                ? session.get().conf().get("spark.sparkflow.exchange.compression", null) : null;
+        return value == null ? Codecs.DEFAULT : Codecs.checked(value);
     }
 
     /** These settings with another layout (partitioner, keys, width, partition type), the buffers' settings kept. */
     public WriteSettings withLayout(String p, List<String> k, Integer n, String type) {
-        return new WriteSettings(p, k, n, type, bufferSize, sortBufferSize, buffers, bufferTimeoutNanos);
+        return new WriteSettings(p, k, n, type, bufferSize, sortBufferSize, buffers, bufferTimeoutNanos, compression);
     }
 
     /** These settings with {@code options} applied over them (later maps win); {@link #checked} says if they hold. */
@@ -66,12 +85,9 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
                 ? positive("buffersPerPartition", o.get("buffersperpartition")) : buffers;
         long timeout = o.containsKey("buffertimeout") ? duration("bufferTimeout", o.get("buffertimeout"))
                 : bufferTimeoutNanos;
-        String compression = o.getOrDefault("compression", "none").toLowerCase(Locale.ROOT);
-        if (!compression.equals("none")) {
-            throw new IllegalArgumentException("compression '" + compression + "' is not written by the JVM writer "
-                    + "(only none); write with df.write.format(\"pipelined\") to compress");
-        }
-        return new WriteSettings(p, k, n, type, size, sort, pool, timeout);
+        // refused here, before anything is declared, as the Python writer's settings refuse it
+        String codec = o.containsKey("compression") ? Codecs.checked(o.get("compression")) : compression;
+        return new WriteSettings(p, k, n, type, size, sort, pool, timeout, codec);
     }
 
     /** {@code partitionedBy(bucket(n, k...))}: hash on k into n, the bucket function's own layout. */

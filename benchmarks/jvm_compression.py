@@ -1,0 +1,113 @@
+"""Compression through the JVM writer and reader: bytes held and write/read time for none, lz4 and zstd.
+
+One application (``local[2]``, ``SPARK_SETTINGS``, the plugin jar and its catalog). The table is cached first, so
+the times are the exchange's, not parquet's: TPC-H ``lineitem`` (``tpchgen-cli``, all 16 columns; ``--data tpch``)
+or, for the incompressible case, rows of random longs and doubles (``--data random``). Each round writes it with
+every codec through ``df.writeTo("exchange.<name>")`` hashed on the first column into 8 subpartitions, then reads
+it back whole through the JVM reader (``spark.table(...)`` into Spark's ``noop`` sink: every column decoded).
+Reported per codec: the exchange's bytes (what the service holds and a reader moves), their ratio to the
+uncompressed exchange and to the parquet files, the write's and the read's seconds (median of ``--rounds``,
+codecs interleaved within a round), and the pair's time against ``none``.
+
+Run: .venv/bin/python benchmarks/jvm_compression.py [--data tpch] [--sf 0.5] [--rows 3000000] [--rounds 3]
+Writes benchmarks/jvm_compression-latest.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CODECS = ("none", "lz4", "zstd")
+
+
+def lineitem(sf: float) -> Path:
+    """TPC-H ``lineitem`` at ``sf`` as parquet files in benchmarks/.tpch/lineitem-sf<sf>, generated once."""
+    target = HERE / ".tpch" / f"lineitem-sf{sf:g}"
+    if not any(target.glob("**/*.parquet")):
+        tool = Path(sys.executable).parent / "tpchgen-cli"
+        if not tool.exists():
+            sys.exit("tpchgen-cli is missing: .venv/bin/python -m pip install tpchgen-cli")
+        target.mkdir(parents=True, exist_ok=True)
+        subprocess.run([str(tool), "parquet", "--scale-factor", f"{sf:g}", "--tables", "lineitem",
+                        "--output-dir", str(target)], check=True)
+    return target
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", choices=("tpch", "random"), default="tpch")
+    parser.add_argument("--sf", type=float, default=0.5, help="TPC-H scale factor of lineitem (--data tpch)")
+    parser.add_argument("--rows", type=int, default=3_000_000, help="rows (--data random)")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    sys.path.insert(0, str(HERE))
+    from spark_common import bench_environment, end_run
+
+    source = lineitem(args.sf) if args.data == "tpch" else None
+    tmp = bench_environment("jvm-compression")
+    from pyspark.sql import SparkSession
+
+    import sparkflow_exchange
+    from sparkflow_exchange.config import ExchangeConfig
+    from sparkflow_exchange.service.discovery import resolve
+    from sparkflow_exchange.session_tuning import SPARK_SETTINGS
+
+    resolve(ExchangeConfig.load())
+    spark = (SparkSession.builder.master("local[2]").appName("jvm-compression")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config(map=SPARK_SETTINGS).config("spark.jars", sparkflow_exchange.plugin_jar())
+             .config("spark.sql.catalog.exchange", "org.sparkflow.exchange.catalog.ExchangeCatalog").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    if source is not None:
+        df = spark.read.parquet(str(source))
+        parquet_bytes = sum(p.stat().st_size for p in source.glob("**/*.parquet"))
+    else:
+        df = spark.range(0, args.rows, 1, 4).selectExpr("id", "xxhash64(id) AS a", "xxhash64(id, 1) AS b",
+                                                        "rand(7) AS d", "rand(8) AS e")
+        parquet_bytes = None
+    df = df.repartition(4).cache()
+    rows = df.count()
+    key = df.columns[0]
+    times: dict[str, dict[str, list[float]]] = {c: {"write": [], "read": []} for c in CODECS}
+    held: dict[str, int] = {}
+    for r in range(args.rounds):
+        for codec in (CODECS if r % 2 == 0 else CODECS[::-1]):
+            name = f"z_{codec}"
+            started = time.perf_counter()
+            df.writeTo(f"exchange.{name}").tableProperty("keys", key).tableProperty("numSubpartitions", "8") \
+                .tableProperty("compression", codec).createOrReplace()
+            times[codec]["write"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            spark.table(f"exchange.{name}").write.format("noop").mode("overwrite").save()
+            times[codec]["read"].append(time.perf_counter() - started)
+            summary = next(s for s in sparkflow_exchange.list_exchanges() if s.name == name)
+            assert summary.rows == rows, (summary.rows, rows)
+            held[codec] = summary.bytes
+            print(f"round {r} {codec}: {summary.bytes / 2**20:.1f} MiB, write {times[codec]['write'][-1]:.2f} s, "
+                  f"read {times[codec]['read'][-1]:.2f} s", flush=True)
+    end_run(spark, tmp)
+    out = {"data": args.data, "sf": args.sf if source else None, "rows": rows, "rounds": args.rounds,
+           "parquet_bytes": parquet_bytes, "codecs": {}}
+    base = statistics.median(times["none"]["write"]) + statistics.median(times["none"]["read"])
+    print(f"\n{rows:,} rows ({args.data}), median of {args.rounds}")
+    print("| codec | exchange MiB | vs none | vs parquet | write s | read s | pair vs none |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for codec in CODECS:
+        w, rd = statistics.median(times[codec]["write"]), statistics.median(times[codec]["read"])
+        entry = {"bytes": held[codec], "write_s": w, "read_s": rd, "writes": times[codec]["write"],
+                 "reads": times[codec]["read"]}
+        out["codecs"][codec] = entry
+        vs_parquet = f"{held[codec] / parquet_bytes:.2f}" if parquet_bytes else "-"
+        print(f"| {codec} | {held[codec] / 2**20:,.1f} | {held[codec] / held['none']:.2f} | {vs_parquet} | "
+              f"{w:.2f} | {rd:.2f} | {(w + rd) / base:.2f} |")
+    (HERE / "jvm_compression-latest.json").write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+package org.sparkflow.exchange.codec;
+
+import java.util.List;
+import java.util.Locale;
+import org.apache.arrow.compression.ZstdCompressionCodec;
+import org.apache.arrow.vector.compression.CompressionCodec;
+import org.apache.arrow.vector.compression.CompressionUtil.CodecType;
+import org.apache.arrow.vector.compression.NoCompressionCodec;
+
+/**
+ * Arrow IPC body compression for the JVM writer and reader, the codecs {@code buffer.BatchEncoder} writes:
+ * ZSTD through Arrow's own codec (native, zstd-jni) at pyarrow's default level, LZ4_FRAME through
+ * {@link Lz4FrameCodec} (native lz4-java blocks; Arrow Java's own LZ4 codec is pure Java and very slow).
+ * The option's names live here for the JVM, as {@code config.COMPRESSIONS} for Python (tests check they agree).
+ */
+public final class Codecs implements CompressionCodec.Factory {
+    /** The {@code compression} option's values: config.py's COMPRESSIONS, in its order. */
+    public static final List<String> NAMES = List.of("none", "zstd", "lz4");
+    /** The default of the {@code compression} option (config.py's ExchangeConfig.compression). */
+    public static final String DEFAULT = "none";
+    /** Arrow C++'s default ZSTD level (what pyarrow writes); Arrow Java's default, 3, is slower for little gain. */
+    static final int ZSTD_LEVEL = 1;
+    public static final Codecs INSTANCE = new Codecs();
+
+    private Codecs() {}
+
+    /** The option's value, lower case, if it names a codec; else an IllegalArgumentException saying the choices. */
+    public static String checked(String name) {
+        String n = name == null ? DEFAULT : name.strip().toLowerCase(Locale.ROOT);
+        if (!NAMES.contains(n)) {
+            throw new IllegalArgumentException("unknown compression '" + name + "'; use one of "
+                    + String.join(", ", NAMES));
+        }
+        return n;
+    }
+
+    /** The codec that writes buffers for the option's value ({@link #checked} names). */
+    public static CompressionCodec forName(String name) {
+        return switch (checked(name)) {
+            case "zstd" -> INSTANCE.createCodec(CodecType.ZSTD);
+            case "lz4" -> INSTANCE.createCodec(CodecType.LZ4_FRAME);
+            default -> NoCompressionCodec.INSTANCE;
+        };
+    }
+
+    @Override
+    public CompressionCodec createCodec(CodecType type) {
+        return createCodec(type, ZSTD_LEVEL);
+    }
+
+    @Override
+    public CompressionCodec createCodec(CodecType type, int level) {
+        return switch (type) {
+            case ZSTD -> new ZstdCompressionCodec(level);
+            case LZ4_FRAME -> Lz4FrameCodec.INSTANCE;
+            case NO_COMPRESSION -> NoCompressionCodec.INSTANCE;
+        };
+    }
+}
