@@ -12,7 +12,7 @@ __all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "lea
            # the errors users see (docs/errors.md)
            "ConfigError", "ExchangeError", "ServiceError", "ServiceUnavailable", "AuthenticationFailed", "NotPermitted",
            "LimitReached", "InvalidRequest", "StorageError", "DataLost", "ExchangeNotFound", "ExchangeLost", "ExchangeReplaced",
-           "PartitionReleasedError", "SchemaMismatch", "NoConsumerError", "ExchangeReadError", "ErrorCode"]
+           "PartitionReleasedError", "SchemaMismatch", "NoConsumerError", "ExchangeReadError", "ErrorCode", "translate_errors"]
 
 from .config import ExchangeConfig, session_settings
 from .errors import (  # noqa: F401
@@ -35,6 +35,7 @@ from .errors import (  # noqa: F401
     ServiceUnavailable,
     StorageError,
     UserFacing,
+    translate_errors,
 )
 from .kinds import ExchangeKind, ExchangeState, PartitionType
 from .summary import ExchangeSummary, StreamSummary

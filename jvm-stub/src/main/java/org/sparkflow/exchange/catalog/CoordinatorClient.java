@@ -1,12 +1,13 @@
 package org.sparkflow.exchange.catalog;
 
+import org.sparkflow.exchange.errors.ServiceError;
+
 import com.fasterxml.jackson.databind.JsonNode;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.wire.RpcConnection;
-import org.sparkflow.exchange.wire.WireException;
 
 /** The few coordinator calls the catalog makes, each on a fresh connection (planning is rare, connections cheap). */
 public final class CoordinatorClient {
@@ -17,7 +18,7 @@ public final class CoordinatorClient {
         this.endpoint = endpoint;
     }
 
-    /** One call on a fresh connection; its result, or a {@link WireException} with the coordinator's code. */
+    /** One call on a fresh connection; its result, or a {@link org.sparkflow.exchange.errors.ServiceError} with the coordinator's code. */
     public JsonNode call(String method, Map<String, Object> args) {
         try (RpcConnection conn = new RpcConnection(endpoint.coordinator(), endpoint.secret(), endpoint.hostId(),
                 TIMEOUT_MILLIS)) {
@@ -40,7 +41,7 @@ public final class CoordinatorClient {
     public ExchangeDescription describe(String name) {
         try {
             return ExchangeDescription.parse(call("get_exchange", Map.of("name", name)));
-        } catch (WireException e) {
+        } catch (ServiceError e) {
             if ("no_exchange".equals(e.code())) {
                 return null;
             }
@@ -56,7 +57,7 @@ public final class CoordinatorClient {
         try {
             return ExchangeDescription.parse(call("get_exchange", Map.of("name", name, "wait",
                     Math.max(0, waitMillis) / 1000.0, "until_sealed", true)));
-        } catch (WireException e) {
+        } catch (ServiceError e) {
             if ("no_exchange".equals(e.code())) {
                 return null;
             }
@@ -71,7 +72,7 @@ public final class CoordinatorClient {
     public ExchangeDescription describeForWrite(String name) {
         try {
             return describe(name);
-        } catch (WireException e) {
+        } catch (ServiceError e) {
             if ("exchange_lost".equals(e.code())) {
                 return null;
             }
@@ -84,7 +85,7 @@ public final class CoordinatorClient {
         try {
             call("drop", Map.of("name", name));
             return true;
-        } catch (WireException e) {
+        } catch (ServiceError e) {
             if ("no_exchange".equals(e.code())) {
                 return false;
             }

@@ -1,5 +1,7 @@
 package org.sparkflow.exchange.read;
 
+import org.sparkflow.exchange.errors.ServiceError;
+
 import java.util.Map;
 import org.sparkflow.exchange.catalog.ExchangeDescription;
 import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
@@ -7,7 +9,6 @@ import org.sparkflow.exchange.discovery.Discovery;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.discovery.RuntimeDir;
 import org.sparkflow.exchange.wire.RpcConnection;
-import org.sparkflow.exchange.wire.WireException;
 
 /**
  * The asking half of a read task of an exchange being written: polls the coordinator (one connection for the task)
@@ -87,7 +88,7 @@ final class LiveRead implements AutoCloseable {
                     conn = connect();
                 }
                 return ExchangeDescription.parse(conn.call("get_exchange", Map.of("name", exchange)));
-            } catch (WireException e) {
+            } catch (ServiceError e) {
                 if ("no_exchange".equals(e.code())) {
                     throw new ExchangeReadException(ExchangeReadException.gone(exchange, "dropped"));
                 }
@@ -108,7 +109,7 @@ final class LiveRead implements AutoCloseable {
     private RpcConnection connect() {
         try {
             return new RpcConnection(settings.coordinator(), settings.secret(), settings.hostId(), CALL_TIMEOUT_MILLIS);
-        } catch (WireException e) {
+        } catch (ServiceError e) {
             if (!settings.coordinator().startsWith("unix:")) {
                 throw e;
             }

@@ -1,5 +1,7 @@
 package org.sparkflow.exchange.wire;
 
+import org.sparkflow.exchange.errors.ErrorCodes;
+
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -48,15 +50,14 @@ public final class Handshake {
     public byte[] step(Frames.Frame frame) {
         JsonNode header = parse(frame);
         if (frame.type() == Frames.ERROR_RESPONSE) {
-            throw new WireException("service at " + where + " refused the connection: " + header.path("message").asText(),
-                    header.path("code").asText("error"));
+            throw ErrorCodes.error(header.path("code").asText(ErrorCodes.ERROR), "service at " + where + " refused the connection: " + header.path("message").asText());
         }
         if (state == State.GREETING && frame.type() == Frames.SERVER_HELLO) {
             serverNonce = header.path("nonce").asText();
             serviceId = header.path("service_id").asText("");
             if (secret != null && !validNonce(serverNonce)) {
-                throw new WireException("protocol error: the exchange service at " + where + " sent a nonce that is "
-                        + "not 32 lowercase hex digits", "protocol");
+                throw ErrorCodes.error(ErrorCodes.PROTOCOL, "protocol error: the exchange service at " + where + " sent a nonce that is "
+                        + "not 32 lowercase hex digits");
             }
             ObjectNode hello = MAPPER.createObjectNode();
             hello.put("client_id", clientId());
@@ -72,15 +73,14 @@ public final class Handshake {
                 String expected = mac("service-to-client:" + nonce + ":" + serverNonce + ":" + serviceId);
                 if (proof.isEmpty() || !MessageDigest.isEqual(expected.getBytes(StandardCharsets.US_ASCII),
                         proof.getBytes(StandardCharsets.US_ASCII))) {
-                    throw new WireException("service at " + where + " is not trusted: it did not prove the shared secret",
-                            "auth");
+                    throw ErrorCodes.error(ErrorCodes.AUTH, "service at " + where + " is not trusted: it did not prove the shared secret");
                 }
             }
             state = State.OPEN;
             return null;
         }
-        throw new WireException("protocol error: the exchange service at " + where + " sent message type "
-                + frame.type() + " during the handshake (state " + state + ")", "protocol");
+        throw ErrorCodes.error(ErrorCodes.PROTOCOL, "protocol error: the exchange service at " + where + " sent message type "
+                + frame.type() + " during the handshake (state " + state + ")");
     }
 
     static boolean validNonce(String nonce) {
@@ -100,7 +100,7 @@ public final class Handshake {
         try {
             return frame.header().length == 0 ? MAPPER.createObjectNode() : MAPPER.readTree(frame.header());
         } catch (java.io.IOException e) {
-            throw new WireException("protocol error: a frame's JSON header is unreadable: " + e.getMessage(), "protocol");
+            throw ErrorCodes.error(ErrorCodes.PROTOCOL, "protocol error: a frame's JSON header is unreadable: " + e.getMessage());
         }
     }
 

@@ -1,5 +1,8 @@
 package org.sparkflow.exchange.wire;
 
+import org.sparkflow.exchange.errors.ErrorCodes;
+import org.sparkflow.exchange.errors.ServiceError;
+
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -48,8 +51,7 @@ public final class RpcConnection implements AutoCloseable {
             }
         } catch (IOException | RuntimeException e) {
             close();
-            throw e instanceof WireException w ? w : new WireException(
-                    "cannot talk to the exchange service at " + address + ": " + e.getMessage(), "unreachable");
+            throw e instanceof ServiceError w ? w : ErrorCodes.error(ErrorCodes.UNREACHABLE, "cannot talk to the exchange service at " + address + ": " + e.getMessage());
         }
     }
 
@@ -64,7 +66,7 @@ public final class RpcConnection implements AutoCloseable {
             String text = address.startsWith("tcp://") ? address.substring(6) : address;
             int colon = text.lastIndexOf(':');
             if (colon < 0) {
-                throw new WireException("not a service address: " + address + " (use host:port or unix:/path)");
+                throw ErrorCodes.error(ErrorCodes.BAD_REQUEST, "not a service address: " + address + " (use host:port or unix:/path)");
             }
             String host = text.substring(0, colon).replace("[", "").replace("]", "");
             int port = Integer.parseInt(text.substring(colon + 1));
@@ -72,11 +74,11 @@ public final class RpcConnection implements AutoCloseable {
             ch.socket().setTcpNoDelay(true);
             return ch;
         } catch (IOException | NumberFormatException e) {
-            throw new WireException("cannot reach the exchange service at " + address + ": " + e, "unreachable");
+            throw ErrorCodes.error(ErrorCodes.UNREACHABLE, "cannot reach the exchange service at " + address + ": " + e);
         }
     }
 
-    /** Call {@code method} with {@code args}; its result, or a {@link WireException} with the service's message and code. */
+    /** Call {@code method} with {@code args}; its result, or the {@link ServiceError} of the service's code, with its message. */
     public JsonNode call(String method, Map<String, Object> args) {
         long id = nextCall++;
         ObjectNode request = MAPPER.createObjectNode();
@@ -91,19 +93,18 @@ public final class RpcConnection implements AutoCloseable {
                 if (frame.type() == Frames.RPC_RESPONSE && header.path("call_id").asLong() == id) {
                     JsonNode error = header.get("error");
                     if (error != null && !error.isNull() && !error.asText().isEmpty()) {
-                        throw new WireException(error.asText(), header.path("code").asText("error"));
+                        throw ErrorCodes.error(header.path("code").asText(ErrorCodes.ERROR), error.asText());
                     }
                     return header.get("result");
                 }
                 if (frame.type() == Frames.ERROR_RESPONSE && header.path("fatal").asBoolean()) {
-                    throw new WireException("exchange coordinator at " + address + ": "
-                            + header.path("message").asText(), header.path("code").asText("error"));
+                    throw ErrorCodes.error(header.path("code").asText(ErrorCodes.ERROR), "exchange coordinator at " + address + ": "
+                            + header.path("message").asText());
                 }
                 // notifications and anything else not asked for: not this caller's
             }
         } catch (IOException e) {
-            throw new WireException(method + " on the exchange coordinator at " + address + " failed: " + e,
-                    "connection_lost");
+            throw ErrorCodes.error(ErrorCodes.CONNECTION_LOST, method + " on the exchange coordinator at " + address + " failed: " + e);
         }
     }
 
@@ -114,8 +115,7 @@ public final class RpcConnection implements AutoCloseable {
                 write(piece);
             }
         } catch (IOException e) {
-            throw new WireException("connection to the exchange service at " + address + " failed while sending: " + e,
-                    "connection_lost");
+            throw ErrorCodes.error(ErrorCodes.CONNECTION_LOST, "connection to the exchange service at " + address + " failed while sending: " + e);
         }
     }
 
@@ -125,8 +125,7 @@ public final class RpcConnection implements AutoCloseable {
             if (inbox.isEmpty()) {
                 int n = channel.read(ByteBuffer.wrap(readBuffer));
                 if (n < 0) {
-                    throw new WireException("the exchange service at " + address + " closed the connection",
-                            "connection_lost");
+                    throw ErrorCodes.error(ErrorCodes.CONNECTION_LOST, "the exchange service at " + address + " closed the connection");
                 }
                 if (n > 0) {
                     inbox.addAll(decoder.feed(readBuffer, n));
@@ -134,8 +133,7 @@ public final class RpcConnection implements AutoCloseable {
             }
             return inbox.poll();
         } catch (IOException e) {
-            throw new WireException("connection to the exchange service at " + address + " failed: " + e,
-                    "connection_lost");
+            throw ErrorCodes.error(ErrorCodes.CONNECTION_LOST, "connection to the exchange service at " + address + " failed: " + e);
         }
     }
 
@@ -144,8 +142,7 @@ public final class RpcConnection implements AutoCloseable {
         try {
             return next();
         } catch (IOException e) {
-            throw new WireException("connection to the exchange service at " + address + " failed: " + e,
-                    "connection_lost");
+            throw ErrorCodes.error(ErrorCodes.CONNECTION_LOST, "connection to the exchange service at " + address + " failed: " + e);
         }
     }
 
@@ -157,8 +154,7 @@ public final class RpcConnection implements AutoCloseable {
         while (inbox.isEmpty()) {
             int n = readSome();
             if (n < 0) {
-                throw new WireException("the exchange service at " + address + " closed the connection",
-                        "connection_lost");
+                throw ErrorCodes.error(ErrorCodes.CONNECTION_LOST, "the exchange service at " + address + " closed the connection");
             }
             inbox.addAll(decoder.feed(readBuffer, n));
         }
@@ -188,8 +184,8 @@ public final class RpcConnection implements AutoCloseable {
         SelectionKey key = channel.register(selector, op);
         try {
             if (selector.select(timeoutMillis) == 0) {
-                throw new WireException("the exchange service at " + address + " gave no " + what + " within "
-                        + timeoutMillis / 1000.0 + " s", "timeout");
+                throw ErrorCodes.error(ErrorCodes.TIMEOUT, "the exchange service at " + address + " gave no " + what + " within "
+                        + timeoutMillis / 1000.0 + " s");
             }
             selector.selectedKeys().clear();
         } finally {

@@ -1,5 +1,7 @@
 package org.sparkflow.exchange.write;
 
+import org.sparkflow.exchange.errors.ServiceError;
+
 import com.fasterxml.jackson.databind.JsonNode;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
@@ -20,7 +22,6 @@ import org.apache.spark.sql.connector.write.WriterCommitMessage;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.ArrowUtils;
 import org.sparkflow.exchange.catalog.CoordinatorClient;
-import org.sparkflow.exchange.wire.WireException;
 
 /**
  * The driver's side of one write ({@code exchange.declare_write}, {@code datasource.PipelinedWriter}): declared
@@ -130,7 +131,7 @@ public final class ExchangeBatchWrite implements BatchWrite {
         try {
             coordinator.call("abort", Map.of("name", handle.name(), "epoch", handle.epoch(),
                     "write_id", handle.writeId(), "reason", "the Spark write job failed"));
-        } catch (WireException ignored) {
+        } catch (ServiceError ignored) {
             // the coordinator is gone: nothing left to abort there (the Python writer ignores this too)
         }
     }

@@ -1,5 +1,8 @@
 package org.sparkflow.exchange.write;
 
+import org.sparkflow.exchange.errors.ErrorCodes;
+import org.sparkflow.exchange.errors.ServiceError;
+
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
@@ -10,7 +13,6 @@ import java.util.Map;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.wire.Frames;
 import org.sparkflow.exchange.wire.RpcConnection;
-import org.sparkflow.exchange.wire.WireException;
 
 /**
  * One result partition pushed into this host's exchange service under credit ({@code partition_writer.py}):
@@ -118,7 +120,7 @@ final class ProducerConnection implements AutoCloseable {
             msg.put("handle", handle);
             msg.put("reason", reason);
             conn.send(Frames.encode(Frames.FAIL_PARTITION, msg.toString()));
-        } catch (WireException ignored) {
+        } catch (ServiceError ignored) {
             // the connection is gone: the service fails the partition for it
         }
     }
@@ -142,13 +144,13 @@ final class ProducerConnection implements AutoCloseable {
                 if (m.path("handle").asLong() == handle) {
                     String replaced = "replaced".equals(m.path("code").asText())
                             ? "; the write cannot be committed: write the exchange again" : "";
-                    throw new WireException(m.path("message").asText() + replaced, m.path("code").asText("released"));
+                    throw ErrorCodes.error(m.path("code").asText(ErrorCodes.RELEASED), m.path("message").asText() + replaced);
                 }
             }
             case Frames.ERROR_RESPONSE -> {
                 JsonNode m = json(f);
-                throw new WireException("exchange service refused partition " + partition + ": "
-                        + m.path("message").asText(), m.path("code").asText("error"));
+                throw ErrorCodes.error(m.path("code").asText(ErrorCodes.ERROR), "exchange service refused partition " + partition + ": "
+                        + m.path("message").asText());
             }
             default -> {
                 // slots freed, notifications: nothing for a socket writer
@@ -160,7 +162,7 @@ final class ProducerConnection implements AutoCloseable {
         try {
             return MAPPER.readTree(f.header());
         } catch (IOException e) {
-            throw new WireException("protocol error: a frame's JSON header is unreadable: " + e.getMessage(), "protocol");
+            throw ErrorCodes.error(ErrorCodes.PROTOCOL, "protocol error: a frame's JSON header is unreadable: " + e.getMessage());
         }
     }
 
