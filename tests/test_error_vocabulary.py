@@ -3,17 +3,25 @@
 a failure of the jar (its marker) or of the Python data source comes back as the package's class."""
 from __future__ import annotations
 
+import os
 import re
+import signal
+import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 import sparkflow_exchange as sfx
+from conftest import run_app_with_jar
+from harness import client_config, start_service
 from sparkflow_exchange import errors
+from sparkflow_exchange import exchange as ex
 
 ROOT = Path(__file__).resolve().parent.parent
 JAVA = ROOT / "jvm-stub" / "src" / "main" / "java" / "org" / "sparkflow" / "exchange"
 ERRORS_JAVA = JAVA / "errors"
+SCHEMA = pa.schema([pa.field("a", pa.int64())])
 SERVICE_CLASSES = [c for c in errors.PUBLIC if issubclass(c, errors.ServiceError)]
 
 
@@ -134,3 +142,54 @@ def test_translate_errors_raises_the_package_class_and_passes_others_unchanged()
         with sfx.translate_errors():
             raise other
     assert passed.value is other
+
+
+FAST = {"heartbeatInterval": "0.2s", "heartbeatTimeout": "1s"}
+
+
+def _until(what: str, check, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def _state(coordinator, service_id: str) -> str | None:
+    return {s["service_id"]: s["state"] for s in coordinator.status()["services"]}.get(service_id)
+
+
+@pytest.mark.spark
+def test_a_lost_service_read_through_the_jar_raises_exchange_lost_in_pyspark(tmp_path, jar):
+    coordinator = start_service(tmp_path / "coordinator", conf=FAST)
+    try:
+        worker = start_service(tmp_path / "worker", coordinator=False, host_id="worker",
+                               conf={**FAST, "coordinator": coordinator.tcp})
+        service_id = worker.info["service_id"]
+        _until("the worker registered", lambda: _state(coordinator, service_id) == "alive")
+        cfg = client_config(coordinator, service=worker.tcp, exchange="held", keys="a", numSubpartitions=2)
+        handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
+        task = ex.ProducerTask(handle, 0, "a0")
+        task.write([pa.record_batch([pa.array(range(100))], schema=SCHEMA)])
+        ex.commit_write(handle, [task.finish()["partition"]])
+        os.kill(worker.proc.pid, signal.SIGKILL)
+        worker.proc.wait(30)
+        _until("the worker declared lost", lambda: _state(coordinator, service_id) == "lost")
+
+        defaults = (f"spark.sparkflow.exchange.coordinator {coordinator.tcp}\n"
+                    f"spark.sparkflow.exchange.secretFile {coordinator.home / 'secret'}\n")
+        result, _ = run_app_with_jar(tmp_path / "app", (Path(__file__).parent / "app_jvm_errors.py").read_text(),
+                                     jar, defaults=defaults, timeout=600)
+    finally:
+        coordinator.stop()
+    lost = result["catalog_of_lost"]
+    assert lost["raised"] == "sparkflow_exchange.ExchangeLost", lost
+    assert lost["code"] == "exchange_lost"
+    assert lost["message"].startswith("exchange 'held' was lost: "), lost["message"]
+    assert "worker" in lost["message"]  # the host it went with
+    # what the JVM threw: the Java class of the same name, its message carrying the marker
+    assert "org.sparkflow.exchange.errors.ExchangeLost: [sparkflow_exchange.ExchangeLost exchange_lost] " \
+           + lost["message"] in lost["spark"], lost["spark"][:3000]
+    missing = result["format_of_missing"]
+    assert missing["raised"] == "sparkflow_exchange.ExchangeNotFound", missing
+    assert missing["message"].startswith("exchange 'never_declared' does not exist (waited 1 s"), missing
+    assert "org.sparkflow.exchange.errors.ExchangeNotFound" in missing["spark"]
