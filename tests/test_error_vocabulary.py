@@ -177,6 +177,7 @@ def test_a_lost_service_read_through_the_jar_raises_exchange_lost_in_pyspark(tmp
 
         defaults = (f"spark.sparkflow.exchange.coordinator {coordinator.tcp}\n"
                     f"spark.sparkflow.exchange.secretFile {coordinator.home / 'secret'}\n")
+        (tmp_path / "app").mkdir()
         result, _ = run_app_with_jar(tmp_path / "app", (Path(__file__).parent / "app_jvm_errors.py").read_text(),
                                      jar, defaults=defaults, timeout=600)
     finally:

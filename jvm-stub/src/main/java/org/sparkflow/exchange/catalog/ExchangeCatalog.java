@@ -19,6 +19,7 @@ import org.apache.spark.sql.connector.catalog.TableChange;
 import org.apache.spark.sql.connector.catalog.functions.UnboundFunction;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.sparkflow.exchange.ExchangePlugin;
 import org.sparkflow.exchange.discovery.Discovery;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.discovery.RuntimeDir;
@@ -125,6 +126,7 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
 
     @Override
     public Table loadTable(Identifier ident) throws NoSuchTableException {
+        ExchangePlugin.sayFailedHostsOnce();
         if (ident.namespace().length != 0) {
             throw new NoSuchTableException(ident);
         }
@@ -203,6 +205,7 @@ public class ExchangeCatalog implements TableCatalog, FunctionCatalog {
     @Override
     public Table createTable(Identifier ident, Column[] columns, Transform[] partitions, Map<String, String> properties)
             throws NoSuchNamespaceException {
+        ExchangePlugin.sayFailedHostsOnce();
         requireRoot(ident.namespace());
         WriteSettings write = WriteSettings.defaults().with(List.of(properties)).withPartitioning(partitions);
         return new NewExchangeTable(ident.name(), CatalogV2Util.v2ColumnsToStructType(columns), partitions, properties,

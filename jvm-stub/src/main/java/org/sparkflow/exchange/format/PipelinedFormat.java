@@ -9,6 +9,7 @@ import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.sparkflow.exchange.ExchangePlugin;
 
 /**
  * {@code format("pipelined")} when the plugin jar is on the classpath: batch reads and writes go through the
@@ -76,6 +77,7 @@ public final class PipelinedFormat implements SupportsCatalogOptions, DataSource
 
     @Override
     public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
+        ExchangePlugin.sayFailedHostsOnce();
         return new PythonSource.Finding(PythonSource.provider().getTable(schema, partitioning,
                 PythonSource.withSessionDiscovery(properties)));
     }
