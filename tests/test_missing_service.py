@@ -10,8 +10,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from harness import start_service
 
@@ -60,4 +63,53 @@ def test_a_host_without_its_service_names_itself_and_the_command_that_starts_it(
         if served is not None:
             served.send_signal(signal.SIGTERM)
             served.wait(30)
+        coordinator.stop()
+
+
+@pytest.mark.spark
+def test_the_driver_log_and_the_first_use_name_the_host_without_a_service_and_the_command(tmp_path, jar):
+    coordinator = start_service(tmp_path / "coordinator")
+    secret = coordinator.home / "secret"
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text(
+        f"spark.jars {jar}\n"
+        "spark.plugins org.sparkflow.exchange.ExchangePlugin\n"
+        f"spark.pyspark.python {sys.executable}\n"
+        "spark.ui.enabled false\n"
+        f"spark.sparkflow.exchange.coordinator {coordinator.tcp}\n"
+        f"spark.sparkflow.exchange.secretFile {secret}\n")
+    go = tmp_path / "go"
+    env = {**os.environ, "SPARK_CONF_DIR": str(conf), "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(tmp_path / "runtime")}
+    app = subprocess.Popen([sys.executable, str(Path(__file__).parent / "app_missing_service.py"), str(go)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                           start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(app.stderr), daemon=True)
+    reader.start()
+    command = (f"sparkflow-exchange serve --no-coordinator --coordinator {coordinator.tcp} --secret-file {secret} "
+               "--host 127.0.0.1")
+    try:
+        deadline = time.monotonic() + 400
+        said = []
+        while not said and time.monotonic() < deadline and app.poll() is None:
+            time.sleep(0.5)
+            said = [line for line in list(lines) if line.startswith("ERROR sparkflow-exchange: an executor on host")]
+        assert said, "".join(lines)[-5000:]
+        host = socket.gethostname()
+        assert "could not start" in said[0] and f"host {host} has no exchange service" in said[0], said[0]
+        assert f"`{command}`" in said[0], said[0]
+        time.sleep(10)  # Spark starts the executor again there: the driver says it once
+        assert len([line for line in list(lines) if line.startswith("ERROR sparkflow-exchange:")]) == 1
+        go.touch()
+        assert app.stdout.readline().strip() == "planned"
+        app.wait(60)
+        reader.join(30)
+        first_use = "".join(lines).split("WARN sparkflow-exchange: executors of 1 host(s) did not start", 1)
+        assert len(first_use) == 2, "".join(lines)[-5000:]
+        assert f"host {host} has no exchange service" in first_use[1] and command in first_use[1]
+    finally:
+        if app.poll() is None:
+            os.killpg(app.pid, signal.SIGKILL)  # the application's session: its JVM and the executors it started
+            app.wait(30)
         coordinator.stop()
