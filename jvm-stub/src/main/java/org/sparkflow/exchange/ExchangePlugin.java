@@ -180,8 +180,9 @@ public class ExchangePlugin implements SparkPlugin {
             String first = String.valueOf(e.getMessage()).split("\n", 2)[0];
             try {
                 ctx.ask(new String[] {LAUNCHER_FAILED, ctx.hostname(), first});
-            } catch (Exception ignored) {
-                // the driver cannot be told: the executor's stderr and the lost executor's reason still say it
+            } catch (Exception other) { // the executor's stderr and the lost executor's reason still say it
+                System.err.println("WARN sparkflow-exchange: the driver could not be told that this executor cannot "
+                        + "start: " + other);
             }
         }
 

@@ -1,12 +1,11 @@
 package org.sparkflow.exchange.catalog;
 
-import org.sparkflow.exchange.errors.ServiceError;
-
 import com.fasterxml.jackson.databind.JsonNode;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import org.sparkflow.exchange.discovery.Endpoint;
+import org.sparkflow.exchange.errors.ServiceError;
 import org.sparkflow.exchange.wire.RpcConnection;
 
 /** The few coordinator calls the catalog makes, each on a fresh connection (planning is rare, connections cheap). */
@@ -18,7 +17,7 @@ public final class CoordinatorClient {
         this.endpoint = endpoint;
     }
 
-    /** One call on a fresh connection; its result, or a {@link org.sparkflow.exchange.errors.ServiceError} with the coordinator's code. */
+    /** One call on a fresh connection; its result, or the {@code ServiceError} of the coordinator's code. */
     public JsonNode call(String method, Map<String, Object> args) {
         try (RpcConnection conn = new RpcConnection(endpoint.coordinator(), endpoint.secret(), endpoint.hostId(),
                 TIMEOUT_MILLIS)) {

@@ -1,13 +1,12 @@
 package org.sparkflow.exchange.read;
 
-import org.sparkflow.exchange.errors.ServiceError;
-
 import java.util.Map;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
 import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
+import org.sparkflow.exchange.catalog.ExchangeDescription;
 import org.sparkflow.exchange.discovery.Discovery;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.discovery.RuntimeDir;
+import org.sparkflow.exchange.errors.ServiceError;
 import org.sparkflow.exchange.wire.RpcConnection;
 
 /**

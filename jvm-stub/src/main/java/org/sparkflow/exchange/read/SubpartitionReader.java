@@ -1,7 +1,5 @@
 package org.sparkflow.exchange.read;
 
-import org.sparkflow.exchange.errors.ServiceError;
-
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.nio.channels.Channels;
@@ -22,6 +20,7 @@ import org.apache.spark.sql.vectorized.ArrowColumnVector;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
+import org.sparkflow.exchange.errors.ServiceError;
 import org.sparkflow.exchange.wire.RpcConnection;
 
 /**

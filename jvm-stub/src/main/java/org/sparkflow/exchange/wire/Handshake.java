@@ -1,7 +1,5 @@
 package org.sparkflow.exchange.wire;
 
-import org.sparkflow.exchange.errors.ErrorCodes;
-
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -12,6 +10,7 @@ import java.security.SecureRandom;
 import java.util.HexFormat;
 import javax.crypto.Mac;
 import javax.crypto.spec.SecretKeySpec;
+import org.sparkflow.exchange.errors.ErrorCodes;
 
 /**
  * The client's side of the mutual HMAC handshake, sans-IO ({@code network/auth.py}, {@code connection.py}):
@@ -50,13 +49,15 @@ public final class Handshake {
     public byte[] step(Frames.Frame frame) {
         JsonNode header = parse(frame);
         if (frame.type() == Frames.ERROR_RESPONSE) {
-            throw ErrorCodes.error(header.path("code").asText(ErrorCodes.ERROR), "service at " + where + " refused the connection: " + header.path("message").asText());
+            throw ErrorCodes.error(header.path("code").asText(ErrorCodes.ERROR),
+                    "service at " + where + " refused the connection: " + header.path("message").asText());
         }
         if (state == State.GREETING && frame.type() == Frames.SERVER_HELLO) {
             serverNonce = header.path("nonce").asText();
             serviceId = header.path("service_id").asText("");
             if (secret != null && !validNonce(serverNonce)) {
-                throw ErrorCodes.error(ErrorCodes.PROTOCOL, "protocol error: the exchange service at " + where + " sent a nonce that is "
+                throw ErrorCodes.error(ErrorCodes.PROTOCOL,
+                        "protocol error: the exchange service at " + where + " sent a nonce that is "
                         + "not 32 lowercase hex digits");
             }
             ObjectNode hello = MAPPER.createObjectNode();
@@ -73,13 +74,15 @@ public final class Handshake {
                 String expected = mac("service-to-client:" + nonce + ":" + serverNonce + ":" + serviceId);
                 if (proof.isEmpty() || !MessageDigest.isEqual(expected.getBytes(StandardCharsets.US_ASCII),
                         proof.getBytes(StandardCharsets.US_ASCII))) {
-                    throw ErrorCodes.error(ErrorCodes.AUTH, "service at " + where + " is not trusted: it did not prove the shared secret");
+                    throw ErrorCodes.error(ErrorCodes.AUTH,
+                            "service at " + where + " is not trusted: it did not prove the shared secret");
                 }
             }
             state = State.OPEN;
             return null;
         }
-        throw ErrorCodes.error(ErrorCodes.PROTOCOL, "protocol error: the exchange service at " + where + " sent message type "
+        throw ErrorCodes.error(ErrorCodes.PROTOCOL,
+                "protocol error: the exchange service at " + where + " sent message type "
                 + frame.type() + " during the handshake (state " + state + ")");
     }
 
@@ -100,7 +103,8 @@ public final class Handshake {
         try {
             return frame.header().length == 0 ? MAPPER.createObjectNode() : MAPPER.readTree(frame.header());
         } catch (java.io.IOException e) {
-            throw ErrorCodes.error(ErrorCodes.PROTOCOL, "protocol error: a frame's JSON header is unreadable: " + e.getMessage());
+            throw ErrorCodes.error(ErrorCodes.PROTOCOL,
+                    "protocol error: a frame's JSON header is unreadable: " + e.getMessage());
         }
     }
 

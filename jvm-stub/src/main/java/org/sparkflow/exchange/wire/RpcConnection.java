@@ -1,8 +1,5 @@
 package org.sparkflow.exchange.wire;
 
-import org.sparkflow.exchange.errors.ErrorCodes;
-import org.sparkflow.exchange.errors.ServiceError;
-
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -16,6 +13,8 @@ import java.nio.channels.Selector;
 import java.nio.channels.SocketChannel;
 import java.util.ArrayDeque;
 import java.util.Map;
+import org.sparkflow.exchange.errors.ErrorCodes;
+import org.sparkflow.exchange.errors.ServiceError;
 
 /**
  * A blocking, authenticated connection to a coordinator or exchange service: request/response calls
@@ -51,7 +50,8 @@ public final class RpcConnection implements AutoCloseable {
             }
         } catch (IOException | RuntimeException e) {
             close();
-            throw e instanceof ServiceError w ? w : ErrorCodes.error(ErrorCodes.UNREACHABLE, "cannot talk to the exchange service at " + address + ": " + e.getMessage());
+            throw e instanceof ServiceError w ? w : ErrorCodes.error(ErrorCodes.UNREACHABLE,
+                    "cannot talk to the exchange service at " + address + ": " + e.getMessage());
         }
     }
 
@@ -66,7 +66,8 @@ public final class RpcConnection implements AutoCloseable {
             String text = address.startsWith("tcp://") ? address.substring(6) : address;
             int colon = text.lastIndexOf(':');
             if (colon < 0) {
-                throw ErrorCodes.error(ErrorCodes.BAD_REQUEST, "not a service address: " + address + " (use host:port or unix:/path)");
+                throw ErrorCodes.error(ErrorCodes.BAD_REQUEST,
+                        "not a service address: " + address + " (use host:port or unix:/path)");
             }
             String host = text.substring(0, colon).replace("[", "").replace("]", "");
             int port = Integer.parseInt(text.substring(colon + 1));
@@ -74,11 +75,12 @@ public final class RpcConnection implements AutoCloseable {
             ch.socket().setTcpNoDelay(true);
             return ch;
         } catch (IOException | NumberFormatException e) {
-            throw ErrorCodes.error(ErrorCodes.UNREACHABLE, "cannot reach the exchange service at " + address + ": " + e);
+            throw ErrorCodes.error(ErrorCodes.UNREACHABLE,
+                    "cannot reach the exchange service at " + address + ": " + e);
         }
     }
 
-    /** Call {@code method} with {@code args}; its result, or the {@link ServiceError} of the service's code, with its message. */
+    /** Call {@code method} with {@code args}; its result, or the {@link ServiceError} of the service's code. */
     public JsonNode call(String method, Map<String, Object> args) {
         long id = nextCall++;
         ObjectNode request = MAPPER.createObjectNode();
@@ -98,13 +100,15 @@ public final class RpcConnection implements AutoCloseable {
                     return header.get("result");
                 }
                 if (frame.type() == Frames.ERROR_RESPONSE && header.path("fatal").asBoolean()) {
-                    throw ErrorCodes.error(header.path("code").asText(ErrorCodes.ERROR), "exchange coordinator at " + address + ": "
+                    throw ErrorCodes.error(header.path("code").asText(ErrorCodes.ERROR),
+                            "exchange coordinator at " + address + ": "
                             + header.path("message").asText());
                 }
                 // notifications and anything else not asked for: not this caller's
             }
         } catch (IOException e) {
-            throw ErrorCodes.error(ErrorCodes.CONNECTION_LOST, method + " on the exchange coordinator at " + address + " failed: " + e);
+            throw ErrorCodes.error(ErrorCodes.CONNECTION_LOST,
+                    method + " on the exchange coordinator at " + address + " failed: " + e);
         }
     }
 
@@ -115,7 +119,8 @@ public final class RpcConnection implements AutoCloseable {
                 write(piece);
             }
         } catch (IOException e) {
-            throw ErrorCodes.error(ErrorCodes.CONNECTION_LOST, "connection to the exchange service at " + address + " failed while sending: " + e);
+            throw ErrorCodes.error(ErrorCodes.CONNECTION_LOST,
+                    "connection to the exchange service at " + address + " failed while sending: " + e);
         }
     }
 
@@ -125,7 +130,8 @@ public final class RpcConnection implements AutoCloseable {
             if (inbox.isEmpty()) {
                 int n = channel.read(ByteBuffer.wrap(readBuffer));
                 if (n < 0) {
-                    throw ErrorCodes.error(ErrorCodes.CONNECTION_LOST, "the exchange service at " + address + " closed the connection");
+                    throw ErrorCodes.error(ErrorCodes.CONNECTION_LOST,
+                            "the exchange service at " + address + " closed the connection");
                 }
                 if (n > 0) {
                     inbox.addAll(decoder.feed(readBuffer, n));
@@ -133,7 +139,8 @@ public final class RpcConnection implements AutoCloseable {
             }
             return inbox.poll();
         } catch (IOException e) {
-            throw ErrorCodes.error(ErrorCodes.CONNECTION_LOST, "connection to the exchange service at " + address + " failed: " + e);
+            throw ErrorCodes.error(ErrorCodes.CONNECTION_LOST,
+                    "connection to the exchange service at " + address + " failed: " + e);
         }
     }
 
@@ -142,7 +149,8 @@ public final class RpcConnection implements AutoCloseable {
         try {
             return next();
         } catch (IOException e) {
-            throw ErrorCodes.error(ErrorCodes.CONNECTION_LOST, "connection to the exchange service at " + address + " failed: " + e);
+            throw ErrorCodes.error(ErrorCodes.CONNECTION_LOST,
+                    "connection to the exchange service at " + address + " failed: " + e);
         }
     }
 
@@ -154,7 +162,8 @@ public final class RpcConnection implements AutoCloseable {
         while (inbox.isEmpty()) {
             int n = readSome();
             if (n < 0) {
-                throw ErrorCodes.error(ErrorCodes.CONNECTION_LOST, "the exchange service at " + address + " closed the connection");
+                throw ErrorCodes.error(ErrorCodes.CONNECTION_LOST,
+                        "the exchange service at " + address + " closed the connection");
             }
             inbox.addAll(decoder.feed(readBuffer, n));
         }
@@ -184,7 +193,8 @@ public final class RpcConnection implements AutoCloseable {
         SelectionKey key = channel.register(selector, op);
         try {
             if (selector.select(timeoutMillis) == 0) {
-                throw ErrorCodes.error(ErrorCodes.TIMEOUT, "the exchange service at " + address + " gave no " + what + " within "
+                throw ErrorCodes.error(ErrorCodes.TIMEOUT,
+                        "the exchange service at " + address + " gave no " + what + " within "
                         + timeoutMillis / 1000.0 + " s");
             }
             selector.selectedKeys().clear();

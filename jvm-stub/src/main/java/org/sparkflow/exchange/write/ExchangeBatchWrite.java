@@ -1,7 +1,5 @@
 package org.sparkflow.exchange.write;
 
-import org.sparkflow.exchange.errors.ServiceError;
-
 import com.fasterxml.jackson.databind.JsonNode;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
@@ -22,6 +20,7 @@ import org.apache.spark.sql.connector.write.WriterCommitMessage;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.ArrowUtils;
 import org.sparkflow.exchange.catalog.CoordinatorClient;
+import org.sparkflow.exchange.errors.ServiceError;
 
 /**
  * The driver's side of one write ({@code exchange.declare_write}, {@code datasource.PipelinedWriter}): declared

@@ -1,8 +1,5 @@
 package org.sparkflow.exchange.write;
 
-import org.sparkflow.exchange.errors.ErrorCodes;
-import org.sparkflow.exchange.errors.ServiceError;
-
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
@@ -11,6 +8,8 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.Map;
 import org.sparkflow.exchange.discovery.Endpoint;
+import org.sparkflow.exchange.errors.ErrorCodes;
+import org.sparkflow.exchange.errors.ServiceError;
 import org.sparkflow.exchange.wire.Frames;
 import org.sparkflow.exchange.wire.RpcConnection;
 
@@ -162,7 +161,8 @@ final class ProducerConnection implements AutoCloseable {
         try {
             return MAPPER.readTree(f.header());
         } catch (IOException e) {
-            throw ErrorCodes.error(ErrorCodes.PROTOCOL, "protocol error: a frame's JSON header is unreadable: " + e.getMessage());
+            throw ErrorCodes.error(ErrorCodes.PROTOCOL,
+                    "protocol error: a frame's JSON header is unreadable: " + e.getMessage());
         }
     }
 
