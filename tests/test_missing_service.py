@@ -67,6 +67,7 @@ def test_a_host_without_its_service_names_itself_and_the_command_that_starts_it(
 
 
 @pytest.mark.spark
+@pytest.mark.cluster
 def test_the_driver_log_and_the_first_use_name_the_host_without_a_service_and_the_command(tmp_path, jar):
     coordinator = start_service(tmp_path / "coordinator")
     secret = coordinator.home / "secret"

@@ -175,11 +175,20 @@ public class ExchangePlugin implements SparkPlugin {
             ServiceGauges.registerExecutor(ctx.metricRegistry(), reply.get("metrics"));
         }
 
+        /** This host's name (an executor's PluginContext.hostname() fails: its RPC environment has no address). */
+        private static String hostName() {
+            try {
+                return java.net.InetAddress.getLocalHost().getHostName();
+            } catch (java.io.IOException e) {
+                return "(unknown: " + e.getMessage() + ")";
+            }
+        }
+
         /** Best effort: the driver logs which host could not start and why (waits for it, as this JVM ends next). */
         private static void tellDriver(PluginContext ctx, RuntimeException e) {
             String first = String.valueOf(e.getMessage()).split("\n", 2)[0];
             try {
-                ctx.ask(new String[] {LAUNCHER_FAILED, ctx.hostname(), first});
+                ctx.ask(new String[] {LAUNCHER_FAILED, hostName(), first});
             } catch (Exception other) { // the executor's stderr and the lost executor's reason still say it
                 System.err.println("WARN sparkflow-exchange: the driver could not be told that this executor cannot "
                         + "start: " + other);

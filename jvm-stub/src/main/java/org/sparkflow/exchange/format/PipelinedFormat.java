@@ -63,6 +63,7 @@ public final class PipelinedFormat implements SupportsCatalogOptions, DataSource
     /** The exchange named by the {@code exchange} option (empty without one: the Python source says what is missing). */
     @Override
     public Identifier extractIdentifier(CaseInsensitiveStringMap options) {
+        ExchangePlugin.sayFailedHostsOnce();
         PENDING.set(options);
         String exchange = options.get("exchange");
         return Identifier.of(new String[0], exchange == null ? "" : exchange);
@@ -72,6 +73,7 @@ public final class PipelinedFormat implements SupportsCatalogOptions, DataSource
 
     @Override
     public StructType inferSchema(CaseInsensitiveStringMap options) {
+        ExchangePlugin.sayFailedHostsOnce();
         return PythonSource.provider().inferSchema(PythonSource.withSessionDiscovery(options));
     }
 
