@@ -161,6 +161,7 @@ def write(df: Any, exchange: str, mode: str = "overwrite", **options: Any) -> No
     changed). For the write, Spark is told not to measure every Arrow batch after each row
     (``session_tuning``), unless the session sets that key itself. On Spark Connect the client cannot
     see the partition count (no ``df.rdd``), so numSubpartitions is left to the options and settings.
+    A failure raises the package's class (``translate_errors``), whichever path served the write.
     """
     from .session_tuning import is_connect, unchecked_arrow_batches
 
@@ -171,7 +172,7 @@ def write(df: Any, exchange: str, mode: str = "overwrite", **options: Any) -> No
     _register_if_changed(session)
     if not is_connect(session):
         _activate(session)
-    with unchecked_arrow_batches(session):
+    with unchecked_arrow_batches(session), translate_errors():  # a failed write raises the package's class
         df.write.format("pipelined").mode(mode).option("exchange", exchange).options(**opts).save()
 
 
