@@ -12,7 +12,7 @@ __all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "lea
            # the errors users see (docs/errors.md)
            "ConfigError", "ExchangeError", "ServiceError", "ServiceUnavailable", "AuthenticationFailed", "NotPermitted",
            "LimitReached", "InvalidRequest", "StorageError", "DataLost", "ExchangeNotFound", "ExchangeLost", "ExchangeReplaced",
-           "PartitionReleasedError", "SchemaMismatch", "NoConsumerError", "ExchangeReadError", "ErrorCode"]
+           "PartitionReleasedError", "SchemaMismatch", "NoConsumerError", "ExchangeReadError", "ErrorCode", "translate_errors"]
 
 from .config import ExchangeConfig, session_settings
 from .errors import (  # noqa: F401
@@ -35,6 +35,7 @@ from .errors import (  # noqa: F401
     ServiceUnavailable,
     StorageError,
     UserFacing,
+    translate_errors,
 )
 from .kinds import ExchangeKind, ExchangeState, PartitionType
 from .summary import ExchangeSummary, StreamSummary
@@ -160,6 +161,7 @@ def write(df: Any, exchange: str, mode: str = "overwrite", **options: Any) -> No
     changed). For the write, Spark is told not to measure every Arrow batch after each row
     (``session_tuning``), unless the session sets that key itself. On Spark Connect the client cannot
     see the partition count (no ``df.rdd``), so numSubpartitions is left to the options and settings.
+    A failure raises the package's class (``translate_errors``), whichever path served the write.
     """
     from .session_tuning import is_connect, unchecked_arrow_batches
 
@@ -170,7 +172,7 @@ def write(df: Any, exchange: str, mode: str = "overwrite", **options: Any) -> No
     _register_if_changed(session)
     if not is_connect(session):
         _activate(session)
-    with unchecked_arrow_batches(session):
+    with unchecked_arrow_batches(session), translate_errors():  # a failed write raises the package's class
         df.write.format("pipelined").mode(mode).option("exchange", exchange).options(**opts).save()
 
 

@@ -114,6 +114,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "tls.certFile": ("tls_cert_file", str, "service certificate (PEM); enables TLS (with tls.keyFile, unless this file holds the key too)"),
     "tls.keyFile": ("tls_key_file", str, "service private key (PEM); without tls.certFile the service refuses to start (never plaintext in its place)"),
     "tls.caFile": ("tls_ca_file", str, "CA bundle the clients verify the service with"),
+    "unixSocketGroup": ("unix_socket_group", _bool, "service: its Unix socket is mode 0660 instead of 0600, so the socket's group (the service's group, or its directory's when that is setgid) may connect: applications of other users in that group reach the service through it; others never may"),
     "tls.checkHostname": ("tls_check_hostname", _bool, "clients check that the service's certificate names the address they dial (off: trust the CA alone, for IP-only clusters)"),
     "maxConnections": ("max_connections", int, "connections a service serves at once (more are refused at once); lowered to half of its open-file limit (after 32) when that is less"),
     "maxUnauthenticatedConnections": ("max_unauthenticated_connections", int, "connections that have not proved the secret yet, at once, this user's own Unix-socket clients aside (when full, the oldest one silent for a tenth of helloTimeout, at most 1 s, is closed for a newcomer; only a cap full of newer ones refuses it); on a TLS port as many again may be silent or in their TLS handshake, a newcomer taking the oldest silent one's place"),
@@ -170,7 +171,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
                 "stateDir", "memory.budget", "maxOpenSpillFiles", "maxConnections", "bindHost", "advertisedHost",
                 "port", "hostId", "serviceScope", "spillDir", "maxDiskBytes", "embedded.idleTimeout", "maxFrameSize",
                 "metricsPort", "metricsHost", "metricsTimeout", "metricsMaxConnections"),
-    "security": ("secret", "secretFile", "credentialsFile", "tls.certFile", "tls.keyFile", "tls.caFile", "tls.checkHostname",
+    "security": ("secret", "secretFile", "credentialsFile", "unixSocketGroup", "tls.certFile", "tls.keyFile", "tls.caFile", "tls.checkHostname",
                  "maxUnauthenticatedConnections", "maxUnauthenticatedPerPeer", "helloTimeout",
                  "maxConnectionsPerCredential", "maxExchangesPerCredential", "maxGroupsPerCredential",
                  "credentialMemoryShare",
@@ -221,6 +222,7 @@ class ExchangeConfig:
     secret: str | None = None
     secret_file: str | None = None
     credentials_file: str | None = None
+    unix_socket_group: bool = False
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_ca_file: str | None = None

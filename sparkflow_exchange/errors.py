@@ -8,11 +8,19 @@ the user's to fix are :class:`UserFacing`: the Spark glue prints them without a 
 The service and its clients share one vocabulary: an :class:`ErrorCode` travels on the wire with
 every refusal, and :func:`error_for` turns it back into the class below that carries its meaning.
 That table (``_CLASS_OF``) is the only place where codes meet classes. Standard library only.
+
+Failures on the JVM path (the plugin jar's reader, writer and catalog) are Java exceptions of the same
+names (``org.sparkflow.exchange.errors.ExchangeLost``...) whose message begins with a marker,
+``[sparkflow_exchange.<Class> <code>] ``; Spark quotes it in the ``SparkException`` of a failed job, and
+:func:`from_spark` / :func:`translate_errors` turn such an error back into the class here.
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import errno
+import re
+from typing import Iterator
 
 
 class ErrorCode(enum.StrEnum):
@@ -240,3 +248,75 @@ def code_of(exc: BaseException, default: ErrorCode) -> ErrorCode:
     if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
         return ErrorCode.STORAGE
     return default
+
+
+# a JVM failure's marker, then its message to the end of the line: "[sparkflow_exchange.ExchangeLost exchange_lost] ..."
+_JVM_MARKER = re.compile(r"\[sparkflow_exchange\.(\w+)(?: (\w+))?\] ([^\r\n]*)")
+# a Python worker's failure as Spark prints it: "sparkflow_exchange.ExchangeLost: ..."
+_PYTHON_LINE = re.compile(r"(?<![\w.])sparkflow_exchange\.(\w+): ([^\r\n]*)")
+
+
+def _public_class(name: str) -> type[Exception] | None:
+    cls = next((c for c in (*PUBLIC, NoConsumerError) if c.__name__ == name), None)
+    return cls if cls is not UserFacing else None
+
+
+def _spark_texts(exc: BaseException) -> Iterator[str]:
+    """The texts a PySpark error carries, outermost first: a CapturedException's description and JVM stack trace
+    (and its causes'), a Py4JJavaError's Java exception; else ``str(exc)``."""
+    seen = 0
+    current: object | None = exc
+    while current is not None and seen < 8:
+        seen += 1
+        for attr in ("_desc", "_stackTrace"):
+            text = getattr(current, attr, None)
+            if isinstance(text, str):
+                yield text
+        java = getattr(current, "java_exception", None)
+        if java is not None:
+            try:
+                yield str(java.toString())
+            except Exception:  # noqa: BLE001 - the JVM is gone: the Python text below still says it
+                pass
+        try:
+            yield str(current)
+        except Exception:  # noqa: BLE001 - str() of a CapturedException asks the JVM
+            pass
+        current = getattr(current, "_cause", None) or getattr(current, "__cause__", None)
+
+
+def from_spark(exc: BaseException) -> Exception | None:
+    """The ``sparkflow_exchange`` error a PySpark error carries; None when it carries none.
+
+    A failure of the plugin jar (``[sparkflow_exchange.<Class> <code>] <message>`` in a ``Py4JJavaError`` or a
+    ``CapturedException``, however deep Spark wrapped it) becomes that class with that message and code; a failure
+    of the Python data source (``sparkflow_exchange.<Class>: <message>`` in a ``PythonException``) becomes that
+    class with that message. The outermost one wins. The PySpark error is its ``__cause__``."""
+    if isinstance(exc, (ExchangeError, ConfigError)):
+        return exc
+    for text in _spark_texts(exc):
+        for pattern in (_JVM_MARKER, _PYTHON_LINE):
+            for match in pattern.finditer(text):
+                cls = _public_class(match.group(1))
+                if cls is None:
+                    continue
+                code = match.group(2) if pattern is _JVM_MARKER else None
+                message = match.group(match.lastindex).strip()
+                error = cls(message, code) if issubclass(cls, ExchangeError) else cls(message)
+                error.__cause__ = exc
+                return error
+    return None
+
+
+@contextlib.contextmanager
+def translate_errors() -> Iterator[None]:
+    """Spark actions inside raise the ``sparkflow_exchange`` class a failure carries (see :func:`from_spark`)
+    instead of PySpark's wrapper, so one ``except sfx.ExchangeLost`` holds on the JVM and the Python path alike;
+    any other error passes unchanged."""
+    try:
+        yield
+    except Exception as exc:
+        error = from_spark(exc)
+        if error is None or error is exc:
+            raise
+        raise error from exc

@@ -666,7 +666,7 @@ def a_read_in_progress_fails_rather_than_return_rows_the_commit_does_not_hold(d)
     time.sleep(1.0)
     ex.commit_write(handle, [win_part])
     reading.join(120)
-    d["lost_commit"] = out.get("error", "")[:400]
+    d["lost_commit"] = out.get("error", "")[:800]
     assert "which the commit does not hold" in d["lost_commit"] and lost_part in d["lost_commit"], out
 
     handle = live_write("live_aborted")
@@ -677,7 +677,7 @@ def a_read_in_progress_fails_rather_than_return_rows_the_commit_does_not_hold(d)
     assert until(lambda: running_tasks() > 0), "the read's tasks never started"
     ex.abort_write(handle, "the test aborts it")
     reading.join(120)
-    d["aborted"] = out.get("error", "")[:400]
+    d["aborted"] = out.get("error", "")[:800]
     assert "was aborted" in d["aborted"] and "live_aborted" in d["aborted"], out
 
     handle = live_write("live_retried")

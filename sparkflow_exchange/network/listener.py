@@ -82,14 +82,16 @@ async def tcp_sockets(host: str, port: int) -> list[socket.socket]:
     return socks
 
 
-def unix_socket(path: str) -> socket.socket:
-    """A listening Unix socket at ``path``, mode 0600 from its creation (only this user may connect).
+def unix_socket(path: str, group: bool = False) -> socket.socket:
+    """A listening Unix socket at ``path``, mode 0600 from its creation (only this user may connect); with
+    ``group``, 0660 (its group may connect too: applications of other users sharing the service's group).
+    Never more: others may not connect, whatever the directory allows.
 
     Only a stale socket (one nobody listens on, left by a service that was killed) is replaced there;
     anything else at ``path`` is a ConfigError naming it (a careless ``--unix`` must not delete a file)."""
     remove_stale_socket(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
+    old = os.umask(0o117 if group else 0o177)
     try:
         sock.bind(path)
     except OSError:

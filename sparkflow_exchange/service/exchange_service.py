@@ -153,7 +153,7 @@ class ExchangeService:
         log.info("advertising %s (%s)", self.advertised.with_port(self.tcp_address[1]), self.advertised.source.value)
         if self.unix_path is None:
             self.unix_path = str(self.spill_dir / "service.sock")
-        self.listeners.append(Listener(unix_socket(self.unix_path), lambda: ServerConnection(self, "unix")))
+        self.listeners.append(Listener(unix_socket(self.unix_path, group=self.config.unix_socket_group), lambda: ServerConnection(self, "unix")))
         self.own_files.append(Path(self.unix_path))  # ours now: removed when it stops
         if self.config.metrics_port or self.serve_metrics:
             from .metrics import start_metrics_server

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shlex
 import socket
 from pathlib import Path
 
@@ -143,17 +144,35 @@ def host_service(config: ExchangeConfig) -> dict | None:
     return host_service_for(config.coordinator)
 
 
+def start_command(config: ExchangeConfig) -> str:
+    """The command that starts this host's service for the configured coordinator, with the settings this
+    executor was given (the ones spark-defaults.conf gives a service started without flags)."""
+    parts = ["sparkflow-exchange", "serve", "--no-coordinator", "--coordinator", config.coordinator]
+    if config.secret_file:
+        parts += ["--secret-file", config.secret_file]
+    parts += ["--host", config.bind_host]
+    if config.port:
+        parts += ["--port", str(config.port)]
+    if config.service and config.service.startswith("unix:"):
+        parts += ["--unix", config.service.removeprefix("unix:")]
+    return shlex.join(parts)
+
+
+def missing_service_message(config: ExchangeConfig, host: str, found: list[str]) -> str:
+    """One line saying which host lacks its service and the exact command to start it there."""
+    return (f"sparkflow-exchange: host {host} has no exchange service for the coordinator {config.coordinator}, so "
+            f"no executor starts there; start it on {host}: `{start_command(config)}` (or `systemctl start "
+            "sparkflow-exchange` with deploy/systemd's unit; docs/deployment.md), or set "
+            "spark.sparkflow.exchange.service to its address"
+            + (f"; found only {', '.join(found)}" if found else f" (none in {runtime_dir()})"))
+
+
 def _attach_to_host_service(args: argparse.Namespace, config: ExchangeConfig) -> dict:
     info = host_service(config)
     if info is None:
         others = [f"{f.info.get('tcp')} (reports to {f.info.get('reports_to') or 'none: it is a coordinator'})"
                   for f in running_services() if f.kind == ServiceKind.SERVE]
-        raise SystemExit(
-            f"sparkflow-exchange: no exchange service runs on this host ({socket.gethostname()}) for the coordinator "
-            f"{config.coordinator}: start `sparkflow-exchange serve --no-coordinator --coordinator {config.coordinator} "
-            "--secret-file FILE --host ADDRESS` on every worker host (docs/deployment.md), or set "
-            "spark.sparkflow.exchange.service to its address"
-            + (f"; found only {', '.join(others)}" if others else f" (none in {runtime_dir()})"))
+        raise SystemExit(missing_service_message(config, socket.gethostname(), others))
     write_state(jvm_file(args.jvm_pid), {**info, "pid": args.jvm_pid, "service_pid": info["pid"],
                                           "coordinator_address": config.coordinator, "secret": info.get("secret")})
     return {"service": info["tcp"], "unix": info["unix"], "host_id": info["host_id"], "pid": info["pid"],

@@ -81,8 +81,10 @@ public final class Launcher {
             stdout.await(DRAIN_GRACE_MS);
             stderr.await(DRAIN_GRACE_MS);
             if (p.exitValue() != 0) {
-                throw new RuntimeException("sparkflow-exchange launcher failed (exit " + p.exitValue() + "): "
-                        + command + stderr.message());
+                // the launcher's own one line first: Spark shows a failed executor by its reason's first line
+                String said = stderr.lastLine();
+                throw new RuntimeException((said.isEmpty() ? "" : said + "\n") + "sparkflow-exchange launcher failed "
+                        + "(exit " + p.exitValue() + "): " + command + stderr.message());
             }
             String out = stdout.text();
             String line = null;
@@ -167,6 +169,12 @@ public final class Launcher {
 
         synchronized String text() {
             return new String(kept, StandardCharsets.UTF_8);
+        }
+
+        /** The last non-empty line read so far ("" when none). */
+        synchronized String lastLine() {
+            String[] lines = text().trim().split("\r?\n");
+            return lines[lines.length - 1].trim();
         }
 
         /** The text read so far, prefixed for appending to a message. */

@@ -1,14 +1,14 @@
 package org.sparkflow.exchange.catalog;
 
+import org.sparkflow.exchange.errors.ErrorCodes;
 import com.fasterxml.jackson.databind.JsonNode;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import org.sparkflow.exchange.discovery.Endpoint;
-import org.sparkflow.exchange.wire.Contract.ErrorCode;
+import org.sparkflow.exchange.errors.ServiceError;
 import org.sparkflow.exchange.wire.Contract.ExchangeState;
 import org.sparkflow.exchange.wire.RpcConnection;
-import org.sparkflow.exchange.wire.WireException;
 
 /** The few coordinator calls the catalog makes, each on a fresh connection (planning is rare, connections cheap). */
 public final class CoordinatorClient {
@@ -19,7 +19,7 @@ public final class CoordinatorClient {
         this.endpoint = endpoint;
     }
 
-    /** One call on a fresh connection; its result, or a {@link WireException} with the coordinator's code. */
+    /** One call on a fresh connection; its result, or the {@code ServiceError} of the coordinator's code. */
     public JsonNode call(String method, Map<String, Object> args) {
         try (RpcConnection conn = new RpcConnection(endpoint.coordinator(), endpoint.secret(), endpoint.hostId(),
                 TIMEOUT_MILLIS, endpoint.tls())) {
@@ -42,8 +42,8 @@ public final class CoordinatorClient {
     public ExchangeDescription describe(String name) {
         try {
             return ExchangeDescription.parse(call("get_exchange", Map.of("name", name)));
-        } catch (WireException e) {
-            if (ErrorCode.NO_EXCHANGE.equals(e.code())) {
+        } catch (ServiceError e) {
+            if (ErrorCodes.NO_EXCHANGE.equals(e.code())) {
                 return null;
             }
             throw e;
@@ -58,8 +58,8 @@ public final class CoordinatorClient {
         try {
             return ExchangeDescription.parse(call("get_exchange", Map.of("name", name, "wait",
                     Math.max(0, waitMillis) / 1000.0, "until_sealed", true)));
-        } catch (WireException e) {
-            if (ErrorCode.NO_EXCHANGE.equals(e.code())) {
+        } catch (ServiceError e) {
+            if (ErrorCodes.NO_EXCHANGE.equals(e.code())) {
                 return null;
             }
             throw e;
@@ -73,8 +73,8 @@ public final class CoordinatorClient {
     public ExchangeDescription describeForWrite(String name) {
         try {
             return describe(name);
-        } catch (WireException e) {
-            if (ErrorCode.EXCHANGE_LOST.equals(e.code())) {
+        } catch (ServiceError e) {
+            if (ErrorCodes.EXCHANGE_LOST.equals(e.code())) {
                 return null;
             }
             throw e;
@@ -86,8 +86,8 @@ public final class CoordinatorClient {
         try {
             call("drop", Map.of("name", name));
             return true;
-        } catch (WireException e) {
-            if (ErrorCode.NO_EXCHANGE.equals(e.code())) {
+        } catch (ServiceError e) {
+            if (ErrorCodes.NO_EXCHANGE.equals(e.code())) {
                 return false;
             }
             throw e;

@@ -23,6 +23,7 @@ import org.apache.spark.sql.connector.catalog.TableInfo;
 import org.apache.spark.sql.connector.catalog.functions.UnboundFunction;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.sparkflow.exchange.ExchangePlugin;
 import org.sparkflow.exchange.discovery.Discovery;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.discovery.RuntimeDir;
@@ -123,6 +124,7 @@ public class ExchangeCatalog implements StagingTableCatalog, FunctionCatalog {
 
     @Override
     public Table loadTable(Identifier ident) throws NoSuchTableException {
+        ExchangePlugin.sayFailedHostsOnce();
         if (ident.namespace().length != 0) {
             throw new NoSuchTableException(ident);
         }
@@ -206,6 +208,7 @@ public class ExchangeCatalog implements StagingTableCatalog, FunctionCatalog {
 
     private NewExchangeTable newTable(Identifier ident, Column[] columns, Transform[] partitions,
                                       Map<String, String> properties, boolean replaces) throws NoSuchNamespaceException {
+        ExchangePlugin.sayFailedHostsOnce();
         requireRoot(ident.namespace());
         WriteSettings write = WriteSettings.defaults().with(List.of(properties)).withPartitioning(partitions);
         return new NewExchangeTable(ident.name(), CatalogV2Util.v2ColumnsToStructType(columns), partitions, properties,

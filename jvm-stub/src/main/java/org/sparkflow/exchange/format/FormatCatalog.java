@@ -27,7 +27,7 @@ import org.sparkflow.exchange.catalog.ExchangeCatalog;
 import org.sparkflow.exchange.catalog.ExchangeDescription;
 import org.sparkflow.exchange.catalog.ExchangeTable;
 import org.sparkflow.exchange.discovery.Endpoint;
-import org.sparkflow.exchange.read.ExchangeReadException;
+import org.sparkflow.exchange.errors.ExchangeNotFound;
 import org.sparkflow.exchange.write.ExchangeWriteBuilder;
 import org.sparkflow.exchange.write.WriteSettings;
 
@@ -105,7 +105,7 @@ public final class FormatCatalog extends ExchangeCatalog {
             return null;
         }
         if (!write && desc == null) {
-            throw new ExchangeReadException("exchange '" + exchange + "' does not exist (waited "
+            throw new ExchangeNotFound("exchange '" + exchange + "' does not exist (waited "
                     + (deadline - started) / 1_000_000_000L + " s for a writer to declare it; check the name, or raise "
                     + "declareTimeout)");
         }

@@ -9,6 +9,7 @@ import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.sparkflow.exchange.ExchangePlugin;
 
 /**
  * {@code format("pipelined")} when the plugin jar is on the classpath: batch reads and writes go through the
@@ -62,6 +63,7 @@ public final class PipelinedFormat implements SupportsCatalogOptions, DataSource
     /** The exchange named by the {@code exchange} option (empty without one: the Python source says what is missing). */
     @Override
     public Identifier extractIdentifier(CaseInsensitiveStringMap options) {
+        ExchangePlugin.sayFailedHostsOnce();
         PENDING.set(options);
         String exchange = options.get("exchange");
         return Identifier.of(new String[0], exchange == null ? "" : exchange);
@@ -71,11 +73,13 @@ public final class PipelinedFormat implements SupportsCatalogOptions, DataSource
 
     @Override
     public StructType inferSchema(CaseInsensitiveStringMap options) {
+        ExchangePlugin.sayFailedHostsOnce();
         return PythonSource.provider().inferSchema(PythonSource.withSessionDiscovery(options));
     }
 
     @Override
     public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
+        ExchangePlugin.sayFailedHostsOnce();
         return new PythonSource.Finding(PythonSource.provider().getTable(schema, partitioning,
                 PythonSource.withSessionDiscovery(properties)));
     }

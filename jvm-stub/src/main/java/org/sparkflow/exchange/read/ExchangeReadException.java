@@ -1,13 +1,23 @@
 package org.sparkflow.exchange.read;
 
-/** A read cannot return the exchange's rows exactly (corrupt, lost or unreachable data); nothing wrong was returned. */
-public class ExchangeReadException extends RuntimeException {
+import org.sparkflow.exchange.errors.ExchangeReadError;
+
+/**
+ * A read cannot return the exchange's rows exactly (corrupt, lost or unreachable data); nothing wrong was returned.
+ * An {@link ExchangeReadError}, as the Python reader reports the same failure.
+ */
+public class ExchangeReadException extends ExchangeReadError {
     public ExchangeReadException(String message) {
         super(message);
     }
 
     public ExchangeReadException(String message, Throwable cause) {
-        super(message, cause);
+        super(message, null, cause);
+    }
+
+    @Override
+    public String pythonClass() {
+        return "ExchangeReadError";
     }
 
     /** The exchange was {@code how} (dropped, overwritten) while the read ran, as the Python reader says it. */

@@ -1,14 +1,15 @@
 package org.sparkflow.exchange.read;
 
+import org.sparkflow.exchange.errors.ErrorCodes;
 import java.util.Map;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
 import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
+import org.sparkflow.exchange.catalog.ExchangeDescription;
 import org.sparkflow.exchange.discovery.Discovery;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.discovery.RuntimeDir;
+import org.sparkflow.exchange.errors.ServiceError;
 import org.sparkflow.exchange.wire.Contract.ErrorCode;
 import org.sparkflow.exchange.wire.RpcConnection;
-import org.sparkflow.exchange.wire.WireException;
 
 /**
  * The asking half of a read task of an exchange being written: polls the coordinator (one connection for the task)
@@ -88,8 +89,8 @@ final class LiveRead implements AutoCloseable {
                     conn = connect();
                 }
                 return ExchangeDescription.parse(conn.call("get_exchange", Map.of("name", exchange)));
-            } catch (WireException e) {
-                if (ErrorCode.NO_EXCHANGE.equals(e.code())) {
+            } catch (ServiceError e) {
+                if (ErrorCodes.NO_EXCHANGE.equals(e.code())) {
                     throw new ExchangeReadException(ExchangeReadException.gone(exchange, "dropped"));
                 }
                 if (ErrorCode.CONNECTION_LOST.equals(e.code()) && attempt == 0) {
@@ -110,7 +111,7 @@ final class LiveRead implements AutoCloseable {
         try {
             return new RpcConnection(settings.coordinator(), settings.secret(), settings.hostId(), CALL_TIMEOUT_MILLIS,
                     settings.tls());
-        } catch (WireException e) {
+        } catch (ServiceError e) {
             if (!settings.coordinator().startsWith("unix:")) {
                 throw e;
             }

@@ -1,5 +1,6 @@
 package org.sparkflow.exchange.read;
 
+import org.sparkflow.exchange.errors.ErrorCodes;
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.nio.channels.Channels;
@@ -20,9 +21,8 @@ import org.apache.spark.sql.vectorized.ArrowColumnVector;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
-import org.sparkflow.exchange.wire.Contract.ErrorCode;
+import org.sparkflow.exchange.errors.ServiceError;
 import org.sparkflow.exchange.wire.RpcConnection;
-import org.sparkflow.exchange.wire.WireException;
 
 /**
  * Reads a read partition's subpartitions of every committed producer, subpartition after subpartition, each
@@ -96,7 +96,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
      * released under the read), as the Python reader says it; asked of the coordinator only when a read failed.
      */
     private ExchangeReadException named(ExchangeReadException e) {
-        if (e.getMessage() == null || e.getMessage().startsWith(ExchangeReadException.goneHead(input.exchange()))
+        if (e.detail().startsWith(ExchangeReadException.goneHead(input.exchange()))
                 || settings.coordinator() == null) {
             return e;
         }
@@ -105,8 +105,8 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
                 GONE_LOOKUP_MILLIS, settings.tls())) {
             long epoch = conn.call("get_exchange", Map.of("name", input.exchange())).path("epoch").asLong(-1);
             how = epoch != input.epoch() && input.epoch() != 0 ? "overwritten" : null;
-        } catch (WireException w) {
-            how = ErrorCode.NO_EXCHANGE.equals(w.code()) ? "dropped" : null;
+        } catch (ServiceError w) {
+            how = ErrorCodes.NO_EXCHANGE.equals(w.code()) ? "dropped" : null;
         } catch (RuntimeException other) {
             how = null; // the coordinator cannot say: the original error stands
         }
@@ -159,7 +159,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
                 }
             } catch (BufferDecoder.CorruptBuffer e) {
                 throw integrity(p, "corrupt", e.getMessage());
-            } catch (IOException | WireException e) {
+            } catch (IOException | ServiceError e) {
                 if (live != null && live.dropped(p, current.rowsRead())) {
                     current.close();
                     current = null;
@@ -222,7 +222,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
         }
         try {
             return new RemoteProducer(p, address, subpartition(), secret, hostId, settings.tls());
-        } catch (WireException e) {
+        } catch (ServiceError e) {
             throw integrity(p, "lost", "its service at " + address + " cannot be asked for it: " + e.getMessage());
         }
     }

@@ -4,6 +4,7 @@ import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
+import org.sparkflow.exchange.errors.ErrorCodes;
 
 /**
  * The wire protocol's framing, sans-IO (the same layout as {@code network/protocol.py}):
@@ -81,18 +82,21 @@ public final class Frames {
                 long frameLength = Integer.toUnsignedLong(pending.getInt(start));
                 int magic = pending.getInt(start + 4);
                 if (magic != MAGIC) {
-                    throw new WireException(String.format("bad magic 0x%08x: not a sparkflow-exchange peer", magic));
+                    throw ErrorCodes.error(ErrorCodes.PROTOCOL,
+                            String.format("bad magic 0x%08x: not a sparkflow-exchange peer", magic));
                 }
                 if (pending.get(start + 8) != VERSION) {
-                    throw new WireException("unsupported protocol version " + pending.get(start + 8)
+                    throw ErrorCodes.error(ErrorCodes.PROTOCOL, "unsupported protocol version " + pending.get(start + 8)
                             + " (this side speaks " + VERSION + ")");
                 }
                 if (frameLength > maxFrame || frameLength < PREFIX_SIZE - 4) {
-                    throw new WireException("frame of " + frameLength + " bytes is outside 10.." + maxFrame);
+                    throw ErrorCodes.error(ErrorCodes.PROTOCOL,
+                            "frame of " + frameLength + " bytes is outside 10.." + maxFrame);
                 }
                 long headerLength = Integer.toUnsignedLong(pending.getInt(start + 10));
                 if (headerLength > frameLength - (PREFIX_SIZE - 4)) {
-                    throw new WireException("header length " + headerLength + " exceeds frame length " + frameLength);
+                    throw ErrorCodes.error(ErrorCodes.PROTOCOL,
+                            "header length " + headerLength + " exceeds frame length " + frameLength);
                 }
                 if (pending.remaining() < 4 + frameLength) {
                     break;

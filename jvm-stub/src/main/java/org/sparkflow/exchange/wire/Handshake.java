@@ -10,7 +10,7 @@ import java.security.SecureRandom;
 import java.util.HexFormat;
 import javax.crypto.Mac;
 import javax.crypto.spec.SecretKeySpec;
-import org.sparkflow.exchange.wire.Contract.ErrorCode;
+import org.sparkflow.exchange.errors.ErrorCodes;
 
 /**
  * The client's side of the mutual HMAC handshake, sans-IO ({@code network/auth.py}, {@code connection.py}):
@@ -49,15 +49,16 @@ public final class Handshake {
     public byte[] step(Frames.Frame frame) {
         JsonNode header = parse(frame);
         if (frame.type() == Frames.ERROR_RESPONSE) {
-            throw new WireException("service at " + where + " refused the connection: " + header.path("message").asText(),
-                    header.path("code").asText(ErrorCode.ERROR));
+            throw ErrorCodes.error(header.path("code").asText(ErrorCodes.ERROR),
+                    "service at " + where + " refused the connection: " + header.path("message").asText());
         }
         if (state == State.GREETING && frame.type() == Frames.SERVER_HELLO) {
             serverNonce = header.path("nonce").asText();
             serviceId = header.path("service_id").asText("");
             if (secret != null && !validNonce(serverNonce)) {
-                throw new WireException("protocol error: the exchange service at " + where + " sent a nonce that is "
-                        + "not 32 lowercase hex digits", ErrorCode.PROTOCOL);
+                throw ErrorCodes.error(ErrorCodes.PROTOCOL,
+                        "protocol error: the exchange service at " + where + " sent a nonce that is "
+                        + "not 32 lowercase hex digits");
             }
             ObjectNode hello = MAPPER.createObjectNode();
             hello.put("client_id", clientId());
@@ -73,15 +74,16 @@ public final class Handshake {
                 String expected = mac("service-to-client:" + nonce + ":" + serverNonce + ":" + serviceId);
                 if (proof.isEmpty() || !MessageDigest.isEqual(expected.getBytes(StandardCharsets.US_ASCII),
                         proof.getBytes(StandardCharsets.US_ASCII))) {
-                    throw new WireException("service at " + where + " is not trusted: it did not prove the shared secret",
-                            ErrorCode.AUTH);
+                    throw ErrorCodes.error(ErrorCodes.AUTH,
+                            "service at " + where + " is not trusted: it did not prove the shared secret");
                 }
             }
             state = State.OPEN;
             return null;
         }
-        throw new WireException("protocol error: the exchange service at " + where + " sent message type "
-                + frame.type() + " during the handshake (state " + state + ")", ErrorCode.PROTOCOL);
+        throw ErrorCodes.error(ErrorCodes.PROTOCOL,
+                "protocol error: the exchange service at " + where + " sent message type "
+                + frame.type() + " during the handshake (state " + state + ")");
     }
 
     static boolean validNonce(String nonce) {
@@ -101,7 +103,8 @@ public final class Handshake {
         try {
             return frame.header().length == 0 ? MAPPER.createObjectNode() : MAPPER.readTree(frame.header());
         } catch (java.io.IOException e) {
-            throw new WireException("protocol error: a frame's JSON header is unreadable: " + e.getMessage(), ErrorCode.PROTOCOL);
+            throw ErrorCodes.error(ErrorCodes.PROTOCOL,
+                    "protocol error: a frame's JSON header is unreadable: " + e.getMessage());
         }
     }
 

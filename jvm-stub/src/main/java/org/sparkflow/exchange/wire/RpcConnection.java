@@ -1,5 +1,7 @@
 package org.sparkflow.exchange.wire;
 
+import org.sparkflow.exchange.errors.ServiceError;
+import org.sparkflow.exchange.errors.ErrorCodes;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
@@ -68,21 +70,20 @@ public final class RpcConnection implements AutoCloseable {
                         write(reply);
                     }
                 }
-            } catch (WireException cut) {
+            } catch (ServiceError cut) {
                 if (engine != null || address.startsWith("unix:") || !ErrorCode.CONNECTION_LOST.equals(cut.code())) {
                     throw cut;
                 }
                 // a TLS port says nothing to a plaintext client, and closes on it after its helloTimeout
-                throw new WireException(cut.getMessage() + " before the handshake finished (is it a TLS port? then "
-                        + "set tls.caFile)", cut.code());
+                throw ErrorCodes.error(cut.code(), cut.getMessage() + " before the handshake finished (is it a TLS port? then "
+                        + "set tls.caFile)");
             }
         } catch (IllegalArgumentException e) { // a TLS file that cannot serve: the setting's own error
             close();
             throw e;
         } catch (IOException | RuntimeException e) {
             close();
-            throw e instanceof WireException w ? w : new WireException(
-                    "cannot talk to the exchange service at " + address + ": " + e.getMessage(), ErrorCode.UNREACHABLE);
+            throw e instanceof ServiceError w ? w : ErrorCodes.error(ErrorCode.UNREACHABLE, "cannot talk to the exchange service at " + address + ": " + e.getMessage());
         }
     }
 
@@ -99,7 +100,7 @@ public final class RpcConnection implements AutoCloseable {
             ch.socket().setTcpNoDelay(true);
             return ch;
         } catch (IOException | NumberFormatException e) {
-            throw new WireException("cannot reach the exchange service at " + address + ": " + e, ErrorCode.UNREACHABLE);
+            throw ErrorCodes.error(ErrorCode.UNREACHABLE, "cannot reach the exchange service at " + address + ": " + e);
         }
     }
 
@@ -108,7 +109,7 @@ public final class RpcConnection implements AutoCloseable {
         String text = address.startsWith("tcp://") ? address.substring(6) : address;
         int colon = text.lastIndexOf(':');
         if (colon < 0) {
-            throw new WireException("not a service address: " + address + " (use host:port or unix:/path)");
+            throw ErrorCodes.error(ErrorCodes.ERROR, "not a service address: " + address + " (use host:port or unix:/path)");
         }
         String host = text.substring(0, colon).replace("[", "").replace("]", "");
         return new String[] {host.isEmpty() ? "127.0.0.1" : host, text.substring(colon + 1)};
@@ -142,16 +143,16 @@ public final class RpcConnection implements AutoCloseable {
                         if (r.getStatus() == SSLEngineResult.Status.BUFFER_UNDERFLOW) {
                             int n = channel.read(netIn);
                             if (n < 0) {
-                                throw new WireException("the exchange service at " + address + " closed the "
+                                throw ErrorCodes.error(ErrorCode.TOO_MANY_CONNECTIONS, "the exchange service at " + address + " closed the "
                                         + "connection during the TLS handshake: it had no room for another handshake, "
-                                        + "or the handshake took longer than its helloTimeout", ErrorCode.TOO_MANY_CONNECTIONS);
+                                        + "or the handshake took longer than its helloTimeout");
                             }
                             if (n == 0) {
                                 await(SelectionKey.OP_READ, "TLS ServerHello (is it a TLS port?)");
                             }
                         } else if (r.getStatus() == SSLEngineResult.Status.CLOSED) {
-                            throw new WireException("the exchange service at " + address + " closed the TLS "
-                                    + "handshake", ErrorCode.TOO_MANY_CONNECTIONS);
+                            throw ErrorCodes.error(ErrorCode.TOO_MANY_CONNECTIONS, "the exchange service at " + address + " closed the TLS "
+                                    + "handshake");
                         }
                     }
                 }
@@ -163,7 +164,7 @@ public final class RpcConnection implements AutoCloseable {
     }
 
     /** The handshake's failure in the Python client's words: which check failed, and what to do about it. */
-    private WireException verification(Tls tls, String host, SSLException e) {
+    private ServiceError verification(Tls tls, String host, SSLException e) {
         CertificateException cert = null;
         for (Throwable t = e; t != null; t = t.getCause()) {
             if (t instanceof CertificateException c) {
@@ -171,8 +172,8 @@ public final class RpcConnection implements AutoCloseable {
             }
         }
         if (cert == null) {
-            return new WireException("the exchange service at " + address + " failed the TLS handshake: "
-                    + e.getMessage() + " (is it a TLS port, with TLS 1.2 or later?)", ErrorCode.TLS);
+            return ErrorCodes.error(ErrorCode.TLS, "the exchange service at " + address + " failed the TLS handshake: "
+                    + e.getMessage() + " (is it a TLS port, with TLS 1.2 or later?)");
         }
         String message = String.valueOf(cert.getMessage());
         String why = message.contains("subject alternative") || message.contains("No name matching")
@@ -181,9 +182,9 @@ public final class RpcConnection implements AutoCloseable {
                 ? "certificate signed by an unknown CA: not one " + tls.trustSetting() + " " + tls.trustFile()
                         + " trusts (unable to get local issuer certificate)"
                 : message;
-        return new WireException("the exchange service at " + address + " failed TLS verification: " + why
+        return ErrorCodes.error(ErrorCode.TLS, "the exchange service at " + address + " failed TLS verification: " + why
                 + " (a certificate must name the address clients dial in its subjectAltName, or set "
-                + "tls.checkHostname=false to trust the CA alone)", ErrorCode.TLS);
+                + "tls.checkHostname=false to trust the CA alone)");
     }
 
     private void runTasks() {
@@ -303,7 +304,7 @@ public final class RpcConnection implements AutoCloseable {
         return taken;
     }
 
-    /** Call {@code method} with {@code args}; its result, or a {@link WireException} with the service's message and code. */
+    /** Call {@code method} with {@code args}; its result, or a {@link ServiceError} with the service's message and code. */
     public JsonNode call(String method, Map<String, Object> args) {
         long id = nextCall++;
         ObjectNode request = MAPPER.createObjectNode();
@@ -318,19 +319,18 @@ public final class RpcConnection implements AutoCloseable {
                 if (frame.type() == Frames.RPC_RESPONSE && header.path("call_id").asLong() == id) {
                     JsonNode error = header.get("error");
                     if (error != null && !error.isNull() && !error.asText().isEmpty()) {
-                        throw new WireException(error.asText(), header.path("code").asText(ErrorCode.ERROR));
+                        throw ErrorCodes.error(header.path("code").asText(ErrorCode.ERROR), error.asText());
                     }
                     return header.get("result");
                 }
                 if (frame.type() == Frames.ERROR_RESPONSE && header.path("fatal").asBoolean()) {
-                    throw new WireException("exchange coordinator at " + address + ": "
-                            + header.path("message").asText(), header.path("code").asText(ErrorCode.ERROR));
+                    throw ErrorCodes.error(header.path("code").asText(ErrorCode.ERROR), "exchange coordinator at " + address + ": "
+                            + header.path("message").asText());
                 }
                 // notifications and anything else not asked for: not this caller's
             }
         } catch (IOException e) {
-            throw new WireException(method + " on the exchange coordinator at " + address + " failed: " + e,
-                    ErrorCode.CONNECTION_LOST);
+            throw ErrorCodes.error(ErrorCode.CONNECTION_LOST, method + " on the exchange coordinator at " + address + " failed: " + e);
         }
     }
 
@@ -341,8 +341,7 @@ public final class RpcConnection implements AutoCloseable {
                 write(piece);
             }
         } catch (IOException e) {
-            throw new WireException("connection to the exchange service at " + address + " failed while sending: " + e,
-                    ErrorCode.CONNECTION_LOST);
+            throw ErrorCodes.error(ErrorCode.CONNECTION_LOST, "connection to the exchange service at " + address + " failed while sending: " + e);
         }
     }
 
@@ -352,8 +351,7 @@ public final class RpcConnection implements AutoCloseable {
             if (inbox.isEmpty()) {
                 int n = readRaw(ByteBuffer.wrap(readBuffer));
                 if (n < 0) {
-                    throw new WireException("the exchange service at " + address + " closed the connection",
-                            ErrorCode.CONNECTION_LOST);
+                    throw ErrorCodes.error(ErrorCode.CONNECTION_LOST, "the exchange service at " + address + " closed the connection");
                 }
                 if (n > 0) {
                     inbox.addAll(decoder.feed(readBuffer, n));
@@ -361,8 +359,7 @@ public final class RpcConnection implements AutoCloseable {
             }
             return inbox.poll();
         } catch (IOException e) {
-            throw new WireException("connection to the exchange service at " + address + " failed: " + e,
-                    ErrorCode.CONNECTION_LOST);
+            throw ErrorCodes.error(ErrorCode.CONNECTION_LOST, "connection to the exchange service at " + address + " failed: " + e);
         }
     }
 
@@ -371,8 +368,7 @@ public final class RpcConnection implements AutoCloseable {
         try {
             return next();
         } catch (IOException e) {
-            throw new WireException("connection to the exchange service at " + address + " failed: " + e,
-                    ErrorCode.CONNECTION_LOST);
+            throw ErrorCodes.error(ErrorCode.CONNECTION_LOST, "connection to the exchange service at " + address + " failed: " + e);
         }
     }
 
@@ -384,8 +380,7 @@ public final class RpcConnection implements AutoCloseable {
         while (inbox.isEmpty()) {
             int n = readSome();
             if (n < 0) {
-                throw new WireException("the exchange service at " + address + " closed the connection",
-                        ErrorCode.CONNECTION_LOST);
+                throw ErrorCodes.error(ErrorCode.CONNECTION_LOST, "the exchange service at " + address + " closed the connection");
             }
             inbox.addAll(decoder.feed(readBuffer, n));
         }
@@ -418,8 +413,8 @@ public final class RpcConnection implements AutoCloseable {
         SelectionKey key = channel.register(selector, op);
         try {
             if (selector.select(timeoutMillis) == 0) {
-                throw new WireException("the exchange service at " + address + " gave no " + what + " within "
-                        + timeoutMillis / 1000.0 + " s", ErrorCode.TIMEOUT);
+                throw ErrorCodes.error(ErrorCode.TIMEOUT, "the exchange service at " + address + " gave no " + what + " within "
+                        + timeoutMillis / 1000.0 + " s");
             }
             selector.selectedKeys().clear();
         } finally {

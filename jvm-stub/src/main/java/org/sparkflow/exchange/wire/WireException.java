@@ -1,22 +1,24 @@
 package org.sparkflow.exchange.wire;
 
-import org.sparkflow.exchange.wire.Contract.ErrorCode;
+import org.sparkflow.exchange.errors.ErrorCodes;
+import org.sparkflow.exchange.errors.ServiceError;
 
-/** The coordinator or service cannot be talked to: unreachable, refused us, or sent something invalid. */
-public class WireException extends RuntimeException {
-    private final String code;
-
+/**
+ * The coordinator or service cannot be talked to, refused us, or sent something invalid: a {@link ServiceError}
+ * whose marker names the class of its code's meaning. New code throws {@link ErrorCodes#error} instead, which
+ * gives the class of that name (a {@code ServiceUnavailable}, an {@code ExchangeNotFound}...).
+ */
+public class WireException extends ServiceError {
     public WireException(String message) {
-        this(message, ErrorCode.ERROR);
+        this(message, ErrorCodes.ERROR);
     }
 
     public WireException(String message, String code) {
-        super(message);
-        this.code = code;
+        super(message, code);
     }
 
-    /** The service's error code ({@code no_exchange}, {@code auth}, ...), "error" when it gave none. */
-    public String code() {
-        return code;
+    @Override
+    public String pythonClass() {
+        return ErrorCodes.pythonClass(code());
     }
 }

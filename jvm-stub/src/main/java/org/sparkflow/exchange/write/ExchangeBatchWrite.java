@@ -20,7 +20,7 @@ import org.apache.spark.sql.connector.write.WriterCommitMessage;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.ArrowUtils;
 import org.sparkflow.exchange.catalog.CoordinatorClient;
-import org.sparkflow.exchange.wire.WireException;
+import org.sparkflow.exchange.errors.ServiceError;
 
 /**
  * The driver's side of one write ({@code exchange.declare_write}, {@code datasource.PipelinedWriter}): declared
@@ -130,7 +130,7 @@ public final class ExchangeBatchWrite implements BatchWrite {
         try {
             coordinator.call("abort", Map.of("name", handle.name(), "epoch", handle.epoch(),
                     "write_id", handle.writeId(), "reason", "the Spark write job failed"));
-        } catch (WireException ignored) {
+        } catch (ServiceError ignored) {
             // the coordinator is gone: nothing left to abort there (the Python writer ignores this too)
         }
     }

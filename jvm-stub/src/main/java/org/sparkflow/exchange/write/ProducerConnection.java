@@ -8,11 +8,12 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.Map;
 import org.sparkflow.exchange.discovery.Endpoint;
+import org.sparkflow.exchange.errors.ErrorCodes;
+import org.sparkflow.exchange.errors.ServiceError;
 import org.sparkflow.exchange.wire.Contract;
 import org.sparkflow.exchange.wire.Contract.ErrorCode;
 import org.sparkflow.exchange.wire.Frames;
 import org.sparkflow.exchange.wire.RpcConnection;
-import org.sparkflow.exchange.wire.WireException;
 
 /**
  * One result partition pushed into this host's exchange service under credit ({@code partition_writer.py}):
@@ -121,7 +122,7 @@ final class ProducerConnection implements AutoCloseable {
             msg.put("handle", handle);
             msg.put("reason", reason);
             conn.send(Frames.encode(Frames.FAIL_PARTITION, msg.toString()));
-        } catch (WireException ignored) {
+        } catch (ServiceError ignored) {
             // the connection is gone: the service fails the partition for it
         }
     }
@@ -145,13 +146,13 @@ final class ProducerConnection implements AutoCloseable {
                 if (m.path("handle").asLong() == handle) {
                     String replaced = ErrorCode.REPLACED.equals(m.path("code").asText())
                             ? "; the write cannot be committed: write the exchange again" : "";
-                    throw new WireException(m.path("message").asText() + replaced, m.path("code").asText(ErrorCode.RELEASED));
+                    throw ErrorCodes.error(m.path("code").asText(ErrorCodes.RELEASED), m.path("message").asText() + replaced);
                 }
             }
             case Frames.ERROR_RESPONSE -> {
                 JsonNode m = json(f);
-                throw new WireException("exchange service refused partition " + partition + ": "
-                        + m.path("message").asText(), m.path("code").asText(ErrorCode.ERROR));
+                throw ErrorCodes.error(m.path("code").asText(ErrorCodes.ERROR), "exchange service refused partition " + partition + ": "
+                        + m.path("message").asText());
             }
             default -> {
                 // slots freed, notifications: nothing for a socket writer
@@ -163,7 +164,8 @@ final class ProducerConnection implements AutoCloseable {
         try {
             return MAPPER.readTree(f.header());
         } catch (IOException e) {
-            throw new WireException("protocol error: a frame's JSON header is unreadable: " + e.getMessage(), ErrorCode.PROTOCOL);
+            throw ErrorCodes.error(ErrorCodes.PROTOCOL,
+                    "protocol error: a frame's JSON header is unreadable: " + e.getMessage());
         }
     }
 
