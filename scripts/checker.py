@@ -218,7 +218,7 @@ class Run:
         svc = self.service
         if svc.proc.poll() is not None:
             self.finding("service_died", f"the service (pid {svc.proc.pid}) exited with {svc.proc.returncode}:\n"
-                         + (svc.spill_dir.parent / "service.log").read_text(errors="replace")[-3000:])
+                         + (svc.home / "service.log").read_text(errors="replace")[-3000:])
             return
         self.drop_all()
         deadline = time.monotonic() + 20
@@ -253,7 +253,7 @@ class Run:
             self.finding("leftover_fds", f"the service holds {len(fds)} descriptors, {len(base['fds'])} at the start; "
                                          f"new ones: {sorted(extra)[:40]}")
         rss = svc.rss_bytes()
-        log = (svc.spill_dir.parent / "service.log").read_bytes()
+        log = (svc.home / "service.log").read_bytes()
         self.end_numbers = {"service_log_bytes": len(log), "service_log_tracebacks": log.count(b"Traceback"),
                             "service_fds_start": len(base["fds"]), "service_fds_end": len(fds),
                             "service_rss_start_mib": round(base["rss"] / 2**20, 1), "service_rss_end_mib": round(rss / 2**20, 1)}
