@@ -32,6 +32,10 @@ CLEAR_WORDS = ("layout", "schema", "keys", "key ", "partitioner", "numsubpartiti
                "column", "exists", "buffersize", "partitiontype", "append", "not found", "unknown", "bad pool")
 
 
+# partitioners whose exchanges the jar's format("pipelined") appends to in the JVM (the ones its reader reads)
+JVM_APPENDS = ("hash", "rebalance")
+
+
 @dataclass
 class Discrepancy:
     """A wrong answer (or an error where the model says the operation must succeed, or a success where it must
@@ -225,19 +229,23 @@ class Runner:
         w.mode({"create": "errorifexists"}.get(mode, mode)).save()
 
     @staticmethod
-    def _refusal(writer: str, layout: Layout) -> str | None:
+    def _refusal(writer: str, layout: Layout, mode: str) -> str | None:
         """Why the model says this write must be refused (None: it must succeed)."""
         if layout.collated:  # an exchange keeps no collation: its readers would compare the column as plain strings
             return "a collated string column"
         if not layout.columns and writer == "py":  # Spark hands a Python writer no rows for it
             return "a DataFrame without columns through the Python data source"
+        if not layout.columns and writer == "jar" and mode == "append" and layout.partitioner not in JVM_APPENDS:
+            # the jar's format("pipelined") hands an append to an exchange its reader does not read to the Python
+            # data source, which refuses rows without columns
+            return "a DataFrame without columns appended through the Python data source"
         return None
 
     def _attempt(self, name: str, what: str, writer: str, fn: Callable[[], None],
-                 layout: Layout | None = None) -> bool:
+                 layout: Layout | None = None, mode: str = "overwrite") -> bool:
         """Run an operation the model says succeeds (or, for what ``layout`` makes refused, must fail with a
         clear error and change nothing); an error is a discrepancy. True when it ran and succeeded."""
-        refusal = self._refusal(writer, layout) if layout is not None else None
+        refusal = self._refusal(writer, layout, mode) if layout is not None else None
         if refusal is not None:
             self._refused(name, f"{what} with {refusal}", writer, fn)
             return False
@@ -275,7 +283,7 @@ class Runner:
         mode = self.r.choice(["create", "overwrite"]) if writer in ("jar", "catalog") else "overwrite"
         self.history[name] = []
         if self._attempt(name, f"{mode} {layout.describe()} {table.num_rows} rows", writer,
-                         lambda: self._write(writer, name, layout, table, mode), layout):
+                         lambda: self._write(writer, name, layout, table, mode), layout, mode):
             self.models[name] = ExchangeModel(layout, [table])
 
     def op_overwrite(self, name: str) -> None:
@@ -298,7 +306,7 @@ class Runner:
             return self._refused(name, "append to a forward exchange", writer,
                                  lambda: self._write(writer, name, model.layout, table, "append"))
         if self._attempt(name, f"append {table.num_rows} rows", writer,
-                         lambda: self._write(writer, name, model.layout, table, "append"), model.layout):
+                         lambda: self._write(writer, name, model.layout, table, "append"), model.layout, "append"):
             model.tables.append(table)
 
     def op_other_layout_append(self, name: str) -> None:

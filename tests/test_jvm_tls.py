@@ -34,7 +34,9 @@ public class Probe {
         try (RpcConnection conn = new RpcConnection(args[0], args[1], "jvm-host", 10_000, tls)) {
             System.out.println("served " + conn.call("ping", Map.of()).path("service_id").asText());
         } catch (RuntimeException e) {
-            System.out.println("refused " + e.getMessage());
+            // the message without the marker that names the package's class (checked in test_error_vocabulary)
+            System.out.println("refused " + (e instanceof org.sparkflow.exchange.errors.ExchangeError x
+                    ? x.detail() : e.getMessage()));
         }
     }
 }
