@@ -13,7 +13,7 @@ PRODUCERS = SUBPARTITIONS = 2000
 
 
 def test_two_thousand_producers_by_two_thousand_subpartitions(tmp_service):
-    svc = tmp_service(host_id="hostA")
+    svc = tmp_service(host_id="hostA", conf=bench.QUIET_HOST)
     result = bench.run(svc, PRODUCERS, SUBPARTITIONS, name="scale")
     total = sum(result["times"].values())
     print(f"\n2000 x 2000 metadata: {total:.2f} s ({', '.join(f'{k} {v:.2f}' for k, v in result['times'].items())}); "
