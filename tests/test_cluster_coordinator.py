@@ -25,6 +25,7 @@ import sparkflow_exchange as sfx
 from sparkflow_exchange import client
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.calls import call
+from sparkflow_exchange.network.protocol import PartitionRegistered, RegisterPartition
 from harness import client_config, start_service
 
 BEAT = {"heartbeatInterval": "0.3", "heartbeatTimeout": "4"}
@@ -326,8 +327,12 @@ def test_a_state_directory_that_refuses_a_write_fails_the_request_naming_it(tmp_
         handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
         parts = []
         location = call(cfg, "ping")  # the coordinator's own service (registered): the only one here
+        holder = coordinator.connect()  # the partitions a producer names are held by its service
         for index in range(40):  # 40 producers: a record of some 10 KiB
             part = f"too-big-to-keep.{index}"
+            holder.send(RegisterPartition(part, 2, "HYBRID", exchange=handle.name, attempt="0"))
+            while not isinstance(holder.recv(10), PartitionRegistered):  # its credit may come first
+                pass
             call(cfg, "register_producer", name=handle.name, epoch=handle.epoch, write_id=handle.write_id,
                      index=index, attempt="0", partition=part, location=location)
             parts.append(part)
@@ -335,6 +340,7 @@ def test_a_state_directory_that_refuses_a_write_fails_the_request_naming_it(tmp_
             ex.commit_write(handle, parts)
         assert str(state) in str(info.value)
         assert [e.name for e in sfx.list_exchanges(**_options_of(coordinator))] == ["too-big-to-keep"]
+        holder.close()
     finally:
         coordinator.stop()
 

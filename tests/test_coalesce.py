@@ -239,7 +239,7 @@ def test_service_refuses_bad_ranges_with_a_named_error(tmp_service):
 # ------------------------------------------------------------------ plans and notifications
 def test_sealed_read_plan_reads_without_the_coordinator(tmp_service):
     coord = tmp_service(host_id="hostA")
-    other = tmp_service(host="127.0.0.2", host_id="hostB", coordinator=False)
+    other = tmp_service(host="127.0.0.2", host_id="hostB", coordinator=False, conf={"coordinator": coord.tcp})
     base = dict(exchange="plan", partitioner="hash", keys="key", numSubpartitions=3)
     write(client_config(coord, service=other.tcp, hostId="hostB", **base), 2, 1000)
     desc = ex.describe_exchange(client_config(coord, hostId="hostA", **base))

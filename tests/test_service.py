@@ -74,7 +74,7 @@ def read_all(config, desc, sub: int) -> pa.Table:
 @pytest.mark.parametrize("partition_type", ["HYBRID", "BLOCKING", "PIPELINED_BOUNDED"])
 def test_two_hosts_four_producers_three_consumers(tmp_service, partition_type):
     host_a = tmp_service(host="127.0.0.1", host_id="hostA")
-    host_b = tmp_service(host="127.0.0.2", host_id="hostB", coordinator=False)
+    host_b = tmp_service(host="127.0.0.2", host_id="hostB", coordinator=False, conf={"coordinator": host_a.tcp})
     n, producers, rows = 3, 4, 30_000
     base = dict(exchange=f"two-hosts-{partition_type}", partitioner="hash", keys="key", numSubpartitions=n,
                 partitionType=partition_type, bufferSize="32k", buffersPerPartition=4, bufferTimeout="20ms")
