@@ -418,16 +418,11 @@ def read_secret_file(path: str, setting: str = "secretFile", *, group_may_read: 
     return text
 
 
-def read_protected_file(path: str, setting: str, *, group_may_read: bool = True,
-                        why_private: str = "it holds a secret") -> str:
-    """The text of a file of secrets; ConfigError naming the file and the cause when it cannot be one.
-
-    A file others may read (mode o+r) gives its secrets to every user of the host, one others may change
-    (g+w, o+w) lets them swap them: both are refused. ``group_may_read``: a group may read it (the way to
-    share a client's secret with the applications' users); else only its owner may (the operator's secret
-    beside application credentials, a credentials file), ``why_private`` saying why."""
+def open_regular_file(path: str, setting: str) -> int:
+    """A descriptor of the regular file a setting names; ConfigError naming the file and the cause when it is
+    missing, a directory, something else than a file (a FIFO planted there does not block us) or unreadable."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO planted there does not block us
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise ConfigError(f"{setting} {path} does not exist") from None
     except IsADirectoryError:
@@ -439,6 +434,19 @@ def read_protected_file(path: str, setting: str, *, group_may_read: bool = True,
         os.close(fd)
         raise ConfigError(f"{setting} {path} is " + ("a directory, not a file" if stat.S_ISDIR(st.st_mode)
                                                      else "not a regular file"))
+    return fd
+
+
+def read_protected_file(path: str, setting: str, *, group_may_read: bool = True,
+                        why_private: str = "it holds a secret") -> str:
+    """The text of a file of secrets; ConfigError naming the file and the cause when it cannot be one.
+
+    A file others may read (mode o+r) gives its secrets to every user of the host, one others may change
+    (g+w, o+w) lets them swap them: both are refused. ``group_may_read``: a group may read it (the way to
+    share a client's secret with the applications' users); else only its owner may (the operator's secret
+    beside application credentials, a credentials file), ``why_private`` saying why."""
+    fd = open_regular_file(path, setting)
+    st = os.fstat(fd)
     with os.fdopen(fd, "rb") as f:
         mode = stat.S_IMODE(st.st_mode)
         if mode & (0o026 | (0 if group_may_read else 0o040)):

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import secrets
 import ssl
 from typing import Mapping, NamedTuple
 
+from ..config import open_regular_file
 from ..errors import ConfigError
 
 OPERATOR = "operator"  # the identity of the service's own secret: every operation is allowed to it
@@ -133,15 +135,7 @@ def server_ssl_context(cert_file: str | None, key_file: str | None) -> ssl.SSLCo
 
 def _check_readable(setting: str, path: str) -> None:
     """ConfigError naming a TLS file that is missing, a directory or unreadable (ssl's own errors name none)."""
-    try:
-        with open(path, "rb"):
-            pass
-    except FileNotFoundError:
-        raise ConfigError(f"{setting} {path} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{setting} {path} is a directory, not a file") from None
-    except OSError as exc:
-        raise ConfigError(f"{setting} {path} cannot be read: {exc.strerror or exc}") from None
+    os.close(open_regular_file(path, setting))
 
 
 def ssl_for(address: str, config) -> ssl.SSLContext | None:
