@@ -72,9 +72,13 @@ def _size(fields: list[list[str]]) -> int:
     return sum(_SIZES[kind] for _, kind in fields)
 
 
-def _strings(name: str, values: dict[str, str], lists: dict[str, list[str]] | None = None) -> list[str]:
-    """A nested class of String constants, and List<String> constants of some of their values."""
-    lines = [f"    public static final class {name} {{", f"        private {name}() {{}}"]
+def _strings(name: str, values: dict[str, str], lists: dict[str, list[str]] | None = None, *,
+             extendable: bool = False) -> list[str]:
+    """A nested class of String constants, and List<String> constants of some of their values.
+
+    ``extendable``: a class other classes may extend to name its constants as their own (``ErrorCodes.X``)."""
+    lines = ([f"    public static class {name} {{", f"        protected {name}() {{}}"] if extendable else
+             [f"    public static final class {name} {{", f"        private {name}() {{}}"])
     lines += [f"        public static final String {key} = {json.dumps(value)};" for key, value in values.items()]
     for list_name, members in (lists or {}).items():
         lines.append(f"        public static final List<String> {list_name} = List.of({', '.join(map(json.dumps, members))});")
@@ -115,7 +119,7 @@ def contract_java(contract: dict) -> str:
            "    }"]
     out += _ints("MessageType", contract["message_types"])
     out += _ints("DataHeaderSize", {name: _size(fields) for name, fields in contract["data_headers"].items()})
-    out += _strings("ErrorCode", contract["error_codes"])
+    out += _strings("ErrorCode", contract["error_codes"], extendable=True)  # errors.ErrorCodes extends it
     out += _strings("PartitionType", {name: name for name in contract["partition_types"]}, props["PARTITION_TYPES"])
     out += _strings("Partitioner", {name.upper(): name for name in contract["partitioners"]}, props["PARTITIONERS"])
     out += _strings("ExchangeState", contract["exchange_states"])
