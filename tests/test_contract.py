@@ -311,6 +311,7 @@ def test_the_jars_constants_are_the_contracts(jvm):
                      f"{p}format.FormatCatalog#ENABLED_KEY": C["options"]["prefix"] + "jvmFormat",
                      f"{p}codec.Codecs#NAMES": C["options"]["keys"]["compression"]["choices"],
                      f"{p}codec.Codecs#DEFAULT": C["options"]["keys"]["compression"]["default"]})
+    expected.update({f"{p}errors.ErrorCodes#{name}": code for name, code in C["error_codes"].items()})
     assert None not in expected.values(), "Frames names a constant the contract does not have"
     generated, used = jvm([{"op": "contract"}, {"op": "fields", "fields": sorted(expected)}])
     assert generated == {"contract": _expected_contract_class()}

@@ -28,7 +28,8 @@ import org.sparkflow.exchange.write.WriteSettings;
  *
  * <ul>
  *   <li>{@code {"op": "contract"}}: every constant of the generated {@link Contract} class, by nested class</li>
- *   <li>{@code {"op": "fields", "fields": ["pkg.Class#FIELD", ...]}}: the values of static fields (any visibility)</li>
+ *   <li>{@code {"op": "fields", "fields": ["pkg.Class#FIELD", ...]}}: the values of static fields (any visibility,
+ *       or public and inherited)</li>
  *   <li>{@code {"op": "encode", "type": n, "header": "text" | "header_hex": "..", "payload_length": k}}: {@link Frames#encode}</li>
  *   <li>{@code {"op": "decode", "hex": "..", "chunk": k, "max_frame": m}}: the frames a {@link Frames.Decoder} fed k bytes
  *       at a time returns, or the error it throws</li>
@@ -87,7 +88,13 @@ public final class UnitDriver {
         ObjectNode out = JSON.createObjectNode();
         for (JsonNode name : names) {
             String[] parts = name.asText().split("#");
-            Field f = Class.forName(parts[0]).getDeclaredField(parts[1]);
+            Class<?> owner = Class.forName(parts[0]);
+            Field f;
+            try {
+                f = owner.getDeclaredField(parts[1]);
+            } catch (NoSuchFieldException e) {
+                f = owner.getField(parts[1]); // a public field it inherits (ErrorCodes' codes)
+            }
             f.setAccessible(true);
             out.set(name.asText(), value(f.get(null)));
         }
