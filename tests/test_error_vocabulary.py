@@ -15,7 +15,7 @@ import pytest
 import sparkflow_exchange as sfx
 from conftest import run_app_with_jar
 from harness import client_config, start_service
-from sparkflow_exchange import errors
+from sparkflow_exchange import contract, errors
 from sparkflow_exchange import exchange as ex
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,8 +26,12 @@ SERVICE_CLASSES = [c for c in errors.PUBLIC if issubclass(c, errors.ServiceError
 
 
 def java_codes() -> dict[str, str]:
+    """The codes ``ErrorCodes`` names: those it inherits from the generated ``wire.Contract.ErrorCode`` (made from
+    contract.json, as tests/test_contract.py checks), and none of its own."""
     text = (ERRORS_JAVA / "ErrorCodes.java").read_text()
-    return dict(re.findall(r'public static final String (\w+) = "(\w+)";', text))
+    assert "public final class ErrorCodes extends Contract.ErrorCode {" in text
+    assert not re.findall(r'static final String (\w+) =', text), "ErrorCodes spells a code of its own"
+    return dict(contract.load()["error_codes"])
 
 
 def java_table() -> dict[str, str]:

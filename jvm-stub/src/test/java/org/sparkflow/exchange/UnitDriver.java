@@ -16,9 +16,11 @@ import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HexFormat;
 import java.util.List;
+import java.util.Map;
 import java.util.TreeSet;
 import org.sparkflow.exchange.wire.Contract;
 import org.sparkflow.exchange.wire.Frames;
+import org.sparkflow.exchange.write.WriteSettings;
 
 /**
  * Drives the plugin's sans-IO classes without Spark, for the unit tests in {@code tests/test_jvm_units.py} and
@@ -26,11 +28,16 @@ import org.sparkflow.exchange.wire.Frames;
  *
  * <ul>
  *   <li>{@code {"op": "contract"}}: every constant of the generated {@link Contract} class, by nested class</li>
- *   <li>{@code {"op": "fields", "fields": ["pkg.Class#FIELD", ...]}}: the values of static fields (any visibility)</li>
+ *   <li>{@code {"op": "fields", "fields": ["pkg.Class#FIELD", ...]}}: the values of static fields (any visibility,
+ *       or public and inherited)</li>
  *   <li>{@code {"op": "encode", "type": n, "header": "text" | "header_hex": "..", "payload_length": k}}: {@link Frames#encode}</li>
  *   <li>{@code {"op": "decode", "hex": "..", "chunk": k, "max_frame": m}}: the frames a {@link Frames.Decoder} fed k bytes
  *       at a time returns, or the error it throws</li>
  *   <li>{@code {"op": "spill", "index": path, "subpartition": s, "data_size": n}}: {@code SpillIndex.entries} or its error</li>
+ *   <li>{@code {"op": "parse", "kind": "size" | "duration", "values": [..]}}: each value as {@link WriteSettings#parseSize}
+ *       (bytes) or {@link WriteSettings#parseSeconds} (seconds) reads it, or {@code {"error": ..}}</li>
+ *   <li>{@code {"op": "write_settings", "options": {..}}}: {@link WriteSettings#defaults} with the options applied and
+ *       checked, or the error</li>
  * </ul>
  */
 public final class UnitDriver {
@@ -53,6 +60,8 @@ public final class UnitDriver {
                     case "encode" -> answer.put("hex", encode(request));
                     case "decode" -> answer.set("frames", decode(request));
                     case "spill" -> answer.set("entries", spill(request));
+                    case "parse" -> answer.set("results", parse(request));
+                    case "write_settings" -> answer.set("settings", writeSettings(request));
                     default -> throw new IllegalArgumentException("unknown op " + request.path("op"));
                 }
             } catch (RuntimeException e) {
@@ -79,7 +88,13 @@ public final class UnitDriver {
         ObjectNode out = JSON.createObjectNode();
         for (JsonNode name : names) {
             String[] parts = name.asText().split("#");
-            Field f = Class.forName(parts[0]).getDeclaredField(parts[1]);
+            Class<?> owner = Class.forName(parts[0]);
+            Field f;
+            try {
+                f = owner.getDeclaredField(parts[1]);
+            } catch (NoSuchFieldException e) {
+                f = owner.getField(parts[1]); // a public field it inherits (ErrorCodes' codes)
+            }
             f.setAccessible(true);
             out.set(name.asText(), value(f.get(null)));
         }
@@ -124,6 +139,29 @@ public final class UnitDriver {
                     .put("payload", HexFormat.of().formatHex(f.payload()));
         }
         return out;
+    }
+
+    private static ArrayNode parse(JsonNode r) {
+        boolean size = "size".equals(r.path("kind").asText());
+        ArrayNode out = JSON.createArrayNode();
+        for (JsonNode v : r.path("values")) {
+            try {
+                if (size) {
+                    out.add(WriteSettings.parseSize(v.asText()));
+                } else {
+                    out.add(WriteSettings.parseSeconds(v.asText()));
+                }
+            } catch (IllegalArgumentException e) {
+                out.addObject().put("error", e.getMessage());
+            }
+        }
+        return out;
+    }
+
+    private static JsonNode writeSettings(JsonNode r) {
+        Map<String, String> options = JSON.convertValue(r.path("options"),
+                JSON.getTypeFactory().constructMapType(java.util.HashMap.class, String.class, String.class));
+        return JSON.valueToTree(WriteSettings.defaults().with(List.of(options)).checked());
     }
 
     private static ArrayNode spill(JsonNode r) throws Exception {
