@@ -538,7 +538,7 @@ def described_as(epoch: int, producers: list[tuple[str, str]], committed: list[s
             "producers": [{"partition": p, "index": i, "state": st, "location": {}} for i, (p, st) in
                           enumerate(producers)],
             "committed": committed, "seal_ends": seal_ends}
-    return jvm.org.sparkflow.exchange.catalog.ExchangeDescription.parse(
+    return jvm.org.sparkflow.exchange.coordinator.ExchangeDescription.parse(
         jvm.com.fasterxml.jackson.databind.ObjectMapper().readTree(json.dumps(body)))
 
 
