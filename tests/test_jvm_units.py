@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -523,3 +525,32 @@ def test_key_filter_keeps_exactly_the_subpartitions_the_python_writer_put_the_ke
         assert got["subpartitions"] == expected, (n, predicates, answer)
         if values is not None:  # Spark is told the predicates a pruning used (it still applies them)
             assert got["used"] == len(predicates), (n, predicates, answer)
+
+
+# ------------------------------------------------------------------ the packages' layers
+PACKAGES = Path(__file__).resolve().parent.parent / "jvm-stub/src/main/java/org/sparkflow/exchange"
+# package -> its row ("" is the plugin's own package): a package names only packages of lower rows, so the Spark
+# adapters (format, catalog) stand on the client (read, write), the client on the coordinator's model and the wire
+LAYERS = {"format": 6, "catalog": 5, "read": 4, "write": 4, "coordinator": 3, "discovery": 2, "wire": 1,
+          "errors": 0, "codec": 0, "functions": 0, "": 0}
+NAMED = re.compile(r"org\.sparkflow\.exchange\.(?:([a-z]+)\.)?[A-Z]")  # an import, or a class named in full
+
+
+def test_the_jars_packages_name_only_packages_below_them():
+    unknown, upward = set(), []
+    for path in sorted(PACKAGES.rglob("*.java")):
+        relative = path.relative_to(PACKAGES)
+        package = relative.parts[0] if len(relative.parts) > 1 else ""
+        if package not in LAYERS:
+            unknown.add(package)
+            continue
+        for used in sorted(set(NAMED.findall(path.read_text(encoding="utf-8"))) - {package}):
+            if used in LAYERS and LAYERS[used] >= LAYERS[package]:
+                upward.append(f"{relative} names {used or 'the plugin package'}")
+    assert not unknown, f"packages without a row in LAYERS (say which packages they stand on): {sorted(unknown)}"
+    assert upward == []
+
+
+def test_the_layer_check_finds_an_import_and_a_class_named_in_full():
+    text = "import org.sparkflow.exchange.catalog.ExchangeTable;\n x = org.sparkflow.exchange.ExchangePlugin.y();"
+    assert NAMED.findall(text) == ["catalog", ""]
