@@ -531,60 +531,6 @@ def format_reads_a_write_in_progress_in_the_jvm(d):
         spark.conf.set(JVM_FORMAT, "false")
 
 
-def described_as(epoch: int, producers: list[tuple[str, str]], committed: list[str], seal_ends: list[int],
-                 state: str = "open"):
-    """A coordinator description for LiveProducers: (partition, state) per registered attempt."""
-    body = {"name": "sans_io", "epoch": epoch, "state": state, "sealed": False, "schema": "",
-            "producers": [{"partition": p, "index": i, "state": st, "location": {}} for i, (p, st) in
-                          enumerate(producers)],
-            "committed": committed, "seal_ends": seal_ends}
-    return jvm.org.sparkflow.exchange.catalog.ExchangeDescription.parse(
-        jvm.com.fasterxml.jackson.databind.ObjectMapper().readTree(json.dumps(body)))
-
-
-@check
-def live_producers_take_one_committed_state(d):
-    """LiveProducers, without sockets: before the read's seal it takes every registered attempt that has not
-    failed; once the seal happened, exactly the producers it holds (not a later write's, not a loser); rows of an
-    attempt the seal does not hold, an overwrite or an aborted write fail the read."""
-    live = jvm.org.sparkflow.exchange.read.LiveProducers("sans_io", 1, 1)  # planned after one seal
-    live.update(described_as(1, [("old", "finished"), ("a", "running"), ("b", "failed")], ["old"], [1]))
-    first = live.next()
-    assert first.partition() == "old" and not live.complete()
-    live.finished(first, 10)
-    assert live.next().partition() == "a"  # "b" failed: passed over
-    live.finished(live.next(), 5)
-    assert live.next() is None and not live.complete()  # nothing more now, the seal has not happened
-    # the seal: "a" lost to "c"; "later" belongs to a write declared after it
-    live.update(described_as(1, [("old", "finished"), ("c", "finished"), ("later", "running")],
-                             ["old", "c", "later"], [1, 2]))
-    assert live.next().partition() == "c"
-    live.finished(live.next(), 7)
-    assert live.next() is None and live.complete()
-    d["not_committed"] = live.notCommitted()
-    assert "producer attempt a " in d["not_committed"], d["not_committed"]
-    live.nextPass()  # the next subpartition: the state stays the seal's
-    assert [live.next().partition()] == ["old"]
-
-    clean = jvm.org.sparkflow.exchange.read.LiveProducers("sans_io", 1, 0)
-    clean.update(described_as(1, [("x", "running")], [], []))
-    x = clean.next()
-    assert clean.dropped(x, 0), "an attempt that failed before giving rows is passed over"
-    assert clean.next() is None
-    clean.update(described_as(1, [("x", "failed"), ("y", "finished")], ["y"], [1]))
-    clean.finished(clean.next(), 3)
-    assert clean.complete() and clean.notCommitted() is None
-    assert not clean.dropped(x, 4), "an attempt that gave rows cannot be passed over"
-
-    for body, words in ((described_as(2, [], [], []), "was overwritten"),
-                        (described_as(1, [], [], [], state="aborted"), "was aborted")):
-        try:
-            jvm.org.sparkflow.exchange.read.LiveProducers("sans_io", 1, 0).update(body)
-            raise AssertionError(f"no error for {words}")
-        except Exception as exc:  # noqa: BLE001 - py4j's error carries the JVM's message
-            assert words in str(exc), str(exc)[:500]
-
-
 @check
 def format_read_waits_for_its_exchange_to_be_declared(d):
     """A JVM format read planned before any writer declared its exchange waits up to declareTimeout for it, then

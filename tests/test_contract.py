@@ -357,8 +357,8 @@ REFUSED_WRITE_OPTIONS = [
 def test_the_jvm_writer_reads_options_as_python_does(jvm):
     """The JVM writer's defaults are the contract's (Python's), and the same options give the same settings or are
     refused by both."""
-    answers = jvm([{"op": "write_settings", "options": o} for o in WRITE_OPTIONS] +
-                  [{"op": "write_settings", "options": o} for o, _ in REFUSED_WRITE_OPTIONS])
+    answers = jvm([{"op": "write_options", "options": o} for o in WRITE_OPTIONS] +
+                  [{"op": "write_options", "options": o} for o, _ in REFUSED_WRITE_OPTIONS])
     settings = [a.get("settings", a) for a in answers[:len(WRITE_OPTIONS)]]
     assert settings == [_python_write(o) for o in WRITE_OPTIONS]
     keys = C["options"]["keys"]

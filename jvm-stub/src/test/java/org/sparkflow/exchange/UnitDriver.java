@@ -18,13 +18,18 @@ import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeSet;
+import org.sparkflow.exchange.format.FormatProbe;
+import org.sparkflow.exchange.read.ReadProbe;
 import org.sparkflow.exchange.wire.Contract;
 import org.sparkflow.exchange.wire.Frames;
+import org.sparkflow.exchange.wire.WireProbe;
+import org.sparkflow.exchange.write.WriteProbe;
 import org.sparkflow.exchange.write.WriteSettings;
 
 /**
  * Drives the plugin's sans-IO classes without Spark, for the unit tests in {@code tests/test_jvm_units.py} and
- * {@code tests/test_contract.py}: one JSON request per stdin line, one JSON answer per stdout line.
+ * {@code tests/test_contract.py}: one JSON request per stdin line, one JSON answer per stdout line (a request that
+ * throws is answered {@code {"error": "Class: message"}}).
  *
  * <ul>
  *   <li>{@code {"op": "contract"}}: every constant of the generated {@link Contract} class, by nested class</li>
@@ -36,8 +41,13 @@ import org.sparkflow.exchange.write.WriteSettings;
  *   <li>{@code {"op": "spill", "index": path, "subpartition": s, "data_size": n}}: {@code SpillIndex.entries} or its error</li>
  *   <li>{@code {"op": "parse", "kind": "size" | "duration", "values": [..]}}: each value as {@link WriteSettings#parseSize}
  *       (bytes) or {@link WriteSettings#parseSeconds} (seconds) reads it, or {@code {"error": ..}}</li>
- *   <li>{@code {"op": "write_settings", "options": {..}}}: {@link WriteSettings#defaults} with the options applied and
+ *   <li>{@code {"op": "write_options", "options": {..}}}: {@link WriteSettings#defaults} with the options applied and
  *       checked, or the error</li>
+ *   <li>{@code handshake}, {@code live}, {@code key_filter}, {@code read_partitions}, {@code write_settings},
+ *       {@code size}, {@code duration}, {@code route}, {@code readable}: {@code Handshake}, {@code LiveProducers},
+ *       {@code KeyFilter}, {@code ReadLayout}, {@code WriteSettings} and {@code Route} through the probe of their
+ *       package ({@code wire.WireProbe}, {@code read.ReadProbe}, {@code write.WriteProbe}, {@code format.FormatProbe}),
+ *       whose javadoc gives each request's fields</li>
  * </ul>
  */
 public final class UnitDriver {
@@ -61,7 +71,16 @@ public final class UnitDriver {
                     case "decode" -> answer.set("frames", decode(request));
                     case "spill" -> answer.set("entries", spill(request));
                     case "parse" -> answer.set("results", parse(request));
-                    case "write_settings" -> answer.set("settings", writeSettings(request));
+                    case "write_options" -> answer.set("settings", writeSettings(request));
+                    case "handshake" -> answer.set("handshake", WireProbe.handshake(request));
+                    case "live" -> answer.set("results", ReadProbe.live(request));
+                    case "key_filter" -> answer.set("filter", ReadProbe.keyFilter(request));
+                    case "read_partitions" -> answer.set("partitions", ReadProbe.readPartitions(request));
+                    case "write_settings" -> answer.set("settings", WriteProbe.settings(request));
+                    case "size" -> answer.put("bytes", WriteProbe.size(request));
+                    case "duration" -> answer.put("nanos", WriteProbe.duration(request));
+                    case "route" -> answer.put("python_only", FormatProbe.pythonOnly(request));
+                    case "readable" -> answer.put("unreadable", FormatProbe.unreadable(request));
                     default -> throw new IllegalArgumentException("unknown op " + request.path("op"));
                 }
             } catch (RuntimeException e) {

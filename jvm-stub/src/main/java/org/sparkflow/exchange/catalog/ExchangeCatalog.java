@@ -24,6 +24,8 @@ import org.apache.spark.sql.connector.catalog.functions.UnboundFunction;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.sparkflow.exchange.ExchangePlugin;
+import org.sparkflow.exchange.coordinator.CoordinatorClient;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.discovery.Discovery;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.discovery.RuntimeDir;
@@ -211,7 +213,7 @@ public class ExchangeCatalog implements StagingTableCatalog, FunctionCatalog {
         ExchangePlugin.sayFailedHostsOnce();
         requireRoot(ident.namespace());
         WriteSettings write = WriteSettings.defaults().with(List.of(properties)).withPartitioning(partitions);
-        return new NewExchangeTable(ident.name(), CatalogV2Util.v2ColumnsToStructType(columns), partitions, properties,
+        return NewExchangeTable.staged(ident.name(), CatalogV2Util.v2ColumnsToStructType(columns), partitions, properties,
                 write, client(), settings, replaces);
     }
 

@@ -22,10 +22,11 @@ import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.sparkflow.exchange.Launcher;
-import org.sparkflow.exchange.catalog.CoordinatorClient;
 import org.sparkflow.exchange.catalog.ExchangeCatalog;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
 import org.sparkflow.exchange.catalog.ExchangeTable;
+import org.sparkflow.exchange.catalog.NewExchangeTable;
+import org.sparkflow.exchange.coordinator.CoordinatorClient;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.errors.ExchangeNotFound;
 import org.sparkflow.exchange.write.ExchangeWriteBuilder;
@@ -110,7 +111,7 @@ public final class FormatCatalog extends ExchangeCatalog {
                     + "declareTimeout)");
         }
         if (write && (desc == null || (overwrite && desc.sealed))) {
-            return new NewWrite(exchange, coordinator, settings());
+            return NewExchangeTable.fromWriteOptions(exchange, coordinator, settings());
         }
         if (Route.unreadable(desc, !write) == null) { // a read (of one being written too), or an append to a sealed one
             return new ExchangeTable(desc, readSettings(found).readingWhileWritten(), coordinator, settings(),
@@ -165,39 +166,5 @@ public final class FormatCatalog extends ExchangeCatalog {
             return false;
         }
         return super.tableExists(ident);
-    }
-
-    /** A write of an exchange not declared yet: its schema comes with the write, its layout from the options. */
-    private static final class NewWrite implements SupportsWrite {
-        private final String name;
-        private final CoordinatorClient coordinator;
-        private final Map<String, String> settings;
-
-        NewWrite(String name, CoordinatorClient coordinator, Map<String, String> settings) {
-            this.name = name;
-            this.coordinator = coordinator;
-            this.settings = settings;
-        }
-
-        @Override
-        public String name() {
-            return name;
-        }
-
-        @Override
-        public StructType schema() {
-            return new StructType();
-        }
-
-        @Override
-        public Set<TableCapability> capabilities() {
-            return EnumSet.of(TableCapability.BATCH_WRITE, TableCapability.TRUNCATE, TableCapability.ACCEPT_ANY_SCHEMA);
-        }
-
-        /** Mode append declares without replacing (a write that declared it meanwhile is appended to), overwrite replaces. */
-        @Override
-        public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
-            return new ExchangeWriteBuilder(name, WriteSettings.defaults(), null, info, coordinator, settings).appending();
-        }
     }
 }

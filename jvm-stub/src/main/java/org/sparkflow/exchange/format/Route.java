@@ -3,7 +3,7 @@ package org.sparkflow.exchange.format;
 import java.util.Locale;
 import java.util.Set;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.read.ExchangeScan;
 import org.sparkflow.exchange.wire.Contract;
 import org.sparkflow.exchange.write.WriteSettings;

@@ -3,8 +3,8 @@ package org.sparkflow.exchange.read;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
-import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
+import org.sparkflow.exchange.coordinator.ExchangeDescription.Producer;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.wire.Contract.ExchangeState;
 import org.sparkflow.exchange.wire.Contract.PartitionState;
 

@@ -2,8 +2,8 @@ package org.sparkflow.exchange.read;
 
 import org.sparkflow.exchange.errors.ErrorCodes;
 import java.util.Map;
-import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
+import org.sparkflow.exchange.coordinator.ExchangeDescription.Producer;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.discovery.Discovery;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.discovery.RuntimeDir;

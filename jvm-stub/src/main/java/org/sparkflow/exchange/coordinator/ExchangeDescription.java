@@ -1,4 +1,4 @@
-package org.sparkflow.exchange.catalog;
+package org.sparkflow.exchange.coordinator;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import java.io.ByteArrayInputStream;
