@@ -24,7 +24,7 @@ PACKAGED_SOURCES = PACKAGE_DIR / "jvm_src"  # the Java sources as the wheel carr
 CHECKOUT_SOURCES = PACKAGE_DIR.parent / "jvm-stub" / "src" / "main" / "java"  # a source checkout
 DEFAULT_JAR = PACKAGE_DIR / "jars" / JAR_NAME
 CONTRACT = PACKAGE_DIR / "contract.json"  # what Python and the jar agree on; the jar's Contract class is made from it
-CONTRACT_CLASS = "org/sparkflow/exchange/wire/Contract.java"
+CONTRACT_CLASS = "org/sparkflow/exchange/contract/Contract.java"
 MANIFEST = ("Manifest-Version: 1.0\r\n"
             "Created-By: sparkflow-exchange build_plugin\r\n"
             "Implementation-Title: sparkflow-exchange-plugin\r\n"
@@ -150,7 +150,7 @@ def _units(units: dict) -> list[str]:
 
 
 def contract_java(contract: dict) -> str:
-    """The Java source of ``org.sparkflow.exchange.wire.Contract``: the contract's constants, made at build time."""
+    """The Java source of ``org.sparkflow.exchange.contract.Contract``: the contract's constants, made at build time."""
     frame, buffer, spill = contract["frame"], contract["buffer"], contract["spill_index"]
     kinds = {"PARTITION_TYPES": contract["partition_types"], "PARTITIONERS": contract["partitioners"]}
     props: dict[str, dict[str, list[str]]] = {}
@@ -161,7 +161,7 @@ def contract_java(contract: dict) -> str:
                 props[group].setdefault(flag.upper(), [])
                 if on:
                     props[group][flag.upper()].append(member)
-    out = ["package org.sparkflow.exchange.wire;", "", "import java.util.List;", "import java.util.Map;", "",
+    out = ["package org.sparkflow.exchange.contract;", "", "import java.util.List;", "import java.util.Map;", "",
            "/**",
            " * What the JVM plugin and the Python package agree on, generated from {@code sparkflow_exchange/contract.json}",
            " * by {@code sparkflow_exchange/build_plugin.py} when the jar is built. Do not edit: change the contract file.",

@@ -199,7 +199,7 @@ def test_the_java_sources_spell_no_error_code_or_state_of_their_own():
     spelled = {name: sorted(_literals_where_codes_and_states_are_used(text) & reserved)
                for name, text in _java_sources().items()}
     assert {name: found for name, found in spelled.items() if found} == {}, \
-        "use org.sparkflow.exchange.wire.Contract's ErrorCode / ExchangeState / PartitionState"
+        "use org.sparkflow.exchange.contract.Contract's ErrorCode / ExchangeState / PartitionState"
 
 
 def _spelled_settings(text: str) -> set[str]:

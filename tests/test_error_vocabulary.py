@@ -26,7 +26,7 @@ SERVICE_CLASSES = [c for c in errors.PUBLIC if issubclass(c, errors.ServiceError
 
 
 def java_codes() -> dict[str, str]:
-    """The codes ``ErrorCodes`` names: those it inherits from the generated ``wire.Contract.ErrorCode`` (made from
+    """The codes ``ErrorCodes`` names: those it inherits from the generated ``contract.Contract.ErrorCode`` (made from
     contract.json, as tests/test_contract.py checks), and none of its own."""
     text = (ERRORS_JAVA / "ErrorCodes.java").read_text()
     assert "public final class ErrorCodes extends Contract.ErrorCode {" in text

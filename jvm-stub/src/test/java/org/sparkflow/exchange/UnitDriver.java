@@ -20,7 +20,7 @@ import java.util.Map;
 import java.util.TreeSet;
 import org.sparkflow.exchange.format.FormatProbe;
 import org.sparkflow.exchange.read.ReadProbe;
-import org.sparkflow.exchange.wire.Contract;
+import org.sparkflow.exchange.contract.Contract;
 import org.sparkflow.exchange.wire.Frames;
 import org.sparkflow.exchange.wire.WireProbe;
 import org.sparkflow.exchange.write.WriteProbe;
@@ -44,7 +44,7 @@ import org.sparkflow.exchange.write.WriteSettings;
  *   <li>{@code {"op": "write_options", "options": {..}}}: {@link WriteSettings#defaults} with the options applied and
  *       checked, or the error</li>
  *   <li>{@code handshake}, {@code live}, {@code key_filter}, {@code read_partitions}, {@code write_settings},
- *       {@code size}, {@code duration}, {@code route}, {@code readable}: {@code Handshake}, {@code LiveProducers},
+ *       {@code route}, {@code readable}: {@code Handshake}, {@code LiveProducers},
  *       {@code KeyFilter}, {@code ReadLayout}, {@code WriteSettings} and {@code Route} through the probe of their
  *       package ({@code wire.WireProbe}, {@code read.ReadProbe}, {@code write.WriteProbe}, {@code format.FormatProbe}),
  *       whose javadoc gives each request's fields</li>
@@ -77,8 +77,6 @@ public final class UnitDriver {
                     case "key_filter" -> answer.set("filter", ReadProbe.keyFilter(request));
                     case "read_partitions" -> answer.set("partitions", ReadProbe.readPartitions(request));
                     case "write_settings" -> answer.set("settings", WriteProbe.settings(request));
-                    case "size" -> answer.put("bytes", WriteProbe.size(request));
-                    case "duration" -> answer.put("nanos", WriteProbe.duration(request));
                     case "route" -> answer.put("python_only", FormatProbe.pythonOnly(request));
                     case "readable" -> answer.put("unreadable", FormatProbe.unreadable(request));
                     default -> throw new IllegalArgumentException("unknown op " + request.path("op"));

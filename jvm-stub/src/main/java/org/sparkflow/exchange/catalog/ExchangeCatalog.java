@@ -31,7 +31,7 @@ import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.discovery.RuntimeDir;
 import org.sparkflow.exchange.functions.BucketFunction;
 import org.sparkflow.exchange.read.ReadSettings;
-import org.sparkflow.exchange.wire.Contract.ExchangeState;
+import org.sparkflow.exchange.contract.Contract.ExchangeState;
 import org.sparkflow.exchange.write.WriteSettings;
 
 /**

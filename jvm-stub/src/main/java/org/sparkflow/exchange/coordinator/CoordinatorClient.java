@@ -7,7 +7,7 @@ import java.util.List;
 import java.util.Map;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.errors.ServiceError;
-import org.sparkflow.exchange.wire.Contract.ExchangeState;
+import org.sparkflow.exchange.contract.Contract.ExchangeState;
 import org.sparkflow.exchange.wire.RpcConnection;
 
 /**

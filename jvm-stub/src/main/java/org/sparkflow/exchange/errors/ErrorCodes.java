@@ -1,7 +1,7 @@
 package org.sparkflow.exchange.errors;
 
 import java.util.Map;
-import org.sparkflow.exchange.wire.Contract;
+import org.sparkflow.exchange.contract.Contract;
 
 /**
  * The error codes the service sends with every refusal, and the one table from a code to the class of its meaning

@@ -5,7 +5,7 @@ import java.util.Set;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.read.ExchangeScan;
-import org.sparkflow.exchange.wire.Contract;
+import org.sparkflow.exchange.contract.Contract;
 import org.sparkflow.exchange.write.WriteSettings;
 
 /**

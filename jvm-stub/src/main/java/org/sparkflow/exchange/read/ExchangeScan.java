@@ -21,8 +21,8 @@ import org.apache.spark.sql.connector.read.partitioning.UnknownPartitioning;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.sparkflow.exchange.coordinator.ExchangeDescription;
-import org.sparkflow.exchange.wire.Contract.ExchangeState;
-import org.sparkflow.exchange.wire.Contract.PartitionState;
+import org.sparkflow.exchange.contract.Contract.ExchangeState;
+import org.sparkflow.exchange.contract.Contract.PartitionState;
 
 /**
  * A scan of a sealed exchange, or of one being written ({@link LiveProducers}): read partitions as {@link ReadLayout} groups the subpartitions (with

@@ -5,8 +5,8 @@ import java.util.List;
 import java.util.Set;
 import org.sparkflow.exchange.coordinator.ExchangeDescription.Producer;
 import org.sparkflow.exchange.coordinator.ExchangeDescription;
-import org.sparkflow.exchange.wire.Contract.ExchangeState;
-import org.sparkflow.exchange.wire.Contract.PartitionState;
+import org.sparkflow.exchange.contract.Contract.ExchangeState;
+import org.sparkflow.exchange.contract.Contract.PartitionState;
 
 /**
  * Which producer attempts a read task takes from an exchange that was being written when the read was planned, and

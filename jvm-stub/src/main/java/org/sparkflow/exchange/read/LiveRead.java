@@ -8,7 +8,7 @@ import org.sparkflow.exchange.discovery.Discovery;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.discovery.RuntimeDir;
 import org.sparkflow.exchange.errors.ServiceError;
-import org.sparkflow.exchange.wire.Contract.ErrorCode;
+import org.sparkflow.exchange.contract.Contract.ErrorCode;
 import org.sparkflow.exchange.wire.RpcConnection;
 
 /**

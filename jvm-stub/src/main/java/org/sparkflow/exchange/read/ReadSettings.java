@@ -5,7 +5,7 @@ import java.io.Serializable;
 import java.net.InetAddress;
 import java.nio.file.Files;
 import java.nio.file.Paths;
-import org.sparkflow.exchange.wire.Contract;
+import org.sparkflow.exchange.contract.Contract;
 import org.sparkflow.exchange.wire.Tls;
 
 /**

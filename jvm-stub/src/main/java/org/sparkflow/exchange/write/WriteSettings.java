@@ -13,7 +13,7 @@ import org.apache.spark.sql.connector.expressions.BucketTransform;
 import org.sparkflow.exchange.codec.Codecs;
 import org.apache.spark.sql.connector.expressions.NamedReference;
 import org.apache.spark.sql.connector.expressions.Transform;
-import org.sparkflow.exchange.wire.Contract;
+import org.sparkflow.exchange.contract.Contract;
 
 /**
  * How a catalog write routes and cuts its rows, under the Python options' names ({@code config.py}):

@@ -1,5 +1,6 @@
 package org.sparkflow.exchange.wire;
 
+import org.sparkflow.exchange.contract.Contract;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;

@@ -8,7 +8,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
-/** {@link WriteSettings}' parsing, for {@code UnitDriver}'s {@code write_settings}, {@code size} and {@code duration}. */
+/** {@link WriteSettings}' parsing, for {@code UnitDriver}'s {@code write_settings}. */
 public final class WriteProbe {
     private static final ObjectMapper JSON = new ObjectMapper();
 
@@ -32,15 +32,5 @@ public final class WriteProbe {
         ObjectNode out = JSON.valueToTree(s);
         out.put("single", s.single());
         return out;
-    }
-
-    /** {@code {"key": k, "value": v}}: {@link WriteSettings#size}'s bytes. */
-    public static long size(JsonNode r) {
-        return WriteSettings.size(r.path("key").asText(), r.path("value").asText(), Long.MAX_VALUE);
-    }
-
-    /** {@code {"key": k, "value": v}}: {@link WriteSettings#duration}'s nanoseconds. */
-    public static long duration(JsonNode r) {
-        return WriteSettings.duration(r.path("key").asText(), r.path("value").asText());
     }
 }
