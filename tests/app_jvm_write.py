@@ -533,11 +533,19 @@ def format_reads_a_write_in_progress_in_the_jvm(d):
 
 def described_as(epoch: int, producers: list[tuple[str, str]], committed: list[str], seal_ends: list[int],
                  state: str = "open"):
-    """A coordinator description for LiveProducers: (partition, state) per registered attempt."""
+    """A coordinator description for LiveProducers: (partition, state) per registered attempt; its verdict is the
+    coordinator's lifecycle's."""
+    from sparkflow_exchange.kinds import ExchangeState
+    from sparkflow_exchange.service.exchange_lifecycle import Lifecycle, read_verdict
+
+    life = Lifecycle("sans_io", state=ExchangeState(state), open_writes={"w1"} if state == "open" else set(),
+                     reason="a task failed")
+    states = dict(producers)
     body = {"name": "sans_io", "epoch": epoch, "state": state, "sealed": False, "schema": "",
             "producers": [{"partition": p, "index": i, "state": st, "location": {}} for i, (p, st) in
                           enumerate(producers)],
-            "committed": committed, "seal_ends": seal_ends}
+            "committed": committed, "seal_ends": seal_ends,
+            "readable": read_verdict(life, 2, [(i, p, states[p]) for i, p in enumerate(committed)]).to_dict()}
     return jvm.org.sparkflow.exchange.catalog.ExchangeDescription.parse(
         jvm.com.fasterxml.jackson.databind.ObjectMapper().readTree(json.dumps(body)))
 

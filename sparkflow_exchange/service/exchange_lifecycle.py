@@ -122,10 +122,16 @@ class Lifecycle:
             return event in ASIDE
         return event in LEGAL[self.kind, self.state]
 
+    def check(self, event: Event, write_id: str = "") -> None:
+        """Refuse ``event`` now, before anything acts on it, when :meth:`on` would."""
+        if not self.legal(event):
+            raise self._illegal(event, write_id)
+        if event in (Event.REGISTER, Event.COMMIT):
+            self._check_open(write_id, event)
+
     def on(self, event: Event, write_id: str = "", reason: str = "") -> Transition:
         """Take ``event`` (of write ``write_id``, for ``reason``): the transition, the state already moved."""
-        if not self.legal(event):
-            raise self._illegal(event)
+        self.check(event, write_id)
         step = getattr(self, "_" + event.name.lower())
         t: Transition = step(write_id, reason)
         self.state = t.state
@@ -139,7 +145,6 @@ class Lifecycle:
         return Transition(ExchangeState.OPEN, (Action.PERSIST, Action.NOTIFY))
 
     def _register(self, write_id: str, reason: str) -> Transition:
-        self._check_open(write_id, Event.REGISTER)
         return Transition(self.state, (Action.NOTIFY,))
 
     def _finish(self, write_id: str, reason: str) -> Transition:
@@ -148,7 +153,6 @@ class Lifecycle:
     _fail = _finish
 
     def _commit(self, write_id: str, reason: str) -> Transition:
-        self._check_open(write_id, Event.COMMIT)
         self.open_writes.discard(write_id)
         self.commits += 1
         seal = (Action.SEAL,) if not self.open_writes else ()
@@ -170,7 +174,8 @@ class Lifecycle:
 
     def _overwrite(self, write_id: str, reason: str) -> Transition:
         if self.kind is not Kind.BATCH or self.commits == 0 or self.state is ExchangeState.ABORTED:
-            return self._gone(ExchangeState.DROPPED, reason or "overwritten")
+            self._gone(ExchangeState.DROPPED, reason or "overwritten")  # the name is the new version's already
+            return Transition(ExchangeState.DROPPED, (Action.RELEASE_ALL,))
         seal = (Action.SEAL,) if self.open_writes else ()  # an open append: the version kept is its last commit
         self.open_writes.clear()
         self.aside = True
@@ -200,10 +205,10 @@ class Lifecycle:
     # ------------------------------------------------------------ refusals
     def _check_open(self, write_id: str, event: Event) -> None:
         if write_id not in self.open_writes:
-            raise LifecycleError(f"{event} to write {write_id} of exchange {self.name!r} is refused: the write is not "
-                                 "open (committed or aborted already)", ErrorCode.WRITE_CLOSED)
+            raise LifecycleError(f"write {write_id} of exchange {self.name!r} is not open (committed or aborted "
+                                 f"already): {event} is refused", ErrorCode.WRITE_CLOSED)
 
-    def _illegal(self, event: Event) -> LifecycleError:
+    def _illegal(self, event: Event, write_id: str) -> LifecycleError:
         what = f"{event} is refused for {self.kind.value} {self.name!r}"
         if self.aside:
             return LifecycleError(f"{what}: an overwrite set this version aside (it is kept only until the overwrite "
@@ -213,7 +218,8 @@ class Lifecycle:
         if self.state is ExchangeState.LOST:
             return LifecycleError(f"{what}: it was lost ({self.reason or 'lost'})", ErrorCode.EXCHANGE_LOST)
         if event in (Event.REGISTER, Event.COMMIT):
-            return LifecycleError(f"{what}: it has no open write (state {self.state})", ErrorCode.WRITE_CLOSED)
+            return LifecycleError(f"{what}: its write {write_id} is not open (state {self.state})",
+                                  ErrorCode.WRITE_CLOSED)
         return LifecycleError(f"{what} in state {self.state}", ErrorCode.BAD_REQUEST)
 
 
