@@ -20,7 +20,7 @@ from sparkflow_exchange import buffer, buffer_kinds, config, contract, exchange,
 from sparkflow_exchange.errors import ErrorCode
 from sparkflow_exchange.network import protocol
 from sparkflow_exchange.partition import spill
-from sparkflow_exchange.service import coordinator
+from sparkflow_exchange.service import exchanges as exchange_model
 from sparkflow_exchange.writer import selectors
 
 C = contract.load()
@@ -89,7 +89,7 @@ def test_python_partitioners_and_their_properties_are_the_contracts():
     assert selectors.PARTITIONERS == names
     single = {n for n, p in C["partitioners"].items() if p["single_subpartition"]}
     assert set(config.SINGLE_SUBPARTITION) == single
-    assert set(coordinator.FORWARD_LIKE) == single
+    assert set(exchange_model.FORWARD_LIKE) == single
     schema = pa.schema([("k", pa.int64())])
     for name, props in C["partitioners"].items():
         if name == "custom":

@@ -201,7 +201,7 @@ def test_a_credential_filling_its_disk_share_leaves_disk_for_the_others(capped):
 
 
 def test_a_connection_holds_a_bounded_number_of_subscriptions(capped):
-    from sparkflow_exchange.service.exchange_service import MAX_SUBSCRIPTIONS
+    from sparkflow_exchange.service.rpc_handlers import MAX_SUBSCRIPTIONS
 
     write(as_(capped, "app-b", name="watched"), 10)
     with capped.connect(secret=SECRETS["app-b"]) as conn:

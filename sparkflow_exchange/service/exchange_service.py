@@ -34,18 +34,13 @@ from ..partition.spill import DiskBudget, DiskShare, SpillReaders
 from . import owners
 from .coordinator import Coordinator
 from .fd_budget import fd_budget
+from .rpc_handlers import Dispatcher
 from .streams import StreamRegistry
 from . import spill_root
 from .launcher import pid_alive
 
 log = logging.getLogger(__name__)
 
-# the RPCs whose handler is told the connection's credential (``owner``): what they create is its
-OWNED_BY_CALLER = frozenset({"declare", "stream_declare", "register_producer", "stream_join", "stream_latest",
-                             "stream_commit_group"})
-# subscriptions one connection holds at once (a reader holds one per exchange it is reading): each costs the
-# coordinator a callback, so a client cannot grow its memory without end
-MAX_SUBSCRIPTIONS = 4096
 JOIN_GRACE = 1.0  # s after a writer is lost before its partition is released if it never joined its exchange
 
 
@@ -117,6 +112,7 @@ class ExchangeService:
         self.streams = StreamRegistry(self.coordinator, config.ttl, min(30.0, config.declare_timeout),
                                       max_groups_per_owner=config.max_groups_per_credential) \
             if self.coordinator is not None else None
+        self.dispatcher = Dispatcher(self)  # each RPC's handler, as the RPC table names it
         self.unix_path = unix_path
         self.attach_mode = attach_mode  # embedded: exit when the attached applications are gone
         self.hold_exchanges = hold_exchanges  # ... and it holds nothing more
@@ -445,104 +441,8 @@ class ExchangeService:
         return part.owner if part is not None else ""
 
     async def rpc(self, conn: ServerConnection, method: str, args: dict) -> Any:
-        owners.check(conn.identity, method, args, self)
-        if method in OWNED_BY_CALLER:
-            args["owner"] = conn.identity  # never the client's say
-        if method == "ping":
-            return self.addresses()
-        if method == "status":
-            return self.status()
-        if method == "release_partitions":  # owners.check: each one held here is the caller's (or the operator's)
-            reason = str(args.get("reason") or "released by the coordinator")
-            code = ErrorCode.REPLACED if args.get("code") == ErrorCode.REPLACED else ErrorCode.RELEASED
-            owner = conn.identity  # the operator may free them for a credential: only what that one registered
-            if conn.identity == auth.OPERATOR and args.get("on_behalf_of"):
-                owner = args["on_behalf_of"]
-            return {"released": self.release_owned(args["partitions"], owner, reason, code)}
-        if method == "attach_app":
-            self.apps[str(args["app"])] = int(args["pid"])
-            self.last_app_seen = time.monotonic()
-            return {"ok": True}
-        if method == "report_file_reads":  # partitions: {partition id: bytes} a reader here read from our files
-            # the reader's word, not an observation: counted apart from what we served (metrics name it
-            # "reported"), and only for partitions held here (the total the client adds up is not used)
-            for pid, nbytes in (args.get("partitions") or {}).items():
-                part = self.partitions.get(pid)
-                if part is not None and int(nbytes) > 0:
-                    part.file_bytes_read += int(nbytes)
-                    self.traffic["local_file"] += int(nbytes)
-            return {"ok": True}
-        if method == "report_backpressure":
-            part = self.partitions.get(args["partition"])
-            if part is not None:
-                part.backpressure_seconds = float(args["seconds"])
-            return {"ok": True}
-        if method == "shutdown":
-            asyncio.get_running_loop().call_later(0.05, self.stop)
-            return {"ok": True}
-        coord = self.coordinator
-        if coord is None:
-            raise ServiceError(f"service {self.service_id} does not have the coordinator role (method {method!r})", ErrorCode.NOT_COORDINATOR)
-        if method == "subscribe":
-            name = args["name"]
-            topic = args["topic"]
-            from ..network.protocol import Notify
-
-            previous = conn.subscriptions.pop(topic, None)
-            if previous:
-                previous()
-            elif len(conn.subscriptions) >= MAX_SUBSCRIPTIONS:
-                raise ServiceError(f"subscribing to exchange {name!r} is refused: this connection (credential "
-                                   f"{conn.identity!r}) holds {len(conn.subscriptions)} subscriptions, the most one "
-                                   "connection may (MAX_SUBSCRIPTIONS); unsubscribe from exchanges it no longer reads",
-                                   ErrorCode.LIMIT)
-            conn.subscriptions[topic] = coord.subscribe(name, lambda body: conn.send(Notify(topic, body)),
-                                                        seal=args.get("seal"))
-            return {"ok": True}
-        if method == "unsubscribe":
-            unsubscribe = conn.subscriptions.pop(args["topic"], None)
-            if unsubscribe:
-                unsubscribe()
-            return {"ok": True}
-        if method == "list_exchanges":
-            return coord.list() + self.streams.list()
-        if method == "get_exchange" and args.pop("allow_stream", False):
-            try:
-                return await coord.get_exchange(**args)
-            except ServiceError as exc:  # the schema of a stream (readStream plans with the data source's schema())
-                if exc.code != ErrorCode.NOT_A_BATCH:
-                    raise
-                return await self.streams.describe(args["name"])
-        if method == "drop" and args.get("name") in self.streams.streams:
-            return await self.streams.drop(args["name"])
-        streams = self.streams
-        handlers = {
-            "stream_declare": streams.declare,
-            "stream_begin_epoch": streams.begin_epoch,
-            "stream_commit_epoch": streams.commit_epoch,
-            "stream_abort_epoch": streams.abort_epoch,
-            "stream_describe": streams.describe,
-            "stream_join": streams.join,
-            "stream_latest": streams.latest,
-            "stream_plan": streams.plan,
-            "stream_commit_group": streams.commit_group,
-            "stream_leave": streams.leave,
-            "register_service": coord.register_service,
-            "service_heartbeat": coord.service_heartbeat,
-            "list_services": coord.list_services,
-            "declare": coord.declare,
-            "register_producer": coord.register_producer,
-            "producer_finished": coord.producer_finished,
-            "producer_failed": coord.producer_failed,
-            "commit": coord.commit,
-            "abort": coord.abort,
-            "drop": coord.drop,
-            "get_exchange": coord.get_exchange,
-        }
-        handler = handlers.get(method)
-        if handler is None:
-            raise ServiceError(f"unknown method {method!r}", ErrorCode.BAD_REQUEST)
-        return await handler(**args)
+        """Answer a request the server checked against the RPC table (its row names the handler)."""
+        return await self.dispatcher.call(conn, method, args)
 
     def status(self) -> dict[str, Any]:
         channels = []

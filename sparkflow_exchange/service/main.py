@@ -122,7 +122,7 @@ async def _start(service: ExchangeService, config: ExchangeConfig, args: argpars
     if args.state_file and service.coordinator is not None:  # before the state file: readers come after it
         ledger = ExchangeLedger(Path(args.state_file).with_suffix(".exchanges.json"))
         service.coordinator.lost = ledger.take_over()
-        service.coordinator.on_names_changed = ledger.record
+        service.coordinator.watch_names(ledger.record)
         ledger.record([], service.coordinator.lost)
     generated_secret_file = None
     if secret and not configured_secret:

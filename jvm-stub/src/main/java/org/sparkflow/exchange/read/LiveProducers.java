@@ -5,7 +5,6 @@ import java.util.List;
 import java.util.Set;
 import org.sparkflow.exchange.coordinator.ExchangeDescription.Producer;
 import org.sparkflow.exchange.coordinator.ExchangeDescription;
-import org.sparkflow.exchange.contract.Contract.ExchangeState;
 import org.sparkflow.exchange.contract.Contract.PartitionState;
 
 /**
@@ -41,9 +40,9 @@ public final class LiveProducers {
         if (d.epoch != epoch) {
             throw new ExchangeReadException(ExchangeReadException.gone(exchange, "overwritten"));
         }
-        if (ExchangeState.ABORTED.equals(d.state)) {
-            throw new ExchangeReadException("the write of exchange '" + exchange + "' was aborted, so this read "
-                    + "has no committed state to return; write it again");
+        if (!d.readable.live()) { // the coordinator's verdict: aborted (or gone), nothing to read as it is written
+            throw new ExchangeReadException(d.readable.reason() + "; this read has no committed state to return: "
+                    + "write it again");
         }
         if (state == null) {
             state = d.readState(seal);
