@@ -27,6 +27,7 @@ import pytest
 
 from jvm_units import compile_driver
 from sparkflow_exchange import config
+from sparkflow_exchange.kinds import ExchangeState
 from sparkflow_exchange.buffer_kinds import BROADCAST, END_COUNTS, BufferKind
 from sparkflow_exchange.errors import ServiceError
 from sparkflow_exchange.network import auth, protocol
@@ -35,6 +36,7 @@ from sparkflow_exchange.network.protocol import (AddCredit, BufferResponse, Erro
                                                  PartitionReleased, ProtocolError, PushBuffer, RpcResponse, ServerHello,
                                                  Welcome, encode_bytes)
 from sparkflow_exchange.partition import spill
+from sparkflow_exchange.service.exchange_lifecycle import Lifecycle, read_verdict
 from sparkflow_exchange.writer.selectors import HashSelector
 
 DATA, END, MARKER = BufferKind.DATA, BufferKind.END_OF_PARTITION, BufferKind.MARKER
@@ -271,10 +273,19 @@ def test_the_jvm_refuses_a_greeting_out_of_turn_a_shifting_nonce_and_says_a_serv
 def described(epoch: int, producers: list[tuple[str, str]], committed: list[str], seal_ends: list[int],
               state: str = "open") -> dict:
     """A coordinator description (``get_exchange``) for LiveProducers: (partition, state) per registered attempt."""
+    states = dict(producers)
     return {"name": "live", "epoch": epoch, "state": state, "sealed": False, "schema": "",
             "producers": [{"partition": p, "index": i, "state": st, "location": {}}
                           for i, (p, st) in enumerate(producers)],
-            "committed": committed, "seal_ends": seal_ends}
+            "committed": committed, "seal_ends": seal_ends,
+            "readable": verdict("live", state, False, 2, [states[p] for p in committed])}
+
+
+def verdict(name: str, state: str, sealed: bool, width: int | None, committed_states: list[str]) -> dict:
+    """The coordinator's read verdict (its lifecycle's ``read_verdict``) for such an exchange, as it sends it."""
+    life = Lifecycle(name, state=ExchangeState(state), commits=1 if sealed else 0,
+                     open_writes=set() if sealed or state != "open" else {"w1"}, reason="a task failed")
+    return read_verdict(life, width, [(i, f"p{i}", st) for i, st in enumerate(committed_states)]).to_dict()
 
 
 def live(seal: int, *steps: dict, epoch: int = 1) -> dict:
@@ -300,7 +311,7 @@ def test_live_producers_take_every_attempt_until_the_seal_then_exactly_the_seals
         step("started"), step("next"), step("finished", "old", 10), step("next"), step("finished", "a", 5),
         step("next"), step("complete"),
         # the seal: "a" lost to "c"; "later" belongs to a write declared after it
-        update(described(1, [("old", "finished"), ("c", "finished"), ("later", "running")], ["old", "c", "later"],
+        update(described(1, [("old", "finished"), ("c", "finished"), ("later", "finished")], ["old", "c", "later"],
                          [1, 2])),
         step("next"), step("finished", "c", 7), step("next"), step("complete"), step("not_committed"),
         step("next_pass"), step("next"), step("complete"))])
@@ -445,7 +456,8 @@ def exchange(partitioner: str = "hash", state: str = "committed", sealed: bool =
             "coalesce": coalesce, "partition_type": "HYBRID", "partitioner": {"name": partitioner, "keys": ["k"]},
             "producers": [{"partition": f"p{i}", "index": i, "state": st, "location": {}}
                           for i, st in enumerate(committed)],
-            "committed": [f"p{i}" for i in range(len(committed))], "seal_ends": [len(committed)] if sealed else []}
+            "committed": [f"p{i}" for i in range(len(committed))], "seal_ends": [len(committed)] if sealed else [],
+            "readable": verdict("ex", state, sealed, width, list(committed))}
 
 
 READABLE = [  # (description, read while written, why the JVM reader does not read it: None when it does)
