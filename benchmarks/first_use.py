@@ -41,8 +41,7 @@ ROWS, PARTS = 100_000, 4
 def _child(route: str, work: Path) -> dict:
     """One fresh application: the four timed actions of ``route``."""
     sys.path.insert(0, str(HERE))
-    from spark_common import (NoopArrowSink, PreparedBatches, bench_environment, bench_rows, end_run,
-                              prepare_floor_files)
+    from spark_common import NoopArrowSink, PreparedBatches, bench_environment, bench_rows, end_run, prepare_floor_files
     tmp = bench_environment(f"first-use-{route}")
     if route == "pipelined-served":  # the host's service runs already (``serve``, or an earlier application's)
         from sparkflow_exchange.config import ExchangeConfig

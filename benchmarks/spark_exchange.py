@@ -44,7 +44,6 @@ from spark_common import bench_environment
 TMP = bench_environment("spark")  # before Spark starts: its workers and embedded service are this run's
 
 from pyspark.sql import SparkSession  # noqa: E402
-
 from spark_common import (  # noqa: E402
     NoopArrowSink,
     PreparedBatches,

@@ -50,7 +50,6 @@ TMP = bench_environment("streaming")  # before Spark starts: its workers and emb
 import numpy as np  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
-
 from spark_common import SCHEMA, StreamFloor, bench_rows, prepare_floor_files, settle, stop_embedded_services  # noqa: E402
 
 SLOTS = 4

@@ -35,8 +35,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import resource
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -53,8 +53,8 @@ import pyarrow.ipc as ipc
 
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.buffer import TRAILER_SIZE
-from sparkflow_exchange.consumer import input_gate, spill_data
 from sparkflow_exchange.config import ExchangeConfig, parse_size
+from sparkflow_exchange.consumer import input_gate, spill_data
 from sparkflow_exchange.network.blocking_client import tune_socket
 from sparkflow_exchange.service.process import client_config, start_service
 

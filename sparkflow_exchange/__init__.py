@@ -27,8 +27,8 @@ from .errors import (  # noqa: F401
     ExchangeReplaced,
     InvalidRequest,
     LimitReached,
-    NotPermitted,
     NoConsumerError,
+    NotPermitted,
     PartitionReleasedError,
     SchemaMismatch,
     ServiceError,
@@ -38,8 +38,8 @@ from .errors import (  # noqa: F401
     translate_errors,
 )
 from .kinds import ExchangeKind, ExchangeState, PartitionType
-from .summary import ExchangeSummary, StreamSummary
 from .session_tuning import SPARK_SETTINGS  # for the session builder: .config(map=SPARK_SETTINGS)
+from .summary import ExchangeSummary, StreamSummary
 
 if TYPE_CHECKING:  # imported on first use (pyarrow, the data path): importing the package stays light
     from .client import ExchangeWriter, open_reader, open_writer  # noqa: F401

@@ -14,16 +14,16 @@ import pyarrow as pa
 from .buffer import schema_from_b64, schema_to_b64
 from .calls import call, require_name
 from .config import ConfigError, ExchangeConfig
-from .errors import ExchangeError, ExchangeNotFound, ServiceError, error_for
 from .consumer.input_gate import InputGate
 from .description import describe, sealed_producers  # noqa: F401 - readers ask here too
+from .errors import ExchangeError, ExchangeNotFound, ServiceError, error_for
 from .kinds import PartitionType
 from .network.blocking_client import WRITER_CONNECTIONS
 from .service.discovery import Endpoints, coordinators, no_service_message, resolve
+from .write_handle import WriteHandle, abort_write, commit_write  # noqa: F401 - the lifecycle in one place
 from .writer.partition_writer import PartitionWriter
 from .writer.record_writer import SINGLE_SUBPARTITION, RecordWriter
 from .writer.selectors import SelectorError, make_selector
-from .write_handle import WriteHandle, abort_write, commit_write  # noqa: F401 - the lifecycle in one place
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,16 @@ from . import client
 from . import exchange as ex
 from .arrow_numpy import fixed_values, indices, unpack_bits, validity
 from .errors import ConfigError, ExchangeError, ExchangeNotFound
-from .training_plan import Balance, EpochPlan, Segment, delivered, even_segments, plan_epoch, subpartition_order, \
-    whole_subpartitions
+from .training_plan import (
+    Balance,
+    EpochPlan,
+    Segment,
+    delivered,
+    even_segments,
+    plan_epoch,
+    subpartition_order,
+    whole_subpartitions,
+)
 
 __all__ = ["ExchangeDataset", "ExchangeLoader", "to_tensors"]
 

@@ -11,13 +11,13 @@ Prints one JSON line: check name -> {"ok": bool, "error": text, ...details}.
 """
 from __future__ import annotations
 
+import decimal
 import json
 import os
 import sys
 import threading
 import time
 import traceback
-import decimal
 from decimal import Decimal
 
 import numpy as np
@@ -770,7 +770,7 @@ def an_append_in_another_layout_is_refused_on_every_writer(d):
     rows.writeTo("exchange.lay_jvm").tableProperty("keys", "a").tableProperty("numSubpartitions", "4").create()
     python_write("lay_py", "a", "overwrite")
     for name in ("lay_jvm", "lay_py"):
-        refused(d, f"python_append_{name}", lambda: python_write(name, "b", "append"),
+        refused(d, f"python_append_{name}", lambda name=name: python_write(name, "b", "append"),
                 "with another layout", "holds hash(a) into 4 subpartitions", "this write has hash(b) into 4")
     spark.conf.set(JVM_FORMAT, "true")
     try:

@@ -8,8 +8,8 @@ import subprocess
 import time
 
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange.network import auth
 from sparkflow_exchange.network.blocking_client import ServiceError
 from sparkflow_exchange.network.protocol import (
@@ -108,8 +108,9 @@ def test_garbage_gets_a_named_fatal_error(svc, garbage, message):
 
 
 def test_unknown_partition_and_subpartition_out_of_range(svc):
-    from sparkflow_exchange import exchange as ex
     import pyarrow as pa
+
+    from sparkflow_exchange import exchange as ex
 
     client = RawClient(svc)
     client.send(PartitionRequest("no-such-partition", 0, 7, 2))
@@ -186,8 +187,9 @@ def test_register_bad_partition_type_is_named(svc):
 
 
 def test_sigterm_exits_cleanly_and_removes_spill_files(tmp_service):
-    from sparkflow_exchange import exchange as ex
     import pyarrow as pa
+
+    from sparkflow_exchange import exchange as ex
 
     svc = tmp_service()
     cfg = client_config(svc, exchange="term", partitioner="hash", keys="a", numSubpartitions=2, partitionType="BLOCKING")
@@ -210,8 +212,9 @@ def test_tls(tmp_service, tmp_path):
                     "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
     svc = tmp_service(conf={"tls.certFile": str(cert), "tls.keyFile": str(key)})
     assert svc.info["tls"] is True
-    from sparkflow_exchange import exchange as ex
     import pyarrow as pa
+
+    from sparkflow_exchange import exchange as ex
 
     cfg = client_config(svc, exchange="tls", partitioner="hash", keys="a", numSubpartitions=2, hostId="remote-host",
                         **{"tls.caFile": str(cert)})

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.consumer import input_gate as ex_gate
 
@@ -217,7 +217,7 @@ def test_the_cli_finds_the_embedded_service_and_its_drop_lets_it_exit(tmp_path, 
     try:
         pid = int(_client(WRITER, dict(os.environ), "via-cli"))
         status = _cli("status")
-        assert status.returncode == 0 and f"(embedded) on" in status.stdout and "via-cli" in status.stdout
+        assert status.returncode == 0 and "(embedded) on" in status.stdout and "via-cli" in status.stdout
         dropped = _cli("drop", "via-cli")
         assert dropped.returncode == 0, dropped.stderr
         _exits_leaving_nothing(pid, runtime)

@@ -7,11 +7,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from harness import fresh_python
 
 import sparkflow_exchange as sfe
-from sparkflow_exchange import ConfigError, ExchangeError, ExchangeReadError, SchemaMismatch
+from sparkflow_exchange import ConfigError, ExchangeError, SchemaMismatch
 from sparkflow_exchange.writer.spark_hash import spark_partition_ids
-from harness import fresh_python
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("k", pa.string()),
                     pa.field("x", pa.float64())])

@@ -5,9 +5,9 @@ import pyarrow.compute as pc
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
+from test_datasource import read, sample_df, unique, write
 
 import sparkflow_exchange as sfe
-from test_datasource import read, sample_df, unique, write
 
 pytestmark = pytest.mark.spark
 

@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from harness import client_config, start_service
 
 import sparkflow_exchange as sfx
 from sparkflow_exchange import client
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.calls import call
 from sparkflow_exchange.network.protocol import PartitionRegistered, RegisterPartition
-from harness import client_config, start_service
 
 BEAT = {"heartbeatInterval": "0.3", "heartbeatTimeout": "4"}
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 from jvm_units import compile_driver
+
 from sparkflow_exchange import buffer, buffer_kinds, config, contract, exchange, kinds
 from sparkflow_exchange.errors import ErrorCode
 from sparkflow_exchange.network import protocol

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config, start_service
+
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.service.spill_root import LOCK_NAME, SPILL_PREFIX, tree_bytes
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import ExchangeError
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.network.blocking_client import ServiceError

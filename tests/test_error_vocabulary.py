@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
-import sparkflow_exchange as sfx
 from conftest import run_app_with_jar
 from harness import client_config, start_service
+
+import sparkflow_exchange as sfx
 from sparkflow_exchange import errors
 from sparkflow_exchange import exchange as ex
 

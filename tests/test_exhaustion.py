@@ -7,8 +7,8 @@ import asyncio
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.buffer_kinds import BufferKind
 from sparkflow_exchange.network.aio_client import next_receiver_id, open_connection

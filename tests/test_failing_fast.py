@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.consumer.input_gate import ExchangeReadError, InputGate
 from sparkflow_exchange.network.protocol import BufferKind, BufferResponse, ErrorResponse, PartitionRequest
@@ -322,7 +321,7 @@ def test_a_service_stopped_for_3_s_mid_write_and_read_loses_nothing(tmp_service,
 
     def produce() -> None:
         task = ex.ProducerTask(handle, 0, "attempt-0")
-        for i, batch in enumerate(batches):
+        for batch in batches:
             task.write([batch])
             time.sleep(0.01)  # about 2 s of writing: the stop lands in the middle
         results["partition"] = task.finish()["partition"]

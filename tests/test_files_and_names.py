@@ -3,7 +3,6 @@ client chose cannot make file names too long nor add lines to metrics, status or
 from __future__ import annotations
 
 import json
-import os
 import socket
 import stat
 import subprocess
@@ -14,8 +13,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.errors import ExchangeError
 from sparkflow_exchange.network.blocking_client import ServiceError

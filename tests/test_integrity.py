@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.buffer import BatchEncoder, ChecksumError, decode, seal
 from sparkflow_exchange.consumer.input_gate import ExchangeReadError
@@ -215,8 +215,8 @@ class MeddlingProxy:
                 return
             host, port = self.upstream.rsplit(":", 1)
             service = socket.create_connection((host, int(port)), timeout=30)
-            for target in (lambda: self._raw(client, service), lambda: self._frames(service, client)):
-                threading.Thread(target=target, daemon=True).start()
+            for target, args in ((self._raw, (client, service)), (self._frames, (service, client))):
+                threading.Thread(target=target, args=args, daemon=True).start()
 
     @staticmethod
     def _raw(src, dst) -> None:

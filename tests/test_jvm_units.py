@@ -11,12 +11,21 @@ import json
 import shutil
 
 import pytest
-
 from jvm_units import compile_driver
+
 from sparkflow_exchange.buffer_kinds import BROADCAST, END_COUNTS, BufferKind
 from sparkflow_exchange.network import protocol
-from sparkflow_exchange.network.protocol import (AddCredit, BufferResponse, FrameDecoder, Hello, PartitionReleased,
-                                                 ProtocolError, PushBuffer, RpcResponse, encode_bytes)
+from sparkflow_exchange.network.protocol import (
+    AddCredit,
+    BufferResponse,
+    FrameDecoder,
+    Hello,
+    PartitionReleased,
+    ProtocolError,
+    PushBuffer,
+    RpcResponse,
+    encode_bytes,
+)
 from sparkflow_exchange.partition import spill
 
 DATA, END, MARKER = BufferKind.DATA, BufferKind.END_OF_PARTITION, BufferKind.MARKER

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.buffer import schema_to_b64
 from sparkflow_exchange.calls import call

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.consumer.input_gate import ExchangeReadError, InputGate
 from sparkflow_exchange.consumer.spill_data import MAP_MIN, OPEN_FILES, open_spill_data

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import ExchangeLost, ExchangeNotFound
 from sparkflow_exchange import exchange as ex
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "deploy" / "grafana" / "sparkflow-exchange.json"

@@ -7,14 +7,14 @@ the first one's exchange, nor stop the service; it can read it; the owner and th
 from __future__ import annotations
 
 import subprocess
-import time
 import sys
+import time
 
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from harness import client_config, start_service
+
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.errors import ExchangeError
 from sparkflow_exchange.network.blocking_client import ServiceError
@@ -339,6 +339,7 @@ def test_a_service_holding_partitions_for_a_coordinator_frees_only_what_the_rele
     a stranger who names it first gets it into its exchange, but dropping that releases nothing of it, since
     the holding service frees a partition only for the credential that registered it."""
     from harness import start_service
+
     from sparkflow_exchange.writer.partition_writer import PartitionWriter
 
     holder = start_service(tmp_path / "holder", coordinator=False, host_id="hostB",

@@ -200,7 +200,7 @@ def test_blocking_index_lists_every_buffer(tmp_path):
     for s in range(2):
         entries = read_index(part.spill.index_path, s)
         assert [e[0] for e in entries] == list(range(len(expected[s]) + 1))  # + end of partition
-        for (seq, off, length, kind, flags), (ekind, epayload) in zip(entries, expected[s]):
+        for (_seq, off, length, kind, _flags), (ekind, epayload) in zip(entries, expected[s]):
             assert kind == ekind
             assert data[off : off + length] == epayload
         assert entries[-1][3] == EOP

@@ -7,9 +7,9 @@ import signal
 import numpy as np
 import pyarrow as pa
 import pytest
+from harness import client_config
 
 import sparkflow_exchange as sfx
-from harness import client_config
 from sparkflow_exchange import exchange as ex
 
 SCHEMA = pa.schema([pa.field("a", pa.int64()), pa.field("pad", pa.string())])

@@ -7,8 +7,8 @@ import threading
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.errors import ExchangeNotFound
 

@@ -18,15 +18,23 @@ import time
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from harness import client_config, start_service
+
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.buffer import schema_to_b64
 from sparkflow_exchange.errors import AuthenticationFailed, ErrorCode, InvalidRequest
 from sparkflow_exchange.network.aio_client import open_connection
 from sparkflow_exchange.network.blocking_client import BlockingConnection, ServiceError
-from sparkflow_exchange.network.protocol import (FrameDecoder, Hello, PartitionRegistered, RegisterPartition, RpcRequest,
-                                                RpcResponse, ServerHello, encode_bytes)
+from sparkflow_exchange.network.protocol import (
+    FrameDecoder,
+    Hello,
+    PartitionRegistered,
+    RegisterPartition,
+    RpcRequest,
+    RpcResponse,
+    ServerHello,
+    encode_bytes,
+)
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
 SECRETS = {"alice": "alice-secret-0123456789", "bob": "bob-secret-0123456789"}

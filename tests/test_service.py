@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.partition import shared_arena
 from sparkflow_exchange.writer.selectors import make_selector
@@ -245,7 +245,7 @@ def test_output_flusher_sends_a_trickle_within_the_buffer_timeout(tmp_service):
 
     def consume() -> None:
         desc = ex.describe_exchange(cfg)
-        for batch in ex.read_subpartition(cfg, desc, 0):
+        for _batch in ex.read_subpartition(cfg, desc, 0):
             arrived.append(time.monotonic())
 
     reader = threading.Thread(target=consume)

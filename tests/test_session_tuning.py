@@ -5,8 +5,8 @@ import json
 import threading
 
 import pytest
-
 from probe_sink import PROBED_KEY, ProbeSink
+
 from sparkflow_exchange.session_tuning import UNCHECKED, unchecked_arrow_batches
 
 pytestmark = pytest.mark.spark

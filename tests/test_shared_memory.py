@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
-from sparkflow_exchange.buffer import seal
+from test_bad_input import RawClient, healthy
+from test_service import SCHEMA, Worker, join_all, producer_batches, read_all
+
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange.buffer import seal
 from sparkflow_exchange.network.protocol import (
     FLAG_SHARED,
     BufferResponse,
@@ -28,8 +30,6 @@ from sparkflow_exchange.network.protocol import (
 )
 from sparkflow_exchange.partition import shared_arena
 from sparkflow_exchange.partition.shared_arena import SharedArena, sweep_orphan_arenas
-from test_bad_input import RawClient, healthy
-from test_service import SCHEMA, Worker, join_all, producer_batches, read_all
 
 pytestmark = pytest.mark.skipif(not shared_arena.available(), reason="no writable /dev/shm")
 

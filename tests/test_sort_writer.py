@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.buffer import TRAILER_SIZE, BatchEncoder, Region, decode
 from sparkflow_exchange.writer.selectors import SelectorError, group_by_target, make_selector

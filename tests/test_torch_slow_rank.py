@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("torch", reason="torch is an optional extra: pip install torch==2.13.0 (scripts/setup.sh)")
 
 from harness import client_config  # noqa: E402
+
 from sparkflow_exchange import exchange as ex  # noqa: E402
 from sparkflow_exchange.writer.spark_hash import spark_partition_ids  # noqa: E402
 

@@ -11,7 +11,6 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
 import stat
 import subprocess
 import sys

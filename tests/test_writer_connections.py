@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-
 from harness import client_config, start_service
+
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.network.blocking_client import WRITER_CONNECTIONS
 

@@ -13,8 +13,8 @@ import time
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.errors import ExchangeError, ExchangeReplaced
 

@@ -41,8 +41,8 @@ from ..network.protocol import (
 )
 from ..partition import shared_arena
 from ..partition.shared_arena import ArenaError
-from .spill_data import OPEN_FILES, SpillData, open_spill_data
 from .buffer_manager import ChannelCredit, FloatingBufferPool
+from .spill_data import OPEN_FILES, SpillData, open_spill_data
 
 
 class Gate(Protocol):
@@ -332,7 +332,7 @@ class LocalFileInputChannel(Channel):
             self._reading = True
         data = self._data
         try:
-            for seq, offset, length, kind, _flags in self._entries:
+            for _seq, offset, length, kind, _flags in self._entries:
                 if self.state != ChannelState.REQUESTED:
                     return
                 if kind == BufferKind.END_OF_PARTITION:

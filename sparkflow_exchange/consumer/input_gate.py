@@ -36,13 +36,13 @@ import pyarrow as pa
 from ..buffer import ChecksumError, decode
 from ..buffer_kinds import marker_epoch
 from ..config import ExchangeConfig
+from ..errors import ErrorCode, ExchangeReadError, ServiceError  # noqa: F401 - ExchangeReadError: tests import it here
+from ..kinds import ChannelState, ExchangeState, PartitionState
 from ..network import auth
 from ..network.aio_client import ClientConnection, ClientRuntime
 from ..network.protocol import BufferResponse
 from ..partition.shared_arena import ArenaReader
 from ..pids import pid_alive
-from ..kinds import ChannelState, ExchangeState, PartitionState
-from ..errors import ErrorCode, ExchangeReadError, ServiceError  # noqa: F401 - ExchangeReadError: tests import it here
 from .buffer_manager import ChannelCredit, FloatingBufferPool
 from .input_channel import FileOpenError, InputChannel, LocalFileInputChannel, make_channel
 

@@ -19,8 +19,16 @@ from ..exhaustion import explain, is_exhaustion
 from ..partition.range_view import RangeView
 from ..partition.subpartition import ERROR_KIND
 from .credit import PartitionRequestQueue, ViewFailed
-from .protocol import FLAG_SHARED, BufferKind, BufferResponse, ErrorResponse, Message, PartitionRequest, ProtocolError, \
-    SharedRef
+from .protocol import (
+    FLAG_SHARED,
+    BufferKind,
+    BufferResponse,
+    ErrorResponse,
+    Message,
+    PartitionRequest,
+    ProtocolError,
+    SharedRef,
+)
 
 if TYPE_CHECKING:
     from ..partition.result_partition import ResultPartition
