@@ -50,7 +50,7 @@ def _child(route: str, work: Path) -> dict:
         resolve(ExchangeConfig.load())
     from pyspark.sql import SparkSession
 
-    from sparkflow_exchange.session_tuning import SPARK_SETTINGS
+    from sparkflow_exchange.spark.session_tuning import SPARK_SETTINGS
 
     spark = (SparkSession.builder.master("local[2]").appName(f"first-use-{route}")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")

@@ -99,7 +99,7 @@ def main() -> None:
                    .config("spark.sql.shuffle.partitions", str(N_SUB)).config("spark.sql.session.timeZone", "UTC")
                    .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
                    .config("spark.driver.memory", "3g"))
-        from sparkflow_exchange.session_tuning import SPARK_SETTINGS
+        from sparkflow_exchange.spark.session_tuning import SPARK_SETTINGS
 
         for item in [*(f"{k}={v}" for k, v in SPARK_SETTINGS.items()), *args.conf]:  # the recommended settings, then the user's
             key, _, value = item.partition("=")

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from .buffer import schema_from_b64, schema_to_b64
 from .calls import call, require_name
-from .config import ConfigError, ExchangeConfig
+from .config import SINGLE_SUBPARTITION, ConfigError, ExchangeConfig
 from .consumer.input_gate import InputGate
 from .description import describe, sealed_producers  # noqa: F401 - readers ask here too
 from .errors import ExchangeError, ExchangeNotFound, ServiceError, error_for
@@ -22,7 +22,7 @@ from .network.blocking_client import WRITER_CONNECTIONS
 from .service.discovery import Endpoints, coordinators, no_service_message, resolve
 from .write_handle import WriteHandle, abort_write, commit_write  # noqa: F401 - the lifecycle in one place
 from .writer.partition_writer import PartitionWriter
-from .writer.record_writer import SINGLE_SUBPARTITION, RecordWriter
+from .writer.record_writer import RecordWriter
 from .writer.selectors import SelectorError, make_selector
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,7 @@ from harness import client_config
 
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.buffer import BatchEncoder, ChecksumError, decode, seal
-from sparkflow_exchange.consumer.input_gate import ExchangeReadError
-from sparkflow_exchange.errors import ExchangeError
+from sparkflow_exchange.errors import ExchangeError, ExchangeReadError
 from sparkflow_exchange.network.protocol import BufferKind
 from sparkflow_exchange.partition.spill import INDEX_MAGIC, _index_dtype, read_index
 

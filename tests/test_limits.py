@@ -14,12 +14,12 @@ import pytest
 from harness import client_config, start_service
 
 from sparkflow_exchange import exchange as ex
-from sparkflow_exchange import streaming as st
 from sparkflow_exchange.buffer import schema_to_b64
 from sparkflow_exchange.calls import call
 from sparkflow_exchange.errors import ErrorCode, ExchangeError
 from sparkflow_exchange.network.blocking_client import ServiceError
 from sparkflow_exchange.network.rpc import MAX_NAME_LENGTH
+from sparkflow_exchange.spark import streaming as st
 from sparkflow_exchange.writer.partition_writer import PartitionWriter
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])

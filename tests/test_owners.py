@@ -150,10 +150,10 @@ def test_a_bad_credentials_file_stops_the_service_with_a_clear_error(tmp_path, c
 
 
 # ------------------------------------------------------------------ partitions and consumer groups
-from sparkflow_exchange import streaming as st  # noqa: E402
 from sparkflow_exchange.buffer_kinds import epoch_marker  # noqa: E402
 from sparkflow_exchange.calls import call  # noqa: E402
 from sparkflow_exchange.errors import ErrorCode  # noqa: E402
+from sparkflow_exchange.spark import streaming as st  # noqa: E402
 
 
 def refused_as_forbidden(fn, *args, **kw) -> str:

@@ -15,7 +15,7 @@ import pytest
 from harness import client_config
 
 from sparkflow_exchange import exchange as ex
-from sparkflow_exchange.consumer.input_gate import ExchangeReadError
+from sparkflow_exchange.errors import ExchangeReadError
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
 WIDTH = 4

@@ -14,11 +14,10 @@ from harness import client_config
 
 import sparkflow_exchange
 from sparkflow_exchange import exchange as ex
-from sparkflow_exchange import streaming as st
 from sparkflow_exchange.buffer_kinds import epoch_marker
 from sparkflow_exchange.calls import call
-from sparkflow_exchange.consumer.input_gate import ExchangeReadError
-from sparkflow_exchange.errors import ExchangeError, ExchangeLost
+from sparkflow_exchange.errors import ExchangeError, ExchangeLost, ExchangeReadError
+from sparkflow_exchange.spark import streaming as st
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
 QUERY = "writer-query-1"

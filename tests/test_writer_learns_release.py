@@ -169,7 +169,7 @@ def test_a_write_abandoned_for_ttl_is_aborted_and_its_waiting_reader_told_why(tm
     """A job that died between its tasks' finish and its commit leaves its write open: after ttl with no task
     writing, the service aborts it (a reader waiting for its commit hears why) and the exchange can expire.
     A write whose task still runs is kept."""
-    from sparkflow_exchange.consumer.input_gate import ExchangeReadError
+    from sparkflow_exchange.errors import ExchangeReadError
 
     svc = tmp_service(conf={"ttl": "1s"})
     config = config_for(svc, "abandoned", "tcp", "HYBRID", readerTimeout="60s")

@@ -36,7 +36,7 @@ import pyarrow as pa
 from ..buffer import ChecksumError, decode
 from ..buffer_kinds import marker_epoch
 from ..config import ExchangeConfig
-from ..errors import ErrorCode, ExchangeReadError, ServiceError  # noqa: F401 - ExchangeReadError: tests import it here
+from ..errors import ErrorCode, ExchangeReadError, ServiceError
 from ..kinds import ChannelState, ExchangeState, PartitionState
 from ..network import auth
 from ..network.aio_client import ClientConnection, ClientRuntime

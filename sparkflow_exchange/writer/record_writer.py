@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..buffer import BatchEncoder, Region
-from ..config import SINGLE_SUBPARTITION  # noqa: F401 - named here too, where the writer's layouts are
+from ..config import SINGLE_SUBPARTITION
 from ..kinds import PartitionType
 from ..network.protocol import BROADCAST, BufferKind
 from .partition_writer import PartitionWriter

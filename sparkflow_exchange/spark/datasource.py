@@ -36,16 +36,16 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .config import ConfigError, ExchangeConfig
-from .errors import SchemaMismatch
+from ..config import ConfigError, ExchangeConfig
+from ..errors import SchemaMismatch
 from .spark_errors import guarded, user_errors
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from ..write_handle import WriteHandle
     from .stream_sink import PipelinedStreamWriter
     from .tasks import PartitionCommit
-    from .write_handle import WriteHandle
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:
@@ -74,15 +74,15 @@ class PipelinedDataSource(DataSource):
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        from .buffer import schema_from_b64
-        from .description import describe
+        from ..buffer import schema_from_b64
+        from ..description import describe
 
         return from_arrow_schema(schema_from_b64(describe(self.config, allow_stream=True)["schema"]))
 
     @user_errors
     def reader(self, schema: StructType) -> "PipelinedReader":
-        from .buffer import schema_from_b64
-        from .description import describe
+        from ..buffer import schema_from_b64
+        from ..description import describe
 
         desc = describe(self.config)
         _check_schema(self.config.exchange, _arrow_schema(schema), schema_from_b64(desc["schema"]))
@@ -103,7 +103,7 @@ class PipelinedDataSource(DataSource):
                 "format(\"pipelined\") with the jar loaded), which keeps the row count")
         _refuse_collated(self.config, schema)
         finding = _ServiceLookup(self.config)  # a first write may start the embedded service meanwhile
-        from . import exchange as ex
+        from .. import exchange as ex
         arrow_schema = _arrow_schema(schema)
         finding.result()
         handle = ex.declare_write(self.config, arrow_schema, overwrite)
@@ -136,7 +136,7 @@ class _ServiceLookup(threading.Thread):
         self.start()
 
     def run(self) -> None:
-        from .service.discovery import resolve
+        from ..service.discovery import resolve
 
         try:
             resolve(self.config)
@@ -176,7 +176,7 @@ def _refuse_collated(config: ExchangeConfig, schema: StructType) -> None:
 
 def _check_schema(name: str | None, given: pa.Schema, expected: pa.Schema) -> None:
     if not given.equals(expected):
-        from .spark_types import schema_text
+        from ..spark_types import schema_text
 
         raise SchemaMismatch(f"the given schema does not match exchange {name!r}: given {schema_text(given)}, "
                              f"exchange has {schema_text(expected)}")
@@ -186,8 +186,8 @@ def _read_plan(desc: dict) -> dict:
     """What read tasks need of the description. Sealed: the committed producers (the read plan; the reader
     object travels once per stage in Spark's task binary, the InputPartitions per task, so the producers
     live here and a partition is just its range). Not sealed: no producers, the gate subscribes."""
-    from .consumer.read_plan import compact_producers
-    from .description import sealed_producers
+    from ..consumer.read_plan import compact_producers
+    from ..description import sealed_producers
 
     producers = sealed_producers(desc)
     plan = {k: v for k, v in desc.items() if k not in ("producers", "committed")}
@@ -214,7 +214,7 @@ class PipelinedReader(DataSourceReader):
         self.options = options or {}  # the read's own options: they beat the task's session settings
 
     def partitions(self) -> list[SubpartitionSplit]:
-        from .consumer.read_plan import SkewRule, read_ranges
+        from ..consumer.read_plan import SkewRule, read_ranges
 
         config = self.config
         skew = SkewRule(config.skewed_partition_factor, config.skewed_partition_threshold) \
@@ -224,8 +224,8 @@ class PipelinedReader(DataSourceReader):
 
     @user_errors
     def read(self, partition: SubpartitionSplit) -> Iterator[pa.RecordBatch]:
-        from . import exchange as ex
-        from .consumer.rebatch import rebatched
+        from .. import exchange as ex
+        from ..consumer.rebatch import rebatched
         from .tasks import task_session
         from .worker_heap import freezing_after
 
@@ -249,12 +249,12 @@ class PipelinedWriter(DataSourceArrowWriter):
 
     @user_errors
     def commit(self, messages: list[PartitionCommit | None]) -> None:
-        from .write_handle import commit_write  # light: Spark commits in a fresh planning worker
+        from ..write_handle import commit_write  # light: Spark commits in a fresh planning worker
         done = [m for m in messages if m is not None]
         commit_write(self.handle, [m.partition for m in done], {m.partition: m.rows for m in done})
 
     def abort(self, messages: list[PartitionCommit | None]) -> None:
-        from .write_handle import abort_write
+        from ..write_handle import abort_write
         abort_write(self.handle, "the Spark write job failed")
 
 
@@ -331,8 +331,8 @@ class PipelinedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     @user_errors
     def partitions(self, start: dict, end: dict) -> list[EpochSplit]:
+        from ..consumer.read_plan import compact_producers
         from . import streaming as st
-        from .consumer.read_plan import compact_producers
 
         plan = st.plan_epochs(self.config, self._position(start), self._position(end))
         if not plan["epochs"]:
@@ -343,9 +343,9 @@ class PipelinedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     @user_errors
     def read(self, partition: EpochSplit) -> Iterator[pa.RecordBatch]:
+        from ..buffer import schema_from_b64
+        from ..consumer.rebatch import rebatched
         from . import streaming as st
-        from .buffer import schema_from_b64
-        from .consumer.rebatch import rebatched
         from .tasks import task_session
         from .worker_heap import freezing_after
 

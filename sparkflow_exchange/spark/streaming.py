@@ -15,15 +15,15 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
-from .buffer_kinds import epoch_marker
-from .calls import call, require_name
-from .config import SINGLE_SUBPARTITION, ExchangeConfig
-from .errors import ExchangeError
+from ..buffer_kinds import epoch_marker
+from ..calls import call, require_name
+from ..config import SINGLE_SUBPARTITION, ExchangeConfig
+from ..errors import ExchangeError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from .write_handle import WriteHandle
+    from ..write_handle import WriteHandle
 
 WAIT_ROUND = 5.0  # seconds one begin-epoch call waits on the service before the writer checks its deadline
 
@@ -45,8 +45,8 @@ class StreamHandle:
 
 
 def declare_stream(config: ExchangeConfig, schema: "pa.Schema") -> StreamHandle:
-    from . import exchange as ex
-    from .buffer import schema_to_b64
+    from .. import exchange as ex
+    from ..buffer import schema_to_b64
 
     name = require_name(config)
     ex.validate_write(config, schema)
@@ -66,7 +66,7 @@ def begin_epoch(handle: StreamHandle, epoch: int, query: str) -> "WriteHandle | 
 
     Waits while the stream retains more than ``stream.maxRetainedBytes``; fails after ``readerTimeout``
     without any consumer group moving on (a reader gone for good)."""
-    from .write_handle import WriteHandle
+    from ..write_handle import WriteHandle
 
     config = handle.config
     deadline = time.monotonic() + config.reader_timeout
@@ -111,7 +111,7 @@ def abort_epoch(handle: StreamHandle, epoch: int, reason: str = "") -> None:
 # ------------------------------------------------------------------ reader side
 def describe_stream(config: ExchangeConfig) -> dict:
     """The stream (schema, width...), waiting up to declareTimeout for a writer query to declare it."""
-    from .buffer import schema_from_b64
+    from ..buffer import schema_from_b64
 
     name = require_name(config)
     desc = call(config, "stream_describe", timeout=config.declare_timeout + 30, name=name,
@@ -149,7 +149,7 @@ def leave_group(config: ExchangeConfig, group: str) -> dict:
 
 def read_epochs(config: ExchangeConfig, schema: "pa.Schema", plans: list[dict], index: int) -> Iterator["pa.RecordBatch"]:
     """Subpartition ``index`` of every producer of each planned epoch, epoch after epoch."""
-    from . import exchange as ex
+    from .. import exchange as ex
 
     for plan in plans:
         desc = {**plan["desc"], "arrow_schema": schema}
