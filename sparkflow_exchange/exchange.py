@@ -13,11 +13,11 @@ import pyarrow as pa
 
 from .buffer import schema_from_b64, schema_to_b64
 from .calls import call, require_name
-from .config import SINGLE_SUBPARTITION, ConfigError, ExchangeConfig
+from .config import ConfigError, ExchangeConfig
 from .consumer.input_gate import InputGate
 from .description import describe, sealed_producers  # noqa: F401 - readers ask here too
 from .errors import ExchangeError, ExchangeNotFound, ServiceError, error_for
-from .kinds import PartitionType
+from .kinds import Partitioner, PartitionType
 from .network.blocking_client import WRITER_CONNECTIONS
 from .service.discovery import Endpoints, coordinators, no_service_message, resolve
 from .write_handle import WriteHandle, abort_write, commit_write  # noqa: F401 - the lifecycle in one place
@@ -27,7 +27,6 @@ from .writer.selectors import SelectorError, make_selector
 
 log = logging.getLogger(__name__)
 
-PARTITIONERS = ("hash", "broadcast", "forward", "rebalance", "rescale", "custom")
 DEFAULT_SHUFFLE_PARTITIONS = 200  # Spark's spark.sql.shuffle.partitions default: the width when none is given
 
 
@@ -35,37 +34,40 @@ def _endpoints(config: ExchangeConfig) -> Endpoints:
     return resolve(config)
 
 
-def validate_write(config: ExchangeConfig, schema: pa.Schema) -> None:
-    """Fail at planning time on what every task would fail on."""
-    if config.partitioner not in PARTITIONERS:
-        raise ConfigError(f"unknown partitioner {config.partitioner!r}; use one of {', '.join(PARTITIONERS)}")
-    if config.partitioner == "broadcast" and config.partition_type == PartitionType.PIPELINED_BOUNDED and config.num_subpartitions is None:
+def validate_write(config: ExchangeConfig, schema: pa.Schema) -> Partitioner:
+    """Fail at planning time on what every task would fail on; returns the write's partitioner."""
+    try:
+        partitioner = Partitioner.of(config.partitioner)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if partitioner is Partitioner.BROADCAST and config.partition_type == PartitionType.PIPELINED_BOUNDED and config.num_subpartitions is None:
         raise ConfigError(
             "broadcast with partitionType PIPELINED_BOUNDED needs numSubpartitions: each reader consumes its own copy "
             "of every buffer once, so the number of readers must be known when writing")
-    if config.partitioner in SINGLE_SUBPARTITION:
-        return
+    if partitioner.single_subpartition:
+        return partitioner
     # without numSubpartitions each task takes the session's spark.sql.shuffle.partitions (checked as it registers)
     try:
-        make_selector(config.partitioner, config.num_subpartitions or DEFAULT_SHUFFLE_PARTITIONS, 0, schema,
+        make_selector(partitioner, config.num_subpartitions or DEFAULT_SHUFFLE_PARTITIONS, 0, schema,
                       keys=config.keys,
                       num_producers=config.num_producers, custom=config.custom)
     except SelectorError as exc:
         raise ConfigError(str(exc)) from None
+    return partitioner
 
 
 def declare_write(config: ExchangeConfig, schema: pa.Schema, overwrite: bool) -> WriteHandle:
     name = require_name(config)
-    validate_write(config, schema)
+    partitioner = validate_write(config, schema)
     desc = call(config, "declare", name=name, schema=schema_to_b64(schema),
                  num_subpartitions=config.num_subpartitions,
-                 partitioner={"name": config.partitioner, "keys": list(config.keys), "custom": config.custom,
-                              # one subpartition read by every consumer (forward, or broadcast of unknown width)
-                              "shared": config.partitioner == "broadcast" and config.num_subpartitions is None},
+                 partitioner={"name": partitioner.value, "keys": list(config.keys), "custom": config.custom,
+                              # one subpartition read by every consumer (a broadcast of unknown width)
+                              "shared": partitioner is Partitioner.BROADCAST and config.num_subpartitions is None},
                  partition_type=config.partition_type, mode="overwrite" if overwrite else "append",
-                 coalesce=config.num_subpartitions is None and config.partitioner not in SINGLE_SUBPARTITION)
+                 coalesce=config.num_subpartitions is None and not partitioner.single_subpartition)
     return WriteHandle(config, name, desc["epoch"], desc["write_id"], desc["schema"], desc["num_subpartitions"],
-                       config.partitioner)
+                       partitioner)
 
 
 class ProducerTask:
@@ -85,8 +87,8 @@ class ProducerTask:
         width = None
         if handle.width_open:
             n = width = num_subpartitions or DEFAULT_SHUFFLE_PARTITIONS
-        single = handle.partitioner in SINGLE_SUBPARTITION
-        if handle.partitioner == "forward" and n is not None and index >= n:
+        single = handle.partitioner.single_subpartition
+        if handle.partitioner is Partitioner.FORWARD and n is not None and index >= n:
             raise ExchangeError(
                 f"forward needs equal parallelism: producer {index} has no subpartition among numSubpartitions={n}; "
                 "repartition the DataFrame to that many partitions or drop the numSubpartitions option")
@@ -96,7 +98,7 @@ class ProducerTask:
         self.conn = WRITER_CONNECTIONS.take((service, self.endpoints.secret, self.endpoints.host_id),
                                             lambda: self.endpoints.connect(service, config))
         self.finished = False
-        num_subs = n if handle.partitioner == "broadcast" and n is not None else 1 if single else n
+        num_subs = n if handle.partitioner is Partitioner.BROADCAST and n is not None else 1 if single else n
         try:
             self._join(attempt, num_subs, width)
         except BaseException:  # whatever failed, the connection's state is unknown: it is not pooled

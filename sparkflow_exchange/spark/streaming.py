@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Iterator
 
 from ..buffer_kinds import epoch_marker
 from ..calls import call, require_name
-from ..config import SINGLE_SUBPARTITION, ExchangeConfig
+from ..config import ExchangeConfig
 from ..errors import ExchangeError
+from ..kinds import Partitioner
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -35,13 +36,16 @@ class StreamHandle:
     config: ExchangeConfig
     name: str
     schema_b64: str
-    partitioner: str
+    partitioner: Partitioner
     num_subpartitions: int | None
     run: str  # a token of one start of the writer query: a later run replaces a batch an earlier one left open
 
+    def __post_init__(self) -> None:
+        self.partitioner = Partitioner.of(self.partitioner)
+
     @property
     def width_open(self) -> bool:
-        return self.num_subpartitions is None and self.partitioner not in SINGLE_SUBPARTITION
+        return self.num_subpartitions is None and not self.partitioner.single_subpartition
 
 
 def declare_stream(config: ExchangeConfig, schema: "pa.Schema") -> StreamHandle:
@@ -49,15 +53,15 @@ def declare_stream(config: ExchangeConfig, schema: "pa.Schema") -> StreamHandle:
     from ..buffer import schema_to_b64
 
     name = require_name(config)
-    ex.validate_write(config, schema)
+    partitioner = ex.validate_write(config, schema)
     desc = call(config, "stream_declare", name=name, schema=schema_to_b64(schema),
                     num_subpartitions=config.num_subpartitions,
-                    partitioner={"name": config.partitioner, "keys": list(config.keys), "custom": config.custom,
+                    partitioner={"name": partitioner.value, "keys": list(config.keys), "custom": config.custom,
                                  "shared": False},
                     partition_type=config.partition_type,
-                    coalesce=config.num_subpartitions is None and config.partitioner not in SINGLE_SUBPARTITION,
+                    coalesce=config.num_subpartitions is None and not partitioner.single_subpartition,
                     max_retained_bytes=config.stream_max_retained_bytes, groups=list(config.stream_consumer_groups))
-    return StreamHandle(config, name, desc["schema"], config.partitioner, desc["num_subpartitions"],
+    return StreamHandle(config, name, desc["schema"], partitioner, desc["num_subpartitions"],
                         uuid.uuid4().hex)
 
 
