@@ -11,11 +11,11 @@ from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 
-from .buffer import schema_from_b64, schema_to_b64
-from .calls import call, require_name
+from .buffer import schema_to_b64
+from .calls import call, describe, require_name
 from .config import ConfigError, ExchangeConfig
 from .consumer.input_gate import InputGate
-from .description import describe, sealed_producers  # noqa: F401 - readers ask here too
+from .description import ExchangeDescription
 from .errors import ExchangeError, ExchangeNotFound, ServiceError, error_for
 from .kinds import Partitioner, PartitionType
 from .network.blocking_client import WRITER_CONNECTIONS
@@ -168,15 +168,13 @@ class ProducerTask:
             self.conn.close()
 
 
-def describe_exchange(config: ExchangeConfig, *, wait: bool = True, allow_stream: bool = False) -> dict:
-    """The exchange (schema, numSubpartitions...), waiting up to declareTimeout for it to be declared, with
-    its schema decoded (``arrow_schema``). ``allow_stream``: a stream's description is an answer too."""
-    desc = describe(config, wait=wait, allow_stream=allow_stream)
-    desc["arrow_schema"] = schema_from_b64(desc["schema"])
-    return desc
+def describe_exchange(config: ExchangeConfig, *, wait: bool = True, allow_stream: bool = False) -> ExchangeDescription:
+    """The exchange (schema, numSubpartitions...), waiting up to declareTimeout for it to be declared.
+    ``allow_stream``: a stream's description is an answer too."""
+    return describe(config, wait=wait, allow_stream=allow_stream)
 
 
-def read_subpartition(config: ExchangeConfig, desc: dict, index: int, end: int | None = None,
+def read_subpartition(config: ExchangeConfig, desc: ExchangeDescription, index: int, end: int | None = None,
                       marker: bytes | None = None,
                       producers: tuple[int, int] | None = None) -> Iterator[pa.RecordBatch]:
     """Subpartition ``index`` (or ``index..end-1``) of every producer. A description of a sealed exchange is
@@ -184,18 +182,16 @@ def read_subpartition(config: ExchangeConfig, desc: dict, index: int, end: int |
 
     ``producers``: only the committed producers [first, last) in commit order (a split of a skewed
     subpartition; the description must be sealed)."""
-    if "arrow_schema" not in desc:
-        desc = {**desc, "arrow_schema": schema_from_b64(desc["schema"])}
-    n = desc.get("num_subpartitions")
+    n = desc.num_subpartitions
     if end is not None and (end <= index or index < 0 or (n is not None and end > n)):
-        raise ExchangeError(f"bad subpartition range [{index}, {end}) of exchange {desc.get('name')!r} with "
+        raise ExchangeError(f"bad subpartition range [{index}, {end}) of exchange {desc.name!r} with "
                             f"{n} subpartitions (needs 0 <= start < end <= {n})")
-    plan = sealed_producers(desc)
+    plan = desc.sealed_producers()
     if producers is not None:
         first, last = producers
         if plan is None or not 0 <= first < last <= len(plan):
             raise ExchangeError(
-                f"bad producer range [{first}, {last}) of exchange {desc.get('name')!r}: "
+                f"bad producer range [{first}, {last}) of exchange {desc.name!r}: "
                 + ("a range of producers is read from a sealed exchange's plan only" if plan is None else
                    f"it has {len(plan)} committed producers (needs 0 <= first < last <= {len(plan)})"))
         plan = plan[first:last]
@@ -242,7 +238,7 @@ def attempt_id(partition_id: int, attempt_number: int, task_attempt_id: int) -> 
     return f"{partition_id}-{attempt_number}-{task_attempt_id}"
 
 
-def read_in_commit_order(config: ExchangeConfig, desc: dict, index: int,
+def read_in_commit_order(config: ExchangeConfig, desc: ExchangeDescription, index: int,
                          end: int | None = None) -> Iterator[pa.RecordBatch]:
     """Subpartitions [index, end) of a sealed exchange in a fixed order: producer after producer in commit
     order, each producer's buffers in sequence. Two reads see the same rows at the same offsets (a split
@@ -250,11 +246,9 @@ def read_in_commit_order(config: ExchangeConfig, desc: dict, index: int,
 
     One gate when every producer is a spill file on this host (that path reads in commit order); else one
     gate per producer, since channels deliver in arrival order."""
-    plan = sealed_producers(desc)
+    plan = desc.sealed_producers()
     if plan is None:
-        raise ExchangeError(f"exchange {desc.get('name')!r} is not committed: its order is not fixed yet")
-    if "arrow_schema" not in desc:
-        desc = {**desc, "arrow_schema": schema_from_b64(desc["schema"])}
+        raise ExchangeError(f"exchange {desc.name!r} is not committed: its order is not fixed yet")
     ep = _endpoints(config)
     probe = InputGate(config, desc, index, ep.coordinator, ep.secret, ep.host_id, local_service=ep.service,
                       subpartition_end=end, producers=plan)

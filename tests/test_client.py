@@ -144,7 +144,7 @@ def test_committed_counts_per_subpartition_are_published(svc):
     _write(svc, "c-counts", 3000)
     plan = sfe.client.read_plan("c-counts", **_settings(svc))
     per_sub = [sfe.open_reader("c-counts", subpartitions=s, **_settings(svc)).read_all().num_rows for s in range(4)]
-    assert plan["subpartition_rows"] == per_sub and sum(per_sub) == 3000
+    assert list(plan.subpartition_rows) == per_sub and sum(per_sub) == 3000
 
 
 @pytest.mark.parametrize("call, message", [

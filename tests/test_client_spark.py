@@ -47,7 +47,7 @@ def _scan_exchange(name: str, **settings):
     import polars as pl
     from polars.io.plugins import register_io_source
 
-    schema = pl.from_arrow(sfe.client.read_plan(name, **settings)["arrow_schema"].empty_table()).schema
+    schema = pl.from_arrow(sfe.client.read_plan(name, **settings).arrow_schema.empty_table()).schema
 
     def source(with_columns, predicate, n_rows, batch_size):
         reader = sfe.open_reader(name, columns=with_columns, **settings)

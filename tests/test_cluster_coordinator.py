@@ -394,5 +394,5 @@ def test_an_overwrite_open_when_the_coordinator_restarts_leaves_the_committed_ve
     task.finish()
     cluster.restart_coordinator()
     after = ex.describe_exchange(cfg)
-    assert (after["epoch"], after["state"], after["rows"]) == (before["epoch"], "committed", before["rows"])
+    assert (after.epoch, after.state, after.rows) == (before.epoch, "committed", before.rows)
     assert read_all(cluster, "kept-over-restart").equals(expected)

@@ -63,8 +63,8 @@ def test_coalesced_read_under_shuffle_partitions_200(spark):
         (df.write.format("pipelined").mode("overwrite").option("exchange", name)
            .option("partitioner", "hash").option("keys", "key").save())
     desc = [e for e in ex.list_exchanges() if e["name"] == name][0]
-    assert desc["num_subpartitions"] == 200 and desc["coalesce"] and desc["sealed"]
-    assert sum(desc["subpartition_bytes"]) > 0
+    assert desc.num_subpartitions == 200 and desc.coalesce and desc.sealed
+    assert sum(desc.subpartition_bytes) > 0
 
     default = read(spark, name)  # 64m: everything fits one read partition
     assert default.rdd.getNumPartitions() < 10

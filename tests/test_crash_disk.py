@@ -32,7 +32,7 @@ def _write(svc, name: str, rows: int = ROWS) -> None:
 def _rows(svc, name: str) -> int:
     config = client_config(svc, exchange=name)
     desc = ex.describe_exchange(config)
-    return sum(b.num_rows for sub in range(desc["num_subpartitions"]) for b in ex.read_subpartition(config, desc, sub))
+    return sum(b.num_rows for sub in range(desc.num_subpartitions) for b in ex.read_subpartition(config, desc, sub))
 
 
 def _kill(svc) -> Path:

@@ -158,7 +158,7 @@ def committed_rows(name: str) -> int | None:
     from sparkflow_exchange import exchange as ex
     from sparkflow_exchange.config import ExchangeConfig
 
-    return ex.describe_exchange(ExchangeConfig.load({"exchange": name}), wait=False)["rows"]
+    return ex.describe_exchange(ExchangeConfig.load({"exchange": name}), wait=False).rows
 
 
 def test_drop_exchange_then_read_waits_and_names_it(spark):

@@ -96,7 +96,7 @@ def test_abort_after_commit_keeps_every_row(tmp_service):
     ex.abort_write(handle, "Spark aborted the job after our commit")
     assert len(svc.status()["partitions"]) == 2
     desc = ex.describe_exchange(config)
-    assert desc["state"] == "committed"
+    assert desc.state == "committed"
     assert sorted(read_ids(config, desc)) == list(range(40_000))
 
 
@@ -200,7 +200,7 @@ def test_failed_channel_cancels_its_view_on_the_service(tmp_service):
     handle, parts = write(config, 50_000)
     ex.commit_write(handle, parts)
     desc = ex.describe_exchange(config)
-    gate = InputGate(config, desc, 0, svc.tcp, svc.secret, "elsewhere", producers=ex.sealed_producers(desc))
+    gate = InputGate(config, desc, 0, svc.tcp, svc.secret, "elsewhere", producers=desc.sealed_producers())
     reader = iter(gate)
     next(reader)
     assert len(svc.status()["channels"]) == 1

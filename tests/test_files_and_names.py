@@ -42,7 +42,7 @@ def _modes(directory: Path) -> dict[str, int]:
 
 def _rows(config) -> int:
     desc = ex.describe_exchange(config)
-    return sum(b.num_rows for sub in range(desc["num_subpartitions"]) for b in ex.read_subpartition(config, desc, sub))
+    return sum(b.num_rows for sub in range(desc.num_subpartitions) for b in ex.read_subpartition(config, desc, sub))
 
 
 def _free_port() -> int:

@@ -46,7 +46,7 @@ def read_ids(config, sub: int) -> list[int]:
 
 def spill_paths(config) -> tuple[Path, Path]:
     desc = ex.describe_exchange(config)
-    data = Path(desc["producers"][0]["spill"])
+    data = Path(desc.producers[0]["spill"])
     return data, data.with_suffix(".index")
 
 
@@ -179,10 +179,10 @@ def test_commit_with_a_wrong_row_count_is_refused_as_lost(tmp_service):
     with pytest.raises(ExchangeError, match="lost") as err:
         ex.commit_write(handle, [result["partition"]], {result["partition"]: 3999})
     assert "4000" in str(err.value) and result["partition"] in str(err.value)
-    assert not ex.describe_exchange(config, wait=False)["sealed"]
+    assert not ex.describe_exchange(config, wait=False).sealed
     ex.commit_write(handle, [result["partition"]], {result["partition"]: 4000})
     desc = ex.describe_exchange(config)
-    assert desc["sealed"] and desc["rows"] == 4000
+    assert desc.sealed and desc.rows == 4000
     assert sorted(i for s in range(SUBS) for i in read_ids(config, s)) == list(range(4000))
 
 
@@ -265,7 +265,7 @@ def test_a_buffer_changed_or_dropped_on_the_wire_is_corrupt_or_lost(tmp_service,
     desc = ex.describe_exchange(reader)
     proxy = MeddlingProxy(svc.tcp, how)
     try:
-        for producer in desc["producers"]:
+        for producer in desc.producers:
             producer["location"] = {**producer["location"], "tcp": proxy.address}
         with pytest.raises(ExchangeReadError, match=word) as err:
             for sub in range(SUBS):

@@ -40,7 +40,7 @@ def write(cfg, rows: pa.RecordBatch, overwrite: bool, tasks: int = 2) -> ex.Writ
 
 def read_all(cfg) -> list[str]:
     desc = ex.describe_exchange(cfg)
-    return sorted(v for s in range(desc["num_subpartitions"]) for b in ex.read_subpartition(cfg, desc, s)
+    return sorted(v for s in range(desc.num_subpartitions) for b in ex.read_subpartition(cfg, desc, s)
                   for v in b.column("v").to_pylist())
 
 
@@ -61,7 +61,7 @@ def test_an_append_with_other_keys_is_refused_naming_both_layouts_and_changes_no
         write(cfg.replace(keys=("b",)), batch(40, 40), overwrite=False)  # the Python writer
     assert caught.value.code == ErrorCode.LAYOUT_MISMATCH
     desc = ex.describe_exchange(cfg)
-    assert desc["partitioner"]["keys"] == ["a"] and desc["state"] == "committed" and desc["rows"] == 40
+    assert desc.partitioner.keys == ("a",) and desc.state == "committed" and desc.rows == 40
     assert read_all(cfg) == sorted(f"r{i}" for i in range(40))
     for keys, partitioner, width, ptype in ((["b"], "hash", 4, "HYBRID"), (["a", "b"], "hash", 4, "HYBRID"),
                                             (["a"], "hash", 8, "HYBRID"), (["a"], "hash", 4, "BLOCKING"),
@@ -100,8 +100,8 @@ def test_an_overwrite_whose_write_fails_leaves_the_committed_version_readable(tm
     task.finish()
     ex.abort_write(handle, "a task failed")
     after = ex.describe_exchange(cfg)
-    assert (after["epoch"], after["state"], after["rows"], after["partitioner"]["keys"]) == \
-        (before["epoch"], "committed", 100, ["a"])
+    assert (after.epoch, after.state, after.rows, after.partitioner.keys) == \
+        (before.epoch, "committed", 100, ("a",))
     assert read_all(cfg) == sorted(f"r{i}" for i in range(100))
     # committed, an overwrite replaces the old version, and only then are its partitions released
     write(cfg.replace(keys=("b",)), batch(1000, 10), overwrite=True)

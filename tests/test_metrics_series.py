@@ -37,7 +37,7 @@ def _write(config, rows: int) -> None:
 
 def _read_all(config) -> int:
     desc = ex.describe_exchange(config)
-    return sum(b.num_rows for i in range(desc["num_subpartitions"]) for b in ex.read_subpartition(config, desc, i))
+    return sum(b.num_rows for i in range(desc.num_subpartitions) for b in ex.read_subpartition(config, desc, i))
 
 
 def _series(body: str) -> set[str]:

@@ -75,7 +75,7 @@ def test_tasks_of_a_read_planned_during_an_append_see_the_same_commits(tmp_servi
     write(config, 0, 3000, overwrite=True)
     handle, parts = write(config, 1, 2000, overwrite=False, commit=False)
     desc = ex.describe_exchange(config)  # the read's plan: not sealed (append 1 is open)
-    assert not desc["sealed"]
+    assert not desc.sealed
     ex.commit_write(handle, parts)
     first = ids(ex.read_subpartition(config, desc, 0))
     write(config, 2, 4000, overwrite=False)
@@ -92,7 +92,7 @@ def test_read_planned_before_the_first_commit_ends_at_that_commit(tmp_service, w
     config = config_for(svc, f"first-{where}", where)
     handle = ex.declare_write(config, SCHEMA, overwrite=True)
     desc = ex.describe_exchange(config)
-    assert not desc["sealed"] and desc["seals"] == 0
+    assert not desc.sealed and desc.seals == 0
     readers = [ex.read_subpartition(config, desc, sub) for sub in range(WIDTH)]
     task = ex.ProducerTask(handle, 0, "a")
     task.write([rows_of(0, 5000)])
@@ -131,7 +131,7 @@ def test_append_committed_during_a_planned_read_is_not_part_of_it(tmp_service, w
     config = config_for(svc, f"planned-{where}", where)
     write(config, 0, 3000, overwrite=True)
     desc = ex.describe_exchange(config)
-    assert desc["sealed"]
+    assert desc.sealed
     reader = ex.read_subpartition(config, desc, 0)
     got = [next(reader)]
     write(config, 1, 2000, overwrite=False)

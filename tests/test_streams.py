@@ -218,7 +218,7 @@ def test_bad_uses_of_a_stream_get_clear_errors(stream, tmp_service):
     ex.declare_write(config.replace(exchange="batch-one"), SCHEMA, overwrite=True)
     with pytest.raises(ExchangeError, match="written by a batch job, not a streaming query"):
         st.describe_stream(config.replace(exchange="batch-one"))
-    assert ex.describe_exchange(config, allow_stream=True)["kind"] == "stream"
+    assert ex.describe_exchange(config, allow_stream=True).kind == "stream"
     assert ex.drop_exchange("events", config)["dropped"] == "events"
     with pytest.raises(ExchangeError, match="stream 'events' does not exist"):
         st.describe_stream(config)

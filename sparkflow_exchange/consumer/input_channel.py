@@ -17,13 +17,13 @@ import asyncio
 import dataclasses
 import os
 import threading
-from typing import Any, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
 import pyarrow as pa
 
 from ..config import ExchangeConfig
 from ..errors import ErrorCode, ServiceError
-from ..kinds import RE_READABLE, ChannelState, PartitionState
+from ..kinds import ChannelState, PartitionState
 from ..network.aio_client import ClientConnection, ClientRuntime, next_receiver_id
 from ..network.protocol import (
     END_COUNTS,
@@ -44,13 +44,16 @@ from ..partition.shared_arena import ArenaError
 from .buffer_manager import ChannelCredit, FloatingBufferPool
 from .spill_data import OPEN_FILES, SpillData, open_spill_data
 
+if TYPE_CHECKING:
+    from ..description import ExchangeDescription
+
 
 class Gate(Protocol):
     """What a channel asks of the gate that reads it (``input_gate.InputGate``): the read's settings and
     connections, and where its buffers, ends and failures go."""
 
     config: ExchangeConfig
-    exchange: dict
+    exchange: ExchangeDescription
     name: str
     secret: str | None
     host_id: str
@@ -137,7 +140,7 @@ class InputChannel(Channel):
         self.credit = ChannelCredit(gate.config.buffers_per_channel, gate.floating, self.receiver_id)
         self.conn: ClientConnection | None = None
         self.next_seq = 0
-        self.resumable = gate.exchange.get("partition_type") in RE_READABLE
+        self.resumable = gate.exchange.partition_type.re_readable
         self.reconnects = 0
 
     async def request(self) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Iterator
 from ..buffer_kinds import epoch_marker
 from ..calls import call, require_name
 from ..config import ExchangeConfig
+from ..description import ExchangeDescription
 from ..errors import ExchangeError
 from ..kinds import Partitioner
 
@@ -113,15 +114,11 @@ def abort_epoch(handle: StreamHandle, epoch: int, reason: str = "") -> None:
 
 
 # ------------------------------------------------------------------ reader side
-def describe_stream(config: ExchangeConfig) -> dict:
+def describe_stream(config: ExchangeConfig) -> ExchangeDescription:
     """The stream (schema, width...), waiting up to declareTimeout for a writer query to declare it."""
-    from ..buffer import schema_from_b64
-
     name = require_name(config)
-    desc = call(config, "stream_describe", timeout=config.declare_timeout + 30, name=name,
-                    wait=config.declare_timeout)
-    desc["arrow_schema"] = schema_from_b64(desc["schema"])
-    return desc
+    return ExchangeDescription.parse(call(config, "stream_describe", timeout=config.declare_timeout + 30, name=name,
+                                          wait=config.declare_timeout))
 
 
 def join_group(config: ExchangeConfig, group: str | None = None) -> dict:
@@ -151,10 +148,22 @@ def leave_group(config: ExchangeConfig, group: str) -> dict:
     return call(config, "stream_leave", name=config.exchange, group=group)
 
 
-def read_epochs(config: ExchangeConfig, schema: "pa.Schema", plans: list[dict], index: int) -> Iterator["pa.RecordBatch"]:
-    """Subpartition ``index`` of every producer of each planned epoch, epoch after epoch."""
-    from .. import exchange as ex
+def epoch_plans(plan: dict) -> list[dict]:
+    """The epochs of a ``stream_plan`` answer, each description parsed (an epoch's is sent without the schema,
+    which is the stream's)."""
+    return [{**e, "desc": ExchangeDescription.parse({**e["desc"], "schema": plan["schema"]})} for e in plan["epochs"]]
 
+
+def read_epochs(config: ExchangeConfig, schema: "pa.Schema", plans: list[dict], index: int) -> Iterator["pa.RecordBatch"]:
+    """Subpartition ``index`` of every producer of each planned epoch, epoch after epoch (``plans``: as
+    :func:`epoch_plans` makes them, or as ``stream_plan`` sends them, the stream's ``schema`` then theirs)."""
+    from .. import exchange as ex
+    from ..buffer import schema_to_b64
+
+    schema_b64 = None
     for plan in plans:
-        desc = {**plan["desc"], "arrow_schema": schema}
+        desc = plan["desc"]
+        if not isinstance(desc, ExchangeDescription):
+            schema_b64 = schema_b64 or schema_to_b64(schema)
+            desc = ExchangeDescription.parse({**desc, "schema": schema_b64})
         yield from ex.read_subpartition(config, desc, index, marker=epoch_marker(plan["epoch"]))
