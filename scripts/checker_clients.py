@@ -36,6 +36,7 @@ import pyarrow as pa
 
 import sparkflow_exchange
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.calls import call
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.description import ExchangeDescription
@@ -253,7 +254,7 @@ class Writer(Client):
             reason = failed[0].get("error", "a producer failed") if failed else "a producer did not finish"
             wait = self.watchdog.watch(op, "abort", self.timeouts["rpc"])
             try:
-                ex.abort_write(handle, reason[:200])
+                wh.abort_write(handle, reason[:200])
             except Exception as exc:  # noqa: BLE001 - the abort's own failure is history too
                 self.history.log("abort_failed", op=op, wid=wid, **error_record(exc))
             self.watchdog.done(wait)
@@ -264,7 +265,7 @@ class Writer(Client):
         self.history.log("commit_sent", op=op, wid=wid, partitions=partitions)
         wait = self.watchdog.watch(op, "commit", self.timeouts["rpc"])
         try:
-            desc = ex.commit_write(handle, partitions, {results[i]["partition"]: rows[i] for i in range(len(rows))})
+            desc = wh.commit_write(handle, partitions, {results[i]["partition"]: rows[i] for i in range(len(rows))})
         except Exception as exc:  # noqa: BLE001
             self.watchdog.done(wait)
             record = error_record(exc)
@@ -277,7 +278,7 @@ class Writer(Client):
         self.history.log("committed", op=op, wid=wid, epoch=desc.get("epoch"), commits=len(desc.get("committed", ())))
         self.history.log("write_end", op=op, wid=wid, stage="done", committed=True, producers=list(results.values()))
 
-    def produce(self, op: int, wid: int, handle: ex.WriteHandle, index: int, rows: int, results: dict) -> None:
+    def produce(self, op: int, wid: int, handle: wh.WriteHandle, index: int, rows: int, results: dict) -> None:
         started = time.monotonic()
         record: dict[str, Any] = {"index": index, "rows": rows, "t_start": started}
         wait = self.watchdog.watch(op, f"producer {index}: register", self.timeouts["rpc"])

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import pyarrow as pa
 
 from . import exchange as ex
+from . import write_handle as wh
 from .config import ConfigError, ExchangeConfig
 from .description import ExchangeDescription
 from .errors import ExchangeError, SchemaMismatch
@@ -224,7 +225,7 @@ class ExchangeWriter:
         try:
             self._producer = ex.ProducerTask(self.handle, 0, ex.attempt_id(0, 0, uuid.uuid4().int >> 80))
         except BaseException as exc:
-            ex.abort_write(self.handle, f"the writer could not start: {exc}")
+            wh.abort_write(self.handle, f"the writer could not start: {exc}")
             raise
 
     def write(self, data: pa.RecordBatch | pa.Table) -> None:
@@ -250,7 +251,7 @@ class ExchangeWriter:
             raise ExchangeError(f"the writer of exchange {self.name!r} is {self.state}: it cannot commit")
         try:
             result = self._producer.finish()
-            desc = ex.commit_write(self.handle, [result["partition"]], {result["partition"]: result["rows"]})
+            desc = wh.commit_write(self.handle, [result["partition"]], {result["partition"]: result["rows"]})
         except BaseException as exc:
             self.abort(f"the commit failed: {type(exc).__name__}: {exc}")
             raise
@@ -263,7 +264,7 @@ class ExchangeWriter:
             return
         self.state = ExchangeState.ABORTED
         self._producer.fail(reason)
-        ex.abort_write(self.handle, reason)
+        wh.abort_write(self.handle, reason)
 
     def __enter__(self) -> "ExchangeWriter":
         return self

@@ -1,4 +1,4 @@
-"""The exchange lifecycle as clients see it: declare, produce, commit/abort, read, drop.
+"""The exchange lifecycle as clients see it: declare, produce, read, drop (commit and abort: ``write_handle``).
 
 Everything the Spark glue needs, usable without Spark (the service tests use
 it directly). Each function takes the one :class:`ExchangeConfig`.
@@ -20,7 +20,7 @@ from .errors import ExchangeError, ExchangeNotFound, ServiceError, error_for
 from .kinds import Partitioner, PartitionType
 from .network.blocking_client import WRITER_CONNECTIONS
 from .service.discovery import Endpoints, coordinators, no_service_message, resolve
-from .write_handle import WriteHandle, abort_write, commit_write  # noqa: F401 - the lifecycle in one place
+from .write_handle import WriteHandle
 from .writer.partition_writer import PartitionWriter
 from .writer.record_writer import RecordWriter
 from .writer.selectors import SelectorError, make_selector

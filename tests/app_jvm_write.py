@@ -29,6 +29,7 @@ from pyspark.sql.functions import partitioning as P
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.buffer import schema_from_b64
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.exchange import list_exchanges
@@ -481,7 +482,7 @@ def commit_under_a_read(d: dict, handle, tasks: list, reading, out: dict) -> Non
     parts = [task.finish()["partition"] for task in tasks]
     time.sleep(0.5)
     d["reading_before_commit"] = reading.is_alive()
-    ex.commit_write(handle, parts)
+    wh.commit_write(handle, parts)
     reading.join(120)
     assert "error" not in out, out.get("error")
     assert out["ids"] == list(range(LIVE_ROWS)), len(out["ids"])
@@ -607,7 +608,7 @@ def format_read_waits_for_its_exchange_to_be_declared(d):
     handle = live_write("live_late")
     task = ex.ProducerTask(handle, 0, "a0")
     task.write(live_rows(0, 1))
-    ex.commit_write(handle, [task.finish()["partition"]])
+    wh.commit_write(handle, [task.finish()["partition"]])
     reading.join(120)
     spark.conf.set(JVM_FORMAT, "false")
     assert "error" not in out, out["error"]
@@ -664,7 +665,7 @@ def a_read_in_progress_fails_rather_than_return_rows_the_commit_does_not_hold(d)
     win_part = winner.finish()["partition"]
     assert until(lambda: running_tasks() > 0), "the read's tasks never started"
     time.sleep(1.0)
-    ex.commit_write(handle, [win_part])
+    wh.commit_write(handle, [win_part])
     reading.join(120)
     d["lost_commit"] = out.get("error", "")[:800]
     assert "which the commit does not hold" in d["lost_commit"] and lost_part in d["lost_commit"], out
@@ -675,7 +676,7 @@ def a_read_in_progress_fails_rather_than_return_rows_the_commit_does_not_hold(d)
     out = {}
     reading = start_live_read("live_aborted", out)
     assert until(lambda: running_tasks() > 0), "the read's tasks never started"
-    ex.abort_write(handle, "the test aborts it")
+    wh.abort_write(handle, "the test aborts it")
     reading.join(120)
     d["aborted"] = out.get("error", "")[:800]
     assert "was aborted" in d["aborted"] and "live_aborted" in d["aborted"], out
@@ -689,7 +690,7 @@ def a_read_in_progress_fails_rather_than_return_rows_the_commit_does_not_hold(d)
     failing.fail("the test fails this attempt before it writes")
     retry = ex.ProducerTask(handle, 0, "retry")
     retry.write(live_rows(0, 1))
-    ex.commit_write(handle, [retry.finish()["partition"]])
+    wh.commit_write(handle, [retry.finish()["partition"]])
     reading.join(120)
     assert "error" not in out, out.get("error")
     assert out["ids"] == list(range(LIVE_ROWS)), len(out["ids"])

@@ -190,6 +190,7 @@ def test_sigterm_exits_cleanly_and_removes_spill_files(tmp_service):
     import pyarrow as pa
 
     from sparkflow_exchange import exchange as ex
+    from sparkflow_exchange import write_handle as wh
 
     svc = tmp_service()
     cfg = client_config(svc, exchange="term", partitioner="hash", keys="a", numSubpartitions=2, partitionType="BLOCKING")
@@ -197,7 +198,7 @@ def test_sigterm_exits_cleanly_and_removes_spill_files(tmp_service):
     handle = ex.declare_write(cfg, schema, overwrite=True)
     task = ex.ProducerTask(handle, 0, "a0")
     task.write([pa.record_batch([pa.array(range(1000))], schema=schema)])
-    ex.commit_write(handle, [task.finish()["partition"]])
+    wh.commit_write(handle, [task.finish()["partition"]])
     assert list(svc.spill_dir.glob("*.data")) and list(svc.spill_dir.glob("*.index"))
     assert svc.stop(signal.SIGTERM) == 0
     assert not list(svc.spill_dir.glob("*.data")) and not list(svc.spill_dir.glob("*.index"))
@@ -215,6 +216,7 @@ def test_tls(tmp_service, tmp_path):
     import pyarrow as pa
 
     from sparkflow_exchange import exchange as ex
+    from sparkflow_exchange import write_handle as wh
 
     cfg = client_config(svc, exchange="tls", partitioner="hash", keys="a", numSubpartitions=2, hostId="remote-host",
                         **{"tls.caFile": str(cert)})
@@ -222,7 +224,7 @@ def test_tls(tmp_service, tmp_path):
     handle = ex.declare_write(cfg, schema, overwrite=True)
     task = ex.ProducerTask(handle, 0, "a0")
     task.write([pa.record_batch([pa.array(range(5000))], schema=schema)])
-    ex.commit_write(handle, [task.finish()["partition"]])
+    wh.commit_write(handle, [task.finish()["partition"]])
     desc = ex.describe_exchange(cfg)
     rows = sorted(v for s in range(2) for b in ex.read_subpartition(cfg, desc, s) for v in b.column("a").to_pylist())
     assert rows == list(range(5000))

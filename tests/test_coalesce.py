@@ -11,6 +11,7 @@ import pytest
 from harness import client_config
 
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.consumer.read_plan import ReadRange, SkewRule, coalesce, plan_ranges, skewed_subpartitions
 from sparkflow_exchange.consumer.read_plan import read_ranges as plan_of
@@ -46,7 +47,7 @@ def subpartition_of(keys: np.ndarray, n: int) -> np.ndarray:
     return make_selector("hash", n, 0, SCHEMA, keys=("key",)).select(batch)
 
 
-def write(config, producers: int, rows: int, width: int | None = None, commit: bool = True) -> ex.WriteHandle:
+def write(config, producers: int, rows: int, width: int | None = None, commit: bool = True) -> wh.WriteHandle:
     handle = ex.declare_write(config, SCHEMA, overwrite=True)
     done = []
     for p in range(producers):
@@ -54,7 +55,7 @@ def write(config, producers: int, rows: int, width: int | None = None, commit: b
         task.write(batches(p, rows))
         done.append(task.finish()["partition"])
     if commit:
-        ex.commit_write(handle, done)
+        wh.commit_write(handle, done)
     return handle
 
 
@@ -185,7 +186,7 @@ def test_width_is_fixed_by_the_first_producer_and_another_is_refused(tmp_service
     assert not any(p["partition"].startswith("width.") and ".1.a1." in p["partition"]
                    for p in svc.status()["partitions"])  # the refused partition was released
     first.write(batches(0, 100))
-    ex.commit_write(handle, [first.finish()["partition"]])
+    wh.commit_write(handle, [first.finish()["partition"]])
     desc = ex.describe_exchange(config)
     assert desc.coalesce and desc.sealed and len(desc.subpartition_bytes) == 7
     assert sum(desc.subpartition_bytes) > 0
@@ -278,7 +279,7 @@ def test_notifications_are_full_state_then_deltas_and_a_late_gate_sees_every_pro
             task = ex.ProducerTask(handle, p, f"a{p}")
             task.write(batches(p, 500))
             finished.append(task.finish()["partition"])
-        ex.commit_write(handle, finished)
+        wh.commit_write(handle, finished)
         reader.join(30)
         assert not reader.is_alive()
         notes = [m.body for m in watcher.poll() if isinstance(m, Notify)]

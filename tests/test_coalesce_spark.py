@@ -12,6 +12,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.config import ExchangeConfig
 
 pytestmark = pytest.mark.spark
@@ -86,7 +87,7 @@ def test_read_while_written_gets_one_read_partition_per_subpartition(spark):
     task = ex.ProducerTask(handle, 0, "a0", num_subpartitions=6)  # registered, not committed: width known
     assert read(spark, name).rdd.getNumPartitions() == 6
     task.fail("test over")
-    ex.abort_write(handle, "test over")
+    wh.abort_write(handle, "test over")
     ex.drop_exchange(name)
 
 

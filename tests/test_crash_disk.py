@@ -14,6 +14,7 @@ import pytest
 from harness import client_config, start_service
 
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.service.spill_root import LOCK_NAME, SPILL_PREFIX, tree_bytes
 
 SCHEMA = pa.schema([pa.field("id", pa.int64())])
@@ -26,7 +27,7 @@ def _write(svc, name: str, rows: int = ROWS) -> None:
     handle = ex.declare_write(config, SCHEMA, overwrite=True)
     task = ex.ProducerTask(handle, 0, "a0")
     task.write([pa.record_batch([pa.array(range(rows))], schema=SCHEMA)])
-    ex.commit_write(handle, [task.finish()["partition"]])
+    wh.commit_write(handle, [task.finish()["partition"]])
 
 
 def _rows(svc, name: str) -> int:

@@ -270,6 +270,7 @@ def test_read_without_producers_fails_after_producer_timeout_and_mentions_slots(
     import pyarrow as pa
 
     from sparkflow_exchange import exchange as ex
+    from sparkflow_exchange import write_handle as wh
     from sparkflow_exchange.config import ExchangeConfig
 
     name = unique("no-producers")
@@ -281,7 +282,7 @@ def test_read_without_producers_fails_after_producer_timeout_and_mentions_slots(
             read(spark, name, producerTimeout="2s").collect()
         assert time.monotonic() - start < 60
     finally:
-        ex.abort_write(handle, "test over")
+        wh.abort_write(handle, "test over")
 
 
 def test_write_helper_fills_the_width_and_works_from_a_fresh_thread(spark):

@@ -10,6 +10,7 @@ import pytest
 from harness import client_config
 
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.buffer_kinds import BufferKind
 from sparkflow_exchange.description import ExchangeDescription
 from sparkflow_exchange.network.aio_client import next_receiver_id, open_connection
@@ -40,7 +41,7 @@ def _write(svc, name: str) -> ExchangeDescription:
         task = ex.ProducerTask(handle, p, f"a{p}")
         task.write([pa.record_batch([pa.array(range(p * ROWS, (p + 1) * ROWS))], schema=SCHEMA)])
         parts.append(task.finish()["partition"])
-    ex.commit_write(handle, parts)
+    wh.commit_write(handle, parts)
     return ex.describe_exchange(cfg)
 
 

@@ -16,6 +16,7 @@ import pytest
 from harness import client_config
 
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.errors import ExchangeError
 from sparkflow_exchange.network.blocking_client import ServiceError
 
@@ -31,7 +32,7 @@ def _write(config, rows: int) -> str:
     task = ex.ProducerTask(handle, 0, "a0")
     task.write([_batch(rows)])
     partition = task.finish()["partition"]
-    ex.commit_write(handle, [partition])
+    wh.commit_write(handle, [partition])
     return partition
 
 

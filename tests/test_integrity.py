@@ -14,6 +14,7 @@ import pytest
 from harness import client_config
 
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.buffer import BatchEncoder, ChecksumError, decode, seal
 from sparkflow_exchange.errors import ExchangeError, ExchangeReadError
 from sparkflow_exchange.network.protocol import BufferKind
@@ -29,13 +30,13 @@ def batch(start: int, rows: int) -> pa.RecordBatch:
     return pa.record_batch([ids, pa.compute.cast(ids, pa.string())], schema=SCHEMA)
 
 
-def write(config, rows: int = ROWS) -> tuple[ex.WriteHandle, str]:
+def write(config, rows: int = ROWS) -> tuple[wh.WriteHandle, str]:
     """One producer, committed; returns the handle and its partition id."""
     handle = ex.declare_write(config, SCHEMA, overwrite=True)
     producer = ex.ProducerTask(handle, 0, "a0")
     producer.write([batch(0, rows)])
     result = producer.finish()
-    ex.commit_write(handle, [result["partition"]], {result["partition"]: result["rows"]})
+    wh.commit_write(handle, [result["partition"]], {result["partition"]: result["rows"]})
     return handle, result["partition"]
 
 
@@ -144,7 +145,7 @@ def test_flipped_bytes_in_a_shared_memory_slot_are_corrupt(tmp_service):
     slot = arena.slot(0)
     for at in (300, 301, 302):  # after the push, before the local reader copies the slot out
         slot[at] ^= 0xFF
-    ex.commit_write(handle, [result["partition"]], {result["partition"]: result["rows"]})
+    wh.commit_write(handle, [result["partition"]], {result["partition"]: result["rows"]})
     with pytest.raises(ExchangeReadError, match="corrupt") as err:
         read_ids(config, 0)
     assert result["partition"] in str(err.value) and "subpartition 0" in str(err.value)
@@ -177,10 +178,10 @@ def test_commit_with_a_wrong_row_count_is_refused_as_lost(tmp_service):
     result = producer.finish()
     assert result["rows"] == 4000
     with pytest.raises(ExchangeError, match="lost") as err:
-        ex.commit_write(handle, [result["partition"]], {result["partition"]: 3999})
+        wh.commit_write(handle, [result["partition"]], {result["partition"]: 3999})
     assert "4000" in str(err.value) and result["partition"] in str(err.value)
     assert not ex.describe_exchange(config, wait=False).sealed
-    ex.commit_write(handle, [result["partition"]], {result["partition"]: 4000})
+    wh.commit_write(handle, [result["partition"]], {result["partition"]: 4000})
     desc = ex.describe_exchange(config)
     assert desc.sealed and desc.rows == 4000
     assert sorted(i for s in range(SUBS) for i in read_ids(config, s)) == list(range(4000))

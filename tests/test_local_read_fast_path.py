@@ -16,6 +16,7 @@ import pytest
 from harness import client_config
 
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.consumer.input_gate import InputGate
 from sparkflow_exchange.consumer.spill_data import MAP_MIN, OPEN_FILES, open_spill_data
 from sparkflow_exchange.description import ExchangeDescription
@@ -40,7 +41,7 @@ def write(config, producers: int, rows: int) -> None:
         task.write([batch(p * rows, rows)])
         result = task.finish()
         done[result["partition"]] = result["rows"]
-    ex.commit_write(handle, list(done), done)
+    wh.commit_write(handle, list(done), done)
 
 
 def gate_of(svc, config, sub: int, desc: ExchangeDescription | None = None) -> InputGate:

@@ -19,6 +19,7 @@ from test_bad_input import RawClient, healthy
 from test_service import SCHEMA, Worker, join_all, producer_batches
 
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.network.protocol import (
     BufferKind,
     BufferResponse,
@@ -64,7 +65,7 @@ def write_exchange(svc, name: str, producers: int, n: int, rows: int, wave: int)
         for task in tasks:
             task.write(data[task.index])
         finished += [task.finish()["partition"] for task in tasks]
-    ex.commit_write(handle, finished)
+    wh.commit_write(handle, finished)
     return data
 
 
@@ -126,7 +127,7 @@ def test_service_rss_stays_within_the_budget_with_many_concurrent_partitions(tmp
         handle = ex.declare_write(cfg, schema, overwrite=True)
         task = ex.ProducerTask(handle, 0, "a0")
         task.write(block for _ in range(rows_each // block.num_rows))
-        ex.commit_write(handle, [task.finish()["partition"]])
+        wh.commit_write(handle, [task.finish()["partition"]])
 
     counts: dict[str, int] = {}
 

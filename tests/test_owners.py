@@ -16,6 +16,7 @@ import pytest
 from harness import client_config, start_service
 
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.calls import call
 from sparkflow_exchange.errors import ExchangeError
 from sparkflow_exchange.network.blocking_client import ServiceError
@@ -44,11 +45,11 @@ def as_(svc, who: str, name: str = "orders", **kw):
     return client_config(svc, **opts)
 
 
-def write(config, rows: int, overwrite: bool = True) -> ex.WriteHandle:
+def write(config, rows: int, overwrite: bool = True) -> wh.WriteHandle:
     handle = ex.declare_write(config, SCHEMA, overwrite=overwrite)
     task = ex.ProducerTask(handle, 0, "t0")
     task.write([pa.record_batch([pa.array(np.arange(rows, dtype=np.int64))], schema=SCHEMA)])
-    ex.commit_write(handle, [task.finish()["partition"]])
+    wh.commit_write(handle, [task.finish()["partition"]])
     return handle
 
 
@@ -78,17 +79,17 @@ def test_another_credential_cannot_commit_abort_or_join_a_write(shared):
     task = ex.ProducerTask(handle, 0, "t0")
     task.write([pa.record_batch([pa.array(np.arange(100, dtype=np.int64))], schema=SCHEMA)])
     part = task.finish()["partition"]
-    theirs = ex.WriteHandle(b, handle.name, handle.epoch, handle.write_id, handle.schema_b64,
+    theirs = wh.WriteHandle(b, handle.name, handle.epoch, handle.write_id, handle.schema_b64,
                             handle.num_subpartitions, handle.partitioner)
     with pytest.raises(REFUSED, match="aborting a write of exchange 'orders' is refused"):
         from sparkflow_exchange.calls import call
 
         call(b, "abort", name="orders", epoch=handle.epoch, write_id=handle.write_id, reason="mischief")
     with pytest.raises(REFUSED, match="committing a write of exchange 'orders' is refused"):
-        ex.commit_write(theirs, [part])
+        wh.commit_write(theirs, [part])
     with pytest.raises(REFUSED, match="writing exchange 'orders' is refused"):
         ex.ProducerTask(theirs, 1, "t1")
-    ex.commit_write(handle, [part])
+    wh.commit_write(handle, [part])
     assert rows_of(b) == 100
 
 
@@ -328,7 +329,7 @@ def test_a_stranger_is_refused_every_state_changing_call_of_the_table_and_change
     assert shared.proc.poll() is None
     assert snapshot(shared) == before
     assert rows_of(a) == 300
-    ex.commit_write(pending, [])
+    wh.commit_write(pending, [])
     end, ids = read_epochs(events, group, 0)
     assert end == 2 and ids == list(range(10, 30))
 

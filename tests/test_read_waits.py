@@ -10,6 +10,7 @@ import pytest
 from harness import client_config
 
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.errors import ExchangeNotFound
 
 
@@ -48,7 +49,7 @@ def test_a_read_waiting_for_its_exchange_says_so_at_once(tmp_service, records):
     handle = ex.declare_write(config, schema, overwrite=True)  # the writer comes: the wait ends with its description
     reader.join(120)
     assert found and found[0].name == "late\nname" and found[0].arrow_schema == schema
-    ex.abort_write(handle)
+    wh.abort_write(handle)
 
 
 def test_a_declared_exchange_is_read_without_a_word(tmp_service, records):
