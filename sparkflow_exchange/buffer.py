@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from .arrow_numpy import empty_batch  # noqa: E402
-from .buffer_kinds import BROADCAST, END_COUNTS, FLAG_COMPRESSED, FLAG_SHARED, BufferKind  # noqa: E402,F401
+from .buffer_kinds import FLAG_COMPRESSED  # noqa: E402
 
 # after every data buffer's IPC message: its CRC32C and its length. 8 bytes, not 4: IPC messages are padded to
 # 8 bytes and Arrow maps aligned buffers zero-copy, so a region's next piece must start 8-aligned too

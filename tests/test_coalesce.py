@@ -12,12 +12,13 @@ from harness import client_config
 
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange import write_handle as wh
+from sparkflow_exchange.buffer_kinds import END_COUNTS, BufferKind
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.consumer.read_plan import ReadRange, SkewRule, coalesce, plan_ranges, skewed_subpartitions
 from sparkflow_exchange.consumer.read_plan import read_ranges as plan_of
 from sparkflow_exchange.description import ExchangeDescription
 from sparkflow_exchange.errors import ErrorCode, ExchangeReadError
-from sparkflow_exchange.network.protocol import END_COUNTS, BufferKind, ErrorResponse, Notify, PartitionRequest
+from sparkflow_exchange.network.protocol import ErrorResponse, Notify, PartitionRequest
 from sparkflow_exchange.partition.buffer_pool import MemoryBudget
 from sparkflow_exchange.partition.range_view import RangeView, SubpartitionRangeError
 from sparkflow_exchange.partition.result_partition import ResultPartition

@@ -16,9 +16,10 @@ from harness import client_config
 
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange import write_handle as wh
+from sparkflow_exchange.buffer_kinds import BufferKind
 from sparkflow_exchange.consumer.input_gate import InputGate
 from sparkflow_exchange.errors import ExchangeReadError
-from sparkflow_exchange.network.protocol import BufferKind, BufferResponse, ErrorResponse, PartitionRequest
+from sparkflow_exchange.network.protocol import BufferResponse, ErrorResponse, PartitionRequest
 from sparkflow_exchange.partition import shared_arena
 from sparkflow_exchange.partition.shared_arena import ArenaReader, SharedArena
 from sparkflow_exchange.service.coordinator import Coordinator

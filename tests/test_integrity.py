@@ -16,8 +16,8 @@ from harness import client_config
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.buffer import BatchEncoder, ChecksumError, decode, seal
+from sparkflow_exchange.buffer_kinds import BufferKind
 from sparkflow_exchange.errors import ExchangeError, ExchangeReadError
-from sparkflow_exchange.network.protocol import BufferKind
 from sparkflow_exchange.partition.spill import INDEX_MAGIC, _index_dtype, read_index
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("s", pa.string())])

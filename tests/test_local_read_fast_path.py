@@ -17,11 +17,11 @@ from harness import client_config
 
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange import write_handle as wh
+from sparkflow_exchange.buffer_kinds import BufferKind
 from sparkflow_exchange.consumer.input_gate import InputGate
 from sparkflow_exchange.consumer.spill_data import MAP_MIN, OPEN_FILES, open_spill_data
 from sparkflow_exchange.description import ExchangeDescription
 from sparkflow_exchange.errors import ExchangeReadError
-from sparkflow_exchange.network.protocol import BufferKind
 from sparkflow_exchange.partition.spill import INDEX_MAGIC, SpillCorruptError, read_index
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("s", pa.string())])

@@ -20,8 +20,8 @@ from test_service import SCHEMA, Worker, join_all, producer_batches
 
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange import write_handle as wh
+from sparkflow_exchange.buffer_kinds import BufferKind
 from sparkflow_exchange.network.protocol import (
-    BufferKind,
     BufferResponse,
     ErrorResponse,
     FinishPartition,

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from sparkflow_exchange.network.protocol import BROADCAST, END_COUNTS, BufferKind
+from sparkflow_exchange.buffer_kinds import BROADCAST, END_COUNTS, BufferKind
 from sparkflow_exchange.partition.buffer_pool import MemoryBudget
 from sparkflow_exchange.partition.result_partition import PartitionStateError, ResultPartition
 from sparkflow_exchange.partition.spill import read_index

@@ -14,9 +14,8 @@ import pytest
 from test_bad_input import RawClient, healthy
 
 from sparkflow_exchange.buffer import decode, seal
+from sparkflow_exchange.buffer_kinds import FLAG_SHARED, BufferKind
 from sparkflow_exchange.network.protocol import (
-    FLAG_SHARED,
-    BufferKind,
     BufferResponse,
     ErrorResponse,
     FinishPartition,

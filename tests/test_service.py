@@ -267,7 +267,8 @@ def test_output_flusher_sends_a_trickle_within_the_buffer_timeout(tmp_service):
 @pytest.mark.parametrize("partition_type", ["BLOCKING", "HYBRID"])
 def test_partition_request_resumes_from_a_sequence_number(tmp_service, partition_type):
     """A consumer that reconnects asks for the rest only: buffers from ``resume_from`` on, in order."""
-    from sparkflow_exchange.network.protocol import BufferKind, BufferResponse, PartitionRequest
+    from sparkflow_exchange.buffer_kinds import BufferKind
+    from sparkflow_exchange.network.protocol import BufferResponse, PartitionRequest
 
     svc = tmp_service()
     cfg = client_config(svc, exchange=f"resume-{partition_type}", partitioner="forward", numSubpartitions=1,

@@ -16,8 +16,8 @@ from test_service import SCHEMA, Worker, join_all, producer_batches, read_all
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.buffer import seal
+from sparkflow_exchange.buffer_kinds import FLAG_SHARED
 from sparkflow_exchange.network.protocol import (
-    FLAG_SHARED,
     BufferResponse,
     ErrorResponse,
     PartitionRegistered,

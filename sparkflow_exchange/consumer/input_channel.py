@@ -21,16 +21,14 @@ from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
 import pyarrow as pa
 
+from ..buffer_kinds import END_COUNTS, FLAG_SHARED, BufferKind
 from ..config import ExchangeConfig
 from ..errors import ErrorCode, ServiceError
 from ..kinds import ChannelState, PartitionState
 from ..network.aio_client import ClientConnection, ClientRuntime, next_receiver_id
 from ..network.protocol import (
-    END_COUNTS,
-    FLAG_SHARED,
     FRAME_POOL,
     AddCredit,
-    BufferKind,
     BufferResponse,
     CancelPartitionRequest,
     ErrorResponse,

@@ -65,8 +65,6 @@ class MsgType(enum.IntEnum):
     NOTIFY = 32
 
 
-# buffer kinds and flags belong with the buffer (partition/ must not import network/); named here too
-from ..buffer_kinds import BROADCAST, END_COUNTS, FLAG_COMPRESSED, FLAG_SHARED, BufferKind  # noqa: E402,F401
 from ..errors import ErrorCode  # noqa: E402
 
 _BUFFER_RESPONSE = struct.Struct(">qqiBB")  # receiver, seq, backlog, kind, flags

@@ -31,8 +31,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..buffer import BatchEncoder, Region
+from ..buffer_kinds import BROADCAST, BufferKind
 from ..kinds import Partitioner, PartitionType
-from ..network.protocol import BROADCAST, BufferKind
 from .partition_writer import PartitionWriter
 from .selectors import group_by_target, make_selector, split_by_target
 
