@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 __version__ = "0.1.0"
 __all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "leave_group", "write", "plugin_jar", "ExchangeConfig",
-           "PartitionType", "ExchangeState", "ExchangeKind", "ExchangeSummary", "StreamSummary", "open_reader", "open_writer", "ExchangeWriter",
+           "PartitionType", "Partitioner", "ExchangeState", "ExchangeKind", "ExchangeSummary", "ExchangeDescription", "StreamSummary", "open_reader", "open_writer", "ExchangeWriter",
            # the errors users see (docs/errors.md)
            "ConfigError", "ExchangeError", "ServiceError", "ServiceUnavailable", "AuthenticationFailed", "NotPermitted",
            "LimitReached", "InvalidRequest", "StorageError", "DataLost", "ExchangeNotFound", "ExchangeLost", "ExchangeReplaced",
            "PartitionReleasedError", "SchemaMismatch", "NoConsumerError", "ExchangeReadError", "ErrorCode", "translate_errors"]
 
 from .config import ExchangeConfig, session_settings
+from .description import ExchangeDescription
 from .errors import (  # noqa: F401
     AuthenticationFailed,
     ConfigError,
@@ -37,7 +38,7 @@ from .errors import (  # noqa: F401
     UserFacing,
     translate_errors,
 )
-from .kinds import ExchangeKind, ExchangeState, PartitionType
+from .kinds import ExchangeKind, ExchangeState, Partitioner, PartitionType
 from .spark.session_tuning import SPARK_SETTINGS  # for the session builder: .config(map=SPARK_SETTINGS)
 from .summary import ExchangeSummary, StreamSummary
 
