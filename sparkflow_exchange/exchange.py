@@ -59,15 +59,15 @@ def validate_write(config: ExchangeConfig, schema: pa.Schema) -> Partitioner:
 def declare_write(config: ExchangeConfig, schema: pa.Schema, overwrite: bool) -> WriteHandle:
     name = require_name(config)
     partitioner = validate_write(config, schema)
-    desc = call(config, "declare", name=name, schema=schema_to_b64(schema),
+    reply = call(config, "declare", name=name, schema=schema_to_b64(schema),
                  num_subpartitions=config.num_subpartitions,
                  partitioner={"name": partitioner.value, "keys": list(config.keys), "custom": config.custom,
                               # one subpartition read by every consumer (a broadcast of unknown width)
                               "shared": partitioner is Partitioner.BROADCAST and config.num_subpartitions is None},
                  partition_type=config.partition_type, mode="overwrite" if overwrite else "append",
                  coalesce=config.num_subpartitions is None and not partitioner.single_subpartition)
-    return WriteHandle(config, name, desc["epoch"], desc["write_id"], desc["schema"], desc["num_subpartitions"],
-                       partitioner)
+    desc = ExchangeDescription.parse(reply)  # the declared exchange, and this write's id
+    return WriteHandle(config, name, desc.epoch, reply["write_id"], desc.schema, desc.num_subpartitions, partitioner)
 
 
 class ProducerTask:

@@ -55,15 +55,14 @@ def declare_stream(config: ExchangeConfig, schema: "pa.Schema") -> StreamHandle:
 
     name = require_name(config)
     partitioner = ex.validate_write(config, schema)
-    desc = call(config, "stream_declare", name=name, schema=schema_to_b64(schema),
+    desc = ExchangeDescription.parse(call(config, "stream_declare", name=name, schema=schema_to_b64(schema),
                     num_subpartitions=config.num_subpartitions,
                     partitioner={"name": partitioner.value, "keys": list(config.keys), "custom": config.custom,
                                  "shared": False},
                     partition_type=config.partition_type,
                     coalesce=config.num_subpartitions is None and not partitioner.single_subpartition,
-                    max_retained_bytes=config.stream_max_retained_bytes, groups=list(config.stream_consumer_groups))
-    return StreamHandle(config, name, desc["schema"], partitioner, desc["num_subpartitions"],
-                        uuid.uuid4().hex)
+                    max_retained_bytes=config.stream_max_retained_bytes, groups=list(config.stream_consumer_groups)))
+    return StreamHandle(config, name, desc.schema, partitioner, desc.num_subpartitions, uuid.uuid4().hex)
 
 
 def begin_epoch(handle: StreamHandle, epoch: int, query: str) -> "WriteHandle | None":
