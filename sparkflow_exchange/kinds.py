@@ -53,6 +53,7 @@ class Partitioner(enum.StrEnum):
 
     @classmethod
     def names(cls) -> str:
+        """The partitioners' names, for a message that lists them."""
         return ", ".join(p.value for p in cls)
 
     @property
