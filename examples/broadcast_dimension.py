@@ -8,7 +8,8 @@ import sys
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from pyspark.sql import SparkSession, functions as F  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import functions as F
 
 spark = (SparkSession.builder.master("local[4]").appName("sparkflow-broadcast")
          .config("spark.sql.execution.arrow.maxBytesPerBatch", "2147483647")  # faster writes: docs/batch-guide.md, "Spark settings for speed"

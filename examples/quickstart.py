@@ -9,7 +9,8 @@ import sys
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from pyspark.sql import SparkSession, functions as F  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import functions as F
 
 builder = SparkSession.builder.appName("sparkflow-quickstart")
 if "SPARK_REMOTE" not in os.environ:  # with SPARK_REMOTE set, PySpark makes a Spark Connect session instead

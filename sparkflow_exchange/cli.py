@@ -227,7 +227,6 @@ def _printable(value: Any) -> Any:
 def _drop(args: argparse.Namespace) -> int:
     from .errors import ExchangeError
     from .exchange import drop_exchange
-
     from .service.discovery import coordinators, no_service_message
 
     config = _config(args)

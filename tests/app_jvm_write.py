@@ -11,13 +11,13 @@ Prints one JSON line: check name -> {"ok": bool, "error": text, ...details}.
 """
 from __future__ import annotations
 
+import decimal
 import json
 import os
 import sys
 import threading
 import time
 import traceback
-import decimal
 from decimal import Decimal
 
 import numpy as np
@@ -29,6 +29,7 @@ from pyspark.sql.functions import partitioning as P
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.buffer import schema_from_b64
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.exchange import list_exchanges
@@ -481,7 +482,7 @@ def commit_under_a_read(d: dict, handle, tasks: list, reading, out: dict) -> Non
     parts = [task.finish()["partition"] for task in tasks]
     time.sleep(0.5)
     d["reading_before_commit"] = reading.is_alive()
-    ex.commit_write(handle, parts)
+    wh.commit_write(handle, parts)
     reading.join(120)
     assert "error" not in out, out.get("error")
     assert out["ids"] == list(range(LIVE_ROWS)), len(out["ids"])
@@ -553,7 +554,7 @@ def format_read_waits_for_its_exchange_to_be_declared(d):
     handle = live_write("live_late")
     task = ex.ProducerTask(handle, 0, "a0")
     task.write(live_rows(0, 1))
-    ex.commit_write(handle, [task.finish()["partition"]])
+    wh.commit_write(handle, [task.finish()["partition"]])
     reading.join(120)
     spark.conf.set(JVM_FORMAT, "false")
     assert "error" not in out, out["error"]
@@ -610,7 +611,7 @@ def a_read_in_progress_fails_rather_than_return_rows_the_commit_does_not_hold(d)
     win_part = winner.finish()["partition"]
     assert until(lambda: running_tasks() > 0), "the read's tasks never started"
     time.sleep(1.0)
-    ex.commit_write(handle, [win_part])
+    wh.commit_write(handle, [win_part])
     reading.join(120)
     d["lost_commit"] = out.get("error", "")[:800]
     assert "which the commit does not hold" in d["lost_commit"] and lost_part in d["lost_commit"], out
@@ -621,7 +622,7 @@ def a_read_in_progress_fails_rather_than_return_rows_the_commit_does_not_hold(d)
     out = {}
     reading = start_live_read("live_aborted", out)
     assert until(lambda: running_tasks() > 0), "the read's tasks never started"
-    ex.abort_write(handle, "the test aborts it")
+    wh.abort_write(handle, "the test aborts it")
     reading.join(120)
     d["aborted"] = out.get("error", "")[:800]
     assert "was aborted" in d["aborted"] and "live_aborted" in d["aborted"], out
@@ -635,7 +636,7 @@ def a_read_in_progress_fails_rather_than_return_rows_the_commit_does_not_hold(d)
     failing.fail("the test fails this attempt before it writes")
     retry = ex.ProducerTask(handle, 0, "retry")
     retry.write(live_rows(0, 1))
-    ex.commit_write(handle, [retry.finish()["partition"]])
+    wh.commit_write(handle, [retry.finish()["partition"]])
     reading.join(120)
     assert "error" not in out, out.get("error")
     assert out["ids"] == list(range(LIVE_ROWS)), len(out["ids"])
@@ -716,7 +717,7 @@ def an_append_in_another_layout_is_refused_on_every_writer(d):
     rows.writeTo("exchange.lay_jvm").tableProperty("keys", "a").tableProperty("numSubpartitions", "4").create()
     python_write("lay_py", "a", "overwrite")
     for name in ("lay_jvm", "lay_py"):
-        refused(d, f"python_append_{name}", lambda: python_write(name, "b", "append"),
+        refused(d, f"python_append_{name}", lambda name=name: python_write(name, "b", "append"),
                 "with another layout", "holds hash(a) into 4 subpartitions", "this write has hash(b) into 4")
     spark.conf.set(JVM_FORMAT, "true")
     try:

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from sparkflow_exchange.config import ENV_CONF, ConfigError, ExchangeConfig, known_keys, parse_spark_defaults
-from pathlib import Path
 
 
 def test_precedence_defaults_file_env_options(monkeypatch):

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 from jvm_units import compile_driver
-from sparkflow_exchange import buffer, buffer_kinds, config, contract, exchange, kinds
+
+from sparkflow_exchange import buffer, buffer_kinds, config, contract, kinds
 from sparkflow_exchange.errors import ErrorCode
 from sparkflow_exchange.network import protocol
 from sparkflow_exchange.partition import spill
@@ -84,9 +84,9 @@ def test_python_partition_types_and_their_properties_are_the_contracts():
 
 
 def test_python_partitioners_and_their_properties_are_the_contracts():
-    names = tuple(C["partitioners"])
-    assert exchange.PARTITIONERS == names
-    assert selectors.PARTITIONERS == names
+    assert tuple(kinds.Partitioner) == tuple(C["partitioners"])
+    assert {p.value: {"keyed": p.keyed, "single_subpartition": p.single_subpartition} for p in kinds.Partitioner} == \
+        {n: {"keyed": p["keyed"], "single_subpartition": p["single_subpartition"]} for n, p in C["partitioners"].items()}
     single = {n for n, p in C["partitioners"].items() if p["single_subpartition"]}
     assert set(config.SINGLE_SUBPARTITION) == single
     assert set(exchange_model.FORWARD_LIKE) == single

@@ -18,6 +18,7 @@ CLIENT = r"""
 import json, os, time
 import pyarrow as pa
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.service.discovery import runtime_dir
 
@@ -29,7 +30,7 @@ schema = pa.schema([("id", pa.int64())])
 handle = ex.declare_write(config, schema, overwrite=True)
 task = ex.ProducerTask(handle, 0, "0-0-0")
 task.write([pa.record_batch([pa.array(range(1000), pa.int64())], schema=schema)])
-ex.commit_write(handle, [task.finish()["partition"]])
+wh.commit_write(handle, [task.finish()["partition"]])
 first = service_pid()
 reads = []
 deadline = time.monotonic() + 3.5  # three and a half idle timeouts of reads of the one exchange
@@ -63,6 +64,7 @@ WRITER = r"""
 import json, sys
 import pyarrow as pa
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.service.discovery import runtime_dir
 
@@ -71,13 +73,14 @@ schema = pa.schema([("id", pa.int64())])
 handle = ex.declare_write(config, schema, overwrite=True)
 task = ex.ProducerTask(handle, 0, "0-0-0")
 task.write([pa.record_batch([pa.array(range(5000), pa.int64())], schema=schema)])
-ex.commit_write(handle, [task.finish()["partition"]])
+wh.commit_write(handle, [task.finish()["partition"]])
 print(json.loads((runtime_dir() / "embedded.json").read_text())["pid"])
 """
 
 READER = r"""
 import json, sys
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.service.discovery import runtime_dir
 
@@ -159,6 +162,7 @@ ABANDONING_WRITER = r"""
 import json, os, sys
 import pyarrow as pa
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.service.discovery import runtime_dir
 

@@ -9,11 +9,13 @@ from sparkflow_exchange.kinds import ExchangeState as S
 from sparkflow_exchange.service.exchange_lifecycle import (
     LEGAL,
     Action,
-    Event as E,
     Kind,
     Lifecycle,
     LifecycleError,
     read_verdict,
+)
+from sparkflow_exchange.service.exchange_lifecycle import (
+    Event as E,
 )
 
 LIVE_EVENTS = {E.FINISH, E.FAIL, E.ABORT, E.RELEASE, E.OVERWRITE}

@@ -24,17 +24,27 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 from jvm_units import compile_driver
-from sparkflow_exchange import config
-from sparkflow_exchange.kinds import ExchangeState
+
 from sparkflow_exchange.buffer_kinds import BROADCAST, END_COUNTS, BufferKind
 from sparkflow_exchange.errors import ServiceError
+from sparkflow_exchange.kinds import ExchangeState
 from sparkflow_exchange.network import auth, protocol
 from sparkflow_exchange.network.connection import ClientHandshake, ServerHandshake
-from sparkflow_exchange.network.protocol import (AddCredit, BufferResponse, ErrorResponse, FrameDecoder, Hello,
-                                                 PartitionReleased, ProtocolError, PushBuffer, RpcResponse, ServerHello,
-                                                 Welcome, encode_bytes)
+from sparkflow_exchange.network.protocol import (
+    AddCredit,
+    BufferResponse,
+    ErrorResponse,
+    FrameDecoder,
+    Hello,
+    PartitionReleased,
+    ProtocolError,
+    PushBuffer,
+    RpcResponse,
+    ServerHello,
+    Welcome,
+    encode_bytes,
+)
 from sparkflow_exchange.partition import spill
 from sparkflow_exchange.service.exchange_lifecycle import Lifecycle, read_verdict
 from sparkflow_exchange.writer.selectors import HashSelector

@@ -16,7 +16,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from harness import stop_embedded
 
 pytestmark = pytest.mark.packaging

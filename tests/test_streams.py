@@ -10,16 +10,14 @@ import time
 import numpy as np
 import pyarrow as pa
 import pytest
+from harness import client_config
 
 import sparkflow_exchange
-from harness import client_config
 from sparkflow_exchange import exchange as ex
-from sparkflow_exchange import streaming as st
-from sparkflow_exchange.calls import call
 from sparkflow_exchange.buffer_kinds import epoch_marker
-from sparkflow_exchange.consumer.input_gate import ExchangeReadError
-from sparkflow_exchange.errors import ExchangeError, ExchangeLost
-from sparkflow_exchange.network.blocking_client import ServiceError
+from sparkflow_exchange.calls import call
+from sparkflow_exchange.errors import ExchangeError, ExchangeLost, ExchangeReadError, ServiceError
+from sparkflow_exchange.spark import streaming as st
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
 QUERY = "writer-query-1"
@@ -220,7 +218,7 @@ def test_bad_uses_of_a_stream_get_clear_errors(stream, tmp_service):
     ex.declare_write(config.replace(exchange="batch-one"), SCHEMA, overwrite=True)
     with pytest.raises(ExchangeError, match="written by a batch job, not a streaming query"):
         st.describe_stream(config.replace(exchange="batch-one"))
-    assert ex.describe_exchange(config, allow_stream=True)["kind"] == "stream"
+    assert ex.describe_exchange(config, allow_stream=True).kind == "stream"
     assert ex.drop_exchange("events", config)["dropped"] == "events"
     with pytest.raises(ExchangeError, match="stream 'events' does not exist"):
         st.describe_stream(config)

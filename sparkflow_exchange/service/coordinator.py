@@ -15,8 +15,8 @@ from .exchange_book import ExchangeBook, Release, StreamIndex
 from .expiry import Expiry
 from .journal import Journal
 from .reads import Reads
-from .registry import ServiceRegistry
 from .recovery import restore
+from .registry import ServiceRegistry
 from .service_roster import ServiceRoster
 from .subscriptions import Subscriptions
 from .writes import PartitionOwner, Writes

@@ -19,25 +19,24 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import ExchangeConfig
+from ..errors import ErrorCode, ServiceError
+from ..exhaustion import nofile_limit
 from ..kinds import PARTITION_TYPES
 from ..network import auth
-from ..exhaustion import nofile_limit
 from ..network.admission import Admission
 from ..network.advertised import WILDCARDS, Advertised, advertised_host
 from ..network.listener import Listener, tcp_sockets, unix_socket
 from ..network.protocol import FRAME_POOL, RegisterPartition
-from ..errors import ErrorCode, ServiceError
 from ..network.server import ServerConnection
 from ..partition.buffer_pool import SUBPARTITION_BYTES, MemoryAccount, NetworkBufferPool
 from ..partition.result_partition import ResultPartition
 from ..partition.spill import DiskBudget, DiskShare, SpillReaders
-from . import owners
+from . import owners, spill_root
 from .coordinator import Coordinator
 from .fd_budget import fd_budget
+from .launcher import pid_alive
 from .rpc_handlers import Dispatcher
 from .streams import StreamRegistry
-from . import spill_root
-from .launcher import pid_alive
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from ..errors import UserFacing
 from ..network import auth
 from .exchange_service import ExchangeService
 from .fd_budget import raise_nofile_limit
-from .log_limit import install as limit_log_rate
 from .launcher import Retirement, read_state, write_state
-from .private_files import UnsafePathError, runtime_dir, write_private
 from .ledger import ExchangeLedger
+from .log_limit import install as limit_log_rate
+from .private_files import UnsafePathError, runtime_dir, write_private
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:

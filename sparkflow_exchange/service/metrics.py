@@ -6,7 +6,6 @@ from typing import Callable
 
 from ..network.listener import Listener, tcp_sockets
 
-
 REPORTED_PATH = "local_file"  # the status's traffic entry that readers report, not the service's own count
 
 

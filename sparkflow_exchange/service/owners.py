@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ..config import ConfigError, read_protected_file
+from ..errors import ErrorCode, ServiceError
 from ..network.auth import OPERATOR
 from ..network.rpc import RPCS, Who
-from ..errors import ErrorCode, ServiceError
 
 FORBIDDEN = ErrorCode.FORBIDDEN
 
