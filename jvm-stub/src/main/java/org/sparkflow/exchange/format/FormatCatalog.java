@@ -43,6 +43,28 @@ public final class FormatCatalog extends ExchangeCatalog {
     static final String ENABLED_KEY = "spark.sparkflow.exchange.jvmFormat";
     static final String DECLARE_TIMEOUT = "declareTimeout";
 
+    /**
+     * The options of the read or write being planned on this thread: Spark asks the format for the catalog and the
+     * identifier, then loads the table from the catalog on the same thread, and a read's load does not pass the
+     * options on, so they wait here for it.
+     */
+    private static final ThreadLocal<CaseInsensitiveStringMap> PENDING = new ThreadLocal<>();
+
+    /** The options of the read or write of {@code format("pipelined")} this thread is planning, for its load. */
+    static void expectOptions(CaseInsensitiveStringMap options) {
+        PENDING.set(options);
+    }
+
+    /**
+     * The options of the read or write of {@code exchange} this thread is planning (once), or null: options left by
+     * a planning that never reached the catalog are never taken for another exchange.
+     */
+    private static CaseInsensitiveStringMap takeOptions(String exchange) {
+        CaseInsensitiveStringMap options = PENDING.get();
+        PENDING.remove();
+        return options != null && exchange.equals(options.get("exchange")) ? options : null;
+    }
+
     private static boolean enabled() {
         return !"false".equalsIgnoreCase(SQLConf.get().getConfString(ENABLED_KEY, "true").trim());
     }
@@ -52,7 +74,7 @@ public final class FormatCatalog extends ExchangeCatalog {
             throws NoSuchTableException {
         boolean write = context != null && !context.writePrivileges().isEmpty();
         boolean overwrite = write && context.writePrivileges().contains(TableWritePrivilege.DELETE);
-        CaseInsensitiveStringMap pending = PipelinedFormat.takeOptions(ident.name());
+        CaseInsensitiveStringMap pending = takeOptions(ident.name());
         if (options == null || options.isEmpty()) {
             options = pending != null ? pending : new CaseInsensitiveStringMap(Map.of("exchange", ident.name()));
         }
@@ -144,7 +166,7 @@ public final class FormatCatalog extends ExchangeCatalog {
     @Override
     public Table createTable(Identifier ident, Column[] columns, Transform[] partitions, Map<String, String> properties)
             throws NoSuchNamespaceException {
-        CaseInsensitiveStringMap options = PipelinedFormat.takeOptions(ident.name()); // a create's properties lack them
+        CaseInsensitiveStringMap options = takeOptions(ident.name()); // a create's properties lack them
         if (options == null) {
             options = new CaseInsensitiveStringMap(Map.of("exchange", ident.name()));
         }

@@ -21,7 +21,7 @@ import org.sparkflow.exchange.ExchangePlugin;
  * catalog, so only a read planned through a catalog keeps the exchange's partitioning.
  */
 public final class PipelinedFormat implements SupportsCatalogOptions, DataSourceRegister {
-    public static final String SHORT_NAME = "pipelined";
+    public static final String SHORT_NAME = PythonSource.NAME; // taken over where the jar is loaded
     static final String CATALOG = "pipelined";
     static final String CATALOG_KEY = "spark.sql.catalog." + CATALOG;
 
@@ -44,27 +44,11 @@ public final class PipelinedFormat implements SupportsCatalogOptions, DataSource
         return CATALOG;
     }
 
-    /**
-     * Spark asks this, then loads the table from the catalog on the same thread; a read's load does not pass the
-     * options on to the catalog, so they wait here for it ({@link #takeOptions}).
-     */
-    private static final ThreadLocal<CaseInsensitiveStringMap> PENDING = new ThreadLocal<>();
-
-    /**
-     * The options of the read or write of {@code exchange} this thread is planning (once), or null: options left by
-     * a planning that never reached the catalog are never taken for another exchange.
-     */
-    static CaseInsensitiveStringMap takeOptions(String exchange) {
-        CaseInsensitiveStringMap options = PENDING.get();
-        PENDING.remove();
-        return options != null && exchange.equals(options.get("exchange")) ? options : null;
-    }
-
     /** The exchange named by the {@code exchange} option (empty without one: the Python source says what is missing). */
     @Override
     public Identifier extractIdentifier(CaseInsensitiveStringMap options) {
         ExchangePlugin.sayFailedHostsOnce();
-        PENDING.set(options);
+        FormatCatalog.expectOptions(options); // Spark loads the table from the catalog next, on this thread
         String exchange = options.get("exchange");
         return Identifier.of(new String[0], exchange == null ? "" : exchange);
     }

@@ -24,12 +24,15 @@ import org.sparkflow.exchange.catalog.ExchangeCatalog;
 
 /** The Python data source {@code pipelined} (installed with the package), for what the JVM path does not serve. */
 final class PythonSource {
+    /** The Python data source's name, which the jar's {@code format("pipelined")} takes over where it is loaded. */
+    static final String NAME = "pipelined";
+
     private PythonSource() {}
 
     /** Spark's provider of the Python source, as Spark itself makes one for a Python data source's name. */
     static PythonDataSourceV2 provider() {
         PythonDataSourceV2 provider = new PythonDataSourceV2();
-        provider.setShortName(PipelinedFormat.SHORT_NAME);
+        provider.setShortName(NAME);
         return provider;
     }
 
