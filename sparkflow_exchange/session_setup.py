@@ -9,6 +9,9 @@ puts it on the driver's and every executor's class path.
 The call merges, it never overrides: the jar is appended to the ``spark.jars`` the builder (or, without one,
 spark-defaults.conf and ``PYSPARK_SUBMIT_ARGS``'s ``--jars``) already has, and each recommended setting is
 added only where neither the builder nor spark-defaults.conf has the key. Calling it twice changes nothing.
+It also appends the jar's warm-up to ``spark.sql.extensions`` (merged the same way): when the session starts,
+a daemon thread does a write's one-time work (loading Arrow's classes, a few thousand rows through the
+encoder), so the application's first write does not pay it.
 """
 from __future__ import annotations
 
@@ -22,6 +25,10 @@ from .session_tuning import ARROW_MAX_BYTES_PER_BATCH, UNCHECKED
 
 JARS = "spark.jars"
 JAR_NAME = "sparkflow-exchange-plugin.jar"
+EXTENSIONS = "spark.sql.extensions"
+# starts the jar's one warm-up of the write path when the session starts (WarmupExtension.java): a fresh
+# application's first JVM write otherwise pays for loading Arrow's classes and a cold row loop
+WARMUP_EXTENSION = "org.sparkflow.exchange.format.WarmupExtension"
 
 # The settings the batch guide recommends for the JVM path (docs/batch-guide.md, "format("pipelined") with the
 # jar" and "Spark settings for speed"). Neither can be set by the jar itself: both are the session's.
@@ -37,18 +44,25 @@ def _split(jars: str | None) -> list[str]:
     return [j.strip() for j in (jars or "").split(",") if j.strip()]
 
 
-def _submit_args_jars() -> str | None:
-    """``--jars`` of ``PYSPARK_SUBMIT_ARGS`` (PySpark's route to spark-submit), or None."""
+def _submit_args() -> dict[str, str]:
+    """``spark.jars`` and ``spark.sql.extensions`` as ``PYSPARK_SUBMIT_ARGS`` (PySpark's route to spark-submit)
+    sets them: ``--jars`` and ``--conf key=value``."""
     try:
         args = shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", ""))
     except ValueError:
-        return None
+        return {}
+    found: dict[str, str] = {}
     for i, arg in enumerate(args):
-        if arg == "--jars" and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith("--jars="):
-            return arg.split("=", 1)[1]
-    return None
+        value = args[i + 1] if i + 1 < len(args) else ""
+        if arg == "--jars":
+            found[JARS] = value
+        elif arg.startswith("--jars="):
+            found[JARS] = arg.split("=", 1)[1]
+        elif arg == "--conf" and "=" in value:
+            key, _, v = value.partition("=")
+            if key.strip() in (JARS, EXTENSIONS):
+                found.setdefault(key.strip(), v)
+    return found
 
 
 def _remote(options: dict[str, Any]) -> str | None:
@@ -82,12 +96,19 @@ def merged_jars(existing: str | None, jar: str) -> str:
     return ",".join([*entries, jar])
 
 
-def settings_to_add(options: dict[str, Any], *, jar: str, spark_defaults: dict[str, str], submit_jars: str | None,
+def merged_extensions(existing: str | None) -> str:
+    """``existing`` (a comma-separated list of extension classes) with the warm-up's appended, once."""
+    entries = _split(existing)
+    return ",".join(entries if WARMUP_EXTENSION in entries else [*entries, WARMUP_EXTENSION])
+
+
+def settings_to_add(options: dict[str, Any], *, jar: str, spark_defaults: dict[str, str], submit: dict[str, str],
                     running_jars: list[str] | None, remote: str | None, settings: bool = True) -> dict[str, str]:
     """The keys ``configure`` adds to a builder whose options are ``options`` (nothing here touches Spark).
 
     ``running_jars``: the ``spark.jars`` of a classic SparkContext already running (None without one);
-    ``remote``: the builder's Spark Connect URL (None for a classic session)."""
+    ``submit``: what ``PYSPARK_SUBMIT_ARGS`` sets (``--jars``, ``--conf``; it wins over spark-defaults.conf, as in
+    spark-submit); ``remote``: the builder's Spark Connect URL (None for a classic session)."""
     add: dict[str, str] = {}
     if remote is None or remote.startswith("local"):  # a classic session, or Connect's in-process local server
         if running_jars is not None and remote is None:
@@ -97,12 +118,13 @@ def settings_to_add(options: dict[str, Any], *, jar: str, spark_defaults: dict[s
                     "call sparkflow_exchange.configure(builder) before the application's first session starts "
                     "(or stop the running one first)")
         else:
-            existing = options.get(JARS)
-            if existing is None:
-                existing = submit_jars or spark_defaults.get(JARS)  # spark-submit: --jars wins over the file
-            merged = merged_jars(None if existing is None else str(existing), jar)
-            if merged != options.get(JARS):
-                add[JARS] = merged
+            for key, merge in ((JARS, lambda v: merged_jars(v, jar)), (EXTENSIONS, merged_extensions)):
+                existing = options.get(key)
+                if existing is None:  # the builder's value replaces the launcher's: keep the launcher's entries
+                    existing = submit.get(key, spark_defaults.get(key))
+                merged = merge(None if existing is None else str(existing))
+                if merged != options.get(key):
+                    add[key] = merged
     if settings:
         for key, value in RECOMMENDED.items():
             if key not in options and key not in spark_defaults:
@@ -125,6 +147,6 @@ def configure(builder: Any, *, settings: bool = True) -> Any:
         raise ConfigError(f"configure() takes a SparkSession builder (SparkSession.builder), got {type(builder).__name__}")
     remote = _remote(options)
     add = settings_to_add(options, jar=plugin_jar(), spark_defaults=read_spark_defaults(),
-                          submit_jars=_submit_args_jars(), running_jars=_active_context_jars() if remote is None else None,
+                          submit=_submit_args(), running_jars=_active_context_jars() if remote is None else None,
                           remote=remote, settings=settings)
     return builder.config(map=add) if add else builder

@@ -12,7 +12,7 @@ import pytest
 
 import sparkflow_exchange
 from sparkflow_exchange.errors import ConfigError
-from sparkflow_exchange.session_setup import JARS, RECOMMENDED, _submit_args_jars, settings_to_add
+from sparkflow_exchange.session_setup import EXTENSIONS, JARS, RECOMMENDED, WARMUP_EXTENSION, _submit_args, settings_to_add
 
 ROOT = Path(__file__).parent.parent
 JAR = "/opt/site/sparkflow_exchange/jars/sparkflow-exchange-plugin.jar"
@@ -20,12 +20,12 @@ BUCKETING = "spark.sql.sources.v2.bucketing.shuffle.enabled"
 
 
 def added(options=None, *, defaults=None, submit=None, running=None, remote=None, settings=True) -> dict:
-    return settings_to_add(options or {}, jar=JAR, spark_defaults=defaults or {}, submit_jars=submit,
+    return settings_to_add(options or {}, jar=JAR, spark_defaults=defaults or {}, submit=submit or {},
                            running_jars=running, remote=remote, settings=settings)
 
 
 def test_a_bare_builder_gets_the_jar_and_every_recommended_setting():
-    assert added() == {JARS: JAR, **RECOMMENDED}
+    assert added() == {JARS: JAR, EXTENSIONS: WARMUP_EXTENSION, **RECOMMENDED}
     assert RECOMMENDED[BUCKETING] == "true"
 
 
@@ -36,15 +36,22 @@ def test_the_jar_is_appended_to_the_users_jars_never_replacing_them():
 def test_without_jars_on_the_builder_the_submit_args_then_spark_defaults_are_kept():
     """A builder's spark.jars replaces the launcher's: their jars must be in the merged value."""
     assert added(defaults={JARS: "/d.jar"})[JARS] == f"/d.jar,{JAR}"
-    assert added(defaults={JARS: "/d.jar"}, submit="/s.jar")[JARS] == f"/s.jar,{JAR}"  # --jars wins, as in spark-submit
-    assert added({JARS: "/b.jar"}, defaults={JARS: "/d.jar"}, submit="/s.jar")[JARS] == f"/b.jar,{JAR}"
+    assert added(defaults={JARS: "/d.jar"}, submit={JARS: "/s.jar"})[JARS] == f"/s.jar,{JAR}"  # as in spark-submit
+    assert added({JARS: "/b.jar"}, defaults={JARS: "/d.jar"}, submit={JARS: "/s.jar"})[JARS] == f"/b.jar,{JAR}"
+
+
+def test_the_warmup_is_appended_to_the_users_extensions_once():
+    theirs = "io.delta.sql.DeltaSparkSessionExtension"
+    assert added({EXTENSIONS: theirs})[EXTENSIONS] == f"{theirs},{WARMUP_EXTENSION}"
+    assert added(defaults={EXTENSIONS: theirs})[EXTENSIONS] == f"{theirs},{WARMUP_EXTENSION}"
+    assert EXTENSIONS not in added({EXTENSIONS: f"{theirs},{WARMUP_EXTENSION}"})
 
 
 def test_a_users_setting_wins_over_every_recommended_one():
     options = {BUCKETING: "false"}
     got = added(options, defaults={k: "x" for k in RECOMMENDED if k != BUCKETING})
-    assert set(got) == {JARS}, got
-    assert added(settings=False) == {JARS: JAR}
+    assert set(got) == {JARS, EXTENSIONS}, got
+    assert added(settings=False) == {JARS: JAR, EXTENSIONS: WARMUP_EXTENSION}
 
 
 def test_a_plugin_jar_already_listed_is_not_added_again():
@@ -73,13 +80,13 @@ def test_a_running_context_without_the_jar_is_refused_with_one_line():
     assert added(running=[f"file:{JAR}"]) == RECOMMENDED  # it has the jar: nothing to change but the settings
 
 
-def test_the_launchers_jars_are_read_from_pyspark_submit_args(monkeypatch):
-    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--master local[2] --jars /x.jar,/y.jar pyspark-shell")
-    assert _submit_args_jars() == "/x.jar,/y.jar"
+def test_the_launchers_jars_and_extensions_are_read_from_pyspark_submit_args(monkeypatch):
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", f"--master local[2] --jars /x.jar,/y.jar --conf {EXTENSIONS}=a.B pyspark-shell")
+    assert _submit_args() == {JARS: "/x.jar,/y.jar", EXTENSIONS: "a.B"}
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--jars=/z.jar pyspark-shell")
-    assert _submit_args_jars() == "/z.jar"
+    assert _submit_args() == {JARS: "/z.jar"}
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS")
-    assert _submit_args_jars() is None
+    assert _submit_args() == {}
 
 
 def test_not_a_builder_is_refused():
