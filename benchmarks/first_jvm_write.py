@@ -7,11 +7,13 @@ directory. After the session's own first job (a ``count`` of the rows), it times
 
 * ``noop``: ``df.write.format("noop")``, the floor: Spark's own work for the job, nothing written;
 * ``jvm``: ``df.write.format("pipelined")`` hashed on ``key`` into 200 subpartitions, served by the jar's JVM writer;
-  its first write starts the embedded service, as a user's first application on a host does;
+  no service runs on the host when the application starts, as for a user's first application on a host
+  (``configure``'s warm-up extension starts the embedded service when the session starts);
 * ``jvm-served``: the same with the host's service up before the application starts (``sparkflow-exchange serve``,
   or an earlier application's embedded service still up);
-* ``jvm-no-warmup``: ``jvm`` without the jar's warm-up (``spark.sql.extensions`` left out of what ``configure`` sets):
-  the first write as it was before the warm-up.
+* ``jvm-no-warmup``: ``jvm`` without the jar's warm-up extension (``spark.sql.extensions`` left out of what
+  ``configure`` sets): the first write loads the writer's classes and starts the embedded service itself, as
+  before the warm-up.
 
 Also reported: the session's start and first job (``session``), which the warm-up runs beside.
 

@@ -11,7 +11,8 @@ spark-defaults.conf and ``PYSPARK_SUBMIT_ARGS``'s ``--jars``) already has, and e
 added only where neither the builder nor spark-defaults.conf has the key. Calling it twice changes nothing.
 It also appends the jar's warm-up to ``spark.sql.extensions`` (merged the same way): when the session starts,
 a daemon thread does a write's one-time work (loading Arrow's classes, a few thousand rows through the
-encoder), so the application's first write does not pay it.
+encoder) and a local application without a service starts the embedded one, so the application's first write
+pays neither.
 """
 from __future__ import annotations
 

@@ -22,7 +22,10 @@ def compile_driver(jar: Path, out: Path) -> Callable[[list[dict[str, Any]]], lis
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
 
     def run(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        proc = subprocess.run(["java", "-cp", f"{out}:{classpath}", "org.sparkflow.exchange.UnitDriver"],
+        # Arrow's direct memory needs what Spark's launcher gives every Spark JVM (JavaModuleOptions)
+        proc = subprocess.run(["java", "--add-opens=java.base/java.nio=ALL-UNNAMED",
+                               "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED", "-cp", f"{out}:{classpath}",
+                               "org.sparkflow.exchange.UnitDriver"],
                               input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode == 0, proc.stderr[-4000:]

@@ -128,3 +128,11 @@ def test_a_damaged_spill_index_is_refused_by_the_jvm_as_by_python(jvm, tmp_path,
     with pytest.raises(spill.SpillCorruptError):
         for s in (0, 1):
             spill.read_index(f.index_path, s, data_size=f.size)
+
+
+def test_the_write_warmup_runs_the_writer_path_to_the_end(jvm):
+    """A session runs the warm-up on a daemon thread that swallows its failures (it is only a speed-up): here a
+    failure shows, so a change to the writer that breaks it cannot go unnoticed."""
+    [answer] = jvm([{"op": "warmup"}])
+    assert "error" not in answer, answer
+    assert answer["ms"] >= 0

@@ -53,6 +53,7 @@ public final class UnitDriver {
                     case "encode" -> answer.put("hex", encode(request));
                     case "decode" -> answer.set("frames", decode(request));
                     case "spill" -> answer.set("entries", spill(request));
+                    case "warmup" -> answer.put("ms", warmup());
                     default -> throw new IllegalArgumentException("unknown op " + request.path("op"));
                 }
             } catch (RuntimeException e) {
@@ -60,6 +61,17 @@ public final class UnitDriver {
             }
             System.out.println(JSON.writeValueAsString(answer));
         }
+    }
+
+    /** The write path's warm-up, which a session runs on a daemon thread that swallows its failures: here they show. */
+    private static long warmup() {
+        long started = System.nanoTime();
+        try {
+            org.sparkflow.exchange.write.Warmup.warm();
+        } catch (Exception e) {
+            throw new IllegalStateException("the warm-up failed: " + e, e);
+        }
+        return (System.nanoTime() - started) / 1_000_000;
     }
 
     private static ObjectNode contract() throws IllegalAccessException {

@@ -51,8 +51,8 @@ public final class Warmup {
         }
     }
 
-    /** The write path's work, start to end, on rows of the common column types. */
-    static void warm() throws Exception {
+    /** The write path's work, start to end, on rows of the common column types (public for the unit driver). */
+    public static void warm() throws Exception {
         StructType rows = new StructType().add("l", DataTypes.LongType).add("i", DataTypes.IntegerType)
                 .add("d", DataTypes.DoubleType).add("s", DataTypes.StringType).add("b", DataTypes.BooleanType)
                 .add("m", DataTypes.createDecimalType(12, 2)).add("t", DataTypes.DateType)
