@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 __version__ = "0.1.0"
-__all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "leave_group", "write", "plugin_jar", "ExchangeConfig",
+__all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "leave_group", "write", "plugin_jar", "configure", "ExchangeConfig",
            "PartitionType", "Partitioner", "ExchangeState", "ExchangeKind", "ExchangeSummary", "ExchangeDescription", "StreamSummary", "open_reader", "open_writer", "ExchangeWriter",
            # the errors users see (docs/errors.md)
            "ConfigError", "ExchangeError", "ServiceError", "ServiceUnavailable", "AuthenticationFailed", "NotPermitted",
@@ -39,6 +39,7 @@ from .errors import (  # noqa: F401
     translate_errors,
 )
 from .kinds import ExchangeKind, ExchangeState, Partitioner, PartitionType
+from .spark.session_setup import configure
 from .spark.session_tuning import SPARK_SETTINGS  # for the session builder: .config(map=SPARK_SETTINGS)
 from .summary import ExchangeSummary, StreamSummary
 

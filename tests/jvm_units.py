@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 # a short run: the quick compiler alone and the serial collector start a loaded 2-core machine's JVM 2-3 times faster
 JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+# Arrow's direct memory needs what Spark's launcher gives every Spark JVM (JavaModuleOptions)
+ARROW_FLAGS = ("--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED")
 TEST_SOURCES = Path(__file__).resolve().parent.parent / "jvm-stub" / "src" / "test" / "java"
 ANSWER_TIMEOUT = 120.0  # seconds one request may take, class loading included
 
@@ -89,4 +91,4 @@ def compile_driver(jar: Path, out: Path) -> Callable[[list[dict[str, Any]]], lis
                            "-nowarn", "-cp", classpath, "-d", str(out), *map(str, sorted(TEST_SOURCES.rglob("*.java")))],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-    return UnitDriver(["java", *JVM_FLAGS, "-cp", f"{out}:{classpath}", "org.sparkflow.exchange.UnitDriver"])
+    return UnitDriver(["java", *JVM_FLAGS, *ARROW_FLAGS, "-cp", f"{out}:{classpath}", "org.sparkflow.exchange.UnitDriver"])

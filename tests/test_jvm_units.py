@@ -562,3 +562,11 @@ def test_the_jars_packages_name_only_packages_below_them():
 def test_the_layer_check_finds_an_import_and_a_class_named_in_full():
     text = "import org.sparkflow.exchange.catalog.ExchangeTable;\n x = org.sparkflow.exchange.ExchangePlugin.y();"
     assert NAMED.findall(text) == ["catalog", ""]
+
+
+def test_the_write_warmup_runs_the_writer_path_to_the_end(jvm):
+    """A session runs the warm-up on a daemon thread that swallows its failures (it is only a speed-up): here a
+    failure shows, so a change to the writer that breaks it cannot go unnoticed."""
+    [answer] = jvm([{"op": "warmup"}])
+    assert "error" not in answer, answer
+    assert answer["ms"] >= 0

@@ -79,6 +79,7 @@ public final class UnitDriver {
                     case "write_settings" -> answer.set("settings", WriteProbe.settings(request));
                     case "route" -> answer.put("python_only", FormatProbe.pythonOnly(request));
                     case "readable" -> answer.put("unreadable", FormatProbe.unreadable(request));
+                    case "warmup" -> answer.put("ms", warmup());
                     default -> throw new IllegalArgumentException("unknown op " + request.path("op"));
                 }
             } catch (RuntimeException e) {
@@ -86,6 +87,17 @@ public final class UnitDriver {
             }
             System.out.println(JSON.writeValueAsString(answer));
         }
+    }
+
+    /** The write path's warm-up, which a session runs on a daemon thread that swallows its failures: here they show. */
+    private static long warmup() {
+        long started = System.nanoTime();
+        try {
+            org.sparkflow.exchange.write.Warmup.warm();
+        } catch (Exception e) {
+            throw new IllegalStateException("the warm-up failed: " + e, e);
+        }
+        return (System.nanoTime() - started) / 1_000_000;
     }
 
     private static ObjectNode contract() throws IllegalAccessException {
