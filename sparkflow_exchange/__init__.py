@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 __version__ = "0.1.0"
@@ -39,7 +38,7 @@ from .errors import (  # noqa: F401
     translate_errors,
 )
 from .kinds import ExchangeKind, ExchangeState, Partitioner, PartitionType
-from .spark.session_setup import configure
+from .spark.session_setup import configure, plugin_jar
 from .spark.session_tuning import SPARK_SETTINGS  # for the session builder: .config(map=SPARK_SETTINGS)
 from .summary import ExchangeSummary, StreamSummary
 
@@ -184,14 +183,3 @@ def _activate(session: Any) -> None:
         session._jvm.org.apache.spark.sql.classic.SparkSession.setActiveSession(session._jsparkSession)
     except Exception:  # noqa: BLE001 - older Spark: nothing to set
         pass
-
-
-def plugin_jar() -> str:
-    """Path of the Spark plugin jar shipped in this package (for spark.jars)."""
-    jar = Path(__file__).parent / "jars" / "sparkflow-exchange-plugin.jar"
-    if not jar.exists():
-        raise FileNotFoundError(
-            f"{jar} is missing: this installation was built without a JDK. Build the jar with "
-            "`python -m sparkflow_exchange.build_plugin` (needs javac 17 or newer and pyspark; "
-            "`--output PATH` if the package directory is read-only)")
-    return str(jar)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from pathlib import Path
 from typing import Any
 
 from ..config import read_spark_defaults
@@ -141,7 +142,6 @@ def configure(builder: Any, *, settings: bool = True) -> Any:
     A Spark Connect builder of a remote server (``sc://``) gets the settings only: the jar must be on that
     server. Raises :class:`ConfigError` when a classic SparkContext already runs without the jar (its
     ``spark.jars`` cannot change any more)."""
-    from .. import plugin_jar
 
     options = getattr(builder, "_options", None)
     if not isinstance(options, dict):
@@ -151,3 +151,14 @@ def configure(builder: Any, *, settings: bool = True) -> Any:
                           submit=_submit_args(), running_jars=_active_context_jars() if remote is None else None,
                           remote=remote, settings=settings)
     return builder.config(map=add) if add else builder
+
+
+def plugin_jar() -> str:
+    """Path of the Spark plugin jar shipped in this package (for spark.jars)."""
+    jar = Path(__file__).resolve().parent.parent / "jars" / "sparkflow-exchange-plugin.jar"
+    if not jar.exists():
+        raise FileNotFoundError(
+            f"{jar} is missing: this installation was built without a JDK. Build the jar with "
+            "`python -m sparkflow_exchange.build_plugin` (needs javac 17 or newer and pyspark; "
+            "`--output PATH` if the package directory is read-only)")
+    return str(jar)
