@@ -5,7 +5,7 @@ import contextlib
 import weakref
 from typing import TYPE_CHECKING, Any, Iterator
 
-__version__ = "0.1.0"
+__version__ = "0.4.0.dev0"
 __all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "leave_group", "write", "plugin_jar", "configure", "ExchangeConfig",
            "PartitionType", "Partitioner", "ExchangeState", "ExchangeKind", "ExchangeSummary", "ExchangeDescription", "StreamSummary", "open_reader", "open_writer", "ExchangeWriter",
            # the errors users see (docs/errors.md)
