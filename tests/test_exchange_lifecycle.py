@@ -150,8 +150,8 @@ def test_the_read_verdict():
     life.on(E.COMMIT, "w1")
     assert read_verdict(life, 4, [(0, "p0", "finished")]).sealed
     v = read_verdict(life, 4, [(0, "p0", "finished"), (1, "p1", "failed")])
-    assert (v.sealed, v.code, v.reason) == (False, ErrorCode.PRODUCER_FAILED,
+    assert (v.sealed, v.ended, v.code, v.reason) == (False, False, ErrorCode.PRODUCER_FAILED,
                                           "exchange 'x': committed producer 1 (partition p1) is failed, not finished")
     v = read_verdict(_in(Kind.BATCH, S.ABORTED), 4, [])
-    assert (v.sealed, v.live, v.code) == (False, False, ErrorCode.WRITE_CLOSED)
+    assert (v.sealed, v.live, v.ended, v.code) == (False, False, True, ErrorCode.WRITE_CLOSED)
     assert v.reason == "exchange 'x' was aborted (the job failed): it holds no rows to read"

@@ -225,20 +225,22 @@ class Lifecycle:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Whether an exchange may be read: ``sealed``: its committed state, now; ``live``: as it is written (a
-    reader that takes producers as they register); ``writing``: a write is open (only the seal is missing for
-    a reader of committed states). When ``sealed`` is false, ``code`` and ``reason`` say why (the reason
-    names the exchange)."""
+    """Whether an exchange may be read: ``sealed``: its committed state, now; ``live``: planned as it is written
+    (a reader that takes producers as they register); ``writing``: a write is open (only the seal is missing
+    for a reader of committed states); ``ended``: it holds nothing to read any more (aborted, dropped, lost),
+    so a read in progress fails. When ``sealed`` is false, ``code`` and ``reason`` say why (the reason names
+    the exchange)."""
 
     sealed: bool
     live: bool
     writing: bool = False
     code: str = ""
     reason: str = ""
+    ended: bool = False
 
     def to_dict(self) -> dict[str, object]:
-        return {"sealed": self.sealed, "live": self.live, "writing": self.writing, "code": self.code,
-                "reason": self.reason}
+        return {"sealed": self.sealed, "live": self.live, "writing": self.writing, "ended": self.ended,
+                "code": self.code, "reason": self.reason}
 
 
 def read_verdict(life: Lifecycle, num_subpartitions: int | None,
@@ -247,9 +249,10 @@ def read_verdict(life: Lifecycle, num_subpartitions: int | None,
     ex = f"exchange {life.name!r}"
     if life.state is ExchangeState.ABORTED:
         return Verdict(False, False, False, ErrorCode.WRITE_CLOSED,
-                       f"{ex} was aborted ({life.reason or 'its write failed'}): it holds no rows to read")
+                       f"{ex} was aborted ({life.reason or 'its write failed'}): it holds no rows to read", True)
     if life.state not in (ExchangeState.OPEN, ExchangeState.COMMITTED):
-        return Verdict(False, False, False, ErrorCode.NO_EXCHANGE, f"{ex} is {life.state}: it holds no rows to read")
+        return Verdict(False, False, False, ErrorCode.NO_EXCHANGE, f"{ex} is {life.state}: it holds no rows to read",
+                       True)
     for index, partition, state in committed:
         if state != PartitionState.FINISHED:
             return Verdict(False, False, bool(life.open_writes), ErrorCode.PRODUCER_FAILED,

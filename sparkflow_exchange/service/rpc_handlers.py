@@ -18,9 +18,11 @@ from ..network.rpc import RPCS
 from . import owners
 
 if TYPE_CHECKING:
+    from ..config import ExchangeConfig
     from ..network.server import ServerConnection
     from ..partition.result_partition import ResultPartition
     from .coordinator import Coordinator
+    from .releases import PartitionReleases
     from .streams import StreamRegistry
 
 # subscriptions one connection holds at once (a reader holds one per exchange it is reading): each costs the
@@ -29,7 +31,7 @@ MAX_SUBSCRIPTIONS = 4096
 SERVICE_GIVEN = frozenset({"owner", "conn"})  # a handler's arguments the service gives, never the client
 
 
-class Service(owners.Holdings, Protocol):
+class Service(Protocol):
     """What the handlers use of the exchange service (``exchange_service.py``)."""
 
     service_id: str
@@ -39,6 +41,9 @@ class Service(owners.Holdings, Protocol):
     last_app_seen: float
     partitions: dict[str, ResultPartition]
     traffic: dict[str, int]
+    secret: str | None
+    config: ExchangeConfig
+    releases: PartitionReleases
 
     def addresses(self) -> dict[str, Any]: ...
 
@@ -46,7 +51,36 @@ class Service(owners.Holdings, Protocol):
 
     def stop(self) -> None: ...
 
-    def release_owned(self, pids: list[str], owner: str, reason: str, code: ErrorCode = ErrorCode.RELEASED) -> int: ...
+
+
+class ServiceHoldings:
+    """Who owns what the service holds (``owners.Holdings``): what the RPC table's :class:`Who` is checked on."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def owner_of(self, name: str) -> str:
+        """The credential an exchange or stream (or a stream's epoch) of that name belongs to ("" if none)."""
+        if self.service.coordinator is None:
+            return ""
+        ex = self.service.coordinator.exchanges.get(name)
+        if ex is not None and not ex.stream:
+            return ex.owner
+        st = self.service.streams.streams.get(ex.stream if ex is not None else name)
+        if st is not None:
+            return st.owner
+        lost = self.service.coordinator.lost.get(name)
+        return lost.get("owner", "") if lost is not None else ""
+
+    def group_owner(self, stream: str, group: str) -> tuple[str, str]:
+        """(the credential a consumer group belongs to, its stream's owner); ("", "") for none."""
+        st = self.service.streams.streams.get(stream) if self.service.streams is not None else None
+        g = st.groups.get(group) if st is not None else None
+        return (g.owner, st.owner) if g is not None else ("", "")
+
+    def partition_owner(self, partition: str) -> str:
+        part = self.service.partitions.get(partition)
+        return part.owner if part is not None else ""
 
 
 class ServiceCalls:
@@ -71,7 +105,7 @@ class ServiceCalls:
         a credential: only what that one registered."""
         owner = on_behalf_of if conn.identity == auth.OPERATOR and on_behalf_of else conn.identity
         code = ErrorCode.REPLACED if code == ErrorCode.REPLACED else ErrorCode.RELEASED
-        return {"released": self.service.release_owned(partitions, owner, str(reason or "released by the "
+        return {"released": self.service.releases.release_owned(partitions, owner, str(reason or "released by the "
                                                                                    "coordinator"), code)}
 
     def attach_app(self, app: str, pid: int) -> dict:
@@ -149,6 +183,7 @@ class Dispatcher:
 
     def __init__(self, service: Service) -> None:
         self.service = service
+        self.holdings = ServiceHoldings(service)
         self.roles: dict[str, object] = {"service": ServiceCalls(service)}
         if service.coordinator is not None:
             self.roles.update(exchanges=ExchangeCalls(service), coordinator=service.coordinator,
@@ -169,7 +204,7 @@ class Dispatcher:
         return found
 
     async def call(self, conn: ServerConnection, method: str, args: dict) -> Any:
-        owners.check(conn.identity, method, args, self.service)
+        owners.check(conn.identity, method, args, self.holdings)
         fn, given = self.handler(method)
         if "owner" in given:
             args["owner"] = conn.identity  # never the client's say

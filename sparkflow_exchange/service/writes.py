@@ -158,7 +158,7 @@ class Writes:
         destroy another's data. Two checks make that sound without a round trip to the holding service:
         a partition id already a producer of any exchange (or epoch) is refused here; and every release
         carries the credential that joined the partition, which the holding service compares with the
-        credential that registered it there (``ExchangeService.release_owned``): a partition registered
+        credential that registered it there (``PartitionReleases.release_owned``): a partition registered
         by another is never freed for it. A partition this process holds is checked at once as well."""
         ex = self.book.get(name, epoch)
         location = self.locate(location)

@@ -26,10 +26,11 @@ public final class ExchangeDescription implements Serializable {
 
     /**
      * The coordinator's verdict on reading it (its lifecycle's, decided once for every reader): {@code sealed}, its
-     * committed state reads now; {@code live}, it reads as it is written; {@code writing}, a write is open; when not
-     * sealed, {@code code} and {@code reason} say why (the reason names the exchange).
+     * committed state reads now; {@code live}, a read planned as it is written; {@code writing}, a write is open;
+     * {@code ended}, it holds nothing to read any more (a read in progress fails); when not sealed, {@code code} and
+     * {@code reason} say why (the reason names the exchange).
      */
-    public record Readable(boolean sealed, boolean live, boolean writing, String code, String reason)
+    public record Readable(boolean sealed, boolean live, boolean writing, boolean ended, String code, String reason)
             implements Serializable {}
 
     public final String name;
@@ -86,7 +87,8 @@ public final class ExchangeDescription implements Serializable {
         d.path("seal_ends").forEach(x -> sealEnds.add(x.asInt()));
         JsonNode v = d.path("readable");
         readable = new Readable(v.path("sealed").asBoolean(false), v.path("live").asBoolean(false),
-                v.path("writing").asBoolean(false), v.path("code").asText(""), v.path("reason").asText(""));
+                v.path("writing").asBoolean(false), v.path("ended").asBoolean(false), v.path("code").asText(""),
+                v.path("reason").asText(""));
         rows = d.path("rows").canConvertToLong() ? OptionalLong.of(d.get("rows").asLong()) : OptionalLong.empty();
         bytes = sum(d.path("subpartition_bytes"));
         JsonNode each = d.path("subpartition_bytes");

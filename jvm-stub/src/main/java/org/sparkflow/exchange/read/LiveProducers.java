@@ -40,7 +40,7 @@ public final class LiveProducers {
         if (d.epoch != epoch) {
             throw new ExchangeReadException(ExchangeReadException.gone(exchange, "overwritten"));
         }
-        if (!d.readable.live()) { // the coordinator's verdict: aborted (or gone), nothing to read as it is written
+        if (d.readable.ended()) { // the coordinator's verdict: aborted (or gone), nothing to read any more
             throw new ExchangeReadException(d.readable.reason() + "; this read has no committed state to return: "
                     + "write it again");
         }
