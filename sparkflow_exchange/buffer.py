@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 
+from . import contract  # noqa: E402
 from .arrow_numpy import empty_batch  # noqa: E402
 from .buffer_kinds import BROADCAST, END_COUNTS, FLAG_COMPRESSED, FLAG_SHARED, BufferKind  # noqa: E402,F401
 
@@ -107,6 +108,96 @@ def _stream_schema_length(schema: pa.Schema, message: pa.Buffer, compression: st
     return length
 
 
+# a compressed Arrow buffer is kept only if it saves this share of its bytes; else it is stored as it is (the IPC
+# format's per-buffer "uncompressed" length, -1), as the JVM writer does: reading it costs no decompression
+MIN_SAVING_PERCENT = contract.load()["compression"]["min_saving_percent"]
+_I32, _U16, _I64 = struct.Struct("<i"), struct.Struct("<H"), struct.Struct("<q")
+_ARROW_BUFFER = struct.Struct("<qq")  # flatbuffers' Buffer struct: offset, length in the body
+
+
+def _field(meta, table: int, index: int) -> int | None:
+    """Where field ``index`` of the flatbuffer table at ``table`` lies in ``meta``; None if absent."""
+    vtable = table - _I32.unpack_from(meta, table)[0]
+    slot = 4 + 2 * index
+    if slot >= _U16.unpack_from(meta, vtable)[0]:
+        return None
+    offset = _U16.unpack_from(meta, vtable + slot)[0]
+    return table + offset if offset else None
+
+
+def _body_buffers(view: memoryview) -> tuple[memoryview, int, int, int, list[tuple[int, int]]] | None:
+    """An IPC record-batch message's flatbuffer, where its buffers vector and bodyLength lie, the body's start and
+    the buffers' (offset, length) in the body; None if it is no such message."""
+    if len(view) < 8 or _I32.unpack_from(view, 0)[0] != -1:
+        return None
+    meta_len = _I32.unpack_from(view, 4)[0]
+    meta = view[8:8 + meta_len]
+    root = _I32.unpack_from(meta, 0)[0]
+    header_at, body_len_at = _field(meta, root, 2), _field(meta, root, 3)
+    if header_at is None or body_len_at is None:
+        return None
+    batch = header_at + _I32.unpack_from(meta, header_at)[0]
+    buffers_at = _field(meta, batch, 2)
+    if buffers_at is None:
+        return None
+    vector = buffers_at + _I32.unpack_from(meta, buffers_at)[0]
+    count = _I32.unpack_from(meta, vector)[0]
+    spans = [_ARROW_BUFFER.unpack_from(meta, vector + 4 + 16 * i) for i in range(count)]
+    return meta, vector, body_len_at, 8 + meta_len, spans
+
+
+def compressed_buffers(message) -> list[tuple[int, int]]:
+    """(stored bytes, uncompressed bytes or -1 if stored as it is) of each body buffer of a compressed IPC
+    record-batch message (8-byte length prefix included in the stored bytes; empty buffers left out)."""
+    found = _body_buffers(memoryview(message))
+    if found is None:
+        raise ValueError("not an Arrow IPC record-batch message")
+    view, (_, _, _, body_start, spans) = memoryview(message), found
+    return [(length, _I64.unpack_from(view, body_start + offset)[0]) for offset, length in spans if length >= 8]
+
+
+def store_raw_where_larger(message: pa.Buffer, codec: str) -> pa.Buffer:
+    """``message`` (a compressed IPC record batch) with each buffer that saved too little stored uncompressed.
+
+    Arrow C++ keeps every compressed buffer, however little it shrank (pyarrow offers no ``min_space_savings``):
+    random bytes would cost a decompression for nothing. The message's flatbuffer (Message -> RecordBatch ->
+    buffers, bodyLength) is patched where its fields lie and the body rebuilt, 8-aligned; untouched if every buffer
+    saved at least :data:`MIN_SAVING_PERCENT` (the usual case: one pass over a few numbers per column).
+    """
+    view = memoryview(message)
+    found = _body_buffers(view)
+    if found is None:
+        return message
+    meta, vector, body_len_at, body_start, spans = found
+    raw_at = []
+    for i, (offset, length) in enumerate(spans):
+        if length >= 8:
+            size = _I64.unpack_from(view, body_start + offset)[0]
+            if size > 0 and (length - 8) * 100 > size * (100 - MIN_SAVING_PERCENT):
+                raw_at.append(i)
+    if not raw_at:
+        return message
+    decompressor = pa.Codec(codec)
+    raw = set(raw_at)
+    new_meta = bytearray(meta)
+    parts: list = []
+    position = 0
+    for i, (offset, length) in enumerate(spans):
+        piece = view[body_start + offset:body_start + offset + length]
+        if i in raw:
+            size = _I64.unpack_from(piece, 0)[0]
+            piece = b"".join((_I64.pack(-1), decompressor.decompress(piece[8:], decompressed_size=size)))
+        n = len(piece)
+        _ARROW_BUFFER.pack_into(new_meta, vector + 4 + 16 * i, position, n)
+        parts.append(piece)
+        pad = -n % 8
+        if pad:
+            parts.append(b"\0" * pad)
+        position += n + pad
+    _I64.pack_into(new_meta, body_len_at, position)
+    return pa.py_buffer(b"".join((view[:8], new_meta, *parts)))
+
+
 class BatchEncoder:
     """Serialises record batches of one schema into buffer payloads."""
 
@@ -139,7 +230,7 @@ class BatchEncoder:
             start = sink.tell()
             writer.write_batch(batch)
             end = sink.tell()
-        return sink.getvalue().slice(start, end - start)
+        return store_raw_where_larger(sink.getvalue().slice(start, end - start), self.compression)
 
     def encode_into(self, batch: pa.RecordBatch, dest: memoryview) -> tuple[int, int] | None:
         """Serialise ``batch`` straight into ``dest`` (a shared-memory slot): (offset, length), or None if it won't fit."""
@@ -155,6 +246,14 @@ class BatchEncoder:
         except (pa.ArrowInvalid, OSError):  # compressed data that did not shrink enough
             return None
         end = sink.tell()
+        if self.compression is not None:  # buffers that shrank too little are stored as they are
+            message = target.slice(self._schema_len, end - self._schema_len)
+            stored = store_raw_where_larger(message, self.compression)
+            if stored is not message:
+                end = self._schema_len + len(stored)
+                if end + TRAILER_SIZE > len(dest):
+                    return None
+                dest[self._schema_len:end] = memoryview(stored).cast("B")
         if end + TRAILER_SIZE > len(dest):
             return None
         n = end - self._schema_len

@@ -23,13 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from . import contract
 from .errors import ConfigError  # re-exported: defined with the other errors users see
 from .kinds import PARTITION_TYPES, PartitionType
 
 PREFIX = "spark.sparkflow.exchange."
 ENV_CONF = "SPARKFLOW_EXCHANGE_CONF"
 
-COMPRESSIONS = ("none", "zstd", "lz4")
+COMPRESSIONS = tuple(contract.load()["compression"]["codecs"])  # none first; the JVM's Codecs.NAMES too
+DEFAULT_COMPRESSION = contract.load()["compression"]["default"]  # the one place it is set: contract.json
 SINGLE_SUBPARTITION = ("forward", "broadcast")  # partitioners that give each producer one subpartition of its own
 
 
@@ -202,7 +204,7 @@ class ExchangeConfig:
     buffer_size: int = 1 << 20
     buffer_timeout: float = 0.1
     sort_buffer_size: int = 32 << 20
-    compression: str = "none"
+    compression: str = DEFAULT_COMPRESSION
     buffers_per_channel: int = 2
     floating_buffers_per_gate: int = 8
     buffers_per_partition: int = 16

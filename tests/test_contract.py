@@ -164,6 +164,12 @@ def jvm(jar, tmp_path_factory):
     return compile_driver(jar, tmp_path_factory.mktemp("jvm-units"))
 
 
+def test_pythons_compression_option_is_the_contracts():
+    assert config.COMPRESSIONS == tuple(C["compression"]["codecs"]) and config.COMPRESSIONS[0] == "none"
+    assert config.ExchangeConfig().compression == C["compression"]["default"] in config.COMPRESSIONS
+    assert buffer.MIN_SAVING_PERCENT == C["compression"]["min_saving_percent"]
+
+
 def _expected_contract_class() -> dict:
     def flags(group: dict) -> dict:
         out = {"ALL": list(group)}
@@ -191,6 +197,8 @@ def _expected_contract_class() -> dict:
         "Buffer": {"BROADCAST_SUBPARTITION": b["broadcast_subpartition"], "TRAILER_SIZE": b["trailer_size"],
                    "END_COUNTS_SIZE": b["end_counts_size"]},
         "SpillIndex": {"MAGIC": s["magic"], "VERSION": s["version"], "ENTRY_SIZE": s["entry_size"]},
+        "Compression": {"DEFAULT": C["compression"]["default"], "CODECS": C["compression"]["codecs"]},
+        "CompressionSaving": {"MIN_PERCENT": C["compression"]["min_saving_percent"]},
     }
 
 
