@@ -108,52 +108,8 @@ def _stream_schema_length(schema: pa.Schema, message: pa.Buffer, compression: st
     return length
 
 
-# a compressed Arrow buffer is kept only if it saves this share of its bytes; else it is stored as it is (the IPC
-# format's per-buffer "uncompressed" length, -1), as the JVM writer does: reading it costs no decompression
-MIN_SAVING_PERCENT = contract.load()["compression"]["min_saving_percent"]
-_I32, _U16, _I64 = struct.Struct("<i"), struct.Struct("<H"), struct.Struct("<q")
-_ARROW_BUFFER = struct.Struct("<qq")  # flatbuffers' Buffer struct: offset, length in the body
-
-
-def _field(meta, table: int, index: int) -> int | None:
-    """Where field ``index`` of the flatbuffer table at ``table`` lies in ``meta``; None if absent."""
-    vtable = table - _I32.unpack_from(meta, table)[0]
-    slot = 4 + 2 * index
-    if slot >= _U16.unpack_from(meta, vtable)[0]:
-        return None
-    offset = _U16.unpack_from(meta, vtable + slot)[0]
-    return table + offset if offset else None
-
-
-def _body_buffers(view: memoryview) -> tuple[memoryview, int, int, int, list[tuple[int, int]]] | None:
-    """An IPC record-batch message's flatbuffer, where its buffers vector and bodyLength lie, the body's start and
-    the buffers' (offset, length) in the body; None if it is no such message."""
-    if len(view) < 8 or _I32.unpack_from(view, 0)[0] != -1:
-        return None
-    meta_len = _I32.unpack_from(view, 4)[0]
-    meta = view[8:8 + meta_len]
-    root = _I32.unpack_from(meta, 0)[0]
-    header_at, body_len_at = _field(meta, root, 2), _field(meta, root, 3)
-    if header_at is None or body_len_at is None:
-        return None
-    batch = header_at + _I32.unpack_from(meta, header_at)[0]
-    buffers_at = _field(meta, batch, 2)
-    if buffers_at is None:
-        return None
-    vector = buffers_at + _I32.unpack_from(meta, buffers_at)[0]
-    count = _I32.unpack_from(meta, vector)[0]
-    spans = [_ARROW_BUFFER.unpack_from(meta, vector + 4 + 16 * i) for i in range(count)]
-    return meta, vector, body_len_at, 8 + meta_len, spans
-
-
-def compressed_buffers(message) -> list[tuple[int, int]]:
-    """(stored bytes, uncompressed bytes or -1 if stored as it is) of each body buffer of a compressed IPC
-    record-batch message (8-byte length prefix included in the stored bytes; empty buffers left out)."""
-    found = _body_buffers(memoryview(message))
-    if found is None:
-        raise ValueError("not an Arrow IPC record-batch message")
-    view, (_, _, _, body_start, spans) = memoryview(message), found
-    return [(length, _I64.unpack_from(view, body_start + offset)[0]) for offset, length in spans if length >= 8]
+from .ipc_body import MIN_SAVING_PERCENT, body_buffers as _body_buffers, compressed_buffers, raw_size  # noqa: E402,F401
+from .ipc_body import _ARROW_BUFFER, _I64  # noqa: E402
 
 
 def store_raw_where_larger(message: pa.Buffer, codec: str) -> pa.Buffer:

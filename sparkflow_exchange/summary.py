@@ -42,6 +42,9 @@ class ExchangeSummary:
     created: datetime  # UTC: when this version was declared (an overwrite declares a new one)
     last_used: datetime  # UTC: the last write, read or commit; the exchange expires ``ttl`` seconds after it
     stream: StreamSummary | None = None  # for a stream (kind STREAM) only
+    # ``bytes`` as they would be uncompressed (equal to it without compression); None when not every committed
+    # producer reported it (the JVM writer does not yet) and for a stream
+    raw_bytes: int | None = None
 
     @classmethod
     def from_description(cls, desc: Mapping[str, Any]) -> ExchangeSummary:
@@ -56,9 +59,13 @@ class ExchangeSummary:
             stream = StreamSummary(desc["last_committed"], desc["retained_epochs"], desc.get("writer_waiting_s"),
                                    {g: v["position"] for g, v in desc.get("groups", {}).items()})
             producers, rows, size = 0, desc.get("retained_rows"), desc.get("retained_bytes")
+            raw = None
         else:
             sizes = desc.get("subpartition_bytes")
             producers, rows, size = len(desc.get("committed", ())), desc.get("rows"), None if sizes is None else sum(sizes)
+            committed = set(desc.get("committed", ()))
+            raws = [p.get("raw_bytes", -1) for p in desc.get("producers", ()) if p.get("partition") in committed]
+            raw = sum(raws) if raws and min(raws) >= 0 and size is not None else None
         return cls(
             name=desc["name"], kind=kind, state=ExchangeState(desc["state"]),
             schema=schema_ddl(schema_from_b64(desc["schema"])),
@@ -66,7 +73,7 @@ class ExchangeSummary:
             partitioner=str(partitioner.get("name", "")), keys=tuple(partitioner.get("keys") or ()),
             num_subpartitions=desc.get("num_subpartitions"), producers=producers, rows=rows, bytes=size,
             owner=desc.get("owner", ""), created=_utc(desc.get("created_at")), last_used=_utc(desc.get("last_used_at")),
-            stream=stream)
+            stream=stream, raw_bytes=raw)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON values: enums as their strings, times as ISO 8601 (``list --json`` prints this)."""
@@ -74,7 +81,7 @@ class ExchangeSummary:
             "name": self.name, "kind": str(self.kind), "state": str(self.state), "schema": self.schema,
             "partition_type": str(self.partition_type), "partitioner": self.partitioner, "keys": list(self.keys),
             "num_subpartitions": self.num_subpartitions, "producers": self.producers, "rows": self.rows,
-            "bytes": self.bytes, "owner": self.owner, "created": self.created.isoformat(),
+            "bytes": self.bytes, "raw_bytes": self.raw_bytes, "owner": self.owner, "created": self.created.isoformat(),
             "last_used": self.last_used.isoformat(),
         }
         if self.stream is not None:

@@ -15,7 +15,8 @@ import pytest
 import sparkflow_exchange as sfe
 from harness import client_config
 from sparkflow_exchange import exchange as ex
-from sparkflow_exchange.buffer import MIN_SAVING_PERCENT, BatchEncoder, compressed_buffers, decode, verify
+from sparkflow_exchange.buffer import MIN_SAVING_PERCENT, BatchEncoder, compressed_buffers, decode, raw_size, verify
+from sparkflow_exchange.service.metrics import render
 
 SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("noise", pa.int64()),
                     pa.field("text", pa.string()), pa.field("price", pa.float64())])
@@ -49,6 +50,10 @@ def test_a_buffer_that_shrinks_too_little_is_stored_as_it_is_and_the_others_comp
     assert bytes(slot[offset:offset + length]) == payload.to_pybytes()
     for part in (b.slice(0, 0), b.slice(7, 1), b.slice(100, 3000)):  # empty, one row, a slice's offsets
         assert decode(encoder.encode(part), SCHEMA).equals(part)
+        # the size it would have uncompressed: Arrow's own uncompressed buffer, but for the compression's metadata
+        plain = len(BatchEncoder(SCHEMA).encode(part))
+        assert plain <= raw_size(encoder.encode(part)) <= plain + 64
+    assert raw_size(b"not an arrow message") == len(b"not an arrow message")  # counted as it is, never a failure
 
 
 def test_nothing_is_stored_compressed_when_nothing_shrinks():
@@ -94,6 +99,14 @@ def test_every_python_writer_and_reader_moves_compressed_exchanges_exactly(tmp_s
     expected = pa.Table.from_batches([batch(s, 5000) for s in range(0, ROWS, 5000)]).sort_by("k")
     uncompressed = expected.nbytes
     assert part["bytes"] < 0.75 * uncompressed, (part["bytes"], uncompressed)  # held compressed
+    # both sizes wherever sizes are shown: the partition's status, the exchange's summary, the metrics
+    assert uncompressed <= part["raw_bytes"] <= uncompressed * 1.2, (part["raw_bytes"], uncompressed)
+    summary = next(s for s in sfe.list_exchanges(coordinator=svc.tcp, secret=svc.secret) if s.name == name)
+    assert (summary.bytes, summary.raw_bytes) == (part["bytes"], part["raw_bytes"]), summary
+    assert summary.to_json()["raw_bytes"] == part["raw_bytes"]
+    metrics = render(svc.status())
+    assert f'sparkflow_partition_raw_bytes_total{{service="{svc.status()["service"]["service_id"]}",' \
+           f'partition="{part["partition"]}",exchange="{name}"}} {part["raw_bytes"]}' in metrics
     for host in ("hostA", "hostB"):  # the local channel (spill file read in place), TCP from another host
         reader = client_config(svc, exchange=name, hostId=host, **settings)
         desc = ex.describe_exchange(reader)

@@ -42,6 +42,7 @@ class ProducerInfo:
     spill: str = ""  # data file of a finished re-readable partition (local readers may read it directly)
     rows: int = -1  # rows it pushed, reported at finish (-1: not reported); checked against its commit message
     bytes: int = -1  # bytes it wrote, reported at finish (-1: not reported); a stream's retention counts them
+    raw_bytes: int = -1  # those bytes as they would be uncompressed (-1: not reported)
     owner: str = ""  # the credential that joined it to the exchange: releasing it frees only a partition it registered
 
     def to_dict(self) -> dict[str, Any]:
@@ -453,7 +454,8 @@ class Coordinator:
 
     async def producer_finished(self, name: str, epoch: int, partition: str, spill: str = "",
                                 subpartition_bytes: list[int] | None = None, rows: int | None = None,
-                                bytes: int | None = None, subpartition_rows: list[int] | None = None) -> dict:
+                                bytes: int | None = None, subpartition_rows: list[int] | None = None,
+                                raw_bytes: int | None = None) -> dict:
         """A producer finished; ``subpartition_bytes`` (bytes per subpartition) feed coalesced reads, ``rows``
         (what it pushed) is checked against its commit message; ``subpartition_rows`` (rows per subpartition)
         are summed at commit for readers that plan by rows."""
@@ -466,6 +468,8 @@ class Coordinator:
                 p.rows = rows
             if bytes is not None:
                 p.bytes = bytes
+            if raw_bytes is not None:
+                p.raw_bytes = raw_bytes
             if subpartition_bytes is not None:
                 sizes = np.asarray(subpartition_bytes, dtype=np.int64)
                 if sizes.ndim != 1 or (sizes.size and sizes.min() < 0):
