@@ -93,7 +93,7 @@ _KEYS: dict[str, tuple[str, Any, str]] = {
     "sortBufferSize": ("sort_buffer_size", parse_size, "a writer's sort buffer: rows grouped by subpartition before they leave (its memory bound)"),
     "compression": ("compression", lambda v: str(v).lower(),
                     "none | zstd | lz4 (Arrow IPC body compression, by the Python and the JVM writer; "
-                    "every reader reads it)"),
+                    "every reader reads it; see docs/batch-guide.md, \"Choosing compression\")"),
     "buffersPerChannel": ("buffers_per_channel", int, "exclusive buffers (initial credit) per input channel"),
     "floatingBuffersPerGate": ("floating_buffers_per_gate", int, "floating buffers shared by an input gate's channels"),
     "buffersPerPartition": ("buffers_per_partition", int, "most in-memory buffers of a running partition's pool (its share of memory.budget may be fewer)"),
