@@ -94,7 +94,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "bufferSize": ("buffer_size", "largest buffer before compression"),
     "bufferTimeout": ("buffer_timeout", "output flusher interval: a partly filled buffer is sent after this"),
     "sortBufferSize": ("sort_buffer_size", "a writer's sort buffer: rows grouped by subpartition before they leave (its memory bound)"),
-    "compression": ("compression", "none | zstd | lz4 (Arrow IPC body compression, by the Python and the JVM writer; every reader reads it)"),
+    "compression": ("compression", "none | zstd | lz4 (Arrow IPC body compression, by the Python and the JVM writer; every reader reads it; see docs/batch-guide.md, \"Choosing compression\")"),
     "buffersPerChannel": ("buffers_per_channel", "exclusive buffers (initial credit) per input channel"),
     "floatingBuffersPerGate": ("floating_buffers_per_gate", "floating buffers shared by an input gate's channels"),
     "buffersPerPartition": ("buffers_per_partition", "most in-memory buffers of a running partition's pool (its share of memory.budget may be fewer)"),

@@ -151,7 +151,8 @@ class ProducerTask:
                                partition=self.partition, spill=stats.get("spill_path", ""),
                                subpartition_bytes=stats.get("subpartition_bytes"),
                                subpartition_rows=self.records.sent_rows.tolist(),
-                               rows=int(self.records.sent_rows.sum()), bytes=int(stats.get("bytes", 0)))
+                               rows=int(self.records.sent_rows.sum()), bytes=int(stats.get("bytes", 0)),
+                               raw_bytes=int(stats.get("raw_bytes", stats.get("bytes", 0))))
         WRITER_CONNECTIONS.give(self.conn)  # clean: kept for this worker's next task
         return {"partition": self.partition, "index": self.index, "rows": self.records.rows,
                 "bytes": stats.get("bytes", 0)}

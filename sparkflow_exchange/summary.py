@@ -43,6 +43,9 @@ class ExchangeSummary:
     created: datetime  # UTC: when this version was declared (an overwrite declares a new one)
     last_used: datetime  # UTC: the last write, read or commit; the exchange expires ``ttl`` seconds after it
     stream: StreamSummary | None = None  # for a stream (kind STREAM) only
+    # ``bytes`` as they would be uncompressed (equal to it without compression); None when not every committed
+    # producer reported it (the JVM writer does not yet) and for a stream
+    raw_bytes: int | None = None
 
     @classmethod
     def from_description(cls, desc: Mapping[str, Any]) -> ExchangeSummary:
@@ -55,14 +58,19 @@ class ExchangeSummary:
             stream = StreamSummary(desc["last_committed"], desc["retained_epochs"], desc.get("writer_waiting_s"),
                                    {g: v["position"] for g, v in desc.get("groups", {}).items()})
             producers, rows, size = 0, desc.get("retained_rows"), desc.get("retained_bytes")
+            raw = None
         else:
             sizes = parsed.subpartition_bytes
             producers, rows, size = len(parsed.committed), parsed.rows, None if sizes is None else sum(sizes)
+            committed = set(parsed.committed)
+            raws = [p.get("raw_bytes", -1) for p in parsed.producers if p.get("partition") in committed]
+            raw = sum(raws) if raws and min(raws) >= 0 and size is not None else None
         return cls(
             name=parsed.name, kind=parsed.kind, state=parsed.state, schema=schema_ddl(parsed.arrow_schema),
             partition_type=parsed.partition_type, partitioner=parsed.partitioner.name, keys=parsed.partitioner.keys,
             num_subpartitions=parsed.num_subpartitions, producers=producers, rows=rows, bytes=size,
-            owner=parsed.owner, created=_utc(parsed.created_at), last_used=_utc(parsed.last_used_at), stream=stream)
+            owner=parsed.owner, created=_utc(parsed.created_at), last_used=_utc(parsed.last_used_at), stream=stream,
+            raw_bytes=raw)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON values: enums as their strings, times as ISO 8601 (``list --json`` prints this)."""
@@ -70,7 +78,7 @@ class ExchangeSummary:
             "name": self.name, "kind": str(self.kind), "state": str(self.state), "schema": self.schema,
             "partition_type": str(self.partition_type), "partitioner": str(self.partitioner), "keys": list(self.keys),
             "num_subpartitions": self.num_subpartitions, "producers": self.producers, "rows": self.rows,
-            "bytes": self.bytes, "owner": self.owner, "created": self.created.isoformat(),
+            "bytes": self.bytes, "raw_bytes": self.raw_bytes, "owner": self.owner, "created": self.created.isoformat(),
             "last_used": self.last_used.isoformat(),
         }
         if self.stream is not None:

@@ -859,8 +859,14 @@ def compressed_exchanges_round_trip_on_every_path(d):
         return next(s for s in sparkflow_exchange.list_exchanges() if s.name == name).bytes
 
     rows = base.withColumn("text", F.concat(F.lit("carefully final deposits "), (F.col("v") % 37).cast("string")))
-    rows.writeTo("exchange.zc_none").tableProperty("keys", "k").tableProperty("numSubpartitions", "4").create()
+    rows.writeTo("exchange.zc_none").tableProperty("keys", "k").tableProperty("numSubpartitions", "4") \
+        .tableProperty("compression", "none").create()
     d["bytes_none"] = held("zc_none")
+    # with nothing set both writers compress with the contract's default (lz4)
+    rows.writeTo("exchange.zc_default").tableProperty("keys", "k").tableProperty("numSubpartitions", "4").create()
+    d["bytes_default"] = held("zc_default")
+    assert d["bytes_default"] < 0.8 * d["bytes_none"], d
+    same(spark.table("exchange.zc_default"), rows)
     for codec in ("zstd", "lz4"):
         jvm_name, fmt_name, py_name = f"zc_{codec}", f"zc_fmt_{codec}", f"zc_py_{codec}"
         rows.writeTo(f"exchange.{jvm_name}").tableProperty("keys", "k").tableProperty("numSubpartitions", "4") \

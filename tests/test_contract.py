@@ -235,6 +235,13 @@ def jvm(jar, tmp_path_factory):
     return compile_driver(jar, tmp_path_factory.mktemp("jvm-units"))
 
 
+def test_pythons_compression_option_is_the_contracts():
+    codecs = C["options"]["keys"]["compression"]
+    assert config.COMPRESSIONS == tuple(codecs["choices"]) and config.COMPRESSIONS[0] == "none"
+    assert config.ExchangeConfig().compression == codecs["default"] in config.COMPRESSIONS
+    assert buffer.MIN_SAVING_PERCENT == C["compression"]["min_saving_percent"]
+
+
 def _expected_contract_class() -> dict:
     from sparkflow_exchange.build_plugin import java_name
 
@@ -272,6 +279,9 @@ def _expected_contract_class() -> dict:
         "OptionDefault": {java_name(k): spec["default"] for k, spec in jvm.items()},
         "OptionChoices": {java_name(k): (list(C[spec["choices"][1:]]) if isinstance(spec["choices"], str)
                                          else spec["choices"]) for k, spec in jvm.items() if spec["type"] == "choice"},
+        "Compression": {"DEFAULT": C["options"]["keys"]["compression"]["default"],
+                        "CODECS": C["options"]["keys"]["compression"]["choices"]},
+        "CompressionSaving": {"MIN_PERCENT": C["compression"]["min_saving_percent"]},
     }
 
 

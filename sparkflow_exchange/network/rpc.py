@@ -195,7 +195,8 @@ RPCS: dict[str, Rpc] = {
         "location": OBJECT, "num_subpartitions": _opt(INT, True)}, "writing"),
     "producer_finished": Rpc(Who.OWNER, "coordinator.producer_finished", {
         "name": TEXT, "epoch": INT, "partition": TEXT, "spill": _opt(TEXT), "subpartition_bytes": _opt(COUNTS, True),
-        "subpartition_rows": _opt(COUNTS, True), "rows": _opt(COUNT, True), "bytes": _opt(COUNT, True)}, "writing"),
+        "subpartition_rows": _opt(COUNTS, True), "rows": _opt(COUNT, True), "bytes": _opt(COUNT, True),
+        "raw_bytes": _opt(COUNT, True)}, "writing"),
     "producer_failed": Rpc(Who.OWNER, "coordinator.producer_failed",
                            {"name": TEXT, "epoch": _null(INT), "partition": TEXT, "reason": REASON}, "writing"),
     "commit": Rpc(Who.OWNER, "coordinator.commit", {"name": TEXT, "epoch": INT, "write_id": TEXT, "partitions": NAMES,

@@ -32,6 +32,7 @@ class ProducerInfo:
     spill: str = ""  # data file of a finished re-readable partition (local readers may read it directly)
     rows: int = -1  # rows it pushed, reported at finish (-1: not reported); checked against its commit message
     bytes: int = -1  # bytes it wrote, reported at finish (-1: not reported); a stream's retention counts them
+    raw_bytes: int = -1  # those bytes as they would be uncompressed (-1: not reported)
     owner: str = ""  # the credential that joined it to the exchange: releasing it frees only a partition it registered
 
     def to_dict(self) -> dict[str, Any]:

@@ -67,10 +67,11 @@ def service_status(service: Described) -> dict[str, Any]:
         stats = part.stats()
         stats["backpressure_ratio"] = round(ratios.get(part.pid, 0.0), 4)
         partitions.append(stats)
-        held = by_exchange.setdefault(part.exchange, {"partitions": 0, "bytes_written": 0, "bytes_read": 0,
+        held = by_exchange.setdefault(part.exchange, {"partitions": 0, "bytes_written": 0, "raw_bytes_written": 0, "bytes_read": 0,
                                                       "buffers_read": 0, "file_bytes_read": 0})
         held["partitions"] += 1
         held["bytes_written"] += part.bytes_in
+        held["raw_bytes_written"] += part.raw_bytes_in
         held["bytes_read"] += part.bytes_read
         held["buffers_read"] += part.buffers_read
         held["file_bytes_read"] += part.file_bytes_read
