@@ -25,6 +25,9 @@ import pyarrow.ipc as ipc
 
 from .arrow_numpy import empty_batch  # noqa: E402
 from .buffer_kinds import FLAG_COMPRESSED  # noqa: E402
+from .ipc_body import _ARROW_BUFFER, _I32, _I64, MIN_SAVING_PERCENT, compressed_buffers, raw_size  # noqa: F401
+from .ipc_body import _field as _field_at
+from .ipc_body import body_buffers as _body_buffers
 
 # after every data buffer's IPC message: its CRC32C and its length. 8 bytes, not 4: IPC messages are padded to
 # 8 bytes and Arrow maps aligned buffers zero-copy, so a region's next piece must start 8-aligned too
@@ -106,10 +109,6 @@ def _stream_schema_length(schema: pa.Schema, message: pa.Buffer, compression: st
     _SCHEMA_LENGTHS[key] = length
     return length
 
-
-from .ipc_body import _ARROW_BUFFER, _I32, _I64, MIN_SAVING_PERCENT, compressed_buffers, raw_size  # noqa: E402,F401  # noqa: E402
-from .ipc_body import _field as _field_at
-from .ipc_body import body_buffers as _body_buffers
 
 
 def store_raw_where_larger(message: pa.Buffer, codec: str) -> pa.Buffer:

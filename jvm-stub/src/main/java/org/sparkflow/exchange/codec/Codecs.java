@@ -6,7 +6,7 @@ import org.apache.arrow.compression.ZstdCompressionCodec;
 import org.apache.arrow.vector.compression.CompressionCodec;
 import org.apache.arrow.vector.compression.CompressionUtil.CodecType;
 import org.apache.arrow.vector.compression.NoCompressionCodec;
-import org.sparkflow.exchange.wire.Contract;
+import org.sparkflow.exchange.contract.Contract;
 
 /**
  * Arrow IPC body compression for the JVM writer and reader, the codecs {@code buffer.BatchEncoder} writes:
@@ -15,9 +15,9 @@ import org.sparkflow.exchange.wire.Contract;
  * The option's names live here for the JVM, as {@code config.COMPRESSIONS} for Python (tests check they agree).
  */
 public final class Codecs implements CompressionCodec.Factory {
-    /** The {@code compression} option's values (the contract's {@code compression.codecs}, in its order). */
+    /** The {@code compression} option's values (the contract's {@code options.keys.compression.choices}, in its order). */
     public static final List<String> NAMES = Contract.Compression.CODECS;
-    /** The default of the {@code compression} option: the contract's {@code compression.default}, as Python's. */
+    /** The default of the {@code compression} option: the contract's {@code options.keys.compression.default}, as Python's. */
     public static final String DEFAULT = Contract.Compression.DEFAULT;
     /** Arrow C++'s default ZSTD level (what pyarrow writes); Arrow Java's default, 3, is slower for little gain. */
     static final int ZSTD_LEVEL = 1;
