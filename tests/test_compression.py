@@ -17,6 +17,7 @@ import sparkflow_exchange as sfe
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange.buffer import MIN_SAVING_PERCENT, BatchEncoder, compressed_buffers, decode, raw_size, verify
 from sparkflow_exchange.service.metrics import render
+from sparkflow_exchange.write_handle import commit_write
 
 SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("noise", pa.int64()),
                     pa.field("text", pa.string()), pa.field("price", pa.float64())])
@@ -70,7 +71,7 @@ def _write_producer(config) -> None:
     producer = ex.ProducerTask(handle, 0, "a0")
     producer.write([batch(s, 5000) for s in range(0, ROWS, 5000)])
     result = producer.finish()
-    ex.commit_write(handle, [result["partition"]], {result["partition"]: result["rows"]})
+    commit_write(handle, [result["partition"]], {result["partition"]: result["rows"]})
 
 
 def _write_open_writer(config, settings: dict) -> None:
