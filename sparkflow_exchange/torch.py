@@ -323,7 +323,7 @@ def _maybe_live(config) -> bool:
     exchange committed already is not. Asked before the workers start (so what they see is never "more live"
     than this), and without waiting for a declaration, so they start at once and wait for it themselves."""
     try:
-        return not ex.describe_exchange(config, wait=False).get("sealed")
+        return not ex.describe_exchange(config, wait=False).sealed
     except ExchangeNotFound:
         return True
 
