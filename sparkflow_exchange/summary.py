@@ -44,7 +44,7 @@ class ExchangeSummary:
     last_used: datetime  # UTC: the last write, read or commit; the exchange expires ``ttl`` seconds after it
     stream: StreamSummary | None = None  # for a stream (kind STREAM) only
     # ``bytes`` as they would be uncompressed (equal to it without compression); None when not every committed
-    # producer reported it (the JVM writer does not yet) and for a stream
+    # producer reported it (a writer older than this field) and for a stream
     raw_bytes: int | None = None
 
     @classmethod

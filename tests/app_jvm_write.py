@@ -866,6 +866,11 @@ def compressed_exchanges_round_trip_on_every_path(d):
     rows.writeTo("exchange.zc_default").tableProperty("keys", "k").tableProperty("numSubpartitions", "4").create()
     d["bytes_default"] = held("zc_default")
     assert d["bytes_default"] < 0.8 * d["bytes_none"], d
+    # the JVM writer reports its bytes as they would be uncompressed too: those of the uncompressed write
+    raw = {n: next(s for s in sparkflow_exchange.list_exchanges() if s.name == n).raw_bytes
+           for n in ("zc_none", "zc_default")}
+    assert raw["zc_none"] == d["bytes_none"] and raw["zc_default"] is not None, (raw, d)
+    assert abs(raw["zc_default"] - d["bytes_none"]) < 0.1 * d["bytes_none"], (raw, d)
     same(spark.table("exchange.zc_default"), rows)
     for codec in ("zstd", "lz4"):
         jvm_name, fmt_name, py_name = f"zc_{codec}", f"zc_fmt_{codec}", f"zc_py_{codec}"

@@ -154,6 +154,7 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
         args.put("subpartition_rows", subRows);
         args.put("rows", pushed);
         args.put("bytes", stats.path("bytes").asLong(0));
+        args.put("raw_bytes", stats.path("raw_bytes").asLong(stats.path("bytes").asLong(0))); // uncompressed, as counted by the service
         coordinator.call("producer_finished", args);
         return new ProducerCommit(partition, index, rows);
     }
