@@ -220,6 +220,27 @@ def test_the_settings_classes_spell_no_key_or_default_of_their_own():
         {"buffersize", "32L << 20", "100_000_000"}
 
 
+# the classes that read settings: they name every option key through the generated Contract.Option
+SETTINGS_READERS = ("catalog/ExchangeCatalog.java", "discovery/Discovery.java", "format/FormatCatalog.java",
+                    "format/PythonSource.java", "format/Route.java", "wire/Tls.java")
+
+
+def _spelled_keys(text: str) -> set[str]:
+    """String literals that are an option key (any case), outside a JSON field read (``.path("..")``, ``.get("..")``
+    on a state file or reply is a field of that document, not a setting)."""
+    flat = re.sub(r"/\*.*?\*/", "", re.sub(r"//[^\n]*", "", text), flags=re.S)
+    flat = re.sub(r'\.(?:path|hasNonNull|has)\("[^"]*"\)', "", flat)
+    keys = {k.lower() for k in C["options"]["keys"]} | {C["options"]["prefix"]}
+    return {lit for lit in re.findall(r'"([^"\\]*)"', flat) if lit.lower() in keys}
+
+
+def test_the_classes_that_read_settings_spell_no_option_key():
+    for name in SETTINGS_READERS:
+        assert _spelled_keys((JAVA / "org/sparkflow/exchange" / name).read_text(encoding="utf-8")) == set(), name
+    assert _spelled_keys('settings.get("tls.caFile"); Set.of("readpartitions"); info.path("coordinator")') == \
+        {"tls.caFile", "readpartitions"}
+
+
 def test_the_source_scan_finds_a_spelled_code():
     """The scan above is not vacuous: each way of spelling a code is found."""
     assert _literals_where_codes_and_states_are_used('if ("no_exchange".equals(e.code())) {') == {"no_exchange"}

@@ -25,7 +25,7 @@ import scala.Tuple2;
  * {@code DRAIN_GRACE_MS} for the rest. The timeout therefore bounds the whole call.
  */
 public final class Launcher {
-    static final String PREFIX = "spark.sparkflow.exchange.";
+    static final String PREFIX = org.sparkflow.exchange.contract.Contract.Option.PREFIX;
     static final String CONF_ENV = "SPARKFLOW_EXCHANGE_CONF";
     static final String MODULE = "sparkflow_exchange.service.plugin";
     private static final int STDERR_LIMIT = 16 * 1024;

@@ -21,6 +21,7 @@ import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.sparkflow.exchange.contract.Contract;
 import org.sparkflow.exchange.Launcher;
 import org.sparkflow.exchange.catalog.ExchangeCatalog;
 import org.sparkflow.exchange.catalog.ExchangeTable;
@@ -40,8 +41,8 @@ import org.sparkflow.exchange.write.WriteSettings;
  * (session setting) sends everything to the Python source.
  */
 public final class FormatCatalog extends ExchangeCatalog {
-    static final String ENABLED_KEY = "spark.sparkflow.exchange.jvmFormat";
-    static final String DECLARE_TIMEOUT = "declareTimeout";
+    static final String ENABLED_KEY = Contract.Option.PREFIX + Contract.Option.JVM_FORMAT;
+    static final String DECLARE_TIMEOUT = Contract.Option.DECLARE_TIMEOUT;
 
     /**
      * The options of the read or write being planned on this thread: Spark asks the format for the catalog and the
@@ -62,7 +63,7 @@ public final class FormatCatalog extends ExchangeCatalog {
     private static CaseInsensitiveStringMap takeOptions(String exchange) {
         CaseInsensitiveStringMap options = PENDING.get();
         PENDING.remove();
-        return options != null && exchange.equals(options.get("exchange")) ? options : null;
+        return options != null && exchange.equals(options.get(Contract.Option.EXCHANGE)) ? options : null;
     }
 
     private static boolean enabled() {
@@ -76,7 +77,7 @@ public final class FormatCatalog extends ExchangeCatalog {
         boolean overwrite = write && context.writePrivileges().contains(TableWritePrivilege.DELETE);
         CaseInsensitiveStringMap pending = takeOptions(ident.name());
         if (options == null || options.isEmpty()) {
-            options = pending != null ? pending : new CaseInsensitiveStringMap(Map.of("exchange", ident.name()));
+            options = pending != null ? pending : new CaseInsensitiveStringMap(Map.of(Contract.Option.EXCHANGE, ident.name()));
         }
         long started = System.nanoTime();
         long deadline = write ? 0 : started + declareTimeoutNanos(options);
@@ -99,8 +100,8 @@ public final class FormatCatalog extends ExchangeCatalog {
         String value = options.get(DECLARE_TIMEOUT);
         String key = DECLARE_TIMEOUT;
         if (value == null) {
-            key = "spark.sparkflow.exchange." + DECLARE_TIMEOUT;
-            value = SQLConf.get().getConfString(key, "60s");
+            key = Contract.Option.PREFIX + DECLARE_TIMEOUT;
+            value = SQLConf.get().getConfString(key, Contract.OptionDefault.DECLARE_TIMEOUT + "s");
         }
         return WriteSettings.duration(key, value);
     }
@@ -151,7 +152,7 @@ public final class FormatCatalog extends ExchangeCatalog {
             return endpoint();
         } catch (IllegalStateException none) {
             SparkContext sc = SparkContext.getOrCreate();
-            if (!write || !sc.isLocal() || settings().containsKey("coordinator")) {
+            if (!write || !sc.isLocal() || settings().containsKey(Contract.Option.COORDINATOR)) {
                 throw none;
             }
             Launcher.embeddedService(sc.getConf());
@@ -168,7 +169,7 @@ public final class FormatCatalog extends ExchangeCatalog {
             throws NoSuchNamespaceException {
         CaseInsensitiveStringMap options = takeOptions(ident.name()); // a create's properties lack them
         if (options == null) {
-            options = new CaseInsensitiveStringMap(Map.of("exchange", ident.name()));
+            options = new CaseInsensitiveStringMap(Map.of(Contract.Option.EXCHANGE, ident.name()));
         }
         if (!enabled() || Route.pythonOnly(options, true) != null) {
             throw new UnsupportedOperationException("format(\"pipelined\") writes " + ident.name() + " with mode "

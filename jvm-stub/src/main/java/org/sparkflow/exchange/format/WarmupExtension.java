@@ -4,6 +4,7 @@ import java.util.Map;
 import org.apache.spark.SparkConf;
 import org.apache.spark.SparkContext;
 import org.apache.spark.sql.SparkSessionExtensions;
+import org.sparkflow.exchange.contract.Contract;
 import org.sparkflow.exchange.Launcher;
 import org.sparkflow.exchange.discovery.Discovery;
 import org.sparkflow.exchange.discovery.RuntimeDir;
@@ -24,7 +25,7 @@ public final class WarmupExtension extends AbstractFunction1<SparkSessionExtensi
         Warmup.start();
         SparkContext sc = SparkContext.getOrCreate();
         SparkConf conf = sc.getConf();
-        if (sc.isLocal() && !conf.contains("spark.sparkflow.exchange.coordinator")) {
+        if (sc.isLocal() && !conf.contains(Contract.Option.PREFIX + Contract.Option.COORDINATOR)) {
             Thread t = new Thread(() -> startService(conf), "sparkflow-exchange-service-start");
             t.setDaemon(true);
             t.start();
