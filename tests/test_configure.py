@@ -61,12 +61,17 @@ def test_a_plugin_jar_already_listed_is_not_added_again():
 
 
 def test_configure_twice_changes_nothing_the_second_time():
+    """On real builders (of Connect's in-process local server: what it adds does not depend on whether this test
+    process already runs a classic SparkContext, as it does when the shared session started before)."""
     from pyspark.sql import SparkSession
 
-    once = dict(sparkflow_exchange.configure(SparkSession.builder.config(JARS, "/a.jar"), settings=True)._options)
-    twice = dict(sparkflow_exchange.configure(sparkflow_exchange.configure(
-        SparkSession.builder.config(JARS, "/a.jar")))._options)
+    def builder():
+        return SparkSession.builder.remote("local[2]").config(JARS, "/a.jar")
+
+    once = dict(sparkflow_exchange.configure(builder())._options)
+    twice = dict(sparkflow_exchange.configure(sparkflow_exchange.configure(builder()))._options)
     assert once == twice and once[JARS] == f"/a.jar,{sparkflow_exchange.plugin_jar()}", once
+    assert once[EXTENSIONS] == WARMUP_EXTENSION and once[BUCKETING] == "true", once
 
 
 def test_a_remote_connect_server_gets_the_settings_only():
