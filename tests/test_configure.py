@@ -52,6 +52,7 @@ def test_a_users_setting_wins_over_every_recommended_one():
     got = added(options, defaults={k: "x" for k in RECOMMENDED if k != BUCKETING})
     assert set(got) == {JARS, EXTENSIONS}, got
     assert added(settings=False) == {JARS: JAR, EXTENSIONS: WARMUP_EXTENSION}
+    assert BUCKETING not in added(submit={BUCKETING: "false"})  # --conf in PYSPARK_SUBMIT_ARGS
 
 
 def test_a_plugin_jar_already_listed_is_not_added_again():
@@ -88,6 +89,8 @@ def test_a_running_context_without_the_jar_is_refused_with_one_line():
 def test_the_launchers_jars_and_extensions_are_read_from_pyspark_submit_args(monkeypatch):
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", f"--master local[2] --jars /x.jar,/y.jar --conf {EXTENSIONS}=a.B pyspark-shell")
     assert _submit_args() == {JARS: "/x.jar,/y.jar", EXTENSIONS: "a.B"}
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", f"--conf {BUCKETING}=false pyspark-shell")
+    assert _submit_args() == {BUCKETING: "false"}
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--jars=/z.jar pyspark-shell")
     assert _submit_args() == {JARS: "/z.jar"}
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS")
