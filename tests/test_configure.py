@@ -59,6 +59,7 @@ def test_a_users_setting_wins_over_every_recommended_one():
     got = added(options, defaults={k: "x" for k in RECOMMENDED if k != BUCKETING})
     assert set(got) == {JARS, EXTENSIONS}, got
     assert added(settings=False) == {JARS: JAR, EXTENSIONS: WARMUP_EXTENSION}
+    assert BUCKETING not in added(submit={BUCKETING: "false"})  # --conf in PYSPARK_SUBMIT_ARGS
 
 
 def test_a_plugin_jar_already_listed_is_not_added_again():
@@ -68,12 +69,17 @@ def test_a_plugin_jar_already_listed_is_not_added_again():
 
 
 def test_configure_twice_changes_nothing_the_second_time():
+    """On real builders (of Connect's in-process local server: what it adds does not depend on whether this test
+    process already runs a classic SparkContext, as it does when the shared session started before)."""
     from pyspark.sql import SparkSession
 
-    once = dict(sparkflow_exchange.configure(SparkSession.builder.config(JARS, "/a.jar"), settings=True)._options)
-    twice = dict(sparkflow_exchange.configure(sparkflow_exchange.configure(
-        SparkSession.builder.config(JARS, "/a.jar")))._options)
+    def builder():
+        return SparkSession.builder.remote("local[2]").config(JARS, "/a.jar")
+
+    once = dict(sparkflow_exchange.configure(builder())._options)
+    twice = dict(sparkflow_exchange.configure(sparkflow_exchange.configure(builder()))._options)
     assert once == twice and once[JARS] == f"/a.jar,{sparkflow_exchange.plugin_jar()}", once
+    assert once[EXTENSIONS] == WARMUP_EXTENSION and once[BUCKETING] == "true", once
 
 
 def test_a_remote_connect_server_gets_the_settings_only():
@@ -90,6 +96,8 @@ def test_a_running_context_without_the_jar_is_refused_with_one_line():
 def test_the_launchers_jars_and_extensions_are_read_from_pyspark_submit_args(monkeypatch):
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", f"--master local[2] --jars /x.jar,/y.jar --conf {EXTENSIONS}=a.B pyspark-shell")
     assert _submit_args() == {JARS: "/x.jar,/y.jar", EXTENSIONS: "a.B"}
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", f"--conf {BUCKETING}=false pyspark-shell")
+    assert _submit_args() == {BUCKETING: "false"}
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--jars=/z.jar pyspark-shell")
     assert _submit_args() == {JARS: "/z.jar"}
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS")

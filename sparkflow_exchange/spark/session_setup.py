@@ -47,8 +47,8 @@ def _split(jars: str | None) -> list[str]:
 
 
 def _submit_args() -> dict[str, str]:
-    """``spark.jars`` and ``spark.sql.extensions`` as ``PYSPARK_SUBMIT_ARGS`` (PySpark's route to spark-submit)
-    sets them: ``--jars`` and ``--conf key=value``."""
+    """The settings ``PYSPARK_SUBMIT_ARGS`` (PySpark's route to spark-submit) gives: ``--jars`` as ``spark.jars``,
+    and each ``--conf key=value``."""
     try:
         args = shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", ""))
     except ValueError:
@@ -62,8 +62,7 @@ def _submit_args() -> dict[str, str]:
             found[JARS] = arg.split("=", 1)[1]
         elif arg == "--conf" and "=" in value:
             key, _, v = value.partition("=")
-            if key.strip() in (JARS, EXTENSIONS):
-                found.setdefault(key.strip(), v)
+            found.setdefault(key.strip(), v)
     return found
 
 
@@ -129,7 +128,7 @@ def settings_to_add(options: dict[str, Any], *, jar: str, spark_defaults: dict[s
                     add[key] = merged
     if settings:
         for key, value in RECOMMENDED.items():
-            if key not in options and key not in spark_defaults:
+            if key not in options and key not in submit and key not in spark_defaults:
                 add[key] = value
     return add
 
