@@ -42,7 +42,7 @@ def test_storage_that_refuses_a_write_is_a_storage_error_and_the_service_goes_on
     _soft, hard = resource.prlimit(svc.proc.pid, resource.RLIMIT_FSIZE)
     resource.prlimit(svc.proc.pid, resource.RLIMIT_FSIZE, (64 * 1024, hard))
     cfg = client_config(svc, exchange="big", keys="a", numSubpartitions=2, partitionType="HYBRID",
-                        bufferSize="32k")
+                        bufferSize="32k", compression="none")  # every byte reaches the spill file
     handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
     task = ex.ProducerTask(handle, 0, "a0")
     with pytest.raises(sfx.StorageError, match=r"refused partition .*File too large") as info:
