@@ -26,13 +26,14 @@ from typing import Any, Mapping
 
 from . import contract
 from .errors import ConfigError  # re-exported: defined with the other errors users see
-from .kinds import PARTITION_TYPES, PartitionType
+from .kinds import PARTITION_TYPES, Partitioner, PartitionType
 
 PREFIX: str = contract.load()["options"]["prefix"]
 ENV_CONF = "SPARKFLOW_EXCHANGE_CONF"
 
 COMPRESSIONS: tuple[str, ...] = tuple(contract.load()["options"]["keys"]["compression"]["choices"])
-SINGLE_SUBPARTITION = ("forward", "broadcast")  # partitioners that give each producer one subpartition of its own
+# partitioners that give each producer one subpartition of its own (the contract's, through the enum)
+SINGLE_SUBPARTITION = tuple(p.value for p in Partitioner if p.single_subpartition)
 
 
 

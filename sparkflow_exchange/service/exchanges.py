@@ -10,14 +10,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..kinds import ExchangeState, PartitionState
+from ..kinds import ExchangeState, Partitioner, PartitionState
 from .clock import wall_time
 from .exchange_lifecycle import Kind, Lifecycle, read_verdict
 
 if TYPE_CHECKING:
     import numpy as np  # imported where sizes arrive: the service is ready about 45 ms sooner without it
 
-FORWARD_LIKE = ("forward", "broadcast")  # one subpartition per producer; N may be fixed at commit
+# one subpartition per producer (the contract's single-subpartition partitioners); N may be fixed at commit
+FORWARD_LIKE = tuple(p.value for p in Partitioner if p.single_subpartition)
 
 
 @dataclass
