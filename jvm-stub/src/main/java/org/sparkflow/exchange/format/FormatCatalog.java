@@ -28,6 +28,8 @@ import org.sparkflow.exchange.catalog.ExchangeDescription;
 import org.sparkflow.exchange.catalog.ExchangeTable;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.errors.ExchangeNotFound;
+import org.sparkflow.exchange.stream.StreamSettings;
+import org.sparkflow.exchange.stream.StreamTable;
 import org.sparkflow.exchange.write.ExchangeWriteBuilder;
 import org.sparkflow.exchange.write.WriteSettings;
 
@@ -39,6 +41,7 @@ import org.sparkflow.exchange.write.WriteSettings;
  * (session setting) sends everything to the Python source.
  */
 public final class FormatCatalog extends ExchangeCatalog {
+    private static final org.slf4j.Logger LOG = org.slf4j.LoggerFactory.getLogger(FormatCatalog.class);
     static final String ENABLED_KEY = "spark.sparkflow.exchange.jvmFormat";
     static final String DECLARE_TIMEOUT = "declareTimeout";
 
@@ -69,6 +72,46 @@ public final class FormatCatalog extends ExchangeCatalog {
             options = new CaseInsensitiveStringMap(now);
         }
         return write ? PythonSource.forWrite(options) : PythonSource.forRead(options);
+    }
+
+    /**
+     * The JVM source's table of a stream read ({@code readStream.format("pipelined")}), or null when the Python
+     * source is to serve it; why is logged. {@code notDeclared} is told when no writer query declared the stream
+     * within declareTimeout (the Python source then answers at once, in its words).
+     */
+    Table streamRead(CaseInsensitiveStringMap options, boolean[] notDeclared) {
+        String exchange = options.get("exchange");
+        String why = !enabled() ? ENABLED_KEY + "=false" : Route.streamPythonOnly(options);
+        if (why != null) {
+            return python(exchange, why);
+        }
+        StreamSettings stream = StreamSettings.of(exchange, options.asCaseSensitiveMap());
+        long deadline = System.nanoTime() + (long) (stream.declareTimeoutSeconds() * 1e9);
+        Endpoint found;
+        try {
+            found = untilFound(deadline);
+        } catch (RuntimeException e) {
+            return python(exchange, "no exchange service found (" + e.getMessage() + ")");
+        }
+        CoordinatorClient coordinator = new CoordinatorClient(found);
+        com.fasterxml.jackson.databind.JsonNode desc;
+        try {
+            desc = StreamTable.describe(coordinator, stream);
+        } catch (RuntimeException e) {
+            return python(exchange, e.getMessage());
+        }
+        why = StreamTable.unreadable(desc);
+        if (why != null) {
+            notDeclared[0] = desc == null;
+            return python(exchange, why);
+        }
+        LOG.info("stream {}: read by the JVM stream source", exchange);
+        return StreamTable.of(stream, readSettings(found).readingWhileWritten(), coordinator, desc);
+    }
+
+    private static Table python(String exchange, String why) {
+        LOG.info("stream {}: read by the Python data source ({})", exchange, why);
+        return null;
     }
 
     /** How long a read waits for its exchange to be declared: the option, else the session's setting, else 60 s. */

@@ -5,6 +5,7 @@ import java.util.Set;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.sparkflow.exchange.catalog.ExchangeDescription;
 import org.sparkflow.exchange.read.ExchangeScan;
+import org.sparkflow.exchange.stream.StreamSettings;
 import org.sparkflow.exchange.wire.Contract;
 import org.sparkflow.exchange.write.WriteSettings;
 
@@ -24,6 +25,20 @@ final class Route {
     static final Set<String> READ_PARTITIONERS = Set.copyOf(Contract.Partitioner.JVM_READ); // hash, rebalance
 
     private Route() {}
+
+    /** Null when a stream read's options fit the JVM stream source, else the first reason they do not. */
+    static String streamPythonOnly(CaseInsensitiveStringMap options) {
+        String exchange = options.get("exchange");
+        if (exchange == null || exchange.isEmpty()) {
+            return "no exchange option";
+        }
+        for (String key : options.keySet()) {
+            if (!StreamSettings.READ_OPTIONS.contains(key.toLowerCase(Locale.ROOT))) {
+                return "option " + key;
+            }
+        }
+        return null;
+    }
 
     /** Null when the options fit the JVM path, else the first reason they do not. */
     static String pythonOnly(CaseInsensitiveStringMap options, boolean write) {

@@ -167,7 +167,7 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
     }
 
     /** Bytes: a number with an optional suffix of {@link #SIZE_UNITS} (k, m, g: KiB, MiB, GiB), as config.py. */
-    static long size(String key, String value) {
+    public static long size(String key, String value) {
         java.util.regex.Matcher m = java.util.regex.Pattern.compile("\\s*(\\d+)\\s*([a-zA-Z]*)\\s*").matcher(value);
         if (m.matches()) {
             Long unit = SIZE_UNITS.get(m.group(2).toLowerCase(Locale.ROOT));
