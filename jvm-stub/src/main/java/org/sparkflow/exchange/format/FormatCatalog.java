@@ -29,6 +29,7 @@ import org.sparkflow.exchange.catalog.ExchangeTable;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.errors.ExchangeNotFound;
 import org.sparkflow.exchange.stream.StreamSettings;
+import org.sparkflow.exchange.stream.StreamSink;
 import org.sparkflow.exchange.stream.StreamTable;
 import org.sparkflow.exchange.write.ExchangeWriteBuilder;
 import org.sparkflow.exchange.write.WriteSettings;
@@ -107,6 +108,28 @@ public final class FormatCatalog extends ExchangeCatalog {
         }
         LOG.info("stream {}: read by the JVM stream source", exchange);
         return StreamTable.of(stream, readSettings(found).readingWhileWritten(), coordinator, desc);
+    }
+
+    /**
+     * The JVM stream sink for a {@code writeStream.format("pipelined")} whose options it serves (a width given,
+     * hash or rebalance), or null when the Python sink is to serve it; why is logged.
+     */
+    Table streamWrite(Map<String, String> options) {
+        String exchange = new CaseInsensitiveStringMap(options).get("exchange");
+        String why = !enabled() ? ENABLED_KEY + "=false" : StreamSink.unsupported(options, Route.WRITE_OPTIONS);
+        if (why == null) {
+            try {
+                endpointStartingEmbedded(true);
+            } catch (RuntimeException e) {
+                why = "no exchange service found (" + e.getMessage() + ")";
+            }
+        }
+        if (why != null) {
+            LOG.info("stream {}: written by the Python data source ({})", exchange, why);
+            return null;
+        }
+        LOG.info("stream {}: written by the JVM stream sink", exchange);
+        return new StreamSink(exchange, options, settings());
     }
 
     private static Table python(String exchange, String why) {

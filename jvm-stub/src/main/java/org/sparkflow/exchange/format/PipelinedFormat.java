@@ -102,6 +102,12 @@ public final class PipelinedFormat implements SupportsCatalogOptions, DataSource
         if (jvm != null && jvm.name().equals(new CaseInsensitiveStringMap(properties).get("exchange")) && jvm.schema().equals(schema)) {
             return jvm;
         }
+        if (jvm == null) { // no stream read was planned on this thread: a stream write, which the JVM sink may serve
+            Table sink = catalog().streamWrite(properties);
+            if (sink != null) {
+                return sink;
+            }
+        }
         return new PythonSource.Finding(PythonSource.provider().getTable(schema, partitioning,
                 PythonSource.withSessionDiscovery(properties)));
     }

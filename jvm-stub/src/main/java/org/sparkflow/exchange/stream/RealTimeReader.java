@@ -9,7 +9,6 @@ import java.nio.channels.Channels;
 import java.util.ArrayList;
 import java.util.Base64;
 import java.util.HashMap;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.SortedMap;
@@ -231,8 +230,8 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
     /** Walks the epochs, one fetcher per producer attempt of the epoch being read. */
     private final class Feeder extends Thread {
         private volatile boolean stopping;
-        private RpcConnection coordinator;
-        private final Map<String, Fetcher> fetchers = new LinkedHashMap<>();
+        private volatile RpcConnection coordinator;
+        private final Map<String, Fetcher> fetchers = new java.util.concurrent.ConcurrentHashMap<>();
 
         Feeder() {
             super("sparkflow-stream " + input.stream() + "/" + input.index());
@@ -261,10 +260,15 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
             }
         }
 
+        /** From the task's thread: the feeder stops (a call it waits in ends with its connection). */
         void shutdown() {
             stopping = true;
             interrupt();
             stopFetchers();
+            RpcConnection c = coordinator;
+            if (c != null) {
+                c.close();
+            }
             queue.clear();
         }
 
@@ -412,7 +416,7 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
         }
 
         private void stopFetchers() {
-            for (Fetcher f : fetchers.values()) {
+            for (Fetcher f : List.copyOf(fetchers.values())) {
                 f.cancel();
             }
             fetchers.clear();

@@ -27,7 +27,7 @@ import org.sparkflow.exchange.discovery.RuntimeDir;
  * coordinator. The wait is checked as rows arrive (every {@link #CLOCK_EVERY} rows): a task whose input stalls
  * holds what it has until its next rows or its end.
  */
-final class ExchangeDataWriter implements DataWriter<InternalRow> {
+public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     static final int CLOCK_EVERY = 256;
     /** A timed flush waits at least this many times what the last one took: flushing many small buffers must not
      *  become the writer's main work (the Python writer's rule, FLUSH_COST_FACTOR). */
@@ -48,8 +48,22 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
     private long rows;
     private long oldestHeldAt; // System.nanoTime() when the first row now held arrived
     private long lastTimedFlushNanos; // what the last timed flush took
+    private final byte[] marker; // a MARKER event to every subpartition before the end (a stream's epoch); null: none
 
     ExchangeDataWriter(WriteHandle handle, int index, String attempt) {
+        this(handle, index, attempt, null);
+    }
+
+    /**
+     * A producer of a stream's epoch: {@code marker} (the epoch marker, {@code buffer_kinds.epoch_marker}) goes to
+     * every subpartition after the data, as the Python writer sends it and its reader checks it.
+     */
+    public static ExchangeDataWriter forEpoch(WriteHandle handle, int index, String attempt, byte[] marker) {
+        return new ExchangeDataWriter(handle, index, attempt, marker);
+    }
+
+    private ExchangeDataWriter(WriteHandle handle, int index, String attempt, byte[] marker) {
+        this.marker = marker;
         this.handle = handle;
         this.index = index;
         this.partition = handle.name() + "." + handle.epoch() + "." + index + "." + attempt + "."
@@ -117,6 +131,22 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
         }
     }
 
+    /**
+     * Push what is held when its oldest row has waited {@code bufferTimeout} (and {@link #FLUSH_COST_FACTOR} times
+     * the last timed flush): a stream's writer calls this from a timer, so rows leave while its input is idle. Not
+     * thread-safe: the caller serialises it with {@link #write}.
+     */
+    public void flushIfDue() {
+        if (totalHeld == 0) {
+            return;
+        }
+        long now = System.nanoTime();
+        if (now - oldestHeldAt >= Math.max(handle.settings().bufferTimeoutNanos(), FLUSH_COST_FACTOR * lastTimedFlushNanos)) {
+            pushAll();
+            lastTimedFlushNanos = System.nanoTime() - now;
+        }
+    }
+
     private void push(int target) {
         if (heldRows[target] == 0) {
             return;
@@ -138,6 +168,9 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
     @Override
     public WriterCommitMessage commit() {
         pushAll();
+        if (marker != null) {
+            producer.push(-1, marker, org.sparkflow.exchange.wire.Contract.BufferKind.MARKER, 0);
+        }
         JsonNode stats = producer.finish(sentBuffers, sentRows);
         long pushed = 0;
         List<Long> subRows = new ArrayList<>();
