@@ -53,7 +53,7 @@ spark.sparkContext.setLogLevel("ERROR")
 
 
 def source_files(name: str) -> tuple[str, object]:
-    """FILES parquet files of N rows each (producer p, sequence s within it); the directory and the rows."""
+    """FILES parquet files of N rows each (key p, id increasing); the directory and the rows."""
     src = WORK / f"{name}-src"
     for f in range(FILES):
         (spark.range(f * N, (f + 1) * N, numPartitions=1)
@@ -63,16 +63,53 @@ def source_files(name: str) -> tuple[str, object]:
     return str(src), rows
 
 
-def python_write(src: str, name: str) -> None:
-    """The source files as a stream, one epoch per file, written by the Python sink (availableNow: it stops)."""
+def write_stream(src: str, name: str, width: int, groups: str, jvm: bool) -> dict:
+    """The source files as a stream, one epoch per file (availableNow: it stops), by the JVM sink or the Python one;
+    ``groups``: the consumer groups it keeps every epoch for. The query's last progress."""
     schema = spark.read.parquet(src + "/f0").schema
     files = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).option("recursiveFileLookup", "true")
              .parquet(src))
-    q = (files.writeStream.format("pipelined").option("exchange", name).option("numSubpartitions", 4)
-         .option("partitioner", "hash").option("keys", "p")
-         .option("checkpointLocation", str(WORK / f"{name}-wck")).trigger(availableNow=True).start())
+    if not jvm:
+        spark.conf.set(JVM_FORMAT, "false")
+    try:
+        q = (files.writeStream.format("pipelined").option("exchange", name).option("numSubpartitions", width)
+             .option("partitioner", "hash").option("keys", "p").option("stream.consumerGroups", groups)
+             .option("checkpointLocation", str(WORK / f"{name}-wck")).trigger(availableNow=True).start())
+        q.awaitTermination(300)
+    finally:
+        spark.conf.unset(JVM_FORMAT)
+    assert q.exception() is None, q.exception()
+    return q.lastProgress
+
+
+def read_micro_batches(name: str, group: str, out: Path) -> list[str]:
+    """Every epoch of the stream into parquet at ``out`` (availableNow); the sources' descriptions."""
+    reader = spark.readStream.format("pipelined").option("exchange", name).option("consumerGroup", group).load()
+    q = (reader.writeStream.format("parquet").option("path", str(out))
+         .option("checkpointLocation", str(out) + "-ck").trigger(availableNow=True).start())
     q.awaitTermination(300)
     assert q.exception() is None, q.exception()
+    return [s["description"] for p in q.recentProgress for s in p["sources"]]
+
+
+def until(q_list, table: str, rows: int, seconds: float = 180) -> list:
+    """The memory table's rows once it holds ``rows`` (or the deadline passed, or a query failed)."""
+    deadline = time.monotonic() + seconds
+    got = []
+    while time.monotonic() < deadline and all(q.exception() is None for q in q_list):
+        got = spark.table(table).collect()
+        if len(got) >= rows:
+            break
+        time.sleep(0.5)
+    return got
+
+
+def in_key_order(got) -> None:
+    """Each key's ids arrive increasing: a key is one producer's subpartition all the way."""
+    last: dict[int, int] = {}
+    for r in got:
+        assert r["id"] > last.get(r["p"], -1), f"key {r['p']}: id {r['id']} after {last.get(r['p'])}"
+        last[r["p"]] = r["id"]
 
 
 def only(fn):
@@ -81,110 +118,66 @@ def only(fn):
     return check(fn) if not wanted or fn.__name__ in wanted.split(",") else fn
 
 
-@only
-def python_sink_read_by_jvm_micro_batches(d):
-    src, rows = source_files("py2jvm")
-    python_write(src, "py2jvm")
-    reader = spark.readStream.format("pipelined").option("exchange", "py2jvm").load()
-    out = WORK / "py2jvm-out"
-    q = (reader.writeStream.format("parquet").option("path", str(out))
-         .option("checkpointLocation", str(WORK / "py2jvm-rck")).trigger(availableNow=True).start())
-    q.awaitTermination(300)
-    assert q.exception() is None, q.exception()
-    d["sources"] = [s["description"] for s in q.recentProgress[0]["sources"]] if q.recentProgress else []
-    d["batches"] = len(q.recentProgress)
-    assert_df_equality(spark.read.parquet(str(out)), rows, ignore_row_order=True, ignore_nullable=True)
+SRC, ROWS = source_files("rows")
 
 
 @only
-def python_sink_read_by_jvm_in_real_time_mode(d):
-    src, rows = source_files("py2rtm")
-    python_write(src, "py2rtm")
-    reader = spark.readStream.format("pipelined").option("exchange", "py2rtm").load()
+def python_sink_read_by_jvm_micro_batches_and_real_time_mode(d):
+    write_stream(SRC, "py", 4, "mb,rtm", jvm=False)
+    d["sources"] = sorted(set(read_micro_batches("py", "mb", WORK / "py-mb")))
+    assert_df_equality(spark.read.parquet(str(WORK / "py-mb")), ROWS, ignore_row_order=True, ignore_nullable=True)
+    reader = spark.readStream.format("pipelined").option("exchange", "py").option("consumerGroup", "rtm").load()
     spark.conf.set(ALLOWLIST, "false")  # the memory sink is not on Real-time Mode's allowlist
-    q = (reader.writeStream.format("memory").queryName("py2rtm_out").outputMode("update")
-         .option("checkpointLocation", str(WORK / "py2rtm-rck")).trigger(realTime="5 seconds").start())
-    deadline = time.monotonic() + 120
-    seen = 0
-    while time.monotonic() < deadline and q.exception() is None:
-        seen = spark.table("py2rtm_out").count()
-        if seen >= N * FILES:
-            break
-        time.sleep(0.5)
-    d["seen"] = seen
-    exc = q.exception()
-    q.stop()
-    spark.conf.unset(ALLOWLIST)
+    try:
+        q = (reader.writeStream.format("memory").queryName("py_rtm").outputMode("update")
+             .option("checkpointLocation", str(WORK / "py-rtm-ck")).trigger(realTime="5 seconds").start())
+        got = until([q], "py_rtm", N * FILES)
+        exc = q.exception()
+        q.stop()
+    finally:
+        spark.conf.unset(ALLOWLIST)
     assert exc is None, exc
-    assert_df_equality(spark.table("py2rtm_out"), rows, ignore_row_order=True, ignore_nullable=True)
-
-
-def jvm_write(src: str, name: str, width: int = 4) -> dict:
-    """The source files as a stream, one epoch per file, written by the JVM sink (availableNow: it stops)."""
-    schema = spark.read.parquet(src + "/f0").schema
-    files = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).option("recursiveFileLookup", "true")
-             .parquet(src))
-    q = (files.writeStream.format("pipelined").option("exchange", name).option("numSubpartitions", width)
-         .option("partitioner", "hash").option("keys", "p")
-         .option("checkpointLocation", str(WORK / f"{name}-wck")).trigger(availableNow=True).start())
-    q.awaitTermination(300)
-    assert q.exception() is None, q.exception()
-    return q.lastProgress["sink"]
+    d["rtm_rows"] = len(got)
+    in_key_order(got)
+    assert_df_equality(spark.createDataFrame(got, ROWS.schema), ROWS, ignore_row_order=True, ignore_nullable=True)
 
 
 @only
-def jvm_sink_read_by_python_micro_batches(d):
-    src, rows = source_files("jvm2py")
-    d["sink"] = jvm_write(src, "jvm2py")["description"]
+def jvm_sink_read_by_python_and_a_real_time_chain(d):
+    """Stream jv (JVM sink) read by the Python source; and jv -> RTM query 1 -> stream jv2 (JVM sink) -> RTM query 2
+    -> memory: every row, in order per key."""
+    d["sink"] = write_stream(SRC, "jv", 2, "py,chain", jvm=True)["sink"]["description"]
     spark.conf.set(JVM_FORMAT, "false")  # the Python source reads it
     try:
-        reader = spark.readStream.format("pipelined").option("exchange", "jvm2py").load()
-        out = WORK / "jvm2py-out"
-        q = (reader.writeStream.format("parquet").option("path", str(out))
-             .option("checkpointLocation", str(WORK / "jvm2py-rck")).trigger(availableNow=True).start())
-        q.awaitTermination(300)
-        assert q.exception() is None, q.exception()
-        d["sources"] = [s["description"] for s in q.recentProgress[0]["sources"]] if q.recentProgress else []
+        d["python_sources"] = sorted(set(read_micro_batches("jv", "py", WORK / "jv-py")))
     finally:
         spark.conf.unset(JVM_FORMAT)
-    assert_df_equality(spark.read.parquet(str(out)), rows, ignore_row_order=True, ignore_nullable=True)
-
-
-@only
-def real_time_chain_of_two_queries(d):
-    """Stream A (written by the JVM sink) -> RTM query 1 -> stream B -> RTM query 2 -> memory: every row, in order per
-    key (each key is one producer's subpartition all the way)."""
-    src, rows = source_files("chainA")
-    jvm_write(src, "chainA", width=2)
+    assert_df_equality(spark.read.parquet(str(WORK / "jv-py")), ROWS, ignore_row_order=True, ignore_nullable=True)
     spark.conf.set(ALLOWLIST, "false")  # neither this sink nor the memory sink is on Real-time Mode's allowlist
     try:
-        hop1 = (spark.readStream.format("pipelined").option("exchange", "chainA").load()
-                .writeStream.format("pipelined").option("exchange", "chainB").option("numSubpartitions", 2)
+        hop1 = (spark.readStream.format("pipelined").option("exchange", "jv").option("consumerGroup", "chain").load()
+                .writeStream.format("pipelined").option("exchange", "jv2").option("numSubpartitions", 2)
                 .option("partitioner", "hash").option("keys", "p").outputMode("update")
                 .option("_asyncProgressTrackingOverrideSinkSupportCheck", "true")
-                .option("checkpointLocation", str(WORK / "chain1-ck")).trigger(realTime="5 seconds").start())
-        hop2 = (spark.readStream.format("pipelined").option("exchange", "chainB").option("declareTimeout", "60s")
-                .load().writeStream.format("memory").queryName("chain_out").outputMode("update")
-                .option("checkpointLocation", str(WORK / "chain2-ck")).trigger(realTime="5 seconds").start())
-        deadline = time.monotonic() + 180
-        got = []
-        while time.monotonic() < deadline and hop1.exception() is None and hop2.exception() is None:
-            got = spark.table("chain_out").collect()
-            if len(got) >= N * FILES:
-                break
-            time.sleep(0.5)
-        d["seen"] = len(got)
+                .option("checkpointLocation", str(WORK / "hop1-ck")).trigger(realTime="5 seconds").start())
+        hop2 = (spark.readStream.format("pipelined").option("exchange", "jv2").load()
+                .writeStream.format("memory").queryName("chain_out").outputMode("update")
+                .option("checkpointLocation", str(WORK / "hop2-ck")).trigger(realTime="5 seconds").start())
+        got = until([hop1, hop2], "chain_out", N * FILES)
         errors = [str(q.exception()) for q in (hop1, hop2) if q.exception() is not None]
+        d["hop_sources"] = [str(q.lastProgress["sources"][0]["description"]) if q.lastProgress else None
+                            for q in (hop1, hop2)]
         hop2.stop()
         hop1.stop()
     finally:
         spark.conf.unset(ALLOWLIST)
     assert not errors, errors
-    last: dict[int, int] = {}
-    for r in got:
-        assert r["id"] > last.get(r["p"], -1), f"key {r['p']}: id {r['id']} after {last.get(r['p'])}"
-        last[r["p"]] = r["id"]
-    assert_df_equality(spark.createDataFrame(got, rows.schema), rows, ignore_row_order=True, ignore_nullable=True)
+    d["chain_rows"] = len(got)
+    in_key_order(got)
+    assert_df_equality(spark.createDataFrame(got, ROWS.schema), ROWS, ignore_row_order=True, ignore_nullable=True)
+    catalog = spark.readStream.table("exchange.jv")  # the catalog's route: planned by the JVM source
+    d["catalog_streaming"] = catalog.isStreaming
+    assert catalog.isStreaming and catalog.schema == spark.table("chain_out").schema, catalog.schema
 
 
 print(json.dumps(results))
