@@ -118,6 +118,28 @@ def only(fn):
     return check(fn) if not wanted or fn.__name__ in wanted.split(",") else fn
 
 
+def chain(table: str):
+    """RTM query 1: stream jv (group chain) -> stream jv2; RTM query 2: jv2 -> memory table ``table`` (a memory sink
+    cannot restart from a checkpoint: each table is a new query, in a group of its own from the retained epochs)."""
+    hop1 = (spark.readStream.format("pipelined").option("exchange", "jv").option("consumerGroup", "chain").load()
+            .writeStream.format("pipelined").option("exchange", "jv2").option("numSubpartitions", 2)
+            .option("partitioner", "hash").option("keys", "p").outputMode("update")
+            .option("_asyncProgressTrackingOverrideSinkSupportCheck", "true")
+            .option("checkpointLocation", str(WORK / "hop1-ck")).trigger(realTime="5 seconds").start())
+    hop2 = (spark.readStream.format("pipelined").option("exchange", "jv2").load()
+            .writeStream.format("memory").queryName(table).outputMode("update")
+            .option("checkpointLocation", str(WORK / f"{table}-ck")).trigger(realTime="5 seconds").start())
+    return hop1, hop2
+
+
+def wait_progress(queries, seconds: float = 60) -> None:
+    """Until every query has committed a batch (Real-time Mode writes its offsets after the batch)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not all(q.lastProgress for q in queries):
+        time.sleep(0.5)
+    time.sleep(1)
+
+
 SRC, ROWS = source_files("rows")
 
 
@@ -155,16 +177,11 @@ def jvm_sink_read_by_python_and_a_real_time_chain(d):
     assert_df_equality(spark.read.parquet(str(WORK / "jv-py")), ROWS, ignore_row_order=True, ignore_nullable=True)
     spark.conf.set(ALLOWLIST, "false")  # neither this sink nor the memory sink is on Real-time Mode's allowlist
     try:
-        hop1 = (spark.readStream.format("pipelined").option("exchange", "jv").option("consumerGroup", "chain").load()
-                .writeStream.format("pipelined").option("exchange", "jv2").option("numSubpartitions", 2)
-                .option("partitioner", "hash").option("keys", "p").outputMode("update")
-                .option("_asyncProgressTrackingOverrideSinkSupportCheck", "true")
-                .option("checkpointLocation", str(WORK / "hop1-ck")).trigger(realTime="5 seconds").start())
-        hop2 = (spark.readStream.format("pipelined").option("exchange", "jv2").load()
-                .writeStream.format("memory").queryName("chain_out").outputMode("update")
-                .option("checkpointLocation", str(WORK / "hop2-ck")).trigger(realTime="5 seconds").start())
+        hop1, hop2 = chain("chain_out")
         got = until([hop1, hop2], "chain_out", N * FILES)
         errors = [str(q.exception()) for q in (hop1, hop2) if q.exception() is not None]
+        # both queries restart from their checkpoints once each has committed a batch (its offsets per subpartition)
+        wait_progress([hop1, hop2])
         d["hop_sources"] = [str(q.lastProgress["sources"][0]["description"]) if q.lastProgress else None
                             for q in (hop1, hop2)]
         hop2.stop()
@@ -175,6 +192,28 @@ def jvm_sink_read_by_python_and_a_real_time_chain(d):
     d["chain_rows"] = len(got)
     in_key_order(got)
     assert_df_equality(spark.createDataFrame(got, ROWS.schema), ROWS, ignore_row_order=True, ignore_nullable=True)
+    more = (spark.range(FILES * N, (FILES + 1) * N, numPartitions=1)
+            .select(F.col("id"), (F.col("id") % 4).cast("int").alias("p"), (F.col("id") * 7 % 101).alias("v")))
+    more.write.parquet(SRC + f"/f{FILES}")
+    write_stream(SRC, "jv", 2, "py,chain", jvm=True)  # the writer query goes on: one more epoch, its file's rows
+    # query 1 restarts from its checkpoint (offsets per subpartition): it reads that epoch alone into jv2
+    spark.conf.set(ALLOWLIST, "false")
+    try:
+        hop1, hop2 = chain("chain_again")  # a new query 2: from jv2's first retained epoch, the old rows too
+        again = until([hop1, hop2], "chain_again", N * (FILES + 1))
+        time.sleep(6)  # a whole Real-time Mode batch more: nothing read before the restart comes again
+        again = spark.table("chain_again").collect()
+        errors = [str(q.exception()) for q in (hop1, hop2) if q.exception() is not None]
+        hop2.stop()
+        hop1.stop()
+    finally:
+        spark.conf.unset(ALLOWLIST)
+    assert not errors, errors
+    d["rows_after_restart"] = len(again)
+    in_key_order(again)
+    # every row once: query 1's restart wrote the new epoch's rows after the old ones, none of the old ones again
+    assert_df_equality(spark.createDataFrame(again, ROWS.schema), ROWS.unionByName(more), ignore_row_order=True,
+                       ignore_nullable=True)
     catalog = spark.readStream.table("exchange.jv")  # the catalog's route: planned by the JVM source
     d["catalog_streaming"] = catalog.isStreaming
     assert catalog.isStreaming and catalog.schema == spark.table("chain_out").schema, catalog.schema

@@ -1,7 +1,8 @@
 """Streams through the plugin jar's JVM stream source and sink, in one real local application
 (tests/app_jvm_stream.py): a stream written by the Python sink is read exactly by the JVM source in micro-batches and
 in Real-time Mode; a stream written by the JVM sink is read exactly by the Python source; a chain of two Real-time
-Mode queries through two exchanges delivers every row in order per key; each query's route is the one the docs name.
+Mode queries through two exchanges delivers every row in order per key, and its first query restarted from its
+checkpoint (offsets per subpartition) writes only the new epoch's rows; each query's route is the one the docs name.
 Builds the plugin jar; 3-5 min on a busy 2-core machine."""
 from __future__ import annotations
 
@@ -47,4 +48,5 @@ def test_jvm_written_stream_is_read_exactly_by_the_python_source_and_a_real_time
     assert all("PythonMicroBatchStream" in s for s in outcome["python_sources"]), outcome["python_sources"]
     assert outcome["hop_sources"] == ["sparkflow-exchange stream jv (JVM)", "sparkflow-exchange stream jv2 (JVM)"]
     assert outcome["chain_rows"] == 9000
+    assert outcome["rows_after_restart"] == 12000  # 9000 before the restart, the new epoch's 3000, none twice
     assert outcome["catalog_streaming"] is True
