@@ -128,3 +128,21 @@ def test_a_damaged_spill_index_is_refused_by_the_jvm_as_by_python(jvm, tmp_path,
     with pytest.raises(spill.SpillCorruptError):
         for s in (0, 1):
             spill.read_index(f.index_path, s, data_size=f.size)
+
+
+@pytest.mark.parametrize("epoch", [0, 7, 2**40 + 3])
+def test_the_jvm_sinks_epoch_marker_is_the_one_the_python_reader_expects(jvm, epoch):
+    from sparkflow_exchange.buffer_kinds import epoch_marker
+
+    assert jvm([{"op": "epoch_marker", "epoch": epoch}])[0]["hex"] == epoch_marker(epoch).hex()
+
+
+def test_a_stream_offset_of_either_route_is_read_by_the_jvm_source(jvm):
+    python_offset = {"epochs": {"s": 5}, "group": "g"}  # what the Python source writes to its checkpoint
+    real_time = {"epochs": {"s": 4}, "group": "query-1",
+                 "subpartitions": {"0": {"epoch": 5, "rows": {"s#5.0.0-0-1.ab": 12}}, "1": {"epoch": 6, "rows": {}}}}
+    answers = jvm([{"op": "stream_offset", "stream": "s", "json": json.dumps(o)} for o in (python_offset, real_time)]
+                  + [{"op": "stream_offset", "stream": "other", "json": json.dumps(python_offset)}])
+    assert json.loads(answers[0]["json"]) == python_offset
+    assert json.loads(answers[1]["json"]) == real_time
+    assert "not one of exchange 'other'" in answers[2]["error"]

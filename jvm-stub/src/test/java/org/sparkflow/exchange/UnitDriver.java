@@ -31,6 +31,8 @@ import org.sparkflow.exchange.wire.Frames;
  *   <li>{@code {"op": "decode", "hex": "..", "chunk": k, "max_frame": m}}: the frames a {@link Frames.Decoder} fed k bytes
  *       at a time returns, or the error it throws</li>
  *   <li>{@code {"op": "spill", "index": path, "subpartition": s, "data_size": n}}: {@code SpillIndex.entries} or its error</li>
+ *   <li>{@code {"op": "epoch_marker", "epoch": e}}: the JVM stream sink's epoch marker, hex</li>
+ *   <li>{@code {"op": "stream_offset", "stream": s, "json": ".."}}: a checkpoint's offset parsed and written again</li>
  * </ul>
  */
 public final class UnitDriver {
@@ -53,6 +55,9 @@ public final class UnitDriver {
                     case "encode" -> answer.put("hex", encode(request));
                     case "decode" -> answer.set("frames", decode(request));
                     case "spill" -> answer.set("entries", spill(request));
+                    case "epoch_marker" -> answer.put("hex", epochMarker(request.path("epoch").asLong()));
+                    case "stream_offset" -> answer.put("json", org.sparkflow.exchange.stream.StreamOffset.parse(
+                            request.path("stream").asText(), request.path("json").asText()).json());
                     default -> throw new IllegalArgumentException("unknown op " + request.path("op"));
                 }
             } catch (RuntimeException e) {
@@ -60,6 +65,12 @@ public final class UnitDriver {
             }
             System.out.println(JSON.writeValueAsString(answer));
         }
+    }
+
+    private static String epochMarker(long epoch) throws ReflectiveOperationException {
+        Method m = Class.forName("org.sparkflow.exchange.stream.StreamSink").getDeclaredMethod("epochMarker", long.class);
+        m.setAccessible(true);
+        return HexFormat.of().formatHex((byte[]) m.invoke(null, epoch));
     }
 
     private static ObjectNode contract() throws IllegalAccessException {
