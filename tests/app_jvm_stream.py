@@ -145,7 +145,7 @@ SRC, ROWS = source_files("rows")
 
 @only
 def python_sink_read_by_jvm_micro_batches_and_real_time_mode(d):
-    write_stream(SRC, "py", 4, "mb,rtm", jvm=False)
+    d["sink"] = write_stream(SRC, "py", 4, "mb,rtm", jvm=False)["sink"]["description"]
     d["sources"] = sorted(set(read_micro_batches("py", "mb", WORK / "py-mb")))
     assert_df_equality(spark.read.parquet(str(WORK / "py-mb")), ROWS, ignore_row_order=True, ignore_nullable=True)
     reader = spark.readStream.format("pipelined").option("exchange", "py").option("consumerGroup", "rtm").load()

@@ -38,6 +38,7 @@ def passed(results: dict, name: str) -> dict:
 
 def test_python_written_stream_is_read_exactly_by_the_jvm_source_in_micro_batches_and_real_time_mode(results):
     outcome = passed(results, "python_sink_read_by_jvm_micro_batches_and_real_time_mode")
+    assert "JVM" not in outcome["sink"], outcome["sink"]  # jvmFormat=false: the Python sink wrote it
     assert outcome["sources"] == ["sparkflow-exchange stream py (JVM)"]
     assert outcome["rtm_rows"] == 9000
 
