@@ -71,12 +71,19 @@ final class BufferEncoder implements AutoCloseable {
         w.write(row);
     }
 
-    /** Target {@code t}'s rows as one data buffer, in order ({@code sizeHint}: about its bytes); then empty. */
-    byte[] encode(int t, long sizeHint) {
+    /**
+     * Target {@code t}'s rows as one data buffer, in order ({@code sizeHint}: about its bytes; {@code rows}: the rows
+     * appended to it, checked); then empty.
+     */
+    byte[] encode(int t, long sizeHint, long rows) {
         ArrowWriter w = writers[t];
         VectorSchemaRoot root = roots[t];
         try {
             w.finish();
+            if (root.getRowCount() != rows) { // the buffer must hold what its end counts will say
+                throw new IllegalStateException("a buffer of target " + t + " holds " + root.getRowCount()
+                        + " rows where " + rows + " were written to it (" + Thread.currentThread().getName() + ")");
+            }
             Sink out = new Sink((int) Math.min(Integer.MAX_VALUE - 64, sizeHint + sizeHint / 8 + 4096));
             try (ArrowRecordBatch batch = new VectorUnloader(root, true, codec, true).getRecordBatch()) {
                 MessageSerializer.serialize(new WriteChannel(Channels.newChannel(out)), batch);

@@ -151,7 +151,7 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
         if (heldRows[target] == 0) {
             return;
         }
-        producer.push(router.subpartition(target), encoder.encode(target, heldBytes[target]), encoder.flags());
+        producer.push(router.subpartition(target), encoder.encode(target, heldBytes[target], heldRows[target]), encoder.flags());
         sentBuffers[target]++;
         sentRows[target] += heldRows[target];
         heldRows[target] = 0;
