@@ -82,14 +82,18 @@ def write_stream(src: str, name: str, width: int, groups: str, jvm: bool) -> dic
     return q.lastProgress
 
 
-def read_micro_batches(name: str, group: str, out: Path) -> list[str]:
-    """Every epoch of the stream into parquet at ``out`` (availableNow); the sources' descriptions."""
-    reader = spark.readStream.format("pipelined").option("exchange", name).option("consumerGroup", group).load()
-    q = (reader.writeStream.format("parquet").option("path", str(out))
+def read_micro_batches(name: str, group: str, out: Path, **options) -> tuple[list[str], list[int]]:
+    """Every epoch of the stream into parquet at ``out`` (availableNow); the sources' descriptions, and the rows of
+    each micro-batch that read any."""
+    reader = spark.readStream.format("pipelined").option("exchange", name).option("consumerGroup", group)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    q = (reader.load().writeStream.format("parquet").option("path", str(out))
          .option("checkpointLocation", str(out) + "-ck").trigger(availableNow=True).start())
     q.awaitTermination(300)
     assert q.exception() is None, q.exception()
-    return [s["description"] for p in q.recentProgress for s in p["sources"]]
+    return ([s["description"] for p in q.recentProgress for s in p["sources"]],
+            [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]])
 
 
 def until(q_list, table: str, rows: int, seconds: float = 180) -> list:
@@ -146,7 +150,8 @@ SRC, ROWS = source_files("rows")
 @only
 def python_sink_read_by_jvm_micro_batches_and_real_time_mode(d):
     d["sink"] = write_stream(SRC, "py", 4, "mb,rtm", jvm=False)["sink"]["description"]
-    d["sources"] = sorted(set(read_micro_batches("py", "mb", WORK / "py-mb")))
+    sources, d["batch_rows"] = read_micro_batches("py", "mb", WORK / "py-mb", maxEpochsPerTrigger=1)
+    d["sources"] = sorted(set(sources))
     assert_df_equality(spark.read.parquet(str(WORK / "py-mb")), ROWS, ignore_row_order=True, ignore_nullable=True)
     reader = spark.readStream.format("pipelined").option("exchange", "py").option("consumerGroup", "rtm").load()
     spark.conf.set(ALLOWLIST, "false")  # the memory sink is not on Real-time Mode's allowlist
@@ -171,7 +176,7 @@ def jvm_sink_read_by_python_and_a_real_time_chain(d):
     d["sink"] = write_stream(SRC, "jv", 2, "py,chain", jvm=True)["sink"]["description"]
     spark.conf.set(JVM_FORMAT, "false")  # the Python source reads it
     try:
-        d["python_sources"] = sorted(set(read_micro_batches("jv", "py", WORK / "jv-py")))
+        d["python_sources"] = sorted(set(read_micro_batches("jv", "py", WORK / "jv-py")[0]))
     finally:
         spark.conf.unset(JVM_FORMAT)
     assert_df_equality(spark.read.parquet(str(WORK / "jv-py")), ROWS, ignore_row_order=True, ignore_nullable=True)

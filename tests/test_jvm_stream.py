@@ -40,6 +40,7 @@ def test_python_written_stream_is_read_exactly_by_the_jvm_source_in_micro_batche
     outcome = passed(results, "python_sink_read_by_jvm_micro_batches_and_real_time_mode")
     assert "JVM" not in outcome["sink"], outcome["sink"]  # jvmFormat=false: the Python sink wrote it
     assert outcome["sources"] == ["sparkflow-exchange stream py (JVM)"]
+    assert outcome["batch_rows"] == [3000, 3000, 3000]  # maxEpochsPerTrigger=1: one writer epoch per micro-batch
     assert outcome["rtm_rows"] == 9000
 
 
