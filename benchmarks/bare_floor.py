@@ -9,8 +9,13 @@ Workers import this module: ``spark_common.bench_environment`` puts ``benchmarks
 """
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceReader, InputPartition, \
-    WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
 
 SCHEMA = "id long, key long, s string, d double"
 

@@ -41,8 +41,7 @@ ROWS, PARTS = 100_000, 4
 def _child(route: str, work: Path) -> dict:
     """One fresh application: the four timed actions of ``route``."""
     sys.path.insert(0, str(HERE))
-    from spark_common import (NoopArrowSink, PreparedBatches, bench_environment, bench_rows, end_run,
-                              prepare_floor_files)
+    from spark_common import NoopArrowSink, PreparedBatches, bench_environment, bench_rows, end_run, prepare_floor_files
     tmp = bench_environment(f"first-use-{route}")
     if route == "pipelined-served":  # the host's service runs already (``serve``, or an earlier application's)
         from sparkflow_exchange.config import ExchangeConfig
@@ -51,7 +50,7 @@ def _child(route: str, work: Path) -> dict:
         resolve(ExchangeConfig.load())
     from pyspark.sql import SparkSession
 
-    from sparkflow_exchange.session_tuning import SPARK_SETTINGS
+    from sparkflow_exchange.spark.session_tuning import SPARK_SETTINGS
 
     spark = (SparkSession.builder.master("local[2]").appName(f"first-use-{route}")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")

@@ -36,7 +36,7 @@ def _child(subs: int, rows: int) -> dict:
     import sparkflow_exchange
     from sparkflow_exchange.config import ExchangeConfig
     from sparkflow_exchange.service.discovery import resolve
-    from sparkflow_exchange.session_tuning import SPARK_SETTINGS
+    from sparkflow_exchange.spark.session_tuning import SPARK_SETTINGS
 
     resolve(ExchangeConfig.load())  # the JVM writer finds the host's service and starts none
     spark = (SparkSession.builder.master("local[2]").appName(f"jvm-writer-memory-{subs}")

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.service.process import client_config, start_service
 
@@ -52,7 +53,7 @@ def vm_hwm_mib() -> float:
 
 def producer(args: argparse.Namespace) -> None:
     config = ExchangeConfig.load(json.loads(args.config), spark_conf={})
-    handle = ex.WriteHandle(config, **json.loads(args.handle))
+    handle = wh.WriteHandle(config, **json.loads(args.handle))
     data = list(batches(args.index, args.rows))  # generated before the clock (and counted in RSS before too)
     base_rss = vm_hwm_mib()
     task = ex.ProducerTask(handle, args.index, f"bench-{args.index}")
@@ -120,7 +121,7 @@ def run_case(svc, subs: int, args: argparse.Namespace, check: bool) -> dict:
             if p.poll() is None:
                 p.kill()
                 p.wait(10)
-    ex.commit_write(handle, [r["partition"] for r in results])
+    wh.commit_write(handle, [r["partition"] for r in results])
     if check:
         verify(config, subs, args)
     ex.drop_exchange(name, config)

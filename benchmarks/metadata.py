@@ -25,7 +25,6 @@ from sparkflow_exchange.buffer import schema_to_b64  # noqa: E402
 from sparkflow_exchange.network.protocol import Notify, encode_bytes  # noqa: E402
 from sparkflow_exchange.service.process import start_service  # noqa: E402
 
-
 # the made-up host service sends no heartbeat: the coordinator must not declare it lost during a run
 QUIET_HOST = {"heartbeatTimeout": "3600"}
 

@@ -31,7 +31,6 @@ from spark_common import bench_environment
 TMP = bench_environment("skew")  # before Spark starts: its workers and embedded service are this run's
 
 from pyspark.sql import functions as F  # noqa: E402
-
 from spark_common import end_run, interleaved_rounds, wide_session  # noqa: E402
 
 WIDTH = 200

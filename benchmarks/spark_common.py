@@ -272,7 +272,7 @@ def wide_session(app: str, width: int, tcp_workers: bool = False):
     settings (``tcp_workers``: Spark's default TCP sockets to its Python workers instead of Unix sockets)."""
     from pyspark.sql import SparkSession
 
-    from sparkflow_exchange.session_tuning import PYTHON_WORKER_UNIX_SOCKETS, SPARK_SETTINGS
+    from sparkflow_exchange.spark.session_tuning import PYTHON_WORKER_UNIX_SOCKETS, SPARK_SETTINGS
 
     settings = {**SPARK_SETTINGS, **({PYTHON_WORKER_UNIX_SOCKETS: "false"} if tcp_workers else {})}
     spark = (SparkSession.builder.master("local[2]").appName(app)

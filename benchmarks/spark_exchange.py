@@ -13,7 +13,7 @@ Rows: long id, long key (id % 100003), a 16-character string, a double. Cases, e
 * pipelined PIPELINED_BOUNDED: the read (thread started first, waiting for the declaration) while the
   write runs in another thread.
 
-Session: the recommended ``SPARK_SETTINGS`` (``sparkflow_exchange/session_tuning.py``): Unix sockets to the
+Session: the recommended ``SPARK_SETTINGS`` (``sparkflow_exchange/spark/session_tuning.py``): Unix sockets to the
 Python workers (Spark's TCP default stalls ~84 ms per Python task on delayed ACKs) and
 ``spark.sql.execution.arrow.maxBytesPerBatch=2147483647`` (Spark stops measuring each Arrow batch after
 every row it adds, about a third of the JVM's time on a Python data source's write). Both are
@@ -44,7 +44,6 @@ from spark_common import bench_environment
 TMP = bench_environment("spark")  # before Spark starts: its workers and embedded service are this run's
 
 from pyspark.sql import SparkSession  # noqa: E402
-
 from spark_common import (  # noqa: E402
     NoopArrowSink,
     PreparedBatches,
@@ -82,7 +81,7 @@ def main() -> None:
                  .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", str(N_SUB))
                  .config("spark.sql.adaptive.enabled", "false").config("spark.driver.memory", "3g"))
         if not args.spark_defaults:  # the recommended settings, before the user's --conf
-            from sparkflow_exchange.session_tuning import SPARK_SETTINGS
+            from sparkflow_exchange.spark.session_tuning import SPARK_SETTINGS
 
             args.conf[:0] = [f"{k}={v}" for k, v in SPARK_SETTINGS.items()]
         for item in args.conf:

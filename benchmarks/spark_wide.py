@@ -37,23 +37,22 @@ from spark_common import bench_environment
 TMP = bench_environment("wide")  # before Spark starts: its workers and embedded service are this run's
 
 from pyspark.sql import SparkSession  # noqa: E402
-
-from sparkflow_exchange import drop_exchange  # noqa: E402
-
 from spark_common import (  # noqa: E402
     FrozenNoopArrowSink,
     FrozenPreparedBatches,
     NoopArrowSink,
     PreparedBatches,
     bench_rows,
+    end_run,
+    interleaved_rounds,
     prepare_floor_files,
     service_pids,
     settle,
     status_kib,
-    end_run,
-    interleaved_rounds,
     wide_session,
 )
+
+from sparkflow_exchange import drop_exchange  # noqa: E402
 
 WIDTH = 200
 

@@ -50,7 +50,6 @@ TMP = bench_environment("streaming")  # before Spark starts: its workers and emb
 import numpy as np  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
-
 from spark_common import SCHEMA, StreamFloor, bench_rows, prepare_floor_files, settle, stop_embedded_services  # noqa: E402
 
 SLOTS = 4
@@ -100,7 +99,7 @@ def main() -> None:
                    .config("spark.sql.shuffle.partitions", str(N_SUB)).config("spark.sql.session.timeZone", "UTC")
                    .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
                    .config("spark.driver.memory", "3g"))
-        from sparkflow_exchange.session_tuning import SPARK_SETTINGS
+        from sparkflow_exchange.spark.session_tuning import SPARK_SETTINGS
 
         for item in [*(f"{k}={v}" for k, v in SPARK_SETTINGS.items()), *args.conf]:  # the recommended settings, then the user's
             key, _, value = item.partition("=")

@@ -99,7 +99,7 @@ def _loop(route: str, work: Path, batch: int, workers: int) -> None:
         while not (work / "parquet" / "_SUCCESS").exists():
             time.sleep(0.005)
     out: dict = {}
-    for epoch, step in enumerate(STEPS):
+    for _epoch, step in enumerate(STEPS):
         if step == "noop_inproc":  # the same reads in the training process itself: no worker hands batches over
             if route in EXCHANGES:
                 ds = ExchangeDataset(EXCHANGES[route], batch, columns=columns, balance="pad", seed=1)

@@ -69,7 +69,15 @@ planned on the key. Before each route the previous one's dirty pages are synced 
 Data: ``tpchgen-cli`` (``.venv/bin/python -m pip install tpchgen-cli``) writes the eight tables as parquet
 into ``benchmarks/.tpch/sf<N>`` once (ignored by git); later runs reuse them.
 
-Run: .venv/bin/python benchmarks/tpch_pipeline.py --sf 1 5 [--queries 3,5,9,10,18] [--repeat 2]
+Each figure is the median of ``--repeat`` rounds (3 by default; routes interleaved within a round, so a slow
+spell of the machine falls on every route); the JSON keeps every round. For each exchange route the run also
+records the embedded service's peak resident memory (``VmHWM`` of its process, read before it is stopped) and
+the bytes it had spilled to disk when the consumer finished (``status``: ``disk.used``), so the table shows
+where the exchange starts to spill under the memory budget and what it costs after. With more than one scale
+factor the run draws the cost curve: each route's median over the parquet route's, against the scale factor
+(``--plot``, a PNG; needs matplotlib, in the ``bench`` extra).
+
+Run: .venv/bin/python benchmarks/tpch_pipeline.py --sf 1 5 10 [--queries 3,5,9,10,18] [--repeat 3]
          [--routes pipelined,pipelined-jvm,jvm,format,jvm-concurrent,format-concurrent,pipelined-concurrent,parquet,one-app,noop-producer] [--shuffle-partitions 200]
          [--conf KEY=VALUE ...]
 Quick check: .venv/bin/python benchmarks/tpch_pipeline.py --sf 0.1 --queries 3 --repeat 1
@@ -85,6 +93,7 @@ import math
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -465,13 +474,37 @@ class Run:
         self.live.clear()
 
     def drop(self, name: str) -> dict:
-        """Drop the route's exchange (after its consumer); returns its size."""
+        """Drop the route's exchange (after its consumer); returns its size, the bytes the service had spilled
+        and its peak resident memory so far."""
         import sparkflow_exchange
 
         summary = next((s for s in sparkflow_exchange.list_exchanges() if s.name == name), None)
+        service = self.service_usage()
         sparkflow_exchange.drop_exchange(name)
-        return {} if summary is None else {"rows": summary.rows, "bytes": summary.bytes, "producers": summary.producers,
-                                          "subpartitions": summary.num_subpartitions}
+        size = {} if summary is None else {"rows": summary.rows, "bytes": summary.bytes, "producers": summary.producers,
+                                           "subpartitions": summary.num_subpartitions}
+        return {**size, **service}
+
+    def service_usage(self) -> dict:
+        """The embedded service's peak resident memory (``VmHWM``, MiB) and the bytes of spill files it holds."""
+        from sparkflow_exchange.service.launcher import read_state
+
+        usage: dict = {}
+        info = read_state(self.tmp / "runtime" / "embedded.json")
+        if info is not None:
+            try:
+                for line in Path(f"/proc/{info['pid']}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        usage["service_peak_mib"] = round(int(line.split()[1]) / 1024, 1)
+            except OSError:
+                pass
+        status = subprocess.run([sys.executable, "-m", "sparkflow_exchange.cli", "status", "--json"],
+                                capture_output=True, text=True, timeout=60)
+        if status.returncode == 0:
+            services = json.loads(status.stdout)
+            usage["spilled_bytes"] = sum(s.get("disk", {}).get("used", 0) for s in services)
+            usage["memory_budget"] = max((s["memory"]["budget"] for s in services), default=None)
+        return usage
 
     def stop_service(self) -> None:
         """Stop the embedded service the route's producer started (by the pid in its state file)."""
@@ -493,12 +526,58 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
 def _free_write(by_route: dict) -> float | None:
-    """The ``jvm`` route's best pair with its producer replaced by the ``noop`` one: a write that costs nothing."""
+    """The ``jvm`` route's median pair with its producer replaced by the ``noop`` one: a write that costs
+    nothing."""
     if "noop-producer" not in by_route or "jvm" not in by_route:
         return None
-    consumer = min(o["apps"][1]["wall_s"] for o in by_route["jvm"])
-    return min(o["seconds"] for o in by_route["noop-producer"]) + consumer
+    return (_median(o["seconds"] for o in by_route["noop-producer"])
+            + _median(o["apps"][1]["wall_s"] for o in by_route["jvm"]))
+
+
+def plot_curve(summary: dict, routes: list[str], path: Path) -> bool:
+    """Each route's median over the parquet route's against the scale factor, one panel per query (a PNG);
+    False when matplotlib is missing or the run has fewer than two scale factors."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("no plot: matplotlib is missing (.venv/bin/python -m pip install -e '.[bench]')", flush=True)
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sfs = sorted(summary, key=float)
+    queries = sorted({q for by_q in summary.values() for q in by_q}, key=lambda q: int(q[1:]))
+    if len(sfs) < 2 or not queries:
+        return False
+    fig, axes = plt.subplots(1, len(queries), figsize=(4.2 * len(queries), 3.8), sharey=True, squeeze=False)
+    for ax, q in zip(axes[0], queries):
+        for route in routes:
+            if route == "parquet":
+                continue
+            points = [(float(sf), summary[sf][q]["median_s"].get(route), summary[sf][q]["median_s"].get("parquet"))
+                      for sf in sfs if q in summary[sf]]
+            xs = [x for x, r, p in points if r and p]
+            ys = [r / p for x, r, p in points if r and p]
+            if xs:
+                ax.plot(xs, ys, marker="o", label=route)
+        ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_xscale("log")
+        ax.set_xticks([float(sf) for sf in sfs], [sf for sf in sfs])
+        ax.minorticks_off()
+        ax.set_title(f"TPC-H {q}")
+        ax.set_xlabel("scale factor")
+    axes[0][0].set_ylabel("route time / parquet route's (median)")
+    axes[0][-1].legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
 
 
 def _cell(value: float | None, fmt: str) -> str:
@@ -509,7 +588,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sf", type=float, nargs="+", default=[1.0], help="scale factor(s), e.g. --sf 1 5")
     parser.add_argument("--queries", default=",".join(map(str, QUERIES)), help="e.g. 3,9,10,18")
-    parser.add_argument("--repeat", type=int, default=2, help="rounds; the best is reported")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds; medians are reported")
+    parser.add_argument("--plot", type=Path, default=HERE / "tpch_pipeline-curve.png",
+                        help="where the cost curve goes (a PNG; with two or more scale factors)")
     parser.add_argument("--routes", default=",".join(ROUTES))
     parser.add_argument("--shuffle-partitions", type=int, default=200,
                         help="spark.sql.shuffle.partitions of every application and the exchange's numSubpartitions")
@@ -583,36 +664,54 @@ def main() -> None:
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     cpu_header = "| sf | query | " + " | ".join(routes) + " |"
     cpu_lines = [cpu_header, "|" + "---|" * (cpu_header.count("|") - 1)]
+    service_lines = ["| sf | query | route | exchange MB | service peak MiB | spilled MB |", "|---|---|---|---|---|---|"]
     for sf_name, by_query in results.items():
         for q_name, by_route in by_query.items():
-            best = {r: min(o["seconds"] for o in outs) for r, outs in by_route.items()}
+            median = {r: _median(o["seconds"] for o in outs) for r, outs in by_route.items()}
+            spread = {r: [min(o["seconds"] for o in outs), max(o["seconds"] for o in outs)]
+                      for r, outs in by_route.items()}
+            service = {r: {"peak_mib": _median(o.get("exchange", {}).get("service_peak_mib") for o in outs),
+                           "spilled_mb": _median((o.get("exchange", {}).get("spilled_bytes") or 0) / 1e6
+                                                 for o in outs if "exchange" in o),
+                           "exchange_mb": _median((o.get("exchange", {}).get("bytes") or 0) / 1e6
+                                                  for o in outs if "exchange" in o)}
+                       for r, outs in by_route.items() if any("exchange" in o for o in outs)}
             shuffles = {r: len(outs[0]["shuffles"]) for r, outs in by_route.items()}
-            ratios = {"pipelined/parquet": _ratio(best.get("pipelined"), best.get("parquet")),
-                      "pipelined-jvm/parquet": _ratio(best.get("pipelined-jvm"), best.get("parquet")),
-                      "jvm/parquet": _ratio(best.get("jvm"), best.get("parquet")),
-                      "format/parquet": _ratio(best.get("format"), best.get("parquet")),
-                      "jvm-concurrent/parquet": _ratio(best.get("jvm-concurrent"), best.get("parquet")),
-                      "format-concurrent/parquet": _ratio(best.get("format-concurrent"), best.get("parquet")),
-                      "pipelined-concurrent/parquet": _ratio(best.get("pipelined-concurrent"), best.get("parquet")),
-                      "pipelined/one-app": _ratio(best.get("pipelined"), best.get("one-app")),
-                      "jvm/one-app": _ratio(best.get("jvm"), best.get("one-app")),
-                      "jvm-concurrent/one-app": _ratio(best.get("jvm-concurrent"), best.get("one-app")),
-                      "format-concurrent/one-app": _ratio(best.get("format-concurrent"), best.get("one-app")),
-                      "jvm-free-write/parquet": _ratio(_free_write(by_route), best.get("parquet"))}
-            cpu = {r: min(o["cpu_s"] for o in outs) for r, outs in by_route.items()}
-            summary.setdefault(sf_name, {})[q_name] = {"best_s": best, "ratios": ratios, "consumer_shuffles": shuffles,
-                                                       "busy_cpu_s": cpu}
+            ratios = {"pipelined/parquet": _ratio(median.get("pipelined"), median.get("parquet")),
+                      "pipelined-jvm/parquet": _ratio(median.get("pipelined-jvm"), median.get("parquet")),
+                      "jvm/parquet": _ratio(median.get("jvm"), median.get("parquet")),
+                      "format/parquet": _ratio(median.get("format"), median.get("parquet")),
+                      "jvm-concurrent/parquet": _ratio(median.get("jvm-concurrent"), median.get("parquet")),
+                      "format-concurrent/parquet": _ratio(median.get("format-concurrent"), median.get("parquet")),
+                      "pipelined-concurrent/parquet": _ratio(median.get("pipelined-concurrent"), median.get("parquet")),
+                      "pipelined/one-app": _ratio(median.get("pipelined"), median.get("one-app")),
+                      "jvm/one-app": _ratio(median.get("jvm"), median.get("one-app")),
+                      "jvm-concurrent/one-app": _ratio(median.get("jvm-concurrent"), median.get("one-app")),
+                      "format-concurrent/one-app": _ratio(median.get("format-concurrent"), median.get("one-app")),
+                      "jvm-free-write/parquet": _ratio(_free_write(by_route), median.get("parquet"))}
+            cpu = {r: _median(o["cpu_s"] for o in outs) for r, outs in by_route.items()}
+            summary.setdefault(sf_name, {})[q_name] = {"median_s": median, "min_max_s": spread, "ratios": ratios,
+                                                       "consumer_shuffles": shuffles, "busy_cpu_s": cpu,
+                                                       "service": service}
+            for r, use in service.items():
+                service_lines.append(f"| {sf_name} | {q_name} | {r} | {_cell(use['exchange_mb'], '.0f')} | "
+                                     f"{_cell(use['peak_mib'], '.0f')} | {_cell(use['spilled_mb'], '.0f')} |")
             cpu_lines.append(f"| {sf_name} | {q_name} | " + " | ".join(_cell(cpu.get(r), ".1f") for r in routes) + " |")
-            lines.append(f"| {sf_name} | {q_name} | " + " | ".join(_cell(best.get(r), ".1f") for r in routes) + " | "
+            lines.append(f"| {sf_name} | {q_name} | " + " | ".join(_cell(median.get(r), ".1f") for r in routes) + " | "
                          + " | ".join(_cell(v, ".2f") for v in ratios.values()) + " | "
                          + " / ".join(str(shuffles.get(r, "–")) for r in ("pipelined", "jvm", "format", "parquet"))
                          + " |")
-    print(f"\nbest of {args.repeat}, seconds per route (every application's wall clock, session start included); "
+    print(f"\nmedian of {args.repeat}, seconds per route (every application's wall clock, session start included); "
           f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f}; "
           f"spark.sql.shuffle.partitions = numSubpartitions = {args.shuffle_partitions}\n")
     print("\n".join(lines))
-    print("\nbusy CPU-seconds of the machine per route (least of the rounds)\n")
+    print("\nbusy CPU-seconds of the machine per route (median of the rounds)\n")
     print("\n".join(cpu_lines))
+    print("\nthe embedded service per exchange route (medians): the exchange's bytes, the service's peak resident "
+          "memory, the bytes it had spilled when the consumer finished\n")
+    print("\n".join(service_lines))
+    if len(args.sf) > 1 and plot_curve(summary, routes, args.plot):
+        print(f"\ncost curve: {args.plot}")
     out = {"sf": args.sf, "queries": queries, "routes": routes, "repeat": args.repeat,
            "shuffle_partitions": args.shuffle_partitions, "driver_memory": args.driver_memory, "conf": args.conf,
            "summary": summary, "runs": results, "load_before": load_before, "load_after": load_after}

@@ -35,8 +35,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import resource
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -52,9 +52,10 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.buffer import TRAILER_SIZE
-from sparkflow_exchange.consumer import input_gate, spill_data
 from sparkflow_exchange.config import ExchangeConfig, parse_size
+from sparkflow_exchange.consumer import input_gate, spill_data
 from sparkflow_exchange.network.blocking_client import tune_socket
 from sparkflow_exchange.service.process import client_config, start_service
 
@@ -155,7 +156,7 @@ def spill_transfer(svc, size: int, checksum: bool = True, mapped: bool = True) -
 
 def producer(args: argparse.Namespace) -> None:
     config = ExchangeConfig.load(json.loads(args.config), spark_conf={})
-    handle = ex.WriteHandle(config, **json.loads(args.handle))
+    handle = wh.WriteHandle(config, **json.loads(args.handle))
     task = ex.ProducerTask(handle, 0, "bench")
     batch = batch_of(config.buffer_size - 1024)
     count = args.size // batch.nbytes
@@ -202,7 +203,7 @@ def _exchange_run(proc, handle, config, reader_config, name: str, streaming: boo
         proc.stdin.flush()
         result = json.loads(proc.stdout.read().strip().splitlines()[-1])
         proc.wait(120)
-        ex.commit_write(handle, [result["partition"]])
+        wh.commit_write(handle, [result["partition"]])
     desc = ex.describe_exchange(reader_config)
     got = 0
     start = time.perf_counter()
@@ -216,7 +217,7 @@ def _exchange_run(proc, handle, config, reader_config, name: str, streaming: boo
             if os.environ.get("BENCH_DEBUG"):
                 print("producer", result, file=sys.stderr)
             proc.wait(120)
-            ex.commit_write(handle, [result["partition"]])
+            wh.commit_write(handle, [result["partition"]])
 
         t = threading.Thread(target=committer, daemon=True)
         t.start()

@@ -8,11 +8,12 @@ import sys
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from pyspark.sql import SparkSession, functions as F  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import functions as F
 
-spark = (SparkSession.builder.master("local[4]").appName("sparkflow-broadcast")
-         .config("spark.sql.execution.arrow.maxBytesPerBatch", "2147483647")  # faster writes: docs/batch-guide.md, "Spark settings for speed"
-         .getOrCreate())
+import sparkflow_exchange  # noqa: E402
+
+spark = sparkflow_exchange.configure(SparkSession.builder.master("local[4]").appName("sparkflow-broadcast")).getOrCreate()
 spark.sparkContext.setLogLevel("ERROR")
 
 regions = spark.createDataFrame([(i, f"region-{i}") for i in range(7)], "region_id long, region_name string")
@@ -29,8 +30,6 @@ assert [r["count"] for r in per_partition] == [7, 7, 7, 7]
 facts = spark.range(0, 40, 1, 4).selectExpr("id", "id % 7 AS region_id")
 joined = facts.join(F.broadcast(dim.where(F.spark_partition_id() == 0)), "region_id")
 print(f"joined rows: {joined.count()}")
-
-import sparkflow_exchange  # noqa: E402
 
 sparkflow_exchange.drop_exchange("regions")
 spark.stop()

@@ -9,13 +9,15 @@ import sys
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from pyspark.sql import SparkSession, functions as F  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import functions as F
+
+import sparkflow_exchange  # noqa: E402
 
 builder = SparkSession.builder.appName("sparkflow-quickstart")
 if "SPARK_REMOTE" not in os.environ:  # with SPARK_REMOTE set, PySpark makes a Spark Connect session instead
     builder = builder.master("local[4]")
-spark = (builder.config("spark.sql.execution.arrow.maxBytesPerBatch", "2147483647")  # faster writes: docs/batch-guide.md, "Spark settings for speed"
-         .getOrCreate())
+spark = sparkflow_exchange.configure(builder).getOrCreate()  # the plugin jar: format("pipelined") runs in the JVM
 
 orders = spark.range(0, 100_000, 1, 4).selectExpr(
     "id AS order_id", "id % 1000 AS customer_id", "CAST(id % 7 AS STRING) AS region", "rand(42) * 100 AS amount")
@@ -29,6 +31,7 @@ orders = spark.range(0, 100_000, 1, 4).selectExpr(
     .save())
 
 read = spark.read.format("pipelined").option("exchange", "orders").load()
+read.explain()  # "BatchScan ... sparkflow-exchange orders [...]": the JVM path; "(Python)": the Python data source
 per_partition = read.groupBy(F.spark_partition_id().alias("partition")).count().orderBy("partition")
 print(f"read partitions holding rows: {per_partition.count()}")
 per_partition.show()
@@ -37,8 +40,6 @@ misplaced = read.where(F.spark_partition_id() != F.pmod(F.hash("customer_id", "r
 total = read.count()
 print(f"rows: {total}, placed exactly where repartition(8, customer_id, region) would put them: {misplaced == 0}")
 assert total == 100_000 and misplaced == 0
-
-import sparkflow_exchange  # noqa: E402
 
 sparkflow_exchange.drop_exchange("orders")
 spark.stop()

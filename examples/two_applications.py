@@ -1,6 +1,6 @@
 """Two Spark applications, one after the other, connected only by an exchange name.
 
-The producer application writes the exchange with default settings and exits.
+The producer application writes the exchange (hashed into 8 subpartitions) and exits.
 Some time later (``--gap``, longer than ``embedded.idleTimeout``) the consumer
 application starts, reads every row and drops the exchange. Both use the
 embedded service of this user on this host: it keeps the exchange after its
@@ -25,9 +25,9 @@ def session(app: str):
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName(app)
-             .config("spark.sql.execution.arrow.maxBytesPerBatch", "2147483647")  # faster writes: docs/batch-guide.md, "Spark settings for speed"
-             .getOrCreate())
+    import sparkflow_exchange
+
+    spark = sparkflow_exchange.configure(SparkSession.builder.master("local[2]").appName(app)).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -43,6 +43,7 @@ def producer() -> None:
     clicks = spark.range(0, ROWS, 1, 2).selectExpr("id", "id % 97 AS user_id", "concat('page-', id % 13) AS page")
     (clicks.write.format("pipelined").mode("overwrite")
         .option("exchange", NAME).option("partitioner", "hash").option("keys", "user_id")
+        .option("numSubpartitions", "8")  # an explicit width: the plugin jar's JVM writer and reader serve it
         .save())
     print(f"producer: committed {ROWS} rows (exchange service pid {service_pid()})", flush=True)
     spark.stop()

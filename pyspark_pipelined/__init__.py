@@ -1,4 +1,4 @@
 """Installing sparkflow-exchange is all it takes: Spark finds ``format("pipelined")`` here."""
-from sparkflow_exchange.datasource import PipelinedDataSource as DefaultSource
+from sparkflow_exchange.spark.datasource import PipelinedDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

@@ -39,9 +39,9 @@ sys.path.insert(0, str(HERE))
 from checker_verdict import KINDS, analyse  # noqa: E402
 
 import sparkflow_exchange  # noqa: E402
+from sparkflow_exchange.config import ExchangeConfig  # noqa: E402
 from sparkflow_exchange.errors import ExchangeNotFound  # noqa: E402
 from sparkflow_exchange.exchange import drop_exchange  # noqa: E402
-from sparkflow_exchange.config import ExchangeConfig  # noqa: E402
 from sparkflow_exchange.service.process import RunningService, start_service  # noqa: E402
 
 # the service: a small memory budget, so pools fill and writers meet backpressure and spilling

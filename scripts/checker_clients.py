@@ -18,6 +18,7 @@ reported with its place even when the process is killed afterwards.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -35,8 +36,10 @@ import pyarrow as pa
 
 import sparkflow_exchange
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.calls import call
 from sparkflow_exchange.config import ExchangeConfig
+from sparkflow_exchange.description import ExchangeDescription
 from sparkflow_exchange.writer.selectors import make_selector
 
 SCHEMA = pa.schema([pa.field("wid", pa.int64(), nullable=False), pa.field("producer", pa.int32(), nullable=False),
@@ -251,7 +254,7 @@ class Writer(Client):
             reason = failed[0].get("error", "a producer failed") if failed else "a producer did not finish"
             wait = self.watchdog.watch(op, "abort", self.timeouts["rpc"])
             try:
-                ex.abort_write(handle, reason[:200])
+                wh.abort_write(handle, reason[:200])
             except Exception as exc:  # noqa: BLE001 - the abort's own failure is history too
                 self.history.log("abort_failed", op=op, wid=wid, **error_record(exc))
             self.watchdog.done(wait)
@@ -262,7 +265,7 @@ class Writer(Client):
         self.history.log("commit_sent", op=op, wid=wid, partitions=partitions)
         wait = self.watchdog.watch(op, "commit", self.timeouts["rpc"])
         try:
-            desc = ex.commit_write(handle, partitions, {results[i]["partition"]: rows[i] for i in range(len(rows))})
+            desc = wh.commit_write(handle, partitions, {results[i]["partition"]: rows[i] for i in range(len(rows))})
         except Exception as exc:  # noqa: BLE001
             self.watchdog.done(wait)
             record = error_record(exc)
@@ -275,7 +278,7 @@ class Writer(Client):
         self.history.log("committed", op=op, wid=wid, epoch=desc.get("epoch"), commits=len(desc.get("committed", ())))
         self.history.log("write_end", op=op, wid=wid, stage="done", committed=True, producers=list(results.values()))
 
-    def produce(self, op: int, wid: int, handle: ex.WriteHandle, index: int, rows: int, results: dict) -> None:
+    def produce(self, op: int, wid: int, handle: wh.WriteHandle, index: int, rows: int, results: dict) -> None:
         started = time.monotonic()
         record: dict[str, Any] = {"index": index, "rows": rows, "t_start": started}
         wait = self.watchdog.watch(op, f"producer {index}: register", self.timeouts["rpc"])
@@ -325,7 +328,7 @@ class JvmReader:
         self.gateway = launch_gateway(SparkConf().set("spark.driver.extraClassPath", sparkflow_exchange.plugin_jar()))
         self.tool = self.gateway.jvm.org.sparkflow.exchange.read.StandaloneRead
 
-    def read(self, desc: dict, sub: int, coordinator: str, secret: str, host_id: str) -> np.ndarray:
+    def read(self, desc: ExchangeDescription, sub: int, coordinator: str, secret: str, host_id: str) -> np.ndarray:
         """(wid, producer, seq) of every row; the JVM's ExchangeReadException as the package's ExchangeReadError."""
         from py4j.protocol import Py4JJavaError
 
@@ -333,7 +336,7 @@ class JvmReader:
         for i, c in enumerate(self.COLUMNS):
             columns[i] = c
         try:
-            wire = {k: v for k, v in desc.items() if k != "arrow_schema"}  # the coordinator's description as sent
+            wire = dataclasses.asdict(desc)  # the coordinator's description as sent (same field names)
             data = self.tool.read(json.dumps(wire), sub, coordinator, secret, host_id, columns)
         except Py4JJavaError as exc:
             error = exc.java_exception
@@ -373,10 +376,10 @@ class Reader(Client):
             return
         self.watchdog.done(wait)
         t_desc = time.monotonic()
-        mode = "sealed" if desc.get("sealed") else "pipelined"
-        plan = {"epoch": desc["epoch"], "mode": mode, "t_begin": t_begin, "t_desc": t_desc,
-                "ptype": desc.get("partition_type"), "desc_committed": list(desc.get("committed", ())) if mode == "sealed" else None}
-        n = desc.get("num_subpartitions") or NUM_SUBPARTITIONS
+        mode = "sealed" if desc.sealed else "pipelined"
+        plan = {"epoch": desc.epoch, "mode": mode, "t_begin": t_begin, "t_desc": t_desc,
+                "ptype": str(desc.partition_type), "desc_committed": list(desc.committed) if mode == "sealed" else None}
+        n = desc.num_subpartitions or NUM_SUBPARTITIONS
         outcomes: dict[int, dict] = {}
         # read tasks start when the scheduler gets to them, not all at once
         delays = [self.rng.uniform(0, self.settings["stagger"]) for _ in range(n)]
@@ -401,11 +404,11 @@ class Reader(Client):
                          t_last_sub=max(o["t_end"] for o in outcomes.values()),
                          longest_wait=max(o["longest_wait"] for o in outcomes.values()))
 
-    def read_sub(self, op: int, cfg: ExchangeConfig, desc: dict, sub: int, outcomes: dict, delay: float) -> None:
+    def read_sub(self, op: int, cfg: ExchangeConfig, desc: ExchangeDescription, sub: int, outcomes: dict, delay: float) -> None:
         """One subpartition, as one Spark read task would read it; what arrived, summarised."""
         time.sleep(delay)
         wait = self.watchdog.watch(op, f"subpartition {sub}: first data", self.timeouts["first_data"])
-        selector = make_selector("hash", desc.get("num_subpartitions") or NUM_SUBPARTITIONS, 0, SCHEMA, keys=("key",))
+        selector = make_selector("hash", desc.num_subpartitions or NUM_SUBPARTITIONS, 0, SCHEMA, keys=("key",))
         columns: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         misrouted = 0
         try:

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-
 from checker_clients import MAX_ROWS, NUM_SUBPARTITIONS, SCHEMA, wid_text
 
 INF = math.inf

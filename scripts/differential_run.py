@@ -16,14 +16,24 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import pyarrow as pa
+from differential_data import (
+    COLLATED,
+    FILTER_TYPES,
+    ExchangeModel,
+    Features,
+    Layout,
+    canon_rows,
+    other_layouts,
+    random_layout,
+    random_rows,
+    show_row,
+)
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 import sparkflow_exchange as sfe
-from differential_data import (COLLATED, FILTER_TYPES, ExchangeModel, Features, Layout, canon_rows, other_layouts,
-                               random_layout, random_rows, show_row)
 
 WRITERS = ("py", "jar", "catalog", "ow")  # the writers (_write), for reference
 READ_WAIT = "5"  # declareTimeout of a read: the model knows the exchange exists, a lost one is not waited for long

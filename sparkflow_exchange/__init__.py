@@ -3,18 +3,18 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-__version__ = "0.1.0"
-__all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "leave_group", "write", "plugin_jar", "ExchangeConfig",
-           "PartitionType", "ExchangeState", "ExchangeKind", "ExchangeSummary", "StreamSummary", "open_reader", "open_writer", "ExchangeWriter",
+__version__ = "0.4.0.dev0"
+__all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "leave_group", "write", "plugin_jar", "configure", "ExchangeConfig",
+           "PartitionType", "Partitioner", "ExchangeState", "ExchangeKind", "ExchangeSummary", "ExchangeDescription", "StreamSummary", "open_reader", "open_writer", "ExchangeWriter",
            # the errors users see (docs/errors.md)
            "ConfigError", "ExchangeError", "ServiceError", "ServiceUnavailable", "AuthenticationFailed", "NotPermitted",
            "LimitReached", "InvalidRequest", "StorageError", "DataLost", "ExchangeNotFound", "ExchangeLost", "ExchangeReplaced",
            "PartitionReleasedError", "SchemaMismatch", "NoConsumerError", "ExchangeReadError", "ErrorCode", "translate_errors"]
 
 from .config import ExchangeConfig, session_settings
+from .description import ExchangeDescription
 from .errors import (  # noqa: F401
     AuthenticationFailed,
     ConfigError,
@@ -27,8 +27,8 @@ from .errors import (  # noqa: F401
     ExchangeReplaced,
     InvalidRequest,
     LimitReached,
-    NotPermitted,
     NoConsumerError,
+    NotPermitted,
     PartitionReleasedError,
     SchemaMismatch,
     ServiceError,
@@ -37,9 +37,10 @@ from .errors import (  # noqa: F401
     UserFacing,
     translate_errors,
 )
-from .kinds import ExchangeKind, ExchangeState, PartitionType
+from .kinds import ExchangeKind, ExchangeState, Partitioner, PartitionType
+from .spark.session_setup import configure, plugin_jar
+from .spark.session_tuning import SPARK_SETTINGS  # for the session builder: .config(map=SPARK_SETTINGS)
 from .summary import ExchangeSummary, StreamSummary
-from .session_tuning import SPARK_SETTINGS  # for the session builder: .config(map=SPARK_SETTINGS)
 
 if TYPE_CHECKING:  # imported on first use (pyarrow, the data path): importing the package stays light
     from .client import ExchangeWriter, open_reader, open_writer  # noqa: F401
@@ -63,7 +64,7 @@ def register(spark: Any) -> None:
     The settings are captured now: call it again after ``spark.conf.set`` of a key planning reads
     (every key outside ``config.TASK_KEYS``). Works on classic and Spark Connect sessions.
     """
-    from .datasource import PipelinedDataSource
+    from .spark.datasource import PipelinedDataSource
 
     settings = session_settings(spark.conf.getAll)
     ExchangeConfig.load(spark_conf={}, session=settings)  # a bad session setting fails here, in the user's process
@@ -145,7 +146,7 @@ def _driver_jvm(spark: Any) -> int | None:
 
 def leave_group(name: str, group: str, spark: Any = None, **options: str) -> dict:
     """Forget a stream's consumer group that is gone for good: it no longer holds epochs back."""
-    from .streaming import leave_group as _leave
+    from .spark.streaming import leave_group as _leave
 
     return _leave(_config(spark, {**options, "exchange": name}), group)
 
@@ -163,7 +164,7 @@ def write(df: Any, exchange: str, mode: str = "overwrite", **options: Any) -> No
     see the partition count (no ``df.rdd``), so numSubpartitions is left to the options and settings.
     A failure raises the package's class (``translate_errors``), whichever path served the write.
     """
-    from .session_tuning import is_connect, unchecked_arrow_batches
+    from .spark.session_tuning import is_connect, unchecked_arrow_batches
 
     session = df.sparkSession
     opts = {k: str(v) for k, v in options.items()}
@@ -182,14 +183,3 @@ def _activate(session: Any) -> None:
         session._jvm.org.apache.spark.sql.classic.SparkSession.setActiveSession(session._jsparkSession)
     except Exception:  # noqa: BLE001 - older Spark: nothing to set
         pass
-
-
-def plugin_jar() -> str:
-    """Path of the Spark plugin jar shipped in this package (for spark.jars)."""
-    jar = Path(__file__).parent / "jars" / "sparkflow-exchange-plugin.jar"
-    if not jar.exists():
-        raise FileNotFoundError(
-            f"{jar} is missing: this installation was built without a JDK. Build the jar with "
-            "`python -m sparkflow_exchange.build_plugin` (needs javac 17 or newer and pyspark; "
-            "`--output PATH` if the package directory is read-only)")
-    return str(jar)

@@ -15,6 +15,7 @@ piece), so only the reader, in :func:`decode`, checks and strips it.
 from __future__ import annotations
 
 import base64
+import functools
 import struct
 import warnings
 
@@ -22,10 +23,11 @@ import google_crc32c
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-
 from .arrow_numpy import empty_batch  # noqa: E402
-from .buffer_kinds import BROADCAST, END_COUNTS, FLAG_COMPRESSED, FLAG_SHARED, BufferKind  # noqa: E402,F401
-
+from .buffer_kinds import FLAG_COMPRESSED  # noqa: E402
+from .ipc_body import _ARROW_BUFFER, _I32, _I64, MIN_SAVING_PERCENT, compressed_buffers, raw_size  # noqa: F401
+from .ipc_body import _field as _field_at
+from .ipc_body import body_buffers as _body_buffers
 
 # after every data buffer's IPC message: its CRC32C and its length. 8 bytes, not 4: IPC messages are padded to
 # 8 bytes and Arrow maps aligned buffers zero-copy, so a region's next piece must start 8-aligned too
@@ -74,6 +76,7 @@ def schema_to_b64(schema: pa.Schema) -> str:
     return base64.b64encode(schema.serialize().to_pybytes()).decode()
 
 
+@functools.lru_cache(maxsize=64)  # a schema is immutable: each gate of a read asks for the same one (0.3 ms)
 def schema_from_b64(text: str) -> pa.Schema:
     return ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
@@ -107,6 +110,141 @@ def _stream_schema_length(schema: pa.Schema, message: pa.Buffer, compression: st
     return length
 
 
+
+def store_raw_where_larger(message: pa.Buffer, codec: str) -> pa.Buffer:
+    """``message`` (a compressed IPC record batch) with each buffer that saved too little stored uncompressed.
+
+    Arrow C++ keeps every compressed buffer, however little it shrank (pyarrow offers no ``min_space_savings``):
+    random bytes would cost a decompression for nothing. The message's flatbuffer (Message -> RecordBatch ->
+    buffers, bodyLength) is patched where its fields lie and the body rebuilt, 8-aligned; untouched if every buffer
+    saved at least :data:`MIN_SAVING_PERCENT` (the usual case: one pass over a few numbers per column).
+    """
+    view = memoryview(message)
+    found = _body_buffers(view)
+    if found is None:
+        return message
+    meta, vector, body_len_at, body_start, spans = found
+    raw_at = []
+    for i, (offset, length) in enumerate(spans):
+        if length >= 8:
+            size = _I64.unpack_from(view, body_start + offset)[0]
+            if size > 0 and (length - 8) * 100 > size * (100 - MIN_SAVING_PERCENT):
+                raw_at.append(i)
+    if not raw_at:
+        return message
+    decompressor = pa.Codec(codec)
+    raw = set(raw_at)
+    new_meta = bytearray(meta)
+    parts: list = []
+    position = 0
+    for i, (offset, length) in enumerate(spans):
+        piece = view[body_start + offset:body_start + offset + length]
+        if i in raw:
+            size = _I64.unpack_from(piece, 0)[0]
+            piece = b"".join((_I64.pack(-1), decompressor.decompress(piece[8:], decompressed_size=size)))
+        n = len(piece)
+        _ARROW_BUFFER.pack_into(new_meta, vector + 4 + 16 * i, position, n)
+        parts.append(piece)
+        pad = -n % 8
+        if pad:
+            parts.append(b"\0" * pad)
+        position += n + pad
+    _I64.pack_into(new_meta, body_len_at, position)
+    return pa.py_buffer(b"".join((view[:8], new_meta, *parts)))
+
+
+_RETRY_AFTER = 16  # a buffer position whose bytes did not shrink is stored as it is for this many batches
+
+
+class _BufferCompressor:
+    """Compressed IPC messages of one schema, each Arrow buffer compressed on its own or stored as it is.
+
+    pyarrow compresses every buffer of a message (and only then can a buffer be put back raw): on incompressible
+    columns that is the whole cost. Here a buffer position (a column's validity, offsets or data) whose bytes did
+    not shrink by ``MIN_SAVING_PERCENT`` is stored as it is, without trying, for the next :data:`_RETRY_AFTER`
+    batches. The message is the batch's own uncompressed serialisation (Arrow's layout of its nodes and buffers)
+    under the metadata pyarrow writes for a compressed batch of this schema (the same fields, patched in place:
+    length, nodes, buffers, bodyLength). Schemas whose buffer count varies per batch (view types, dictionaries)
+    use pyarrow's path (:meth:`usable`).
+    """
+
+    def __init__(self, schema: pa.Schema, codec: str, template: pa.Buffer) -> None:
+        self.codec = pa.Codec(codec)
+        view = memoryview(template)
+        meta_len = _I32.unpack_from(view, 4)[0]
+        self.meta = bytes(view[8:8 + meta_len])
+        found = _body_buffers(view)
+        meta, self.buffers_at, self.body_len_at, _, spans = found
+        root = _I32.unpack_from(meta, 0)[0]
+        header = _field_at(meta, root, 2)
+        batch = header + _I32.unpack_from(meta, header)[0]
+        self.length_at = _field_at(meta, batch, 0)
+        nodes_at = _field_at(meta, batch, 1)
+        self.nodes_at = nodes_at + _I32.unpack_from(meta, nodes_at)[0]
+        self.nodes = _I32.unpack_from(meta, self.nodes_at)[0]
+        self.count = len(spans)
+        self.skip = [0] * self.count
+        self.prefix = view[:8]
+
+    @staticmethod
+    def usable(schema: pa.Schema) -> bool:
+        text = str(schema)
+        return "view" not in text and "dictionary" not in text
+
+    def message(self, batch: pa.RecordBatch) -> list | None:
+        """The compressed message of ``batch`` as its parts, in order; None if its layout is not the template's
+        (pyarrow's path then)."""
+        plain = batch.serialize()
+        view = memoryview(plain)
+        found = _body_buffers(view)
+        if found is None or self.length_at is None:
+            return None
+        meta, _, _, body_start, spans = found
+        root = _I32.unpack_from(meta, 0)[0]
+        header = _field_at(meta, root, 2)
+        table = header + _I32.unpack_from(meta, header)[0]
+        nodes_at, length_at = _field_at(meta, table, 1), _field_at(meta, table, 0)
+        if nodes_at is None or length_at is None or len(spans) != self.count:
+            return None
+        nodes = nodes_at + _I32.unpack_from(meta, nodes_at)[0]
+        if _I32.unpack_from(meta, nodes)[0] != self.nodes:
+            return None
+        out = bytearray(self.meta)
+        out[self.nodes_at + 4:self.nodes_at + 4 + 16 * self.nodes] = meta[nodes + 4:nodes + 4 + 16 * self.nodes]
+        out[self.length_at:self.length_at + 8] = meta[length_at:length_at + 8]
+        parts: list = [self.prefix, out]
+        position = 0
+        for i, (offset, length) in enumerate(spans):
+            if length == 0:
+                _ARROW_BUFFER.pack_into(out, self.buffers_at + 4 + 16 * i, position, 0)
+                continue
+            data = view[body_start + offset:body_start + offset + length]
+            stored = None
+            if self.skip[i]:
+                self.skip[i] -= 1
+            else:
+                packed = self.codec.compress(data)
+                if len(packed) * 100 <= length * (100 - MIN_SAVING_PERCENT):
+                    stored = (_I64.pack(length), packed)
+                else:
+                    self.skip[i] = _RETRY_AFTER
+            if stored is None:
+                stored = (_NOT_COMPRESSED, data)
+            n = 8 + len(stored[1])
+            _ARROW_BUFFER.pack_into(out, self.buffers_at + 4 + 16 * i, position, n)
+            parts.extend(stored)
+            pad = -n % 8
+            if pad:
+                parts.append(_PADDING[:pad])
+            position += n + pad
+        _I64.pack_into(out, self.body_len_at, position)
+        return parts
+
+
+_NOT_COMPRESSED = _I64.pack(-1)
+_PADDING = bytes(8)
+
+
 class BatchEncoder:
     """Serialises record batches of one schema into buffer payloads."""
 
@@ -117,6 +255,7 @@ class BatchEncoder:
         self._options = ipc.IpcWriteOptions(compression=self.compression)
         self.schema_message = schema.serialize()  # what an IPC stream starts with (a region does too)
         self._schema_len = _stream_schema_length(schema, self.schema_message, self.compression)
+        self._compressor: _BufferCompressor | None | bool = None  # made from the first non-empty batch
 
     def encode(self, batch: pa.RecordBatch) -> pa.Buffer:
         """The batch's data buffer: its IPC message and checksum trailer."""
@@ -127,11 +266,30 @@ class BatchEncoder:
                 placed = self.encode_into(batch, memoryview(dest))
                 if placed is not None:
                     return dest.slice(*placed)
-        return seal(self._message(batch))
+        message = self._message(batch)
+        if isinstance(message, list):  # one copy: the parts and the trailer together
+            crc, n = 0, 0
+            for part in message:
+                crc = google_crc32c.extend(crc, part if isinstance(part, (bytes, pa.Buffer)) else pa.py_buffer(part))
+                n += len(part)
+            message.append(TRAILER.pack(crc, n))
+            return pa.py_buffer(b"".join(message))
+        return seal(message)
 
-    def _message(self, batch: pa.RecordBatch) -> pa.Buffer:
+    def _message(self, batch: pa.RecordBatch) -> pa.Buffer | list:
+        """The batch's IPC message, or (compressed) its parts in order."""
         if self.compression is None:
             return batch.serialize()
+        if self._compressor is None and batch.num_rows:
+            self._compressor = _BufferCompressor(self.schema, self.compression, self._pyarrow_message(
+                batch.slice(0, 1), raw_where_larger=False)) if _BufferCompressor.usable(self.schema) else False
+        if self._compressor:
+            parts = self._compressor.message(batch)
+            if parts is not None:
+                return parts
+        return self._pyarrow_message(batch)
+
+    def _pyarrow_message(self, batch: pa.RecordBatch, raw_where_larger: bool = True) -> pa.Buffer:
         sink = pa.BufferOutputStream()
         with ipc.new_stream(sink, self.schema, options=self._options) as writer:
             start = None
@@ -139,7 +297,8 @@ class BatchEncoder:
             start = sink.tell()
             writer.write_batch(batch)
             end = sink.tell()
-        return sink.getvalue().slice(start, end - start)
+        message = sink.getvalue().slice(start, end - start)
+        return store_raw_where_larger(message, self.compression) if raw_where_larger else message
 
     def encode_into(self, batch: pa.RecordBatch, dest: memoryview) -> tuple[int, int] | None:
         """Serialise ``batch`` straight into ``dest`` (a shared-memory slot): (offset, length), or None if it won't fit."""
@@ -148,6 +307,19 @@ class BatchEncoder:
         if self.compression is None and \
                 ipc.get_record_batch_size(batch) + self._schema_len + TRAILER_SIZE > len(dest):
             return None
+        if self.compression is not None:  # serialised apart (buffer by buffer), then placed after the schema
+            message = self._message(batch)
+            parts = message if isinstance(message, list) else [message]
+            end = self._schema_len + sum(len(p) for p in parts)
+            if end + TRAILER_SIZE > len(dest):
+                return None
+            at = self._schema_len
+            for part in parts:
+                dest[at:at + len(part)] = memoryview(part).cast("B")
+                at += len(part)
+            n = end - self._schema_len
+            TRAILER.pack_into(dest, end, checksum(dest[self._schema_len:end]), n)
+            return self._schema_len, n + TRAILER_SIZE
         target = pa.py_buffer(dest)
         sink = pa.FixedSizeBufferWriter(target)
         try:
@@ -155,6 +327,14 @@ class BatchEncoder:
         except (pa.ArrowInvalid, OSError):  # compressed data that did not shrink enough
             return None
         end = sink.tell()
+        if self.compression is not None:  # buffers that shrank too little are stored as they are
+            message = target.slice(self._schema_len, end - self._schema_len)
+            stored = store_raw_where_larger(message, self.compression)
+            if stored is not message:
+                end = self._schema_len + len(stored)
+                if end + TRAILER_SIZE > len(dest):
+                    return None
+                dest[self._schema_len:end] = memoryview(stored).cast("B")
         if end + TRAILER_SIZE > len(dest):
             return None
         n = end - self._schema_len

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +24,7 @@ PACKAGED_SOURCES = PACKAGE_DIR / "jvm_src"  # the Java sources as the wheel carr
 CHECKOUT_SOURCES = PACKAGE_DIR.parent / "jvm-stub" / "src" / "main" / "java"  # a source checkout
 DEFAULT_JAR = PACKAGE_DIR / "jars" / JAR_NAME
 CONTRACT = PACKAGE_DIR / "contract.json"  # what Python and the jar agree on; the jar's Contract class is made from it
-CONTRACT_CLASS = "org/sparkflow/exchange/wire/Contract.java"
+CONTRACT_CLASS = "org/sparkflow/exchange/contract/Contract.java"
 MANIFEST = ("Manifest-Version: 1.0\r\n"
             "Created-By: sparkflow-exchange build_plugin\r\n"
             "Implementation-Title: sparkflow-exchange-plugin\r\n"
@@ -72,9 +73,13 @@ def _size(fields: list[list[str]]) -> int:
     return sum(_SIZES[kind] for _, kind in fields)
 
 
-def _strings(name: str, values: dict[str, str], lists: dict[str, list[str]] | None = None) -> list[str]:
-    """A nested class of String constants, and List<String> constants of some of their values."""
-    lines = [f"    public static final class {name} {{", f"        private {name}() {{}}"]
+def _strings(name: str, values: dict[str, str], lists: dict[str, list[str]] | None = None, *,
+             extendable: bool = False) -> list[str]:
+    """A nested class of String constants, and List<String> constants of some of their values.
+
+    ``extendable``: a class other classes may extend to name its constants as their own (``ErrorCodes.X``)."""
+    lines = ([f"    public static class {name} {{", f"        protected {name}() {{}}"] if extendable else
+             [f"    public static final class {name} {{", f"        private {name}() {{}}"])
     lines += [f"        public static final String {key} = {json.dumps(value)};" for key, value in values.items()]
     for list_name, members in (lists or {}).items():
         lines.append(f"        public static final List<String> {list_name} = List.of({', '.join(map(json.dumps, members))});")
@@ -87,8 +92,65 @@ def _ints(name: str, values: dict[str, int]) -> list[str]:
     return lines + ["    }"]
 
 
+def java_name(key: str) -> str:
+    """The Java constant of an option key: ``bufferSize`` -> ``BUFFER_SIZE``, ``tls.caFile`` -> ``TLS_CA_FILE``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key).replace(".", "_").upper()
+
+
+def _java_value(spec: dict) -> tuple[str, str]:
+    """The Java type and literal of an option's default: sizes in bytes (long), durations in seconds (double)."""
+    kind, value = spec["type"], spec["default"]
+    if kind == "list":
+        return "List<String>", f"List.of({', '.join(map(json.dumps, value))})"
+    if value is None:
+        return {"int": "Integer", "size": "Long", "duration": "Double", "float": "Double", "bool": "Boolean"}.get(
+            kind, "String"), "null"
+    if kind == "bool":
+        return "boolean", "true" if value else "false"
+    if kind == "int":
+        return "int", str(int(value))
+    if kind == "size":
+        return "long", f"{int(value)}L"
+    if kind in ("duration", "float"):
+        return "double", repr(float(value))
+    return "String", json.dumps(value)
+
+
+def _options(contract: dict) -> list[str]:
+    """Contract.Option (the keys the JVM reads), Contract.OptionDefault (their defaults) and Contract.OptionChoices."""
+    jvm = {key: spec for key, spec in contract["options"]["keys"].items() if "jvm" in spec["languages"]}
+    out = _strings("Option", {"PREFIX": contract["options"]["prefix"], **{java_name(key): key for key in jvm}})
+    out += ["    public static final class OptionDefault {", "        private OptionDefault() {}"]
+    for key, spec in jvm.items():
+        kind, literal = _java_value(spec)
+        out.append(f"        public static final {kind} {java_name(key)} = {literal};")
+    out += ["    }", "    public static final class OptionChoices {", "        private OptionChoices() {}"]
+    for key, spec in jvm.items():
+        if spec["type"] == "choice":
+            choices = spec["choices"]
+            choices = list(contract[choices[1:]]) if isinstance(choices, str) else choices
+            out.append(f"        public static final List<String> {java_name(key)} = "
+                       f"List.of({', '.join(map(json.dumps, choices))});")
+    return out + ["    }"]
+
+
+def _units(units: dict) -> list[str]:
+    """Contract.Units: how sizes and durations are read (patterns, suffixes, bounds, the refusals' hint)."""
+    sizes = ", ".join(f"Map.entry({json.dumps(k)}, {int(v)}L)" for k, v in units["size_suffixes"].items())
+    times = ", ".join(f"Map.entry({json.dumps(k)}, {float(v)!r})" for k, v in units["duration_suffixes"].items())
+    return ["    public static final class Units {", "        private Units() {}",
+            f"        public static final String SIZE_PATTERN = {json.dumps(units['size_pattern'])};",
+            f"        public static final Map<String, Long> SIZE_SUFFIXES = Map.ofEntries({sizes});",
+            f"        public static final long SIZE_MAX = {int(units['size_max'])}L;",
+            f"        public static final String SIZE_HINT = {json.dumps(units['size_hint'])};",
+            f"        public static final String DURATION_PATTERN = {json.dumps(units['duration_pattern'])};",
+            f"        public static final Map<String, Double> DURATION_SUFFIXES = Map.ofEntries({times});",
+            f"        public static final String DURATION_HINT = {json.dumps(units['duration_hint'])};",
+            "    }"]
+
+
 def contract_java(contract: dict) -> str:
-    """The Java source of ``org.sparkflow.exchange.wire.Contract``: the contract's constants, made at build time."""
+    """The Java source of ``org.sparkflow.exchange.contract.Contract``: the contract's constants, made at build time."""
     frame, buffer, spill = contract["frame"], contract["buffer"], contract["spill_index"]
     kinds = {"PARTITION_TYPES": contract["partition_types"], "PARTITIONERS": contract["partitioners"]}
     props: dict[str, dict[str, list[str]]] = {}
@@ -99,7 +161,7 @@ def contract_java(contract: dict) -> str:
                 props[group].setdefault(flag.upper(), [])
                 if on:
                     props[group][flag.upper()].append(member)
-    out = ["package org.sparkflow.exchange.wire;", "", "import java.util.List;", "",
+    out = ["package org.sparkflow.exchange.contract;", "", "import java.util.List;", "import java.util.Map;", "",
            "/**",
            " * What the JVM plugin and the Python package agree on, generated from {@code sparkflow_exchange/contract.json}",
            " * by {@code sparkflow_exchange/build_plugin.py} when the jar is built. Do not edit: change the contract file.",
@@ -115,7 +177,7 @@ def contract_java(contract: dict) -> str:
            "    }"]
     out += _ints("MessageType", contract["message_types"])
     out += _ints("DataHeaderSize", {name: _size(fields) for name, fields in contract["data_headers"].items()})
-    out += _strings("ErrorCode", contract["error_codes"])
+    out += _strings("ErrorCode", contract["error_codes"], extendable=True)  # errors.ErrorCodes extends it
     out += _strings("PartitionType", {name: name for name in contract["partition_types"]}, props["PARTITION_TYPES"])
     out += _strings("Partitioner", {name.upper(): name for name in contract["partitioners"]}, props["PARTITIONERS"])
     out += _strings("ExchangeState", contract["exchange_states"])
@@ -125,10 +187,15 @@ def contract_java(contract: dict) -> str:
     out += _ints("BufferFlag", buffer["flags"])
     out += _ints("Buffer", {"BROADCAST_SUBPARTITION": buffer["broadcast_subpartition"],
                             "TRAILER_SIZE": _size(buffer["trailer"]), "END_COUNTS_SIZE": _size(buffer["end_counts"])})
+    codecs = contract["options"]["keys"]["compression"]
+    out += _strings("Compression", {"DEFAULT": codecs["default"]}, {"CODECS": codecs["choices"]})
+    out += _ints("CompressionSaving", {"MIN_PERCENT": contract["compression"]["min_saving_percent"]})
     out += ["    public static final class SpillIndex {", "        private SpillIndex() {}",
             f"        public static final String MAGIC = {json.dumps(spill['magic'])};",
             f"        public static final int VERSION = {int(spill['version'])};",
             f"        public static final int ENTRY_SIZE = {_size(spill['entry'])};", "    }"]
+    out += _units(contract["units"])
+    out += _options(contract)
     return "\n".join(out + ["}", ""])
 
 

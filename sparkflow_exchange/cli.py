@@ -151,7 +151,9 @@ def _print_status(status: dict) -> None:
     if traffic:
         print(f"\nheld here, by exchange ({len(traffic)})")
         for name, t in sorted(traffic.items()):
-            print(f"  {name:<24} {t['partitions']} partitions  written {_size(t['bytes_written'])}  "
+            raw = t.get("raw_bytes_written", t["bytes_written"])
+            uncompressed = f" ({_size(raw)} uncompressed)" if raw != t["bytes_written"] else ""
+            print(f"  {name:<24} {t['partitions']} partitions  written {_size(t['bytes_written'])}{uncompressed}  "
                   f"read: served over channels {_size(t['bytes_read'])}, "
                   f"local files {_size(t['file_bytes_read'])} as readers report")
     print(f"\npartitions ({len(status['partitions'])})")
@@ -202,12 +204,13 @@ def _list(args: argparse.Namespace) -> int:
         return 0
     exchanges = _printable(exchanges)
     print(f"{'name':<24} {'kind':<6} {'state':<10} {'type':<18} {'partitioner':<11} {'subparts':>8} "
-          f"{'producers':>9} {'rows':>12} {'MiB':>9}  schema")
+          f"{'producers':>9} {'rows':>12} {'MiB':>9} {'raw MiB':>9}  schema")
     for e in exchanges:
-        rows, size = e["rows"], e["bytes"]
+        rows, size, raw = e["rows"], e["bytes"], e.get("raw_bytes")
         print(f"{e['name']:<24} {e['kind']:<6} {e['state']:<10} {e['partition_type']:<18} "
               f"{e['partitioner']:<11} {str(e['num_subpartitions']):>8} {e['producers']:>9} "
-              f"{'' if rows is None else rows:>12} {'' if size is None else f'{size / MiB:.1f}':>9}  {e['schema']}")
+              f"{'' if rows is None else rows:>12} {'' if size is None else f'{size / MiB:.1f}':>9} "
+              f"{'' if raw is None else f'{raw / MiB:.1f}':>9}  {e['schema']}")
     return 0
 
 
@@ -227,7 +230,6 @@ def _printable(value: Any) -> Any:
 def _drop(args: argparse.Namespace) -> int:
     from .errors import ExchangeError
     from .exchange import drop_exchange
-
     from .service.discovery import coordinators, no_service_message
 
     config = _config(args)

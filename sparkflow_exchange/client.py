@@ -17,9 +17,11 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import pyarrow as pa
 
 from . import exchange as ex
-from .config import SINGLE_SUBPARTITION, ConfigError, ExchangeConfig
+from . import write_handle as wh
+from .config import ConfigError, ExchangeConfig
+from .description import ExchangeDescription
 from .errors import ExchangeError, SchemaMismatch
-from .kinds import ExchangeState
+from .kinds import ExchangeState, Partitioner
 
 __all__ = ["open_reader", "open_writer", "ExchangeWriter", "exchange_config", "read_plan"]
 
@@ -50,11 +52,11 @@ def exchange_config(exchange: str, **settings: Any) -> ExchangeConfig:
 
 
 # ------------------------------------------------------------------ reading
-def _selection(subpartitions: int | Iterable[int] | None, width: int, partitioner: str, name: str) -> list[int]:
+def _selection(subpartitions: int | Iterable[int] | None, width: int, partitioner: Partitioner, name: str) -> list[int]:
     """The subpartitions to read, checked against the exchange's width (bad ones named)."""
     if subpartitions is None:
         # a broadcast exchange holds one copy per consumer: "every row once" is one consumer's copy
-        return [0] if partitioner == "broadcast" else list(range(width))
+        return [0] if partitioner is Partitioner.BROADCAST else list(range(width))
     if isinstance(subpartitions, bool) or not isinstance(subpartitions, (int, Iterable)):
         raise ConfigError(f"subpartitions must be an int, a sequence of ints or None, got {subpartitions!r}")
     chosen = [subpartitions] if isinstance(subpartitions, int) else list(subpartitions)
@@ -96,7 +98,7 @@ def _runs(chosen: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def read_plan(exchange: str, **settings: Any) -> dict:
+def read_plan(exchange: str, **settings: Any) -> ExchangeDescription:
     """The exchange's description as a reader sees it now (waits up to declareTimeout for it to be
     declared and to know its width): ``num_subpartitions``, ``sealed``, ``subpartition_rows`` (rows per
     subpartition once committed), ``arrow_schema``..."""
@@ -118,22 +120,22 @@ def open_reader(exchange: str, subpartitions: int | Iterable[int] | None = None,
     return _open(config, ex.describe_exchange(config), subpartitions, columns)
 
 
-def _open(config: ExchangeConfig, desc: dict, subpartitions: int | Iterable[int] | None,
+def _open(config: ExchangeConfig, desc: ExchangeDescription, subpartitions: int | Iterable[int] | None,
           columns: Sequence[str] | None) -> pa.RecordBatchReader:
-    name = desc["name"]
-    schema: pa.Schema = desc["arrow_schema"]
-    partitioner = desc["partitioner"].get("name", "hash")
-    chosen = _selection(subpartitions, desc["num_subpartitions"], partitioner, name)
+    name = desc.name
+    schema = desc.arrow_schema
+    partitioner = desc.partitioner.name
+    chosen = _selection(subpartitions, desc.num_subpartitions, partitioner, name)
     projected = _projection(schema, columns, name)
     out_schema = pa.schema([schema.field(c) for c in projected], metadata=schema.metadata) if projected else schema
-    if desc.get("sealed") and partitioner not in SINGLE_SUBPARTITION:
+    if desc.sealed and not partitioner.single_subpartition:
         parts = [(lambda s=s, e=e: ex.read_subpartition(config, desc, s, e if e > s + 1 else None))
                  for s, e in _runs(chosen)]
     else:
         parts = [(lambda s=s: ex.read_subpartition(config, desc, s)) for s in chosen]
     # a bounded writer blocks on any subpartition nobody reads: read them all at once; a HYBRID writer never
     # blocks (what waits spills) and BLOCKING is read once finished, so one after another costs nothing
-    at_once = not desc.get("sealed") and len(parts) > 1 and desc.get("partition_type") == "PIPELINED_BOUNDED"
+    at_once = not desc.sealed and len(parts) > 1 and desc.partition_type.consume_once
     batches = _merged(parts) if at_once else _sequential(parts)
     if projected is not None:
         batches = (b.select(projected) for b in batches)
@@ -223,7 +225,7 @@ class ExchangeWriter:
         try:
             self._producer = ex.ProducerTask(self.handle, 0, ex.attempt_id(0, 0, uuid.uuid4().int >> 80))
         except BaseException as exc:
-            ex.abort_write(self.handle, f"the writer could not start: {exc}")
+            wh.abort_write(self.handle, f"the writer could not start: {exc}")
             raise
 
     def write(self, data: pa.RecordBatch | pa.Table) -> None:
@@ -249,7 +251,7 @@ class ExchangeWriter:
             raise ExchangeError(f"the writer of exchange {self.name!r} is {self.state}: it cannot commit")
         try:
             result = self._producer.finish()
-            desc = ex.commit_write(self.handle, [result["partition"]], {result["partition"]: result["rows"]})
+            desc = wh.commit_write(self.handle, [result["partition"]], {result["partition"]: result["rows"]})
         except BaseException as exc:
             self.abort(f"the commit failed: {type(exc).__name__}: {exc}")
             raise
@@ -262,7 +264,7 @@ class ExchangeWriter:
             return
         self.state = ExchangeState.ABORTED
         self._producer.fail(reason)
-        ex.abort_write(self.handle, reason)
+        wh.abort_write(self.handle, reason)
 
     def __enter__(self) -> "ExchangeWriter":
         return self
@@ -278,7 +280,7 @@ def _fields(schema: pa.Schema) -> str:
     return "(" + ", ".join(f"{f.name} {f.type}" for f in schema) + ")"
 
 
-def open_writer(exchange: str, schema: pa.Schema, partitioner: str = "hash", keys: Sequence[str] = (),
+def open_writer(exchange: str, schema: pa.Schema, partitioner: Partitioner | str = Partitioner.HASH, keys: Sequence[str] = (),
                 num_subpartitions: int | None = None, mode: str = "overwrite", **settings: Any) -> ExchangeWriter:
     """A context manager that writes ``exchange`` as one producer and commits when the block ends.
 
@@ -292,11 +294,15 @@ def open_writer(exchange: str, schema: pa.Schema, partitioner: str = "hash", key
         raise ConfigError(f"unknown mode {mode!r}; use overwrite or append")
     if isinstance(keys, str):
         keys = [keys]
-    if partitioner == "hash" and not keys:
-        raise ConfigError("a hash exchange needs keys: open_writer(..., keys=['column', ...])")
+    try:
+        kind = Partitioner.of(partitioner)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if kind.keyed and not keys:
+        raise ConfigError(f"a {kind} exchange needs keys: open_writer(..., keys=['column', ...])")
     missing = [k for k in keys if isinstance(schema, pa.Schema) and schema.get_field_index(k) < 0]
     if missing:
         raise ConfigError(f"key {missing[0]!r} is not a column of the schema; its columns: {', '.join(schema.names)}")
-    config = exchange_config(exchange, partitioner=partitioner, keys=",".join(keys) if keys else None,
+    config = exchange_config(exchange, partitioner=kind.value, keys=",".join(keys) if keys else None,
                              numSubpartitions=num_subpartitions, **settings)
     return ExchangeWriter(config, schema, overwrite=mode == "overwrite")

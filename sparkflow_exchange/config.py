@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import socket
@@ -23,41 +24,49 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from . import contract
 from .errors import ConfigError  # re-exported: defined with the other errors users see
 from .kinds import PARTITION_TYPES, PartitionType
 
-PREFIX = "spark.sparkflow.exchange."
+PREFIX: str = contract.load()["options"]["prefix"]
 ENV_CONF = "SPARKFLOW_EXCHANGE_CONF"
 
-COMPRESSIONS = ("none", "zstd", "lz4")
+COMPRESSIONS: tuple[str, ...] = tuple(contract.load()["options"]["keys"]["compression"]["choices"])
 SINGLE_SUBPARTITION = ("forward", "broadcast")  # partitioners that give each producer one subpartition of its own
 
 
 
 
-# size and duration suffixes (lower case): the JVM writer's WriteSettings.SIZE_UNITS / TIME_UNITS hold the same
-# entries (tests/test_config.py compares them), so both writers accept and refuse the same values
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-               "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
-_TIME_UNITS = {"ms": 0.001, "s": 1.0, "": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+# How sizes and durations are read: the contract's patterns, suffixes and bounds, which the JVM's WriteSettings
+# reads from the generated Contract; tests/test_contract.py runs one set of cases through both parsers.
+_UNITS = contract.load()["units"]
+_SIZE_RE = re.compile(_UNITS["size_pattern"], re.ASCII)  # ASCII: \s as Java's, no other scripts' digits
+_SIZE_UNITS: dict[str, int] = _UNITS["size_suffixes"]
+_TIME_RE = re.compile(_UNITS["duration_pattern"], re.ASCII)
+_TIME_UNITS: dict[str, float] = _UNITS["duration_suffixes"]
 
 
 def parse_size(value: str | int) -> int:
-    if isinstance(value, int):
+    """Bytes of a size setting (``512k``, ``1 MiB``); ConfigError for anything the JVM would refuse too."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _UNITS["size_max"]:
         return value
-    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(value))
-    if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise ConfigError(f"not a size: {value!r} (use bytes or a suffix k, m, g)")
-    return int(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+    m = _SIZE_RE.fullmatch(value) if isinstance(value, str) else None
+    unit = _SIZE_UNITS.get(m.group(2).lower()) if m else None
+    if unit is None or int(m.group(1)) * unit > _UNITS["size_max"]:
+        raise ConfigError(f"not a size: {value!r} ({_UNITS['size_hint']})")
+    return int(m.group(1)) * unit
 
 
 def parse_duration(value: str | float) -> float:
-    if isinstance(value, (int, float)):
+    """Seconds of a duration setting (``250ms``, ``2min``); ConfigError for anything the JVM would refuse too."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf:
         return float(value)
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
-    if not m or m.group(2).lower() not in _TIME_UNITS:
-        raise ConfigError(f"not a duration: {value!r} (use seconds or a suffix ms, s, min, h)")
-    return float(m.group(1)) * _TIME_UNITS[m.group(2).lower()]
+    m = _TIME_RE.fullmatch(value) if isinstance(value, str) else None
+    unit = _TIME_UNITS.get(m.group(2).lower()) if m else None
+    seconds = float(m.group(1)) * unit if unit is not None else math.inf
+    if not seconds < math.inf:
+        raise ConfigError(f"not a duration: {value!r} ({_UNITS['duration_hint']})")
+    return seconds
 
 
 def _bool(value: str | bool) -> bool:
@@ -71,90 +80,122 @@ def _bool(value: str | bool) -> bool:
     raise ConfigError(f"not a boolean: {value!r}")
 
 
-def _opt_int(value: str | int | None) -> int | None:
-    if value is None or value == "":
-        return None
-    return int(value)
-
-
-# key -> (field name, parser, meaning). docs/configuration.md and conf/spark-defaults.conf list them all.
-_KEYS: dict[str, tuple[str, Any, str]] = {
-    "exchange": ("exchange", str, "name of the exchange (required for read and write)"),
-    "partitioner": ("partitioner", lambda v: str(v).lower(), "hash | broadcast | forward | rebalance | rescale | custom"),
-    "keys": ("keys", lambda v: tuple(k.strip() for k in str(v).split(",") if k.strip()), "hash keys, comma separated"),
-    "custom": ("custom", str, "module:function for the custom partitioner"),
-    "numSubpartitions": ("num_subpartitions", _opt_int, "consumer parallelism (read partitions)"),
-    "numProducers": ("num_producers", _opt_int, "producer parallelism, when known (rescale, forward check)"),
-    "partitionType": ("partition_type", lambda v: str(v).upper(), "HYBRID | BLOCKING | PIPELINED_BOUNDED"),
-    "bufferSize": ("buffer_size", parse_size, "largest buffer before compression"),
-    "bufferTimeout": ("buffer_timeout", parse_duration, "output flusher interval: a partly filled buffer is sent after this"),
-    "sortBufferSize": ("sort_buffer_size", parse_size, "a writer's sort buffer: rows grouped by subpartition before they leave (its memory bound)"),
-    "compression": ("compression", lambda v: str(v).lower(),
-                    "none | zstd | lz4 (Arrow IPC body compression, by the Python and the JVM writer; "
-                    "every reader reads it)"),
-    "buffersPerChannel": ("buffers_per_channel", int, "exclusive buffers (initial credit) per input channel"),
-    "floatingBuffersPerGate": ("floating_buffers_per_gate", int, "floating buffers shared by an input gate's channels"),
-    "buffersPerPartition": ("buffers_per_partition", int, "most in-memory buffers of a running partition's pool (its share of memory.budget may be fewer)"),
-    "sharedMemory": ("shared_memory", _bool, "writers and readers on the service's host move buffers through /dev/shm slots, not the socket; false sends every buffer over the socket"),
-    "memory.budget": ("memory_budget", parse_size, "bytes of buffer memory of a service, shared by its running partitions"),
-    "maxOpenSpillFiles": ("max_open_spill_files", int, "open read fds of finished spill files a service keeps (LRU); lowered to a quarter of its open-file limit (after 32) when that is less"),
-    "declareTimeout": ("declare_timeout", parse_duration, "how long a read waits for its exchange to be declared"),
-    "producerTimeout": ("producer_timeout", parse_duration, "how long a read waits without any producer"),
-    "pipelined.noConsumerTimeout": ("no_consumer_timeout", parse_duration, "PIPELINED_BOUNDED writer blocked with no consumer fails after this"),
-    "coordinator": ("coordinator", str, "host:port or unix:/path of the coordinator (default: the embedded service)"),
-    "service": ("service", str, "host:port or unix:/path of this host's exchange service, where writers put their partitions (default: the coordinator's; with the Spark plugin and a coordinator of the operator's, the service `serve --no-coordinator` runs on the executor's host, found in the runtime directory; give it when that service runs as another user, e.g. unix:/run/sparkflow-exchange/service.sock, the same on every host)"),
-    "coordinator.retryTimeout": ("coordinator_retry_timeout", parse_duration, "clients (readers, writers, list and drop, the plugin) of a configured coordinator that does not answer (it restarts) try again for this long, then fail naming it"),
-    "heartbeatInterval": ("heartbeat_interval", parse_duration, "a service that holds partitions for a coordinator elsewhere registers with it and sends a heartbeat this often (and registers again after a coordinator restart)"),
-    "heartbeatTimeout": ("heartbeat_timeout", parse_duration, "coordinator: a service silent this long is lost, and so is every exchange with a committed partition there (reads fail with ExchangeLost naming its host)"),
-    "lostServiceRetention": ("lost_service_retention", parse_duration, "coordinator: how long a lost service stays listed (status, its exchanges' messages) after it was declared lost; then it is forgotten, with one log line (0 = at once); kept across coordinator restarts with stateDir"),
-    "stateDir": ("state_dir", str, "coordinator: directory (0700) where it keeps its exchanges, producers, the services holding their partitions and its seals (fsync'd), and takes them up again when it restarts (default: none, kept in memory only)"),
-    "secret": ("secret", str, "shared secret for the HMAC handshake (embedded: generated)"),
-    "secretFile": ("secret_file", str, "file holding the shared secret; refused when empty, or when others may read or change it (mode 0600, or 0640 to share it with a group; beside credentialsFile, the operator's, 0600)"),
-    "credentialsFile": ("credentials_file", str, "service: application credentials it accepts besides its secret (the operator's), one 'name secret' per line, mode 0600 (refused when its group or others may read it); an exchange belongs to the credential that declared it, and only that one or the operator may write, drop or release it"),
-    "tls.certFile": ("tls_cert_file", str, "service certificate (PEM); enables TLS (with tls.keyFile, unless this file holds the key too)"),
-    "tls.keyFile": ("tls_key_file", str, "service private key (PEM); without tls.certFile the service refuses to start (never plaintext in its place)"),
-    "tls.caFile": ("tls_ca_file", str, "CA bundle the clients verify the service with"),
-    "unixSocketGroup": ("unix_socket_group", _bool, "service: its Unix socket is mode 0660 instead of 0600, so the socket's group (the service's group, or its directory's when that is setgid) may connect: applications of other users in that group reach the service through it; others never may"),
-    "tls.checkHostname": ("tls_check_hostname", _bool, "clients check that the service's certificate names the address they dial (off: trust the CA alone, for IP-only clusters)"),
-    "maxConnections": ("max_connections", int, "connections a service serves at once (more are refused at once); lowered to half of its open-file limit (after 32) when that is less"),
-    "maxUnauthenticatedConnections": ("max_unauthenticated_connections", int, "connections that have not proved the secret yet, at once, this user's own Unix-socket clients aside (when full, the oldest one silent for a tenth of helloTimeout, at most 1 s, is closed for a newcomer; only a cap full of newer ones refuses it); on a TLS port as many again may be silent or in their TLS handshake, a newcomer taking the oldest silent one's place"),
-    "maxUnauthenticatedPerPeer": ("max_unauthenticated_per_peer", int, "connections that have not proved the secret yet from one address (TCP) or uid (Unix socket), at once; full, it makes room among that peer's own as maxUnauthenticatedConnections does"),
-    "maxConnectionsPerCredential": ("max_connections_per_credential", int, "service: connections one application credential (not the operator) holds at once; more are refused naming the credential (lowered to maxConnections when that is less)"),
-    "maxExchangesPerCredential": ("max_exchanges_per_credential", int, "service: exchanges and streams one application credential (not the operator) may own at once; a declare beyond is refused (LimitReached) until it drops one"),
-    "maxGroupsPerCredential": ("max_groups_per_credential", int, "service: consumer groups one application credential (not the operator) may own at once, over every stream (each holds epochs back and is listed to everyone); a reader joining one more is refused (LimitReached) until it leaves one, or idle ones expire"),
-    "credentialMemoryShare": ("credential_memory_share", float, "service: the share of memory.budget one application credential's partitions may hold (buffers, credit, and about 2 KiB per subpartition of each partition); beyond, a write waits for its own memory and says so, and a partition too wide for it is refused; the operator has no share"),
-    "credentialDiskShare": ("credential_disk_share", float, "service: the share of maxDiskBytes one application credential's spill files may hold; a write beyond fails naming the credential; the operator has no share"),
-    "helloTimeout": ("hello_timeout", parse_duration, "a connection that has not proved the secret this long after connecting is closed; on a TLS port its TLS handshake (and the wait for its first byte) gets as long before that"),
-    "bindHost": ("bind_host", str, "address a service listens on"),
-    "advertisedHost": ("advertised_host", str, "address or name other hosts reach a service at (default: its bindHost; bound to every interface: SPARK_LOCAL_IP, spark.driver.host on the driver, else the address of the interface that routes to the coordinator, else a non-loopback interface's)"),
-    "port": ("port", int, "TCP port of a service (0 = ephemeral)"),
-    "hostId": ("host_id", str, "identity of this host; local vs remote channels follow it"),
-    "serviceScope": ("service_scope", lambda v: str(v).lower(), "host | executor"),
-    "spillDir": ("spill_dir", str, "root of the services' spill directories (default: the temp directory); each service writes into a directory of its own in it (sfx-<pid>-<random>, 0700, locked while it lives) and removes what services killed there left; the service makes the root 0700 when it does not exist and then removes it when it stops; its files are 0600 and go with their partitions"),
-    "embedded.idleTimeout": ("idle_timeout", parse_duration, "the embedded service exits this long after its last application ended, once it holds no exchange (dropped, or expired after ttl)"),
-    "maxDiskBytes": ("max_disk_bytes", parse_size, "bytes of spill files a service holds at most; a write beyond fails saying so (0 = 90% of the spill directory's free space when the service starts)"),
-    "ttl": ("ttl", parse_duration, "an exchange is dropped this long after its last use, and a write left open this long with no task writing (its job ended without commit or abort) is aborted (0 = never)"),
-    "maxFrameSize": ("max_frame_size", parse_size, "hard maximum frame size on the wire"),
-    "metricsPort": ("metrics_port", int, "HTTP port of Prometheus metrics (0 = off)"),
-    "metricsHost": ("metrics_host", str, "address the metrics port listens on (they carry no authentication: loopback unless set)"),
-    "metricsTimeout": ("metrics_timeout", parse_duration, "a metrics request must arrive whole within this, and its answer be taken within as long again (a slow client is cut off, however it trickles)"),
-    "metricsMaxConnections": ("metrics_max_connections", int, "connections the metrics port serves at once, a cap of its own apart from maxConnections (when full, the oldest one open for a second makes room for a newcomer, else the newcomer is closed)"),
-    "readerTimeout": ("reader_timeout", parse_duration, "a read fails when no data or event arrives for this long"),
-    "advisoryPartitionSize": ("advisory_partition_size", parse_size, "target bytes of a coalesced read partition (numSubpartitions not given; Spark's spark.sql.adaptive.advisoryPartitionSizeInBytes)"),
-    "splitSkewedSubpartitions": ("split_skewed_subpartitions", _bool, "coalesced read: a skewed subpartition is read by several tasks, each a range of its producers (Spark's skew join split: its keys are no longer in one read partition)"),
-    "skewedPartitionFactor": ("skewed_partition_factor", float, "coalesced read: a subpartition is skewed above this many times the median subpartition (and skewedPartitionThreshold); Spark's spark.sql.adaptive.skewJoin.skewedPartitionFactor"),
-    "skewedPartitionThreshold": ("skewed_partition_threshold", parse_size, "coalesced read: a subpartition is skewed only above this many bytes; Spark's spark.sql.adaptive.skewJoin.skewedPartitionThresholdInBytes"),
-    "consumerGroup": ("consumer_group", str, "streaming read: the consumer group whose position the query reads from and commits (default: a group of its own, born with its checkpoint)"),
-    "startingEpochs": ("starting_epochs", lambda v: str(v).lower(), "streaming read of a new group: earliest (every retained epoch) | latest (epochs committed from now on)"),
-    "maxEpochsPerTrigger": ("max_epochs_per_trigger", _opt_int, "streaming read: most epochs (writer micro-batches) one micro-batch reads"),
-    "maxRowsPerTrigger": ("max_rows_per_trigger", _opt_int, "streaming read: most rows one micro-batch reads (whole epochs, at least one)"),
-    "maxBytesPerTrigger": ("max_bytes_per_trigger", lambda v: None if v in (None, "") else parse_size(v), "streaming read: most bytes one micro-batch reads (whole epochs, at least one)"),
-    "freezeWorkerHeap": ("freeze_worker_heap", _bool, "after its first read and first write task, a Spark Python worker collects and freezes its long-lived heap (gc.freeze), so Spark's full collection after every task skips it (22-28 ms of CPU per task otherwise); false leaves the worker's collector as Spark runs it"),
-    "stream.consumerGroups": ("stream_consumer_groups", lambda v: tuple(k.strip() for k in str(v).split(",") if k.strip()), "streaming write: consumer groups the stream keeps every epoch for from its start, registered before their readers run (comma separated)"),
-    "stream.maxRetainedBytes": ("stream_max_retained_bytes", parse_size, "streaming write: the writer query waits while its stream retains more than this for its slowest consumer group (0 = no bound)"),
-    "jvmFormat": ("jvm_format", _bool, "with the plugin jar on the classpath: format(\"pipelined\") batch reads and writes go through the JVM path where it applies (session setting, read by the jar; false: every read and write is the Python data source's)"),
-    "stream.pollWait": ("stream_poll_wait", parse_duration, "streaming read: an idle reader's trigger waits on the service up to this long for the next epoch, and starts within milliseconds of its commit (0 = answer at once; Spark polls again every 10 ms)"),
+# key -> (field name, meaning), for each key of the contract's options that Python reads; its type, default and
+# parser come from the contract (contract.json "options"). docs/configuration.md and conf/spark-defaults.conf list
+# them all.
+_FIELDS: dict[str, tuple[str, str]] = {
+    "exchange": ("exchange", "name of the exchange (required for read and write)"),
+    "partitioner": ("partitioner", "hash | broadcast | forward | rebalance | rescale | custom"),
+    "keys": ("keys", "hash keys, comma separated"),
+    "custom": ("custom", "module:function for the custom partitioner"),
+    "numSubpartitions": ("num_subpartitions", "consumer parallelism (read partitions)"),
+    "numProducers": ("num_producers", "producer parallelism, when known (rescale, forward check)"),
+    "partitionType": ("partition_type", "HYBRID | BLOCKING | PIPELINED_BOUNDED"),
+    "bufferSize": ("buffer_size", "largest buffer before compression"),
+    "bufferTimeout": ("buffer_timeout", "output flusher interval: a partly filled buffer is sent after this"),
+    "sortBufferSize": ("sort_buffer_size", "a writer's sort buffer: rows grouped by subpartition before they leave (its memory bound)"),
+    "compression": ("compression", "none | zstd | lz4 (Arrow IPC body compression, by the Python and the JVM writer; every reader reads it; see docs/batch-guide.md, \"Choosing compression\")"),
+    "buffersPerChannel": ("buffers_per_channel", "exclusive buffers (initial credit) per input channel"),
+    "floatingBuffersPerGate": ("floating_buffers_per_gate", "floating buffers shared by an input gate's channels"),
+    "buffersPerPartition": ("buffers_per_partition", "most in-memory buffers of a running partition's pool (its share of memory.budget may be fewer)"),
+    "sharedMemory": ("shared_memory", "writers and readers on the service's host move buffers through /dev/shm slots, not the socket; false sends every buffer over the socket"),
+    "memory.budget": ("memory_budget", "bytes of buffer memory of a service, shared by its running partitions"),
+    "maxOpenSpillFiles": ("max_open_spill_files", "open read fds of finished spill files a service keeps (LRU); lowered to a quarter of its open-file limit (after 32) when that is less"),
+    "declareTimeout": ("declare_timeout", "how long a read waits for its exchange to be declared"),
+    "producerTimeout": ("producer_timeout", "how long a read waits without any producer"),
+    "pipelined.noConsumerTimeout": ("no_consumer_timeout", "PIPELINED_BOUNDED writer blocked with no consumer fails after this"),
+    "coordinator": ("coordinator", "host:port or unix:/path of the coordinator (default: the embedded service)"),
+    "service": ("service", "host:port or unix:/path of this host's exchange service, where writers put their partitions (default: the coordinator's; with the Spark plugin and a coordinator of the operator's, the service `serve --no-coordinator` runs on the executor's host, found in the runtime directory; give it when that service runs as another user, e.g. unix:/run/sparkflow-exchange/service.sock, the same on every host)"),
+    "coordinator.retryTimeout": ("coordinator_retry_timeout", "clients (readers, writers, list and drop, the plugin) of a configured coordinator that does not answer (it restarts) try again for this long, then fail naming it"),
+    "heartbeatInterval": ("heartbeat_interval", "a service that holds partitions for a coordinator elsewhere registers with it and sends a heartbeat this often (and registers again after a coordinator restart)"),
+    "heartbeatTimeout": ("heartbeat_timeout", "coordinator: a service silent this long is lost, and so is every exchange with a committed partition there (reads fail with ExchangeLost naming its host)"),
+    "lostServiceRetention": ("lost_service_retention", "coordinator: how long a lost service stays listed (status, its exchanges' messages) after it was declared lost; then it is forgotten, with one log line (0 = at once); kept across coordinator restarts with stateDir"),
+    "stateDir": ("state_dir", "coordinator: directory (0700) where it keeps its exchanges, producers, the services holding their partitions and its seals (fsync'd), and takes them up again when it restarts (default: none, kept in memory only)"),
+    "secret": ("secret", "shared secret for the HMAC handshake (embedded: generated)"),
+    "secretFile": ("secret_file", "file holding the shared secret; refused when empty, or when others may read or change it (mode 0600, or 0640 to share it with a group; beside credentialsFile, the operator's, 0600)"),
+    "credentialsFile": ("credentials_file", "service: application credentials it accepts besides its secret (the operator's), one 'name secret' per line, mode 0600 (refused when its group or others may read it); an exchange belongs to the credential that declared it, and only that one or the operator may write, drop or release it"),
+    "tls.certFile": ("tls_cert_file", "service certificate (PEM); enables TLS (with tls.keyFile, unless this file holds the key too)"),
+    "tls.keyFile": ("tls_key_file", "service private key (PEM); without tls.certFile the service refuses to start (never plaintext in its place)"),
+    "tls.caFile": ("tls_ca_file", "CA bundle the clients verify the service with"),
+    "unixSocketGroup": ("unix_socket_group", "service: its Unix socket is mode 0660 instead of 0600, so the socket's group (the service's group, or its directory's when that is setgid) may connect: applications of other users in that group reach the service through it; others never may"),
+    "tls.checkHostname": ("tls_check_hostname", "clients check that the service's certificate names the address they dial (off: trust the CA alone, for IP-only clusters)"),
+    "maxConnections": ("max_connections", "connections a service serves at once (more are refused at once); lowered to half of its open-file limit (after 32) when that is less"),
+    "maxUnauthenticatedConnections": ("max_unauthenticated_connections", "connections that have not proved the secret yet, at once, this user's own Unix-socket clients aside (when full, the oldest one silent for a tenth of helloTimeout, at most 1 s, is closed for a newcomer; only a cap full of newer ones refuses it); on a TLS port as many again may be silent or in their TLS handshake, a newcomer taking the oldest silent one's place"),
+    "maxUnauthenticatedPerPeer": ("max_unauthenticated_per_peer", "connections that have not proved the secret yet from one address (TCP) or uid (Unix socket), at once; full, it makes room among that peer's own as maxUnauthenticatedConnections does"),
+    "maxConnectionsPerCredential": ("max_connections_per_credential", "service: connections one application credential (not the operator) holds at once; more are refused naming the credential (lowered to maxConnections when that is less)"),
+    "maxExchangesPerCredential": ("max_exchanges_per_credential", "service: exchanges and streams one application credential (not the operator) may own at once; a declare beyond is refused (LimitReached) until it drops one"),
+    "maxGroupsPerCredential": ("max_groups_per_credential", "service: consumer groups one application credential (not the operator) may own at once, over every stream (each holds epochs back and is listed to everyone); a reader joining one more is refused (LimitReached) until it leaves one, or idle ones expire"),
+    "credentialMemoryShare": ("credential_memory_share", "service: the share of memory.budget one application credential's partitions may hold (buffers, credit, and about 2 KiB per subpartition of each partition); beyond, a write waits for its own memory and says so, and a partition too wide for it is refused; the operator has no share"),
+    "credentialDiskShare": ("credential_disk_share", "service: the share of maxDiskBytes one application credential's spill files may hold; a write beyond fails naming the credential; the operator has no share"),
+    "helloTimeout": ("hello_timeout", "a connection that has not proved the secret this long after connecting is closed; on a TLS port its TLS handshake (and the wait for its first byte) gets as long before that"),
+    "bindHost": ("bind_host", "address a service listens on"),
+    "advertisedHost": ("advertised_host", "address or name other hosts reach a service at (default: its bindHost; bound to every interface: SPARK_LOCAL_IP, spark.driver.host on the driver, else the address of the interface that routes to the coordinator, else a non-loopback interface's)"),
+    "port": ("port", "TCP port of a service (0 = ephemeral)"),
+    "hostId": ("host_id", "identity of this host; local vs remote channels follow it"),
+    "serviceScope": ("service_scope", "host | executor"),
+    "spillDir": ("spill_dir", "root of the services' spill directories (default: the temp directory); each service writes into a directory of its own in it (sfx-<pid>-<random>, 0700, locked while it lives) and removes what services killed there left; the service makes the root 0700 when it does not exist and then removes it when it stops; its files are 0600 and go with their partitions"),
+    "embedded.idleTimeout": ("idle_timeout", "the embedded service exits this long after its last application ended, once it holds no exchange (dropped, or expired after ttl)"),
+    "maxDiskBytes": ("max_disk_bytes", "bytes of spill files a service holds at most; a write beyond fails saying so (0 = 90% of the spill directory's free space when the service starts)"),
+    "ttl": ("ttl", "an exchange is dropped this long after its last use, and a write left open this long with no task writing (its job ended without commit or abort) is aborted (0 = never)"),
+    "maxFrameSize": ("max_frame_size", "hard maximum frame size on the wire"),
+    "metricsPort": ("metrics_port", "HTTP port of Prometheus metrics (0 = off)"),
+    "metricsHost": ("metrics_host", "address the metrics port listens on (they carry no authentication: loopback unless set)"),
+    "metricsTimeout": ("metrics_timeout", "a metrics request must arrive whole within this, and its answer be taken within as long again (a slow client is cut off, however it trickles)"),
+    "metricsMaxConnections": ("metrics_max_connections", "connections the metrics port serves at once, a cap of its own apart from maxConnections (when full, the oldest one open for a second makes room for a newcomer, else the newcomer is closed)"),
+    "readerTimeout": ("reader_timeout", "a read fails when no data or event arrives for this long"),
+    "advisoryPartitionSize": ("advisory_partition_size", "target bytes of a coalesced read partition (numSubpartitions not given; Spark's spark.sql.adaptive.advisoryPartitionSizeInBytes)"),
+    "splitSkewedSubpartitions": ("split_skewed_subpartitions", "coalesced read: a skewed subpartition is read by several tasks, each a range of its producers (Spark's skew join split: its keys are no longer in one read partition)"),
+    "skewedPartitionFactor": ("skewed_partition_factor", "coalesced read: a subpartition is skewed above this many times the median subpartition (and skewedPartitionThreshold); Spark's spark.sql.adaptive.skewJoin.skewedPartitionFactor"),
+    "skewedPartitionThreshold": ("skewed_partition_threshold", "coalesced read: a subpartition is skewed only above this many bytes; Spark's spark.sql.adaptive.skewJoin.skewedPartitionThresholdInBytes"),
+    "consumerGroup": ("consumer_group", "streaming read: the consumer group whose position the query reads from and commits (default: a group of its own, born with its checkpoint)"),
+    "startingEpochs": ("starting_epochs", "streaming read of a new group: earliest (every retained epoch) | latest (epochs committed from now on)"),
+    "maxEpochsPerTrigger": ("max_epochs_per_trigger", "streaming read: most epochs (writer micro-batches) one micro-batch reads"),
+    "maxRowsPerTrigger": ("max_rows_per_trigger", "streaming read: most rows one micro-batch reads (whole epochs, at least one)"),
+    "maxBytesPerTrigger": ("max_bytes_per_trigger", "streaming read: most bytes one micro-batch reads (whole epochs, at least one)"),
+    "freezeWorkerHeap": ("freeze_worker_heap", "after its first read and first write task, a Spark Python worker collects and freezes its long-lived heap (gc.freeze), so Spark's full collection after every task skips it (22-28 ms of CPU per task otherwise); false leaves the worker's collector as Spark runs it"),
+    "stream.consumerGroups": ("stream_consumer_groups", "streaming write: consumer groups the stream keeps every epoch for from its start, registered before their readers run (comma separated)"),
+    "stream.maxRetainedBytes": ("stream_max_retained_bytes", "streaming write: the writer query waits while its stream retains more than this for its slowest consumer group (0 = no bound)"),
+    "jvmFormat": ("jvm_format", "with the plugin jar on the classpath: format(\"pipelined\") batch reads and writes go through the JVM path where it applies (session setting, read by the jar; false: every read and write is the Python data source's)"),
+    "stream.pollWait": ("stream_poll_wait", "streaming read: an idle reader's trigger waits on the service up to this long for the next epoch, and starts within milliseconds of its commit (0 = answer at once; Spark polls again every 10 ms)"),
+    "stream.bufferTimeout": ("stream_buffer_timeout", "streaming write by the JVM stream sink (plugin jar): a task pushes the rows it holds once the oldest has waited this long, unless bufferTimeout is given (1 ms: a Real-time Mode hop is meant to take milliseconds; a full buffer and the flush-cost rule bound the small buffers it makes)"),
 }
+_OPTIONS: dict[str, dict[str, Any]] = {k: spec for k, spec in contract.load()["options"]["keys"].items()
+                                       if "python" in spec["languages"]}
+
+
+def _list(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return tuple(k.strip() for k in items if k.strip())
+
+
+_PARSERS: dict[str, Any] = {"string": str, "int": int, "float": float, "bool": _bool, "size": parse_size,
+                            "duration": parse_duration, "list": _list}
+
+
+def _parser(key: str) -> Any:
+    """The parser of a key, by its contract type: a choice is case-folded (its value is checked where it is used),
+    a key without a default (null) takes "" or None as unset."""
+    spec = _OPTIONS[key]
+    kind = spec["type"]
+    if kind == "choice":
+        return (lambda v: str(v).upper()) if spec["case"] == "upper" else (lambda v: str(v).lower())
+    parse = _PARSERS[kind]
+    if spec["default"] is None and kind in ("int", "size"):
+        return lambda v: None if v is None or v == "" else parse(v)
+    return parse
+
+
+def _default(key: str) -> Any:
+    """A key's default as the contract gives it (a list as a tuple)."""
+    value = _OPTIONS[key]["default"]
+    return tuple(value) if isinstance(value, list) else value
+
+
+if _FIELDS.keys() != _OPTIONS.keys():  # a key of one without the other: the contract and this table disagree
+    raise RuntimeError(f"config._FIELDS and contract.json's Python options differ: only in _FIELDS "
+                       f"{sorted(_FIELDS.keys() - _OPTIONS.keys())}, only in the contract "
+                       f"{sorted(_OPTIONS.keys() - _FIELDS.keys())}")
+_KEYS: dict[str, tuple[str, Any, str]] = {key: (field, _parser(key), meaning) for key, (field, meaning) in _FIELDS.items()}
 _BY_LOWER = {k.lower(): k for k in _KEYS}
 # Each key's group in docs/configuration.md (generated by ``python -m sparkflow_exchange.config_docs``):
 # a new key needs a group here, and tests/test_docs.py keeps the generated page in sync.
@@ -177,7 +218,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
                  "credentialMemoryShare",
                  "credentialDiskShare"),
     "streaming": ("consumerGroup", "startingEpochs", "maxEpochsPerTrigger", "maxRowsPerTrigger", "maxBytesPerTrigger",
-                  "stream.consumerGroups", "stream.maxRetainedBytes", "stream.pollWait"),
+                  "stream.consumerGroups", "stream.maxRetainedBytes", "stream.pollWait", "stream.bufferTimeout"),
 }
 # Keys read only inside Spark tasks (writer and reader buffers, flushing, timeouts of a running read or
 # write): set on the session they apply to the next job without register(spark). Every other key is
@@ -192,79 +233,80 @@ _IGNORED = {"path", "checkpointlocation"}  # Spark may pass these on its own (st
 
 @dataclass(frozen=True)
 class ExchangeConfig:
-    exchange: str | None = None
-    partitioner: str = "hash"
-    keys: tuple[str, ...] = ()
-    custom: str | None = None
-    num_subpartitions: int | None = None
-    num_producers: int | None = None
-    partition_type: PartitionType = PartitionType.HYBRID
-    buffer_size: int = 1 << 20
-    buffer_timeout: float = 0.1
-    sort_buffer_size: int = 32 << 20
-    compression: str = "none"
-    buffers_per_channel: int = 2
-    floating_buffers_per_gate: int = 8
-    buffers_per_partition: int = 16
-    shared_memory: bool = True
-    memory_budget: int = 1 << 30
-    max_open_spill_files: int = 256
-    declare_timeout: float = 60.0
-    producer_timeout: float = 120.0
-    no_consumer_timeout: float = 300.0
-    coordinator: str | None = None
-    service: str | None = None
-    coordinator_retry_timeout: float = 60.0
-    heartbeat_interval: float = 2.0
-    heartbeat_timeout: float = 10.0
-    lost_service_retention: float = 600.0
-    state_dir: str | None = None
-    secret: str | None = None
-    secret_file: str | None = None
-    credentials_file: str | None = None
-    unix_socket_group: bool = False
-    tls_cert_file: str | None = None
-    tls_key_file: str | None = None
-    tls_ca_file: str | None = None
-    tls_check_hostname: bool = True
-    max_connections: int = 4096
-    max_unauthenticated_connections: int = 128
-    max_unauthenticated_per_peer: int = 64
-    hello_timeout: float = 5.0
-    max_connections_per_credential: int = 1024
-    max_exchanges_per_credential: int = 1000
-    max_groups_per_credential: int = 1000
-    credential_memory_share: float = 0.5
-    credential_disk_share: float = 0.5
-    bind_host: str = "127.0.0.1"
-    advertised_host: str | None = None
-    port: int = 0
-    host_id: str | None = None
-    service_scope: str = "host"
-    spill_dir: str | None = None
-    idle_timeout: float = 10.0
-    max_disk_bytes: int = 0
-    ttl: float = 3600.0
-    max_frame_size: int = 64 << 20
-    metrics_port: int = 0
-    metrics_host: str = "127.0.0.1"
-    metrics_timeout: float = 5.0
-    metrics_max_connections: int = 16
-    reader_timeout: float = 600.0
-    advisory_partition_size: int = 64 << 20
-    split_skewed_subpartitions: bool = False
-    skewed_partition_factor: float = 5.0
-    skewed_partition_threshold: int = 256 << 20
-    consumer_group: str | None = None
-    starting_epochs: str = "earliest"
-    max_epochs_per_trigger: int | None = None
-    max_rows_per_trigger: int | None = None
-    max_bytes_per_trigger: int | None = None
-    freeze_worker_heap: bool = True
-    stream_max_retained_bytes: int = 0
-    stream_consumer_groups: tuple[str, ...] = ()
-    stream_poll_wait: float = 0.5
-    jvm_format: bool = True
+    exchange: str | None = _default("exchange")
+    partitioner: str = _default("partitioner")
+    keys: tuple[str, ...] = _default("keys")
+    custom: str | None = _default("custom")
+    num_subpartitions: int | None = _default("numSubpartitions")
+    num_producers: int | None = _default("numProducers")
+    partition_type: PartitionType = _default("partitionType")
+    buffer_size: int = _default("bufferSize")
+    buffer_timeout: float = _default("bufferTimeout")
+    sort_buffer_size: int = _default("sortBufferSize")
+    compression: str = _default("compression")
+    buffers_per_channel: int = _default("buffersPerChannel")
+    floating_buffers_per_gate: int = _default("floatingBuffersPerGate")
+    buffers_per_partition: int = _default("buffersPerPartition")
+    shared_memory: bool = _default("sharedMemory")
+    memory_budget: int = _default("memory.budget")
+    max_open_spill_files: int = _default("maxOpenSpillFiles")
+    declare_timeout: float = _default("declareTimeout")
+    producer_timeout: float = _default("producerTimeout")
+    no_consumer_timeout: float = _default("pipelined.noConsumerTimeout")
+    coordinator: str | None = _default("coordinator")
+    service: str | None = _default("service")
+    coordinator_retry_timeout: float = _default("coordinator.retryTimeout")
+    heartbeat_interval: float = _default("heartbeatInterval")
+    heartbeat_timeout: float = _default("heartbeatTimeout")
+    lost_service_retention: float = _default("lostServiceRetention")
+    state_dir: str | None = _default("stateDir")
+    secret: str | None = _default("secret")
+    secret_file: str | None = _default("secretFile")
+    credentials_file: str | None = _default("credentialsFile")
+    unix_socket_group: bool = _default("unixSocketGroup")
+    tls_cert_file: str | None = _default("tls.certFile")
+    tls_key_file: str | None = _default("tls.keyFile")
+    tls_ca_file: str | None = _default("tls.caFile")
+    tls_check_hostname: bool = _default("tls.checkHostname")
+    max_connections: int = _default("maxConnections")
+    max_unauthenticated_connections: int = _default("maxUnauthenticatedConnections")
+    max_unauthenticated_per_peer: int = _default("maxUnauthenticatedPerPeer")
+    hello_timeout: float = _default("helloTimeout")
+    max_connections_per_credential: int = _default("maxConnectionsPerCredential")
+    max_exchanges_per_credential: int = _default("maxExchangesPerCredential")
+    max_groups_per_credential: int = _default("maxGroupsPerCredential")
+    credential_memory_share: float = _default("credentialMemoryShare")
+    credential_disk_share: float = _default("credentialDiskShare")
+    bind_host: str = _default("bindHost")
+    advertised_host: str | None = _default("advertisedHost")
+    port: int = _default("port")
+    host_id: str | None = _default("hostId")
+    service_scope: str = _default("serviceScope")
+    spill_dir: str | None = _default("spillDir")
+    idle_timeout: float = _default("embedded.idleTimeout")
+    max_disk_bytes: int = _default("maxDiskBytes")
+    ttl: float = _default("ttl")
+    max_frame_size: int = _default("maxFrameSize")
+    metrics_port: int = _default("metricsPort")
+    metrics_host: str = _default("metricsHost")
+    metrics_timeout: float = _default("metricsTimeout")
+    metrics_max_connections: int = _default("metricsMaxConnections")
+    reader_timeout: float = _default("readerTimeout")
+    advisory_partition_size: int = _default("advisoryPartitionSize")
+    split_skewed_subpartitions: bool = _default("splitSkewedSubpartitions")
+    skewed_partition_factor: float = _default("skewedPartitionFactor")
+    skewed_partition_threshold: int = _default("skewedPartitionThreshold")
+    consumer_group: str | None = _default("consumerGroup")
+    starting_epochs: str = _default("startingEpochs")
+    max_epochs_per_trigger: int | None = _default("maxEpochsPerTrigger")
+    max_rows_per_trigger: int | None = _default("maxRowsPerTrigger")
+    max_bytes_per_trigger: int | None = _default("maxBytesPerTrigger")
+    freeze_worker_heap: bool = _default("freezeWorkerHeap")
+    stream_max_retained_bytes: int = _default("stream.maxRetainedBytes")
+    stream_consumer_groups: tuple[str, ...] = _default("stream.consumerGroups")
+    stream_poll_wait: float = _default("stream.pollWait")
+    stream_buffer_timeout: float = _default("stream.bufferTimeout")
+    jvm_format: bool = _default("jvmFormat")
 
     def __post_init__(self) -> None:
         if self.partition_type not in PARTITION_TYPES:
@@ -272,8 +314,9 @@ class ExchangeConfig:
         object.__setattr__(self, "partition_type", PartitionType(self.partition_type))
         if self.compression not in COMPRESSIONS:
             raise ConfigError(f"unknown compression {self.compression!r}; use one of {', '.join(COMPRESSIONS)}")
-        if self.service_scope not in ("host", "executor"):
-            raise ConfigError(f"unknown serviceScope {self.service_scope!r}; use host or executor")
+        if self.service_scope not in _OPTIONS["serviceScope"]["choices"]:
+            raise ConfigError(f"unknown serviceScope {self.service_scope!r}; use "
+                              f"{' or '.join(_OPTIONS['serviceScope']['choices'])}")
         if self.num_subpartitions is not None and self.num_subpartitions < 1:
             raise ConfigError(f"numSubpartitions must be at least 1, got {self.num_subpartitions}")
         for name in ("buffers_per_channel", "buffers_per_partition", "buffer_size", "sort_buffer_size",
@@ -282,8 +325,9 @@ class ExchangeConfig:
                      "max_groups_per_credential"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.starting_epochs not in ("earliest", "latest"):
-            raise ConfigError(f"unknown startingEpochs {self.starting_epochs!r}; use earliest or latest")
+        if self.starting_epochs not in _OPTIONS["startingEpochs"]["choices"]:
+            raise ConfigError(f"unknown startingEpochs {self.starting_epochs!r}; use "
+                              f"{' or '.join(_OPTIONS['startingEpochs']['choices'])}")
         for name in ("max_epochs_per_trigger", "max_rows_per_trigger", "max_bytes_per_trigger"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")

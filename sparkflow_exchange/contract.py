@@ -1,8 +1,9 @@
 """The contract between the Python package and the JVM plugin, read from ``contract.json`` beside this file.
 
 Frame and message numbers, error codes, partition types, partitioners and their properties, exchange and
-partition states, buffer kinds and flags, the buffer trailer and the spill index layout: what both languages
-must agree on, written once as data. The JVM plugin's ``org.sparkflow.exchange.wire.Contract`` is generated
+partition states, buffer kinds and flags, the buffer trailer and the spill index layout, how sizes and durations
+are read (with cases both parsers run), and every option key with its type, unit, default and where it applies:
+what both languages must agree on, written once as data. The JVM plugin's ``org.sparkflow.exchange.contract.Contract`` is generated
 from the file when the jar is built (``build_plugin.py``); ``tests/test_contract.py`` checks the Python
 definitions and the built jar against it. Standard library only.
 """

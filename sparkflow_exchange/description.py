@@ -1,42 +1,118 @@
-"""An exchange's description from the coordinator, asked with the light client.
+"""An exchange's description as clients use it: the coordinator's reply, parsed once into typed fields.
 
-Spark plans a read in short-lived planning workers (the schema, then the read plan): what they import is paid
-by every read of a fresh application. This module imports neither Arrow nor the data path; the schema stays
-the base64 Arrow IPC message it was declared with (``exchange.describe_exchange`` decodes it).
+The wire stays a JSON object (the coordinator's ``get_exchange``, a stream's ``stream_describe``, the
+epochs of ``stream_plan``); :meth:`ExchangeDescription.parse` turns it into one frozen object that the read
+path, the Spark glue and the plain-Python client pass along instead of a dict each of them reads and
+amends. Spark plans a read in short-lived planning workers, so this module imports neither Arrow nor the
+data path (the schema stays the base64 Arrow IPC message it was declared with; :attr:`arrow_schema`
+decodes it).
 """
 from __future__ import annotations
 
-import logging
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
 
-from .calls import call, require_name
-from .config import ExchangeConfig
-from .errors import ErrorCode, ExchangeNotFound, ServiceError
+from .errors import ErrorCode, ServiceError
+from .kinds import ExchangeKind, ExchangeState, Partitioner, PartitionType
 
-log = logging.getLogger(__name__)
-
-
-def describe(config: ExchangeConfig, *, wait: bool = True, allow_stream: bool = False) -> dict:
-    """The exchange (schema, numSubpartitions...), waiting up to declareTimeout for it to be declared.
-
-    ``allow_stream``: a stream's description (``kind: stream``) is an answer too (for its schema)."""
-    name = require_name(config)
-    timeout = config.declare_timeout if wait else 0.0
-    extra = {"allow_stream": True} if allow_stream else {}
-    ask = {"name": name, "need_subpartitions": True, **extra}
-    try:  # first without waiting: a read of a misspelt name says at once what it waits for
-        return call(config, "get_exchange", timeout=30, wait=0.0, **ask)
-    except ServiceError as exc:
-        if timeout <= 0 or exc.code not in (ErrorCode.NO_EXCHANGE, ErrorCode.NO_SUBPARTITIONS):
-            raise
-        if isinstance(exc, ExchangeNotFound):
-            log.warning("exchange %r is not declared yet: waiting up to %g s (declareTimeout) for a writer to "
-                        "declare it", name, timeout)
-        return call(config, "get_exchange", timeout=timeout + 30, wait=timeout, **ask)
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
-def sealed_producers(desc: dict) -> list[dict] | None:
-    """The committed producers of a description taken when the exchange was sealed (the read plan), else None."""
-    if not desc.get("sealed"):
-        return None
-    committed = set(desc.get("committed", ()))
-    return [p for p in desc.get("producers", ()) if p["partition"] in committed]
+@dataclass(frozen=True, slots=True)
+class PartitionerSpec:
+    """The exchange's partitioner as its writer declared it."""
+
+    name: Partitioner
+    keys: tuple[str, ...] = ()
+    custom: str | None = None  # module:function of a custom partitioner
+    shared: bool = False  # a broadcast of unknown width: one subpartition that every reader reads
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None) -> PartitionerSpec:
+        raw = raw or {}
+        return cls(Partitioner.of(raw.get("name") or Partitioner.HASH), tuple(raw.get("keys") or ()),
+                   raw.get("custom"), bool(raw.get("shared")))
+
+
+def _ints(value: Any) -> tuple[int, ...] | None:
+    return None if value is None else tuple(int(v) for v in value)
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeDescription:
+    """An exchange (or a stream) as the coordinator described it. Fields a stream's description lacks keep
+    their defaults; ``producers`` are the coordinator's producer records (index, partition, state, location,
+    spill), as a read gate reads them."""
+
+    name: str
+    schema: str  # base64 Arrow IPC schema message
+    partitioner: PartitionerSpec
+    partition_type: PartitionType
+    state: ExchangeState
+    kind: ExchangeKind = ExchangeKind.BATCH
+    epoch: int = 0
+    num_subpartitions: int | None = None
+    sealed: bool = False  # committed: its producers are fixed
+    seals: int | None = None  # how often it was sealed (appends seal again): a read planned now reads that seal
+    seal_ends: tuple[int, ...] = ()
+    open_writes: int = 0
+    abort_reason: str | None = None
+    coalesce: bool = False  # its width was not given: a read may coalesce subpartitions
+    producers: tuple[dict, ...] = ()
+    committed: tuple[str, ...] = ()  # partitions of the committed producers, in commit order
+    subpartition_bytes: tuple[int, ...] | None = None  # once every committed producer reported its sizes
+    subpartition_rows: tuple[int, ...] | None = None
+    rows: int | None = None
+    owner: str = ""
+    created_at: float | None = None
+    last_used_at: float | None = None
+    last_committed: int | None = None  # a stream's newest committed epoch
+
+    @classmethod
+    def parse(cls, reply: Mapping[str, Any]) -> ExchangeDescription:
+        """The coordinator's description; a reply that is not one is a protocol error naming what is missing."""
+        if not isinstance(reply, Mapping):
+            raise ServiceError(f"the coordinator described an exchange as {type(reply).__name__}, not an object",
+                               ErrorCode.PROTOCOL)
+        missing = [k for k in ("name", "schema", "partition_type", "state") if reply.get(k) is None]
+        if missing:
+            raise ServiceError(f"the coordinator's description of exchange {reply.get('name')!r} lacks "
+                               f"{', '.join(missing)}", ErrorCode.PROTOCOL)
+        try:
+            return cls(
+                name=str(reply["name"]), schema=str(reply["schema"]),
+                partitioner=PartitionerSpec.parse(reply.get("partitioner")),
+                partition_type=PartitionType(reply["partition_type"]), state=ExchangeState(reply["state"]),
+                kind=ExchangeKind(reply.get("kind") or ExchangeKind.BATCH), epoch=int(reply.get("epoch") or 0),
+                num_subpartitions=reply.get("num_subpartitions"), sealed=bool(reply.get("sealed")),
+                seals=reply.get("seals"), seal_ends=_ints(reply.get("seal_ends")) or (),
+                open_writes=int(reply.get("open_writes") or 0), abort_reason=reply.get("abort_reason"),
+                coalesce=bool(reply.get("coalesce")), producers=tuple(reply.get("producers") or ()),
+                committed=tuple(reply.get("committed") or ()),
+                subpartition_bytes=_ints(reply.get("subpartition_bytes")),
+                subpartition_rows=_ints(reply.get("subpartition_rows")), rows=reply.get("rows"),
+                owner=str(reply.get("owner") or ""), created_at=reply.get("created_at"),
+                last_used_at=reply.get("last_used_at"), last_committed=reply.get("last_committed"))
+        except (TypeError, ValueError) as exc:
+            raise ServiceError(f"the coordinator's description of exchange {reply.get('name')!r} is malformed: "
+                               f"{exc}", ErrorCode.PROTOCOL) from None
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The schema, decoded (imports pyarrow)."""
+        from .buffer import schema_from_b64
+
+        return schema_from_b64(self.schema)
+
+    def sealed_producers(self) -> list[dict] | None:
+        """The committed producers of a description taken when the exchange was sealed (the read plan), else None."""
+        if not self.sealed:
+            return None
+        committed = set(self.committed)
+        return [p for p in self.producers if p["partition"] in committed]
+
+    def replace(self, **changes: Any) -> ExchangeDescription:
+        """A copy with ``changes`` (the read plan keeps fewer producers)."""
+        return dataclasses.replace(self, **changes)

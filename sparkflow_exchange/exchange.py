@@ -1,4 +1,4 @@
-"""The exchange lifecycle as clients see it: declare, produce, commit/abort, read, drop.
+"""The exchange lifecycle as clients see it: declare, produce, read, drop (commit and abort: ``write_handle``).
 
 Everything the Spark glue needs, usable without Spark (the service tests use
 it directly). Each function takes the one :class:`ExchangeConfig`.
@@ -11,23 +11,22 @@ from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 
-from .buffer import schema_from_b64, schema_to_b64
-from .calls import call, require_name
+from .buffer import schema_to_b64
+from .calls import call, describe, require_name
 from .config import ConfigError, ExchangeConfig
-from .errors import ExchangeError, ExchangeNotFound, ServiceError, error_for
 from .consumer.input_gate import InputGate
-from .description import describe, sealed_producers  # noqa: F401 - readers ask here too
-from .kinds import PartitionType
+from .description import ExchangeDescription
+from .errors import ExchangeError, ExchangeNotFound, ServiceError, error_for
+from .kinds import Partitioner, PartitionType
 from .network.blocking_client import WRITER_CONNECTIONS
 from .service.discovery import Endpoints, coordinators, no_service_message, resolve
+from .write_handle import WriteHandle
 from .writer.partition_writer import PartitionWriter
-from .writer.record_writer import SINGLE_SUBPARTITION, RecordWriter
+from .writer.record_writer import RecordWriter
 from .writer.selectors import SelectorError, make_selector
-from .write_handle import WriteHandle, abort_write, commit_write  # noqa: F401 - the lifecycle in one place
 
 log = logging.getLogger(__name__)
 
-PARTITIONERS = ("hash", "broadcast", "forward", "rebalance", "rescale", "custom")
 DEFAULT_SHUFFLE_PARTITIONS = 200  # Spark's spark.sql.shuffle.partitions default: the width when none is given
 
 
@@ -35,37 +34,40 @@ def _endpoints(config: ExchangeConfig) -> Endpoints:
     return resolve(config)
 
 
-def validate_write(config: ExchangeConfig, schema: pa.Schema) -> None:
-    """Fail at planning time on what every task would fail on."""
-    if config.partitioner not in PARTITIONERS:
-        raise ConfigError(f"unknown partitioner {config.partitioner!r}; use one of {', '.join(PARTITIONERS)}")
-    if config.partitioner == "broadcast" and config.partition_type == PartitionType.PIPELINED_BOUNDED and config.num_subpartitions is None:
+def validate_write(config: ExchangeConfig, schema: pa.Schema) -> Partitioner:
+    """Fail at planning time on what every task would fail on; returns the write's partitioner."""
+    try:
+        partitioner = Partitioner.of(config.partitioner)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if partitioner is Partitioner.BROADCAST and config.partition_type == PartitionType.PIPELINED_BOUNDED and config.num_subpartitions is None:
         raise ConfigError(
             "broadcast with partitionType PIPELINED_BOUNDED needs numSubpartitions: each reader consumes its own copy "
             "of every buffer once, so the number of readers must be known when writing")
-    if config.partitioner in SINGLE_SUBPARTITION:
-        return
+    if partitioner.single_subpartition:
+        return partitioner
     # without numSubpartitions each task takes the session's spark.sql.shuffle.partitions (checked as it registers)
     try:
-        make_selector(config.partitioner, config.num_subpartitions or DEFAULT_SHUFFLE_PARTITIONS, 0, schema,
+        make_selector(partitioner, config.num_subpartitions or DEFAULT_SHUFFLE_PARTITIONS, 0, schema,
                       keys=config.keys,
                       num_producers=config.num_producers, custom=config.custom)
     except SelectorError as exc:
         raise ConfigError(str(exc)) from None
+    return partitioner
 
 
 def declare_write(config: ExchangeConfig, schema: pa.Schema, overwrite: bool) -> WriteHandle:
     name = require_name(config)
-    validate_write(config, schema)
-    desc = call(config, "declare", name=name, schema=schema_to_b64(schema),
+    partitioner = validate_write(config, schema)
+    reply = call(config, "declare", name=name, schema=schema_to_b64(schema),
                  num_subpartitions=config.num_subpartitions,
-                 partitioner={"name": config.partitioner, "keys": list(config.keys), "custom": config.custom,
-                              # one subpartition read by every consumer (forward, or broadcast of unknown width)
-                              "shared": config.partitioner == "broadcast" and config.num_subpartitions is None},
+                 partitioner={"name": partitioner.value, "keys": list(config.keys), "custom": config.custom,
+                              # one subpartition read by every consumer (a broadcast of unknown width)
+                              "shared": partitioner is Partitioner.BROADCAST and config.num_subpartitions is None},
                  partition_type=config.partition_type, mode="overwrite" if overwrite else "append",
-                 coalesce=config.num_subpartitions is None and config.partitioner not in SINGLE_SUBPARTITION)
-    return WriteHandle(config, name, desc["epoch"], desc["write_id"], desc["schema"], desc["num_subpartitions"],
-                       config.partitioner)
+                 coalesce=config.num_subpartitions is None and not partitioner.single_subpartition)
+    desc = ExchangeDescription.parse(reply)  # the declared exchange, and this write's id
+    return WriteHandle(config, name, desc.epoch, reply["write_id"], desc.schema, desc.num_subpartitions, partitioner)
 
 
 class ProducerTask:
@@ -85,8 +87,8 @@ class ProducerTask:
         width = None
         if handle.width_open:
             n = width = num_subpartitions or DEFAULT_SHUFFLE_PARTITIONS
-        single = handle.partitioner in SINGLE_SUBPARTITION
-        if handle.partitioner == "forward" and n is not None and index >= n:
+        single = handle.partitioner.single_subpartition
+        if handle.partitioner is Partitioner.FORWARD and n is not None and index >= n:
             raise ExchangeError(
                 f"forward needs equal parallelism: producer {index} has no subpartition among numSubpartitions={n}; "
                 "repartition the DataFrame to that many partitions or drop the numSubpartitions option")
@@ -96,7 +98,7 @@ class ProducerTask:
         self.conn = WRITER_CONNECTIONS.take((service, self.endpoints.secret, self.endpoints.host_id),
                                             lambda: self.endpoints.connect(service, config))
         self.finished = False
-        num_subs = n if handle.partitioner == "broadcast" and n is not None else 1 if single else n
+        num_subs = n if handle.partitioner is Partitioner.BROADCAST and n is not None else 1 if single else n
         try:
             self._join(attempt, num_subs, width)
         except BaseException:  # whatever failed, the connection's state is unknown: it is not pooled
@@ -149,7 +151,8 @@ class ProducerTask:
                                partition=self.partition, spill=stats.get("spill_path", ""),
                                subpartition_bytes=stats.get("subpartition_bytes"),
                                subpartition_rows=self.records.sent_rows.tolist(),
-                               rows=int(self.records.sent_rows.sum()), bytes=int(stats.get("bytes", 0)))
+                               rows=int(self.records.sent_rows.sum()), bytes=int(stats.get("bytes", 0)),
+                               raw_bytes=int(stats.get("raw_bytes", stats.get("bytes", 0))))
         WRITER_CONNECTIONS.give(self.conn)  # clean: kept for this worker's next task
         return {"partition": self.partition, "index": self.index, "rows": self.records.rows,
                 "bytes": stats.get("bytes", 0)}
@@ -166,15 +169,13 @@ class ProducerTask:
             self.conn.close()
 
 
-def describe_exchange(config: ExchangeConfig, *, wait: bool = True, allow_stream: bool = False) -> dict:
-    """The exchange (schema, numSubpartitions...), waiting up to declareTimeout for it to be declared, with
-    its schema decoded (``arrow_schema``). ``allow_stream``: a stream's description is an answer too."""
-    desc = describe(config, wait=wait, allow_stream=allow_stream)
-    desc["arrow_schema"] = schema_from_b64(desc["schema"])
-    return desc
+def describe_exchange(config: ExchangeConfig, *, wait: bool = True, allow_stream: bool = False) -> ExchangeDescription:
+    """The exchange (schema, numSubpartitions...), waiting up to declareTimeout for it to be declared.
+    ``allow_stream``: a stream's description is an answer too."""
+    return describe(config, wait=wait, allow_stream=allow_stream)
 
 
-def read_subpartition(config: ExchangeConfig, desc: dict, index: int, end: int | None = None,
+def read_subpartition(config: ExchangeConfig, desc: ExchangeDescription, index: int, end: int | None = None,
                       marker: bytes | None = None,
                       producers: tuple[int, int] | None = None) -> Iterator[pa.RecordBatch]:
     """Subpartition ``index`` (or ``index..end-1``) of every producer. A description of a sealed exchange is
@@ -182,18 +183,16 @@ def read_subpartition(config: ExchangeConfig, desc: dict, index: int, end: int |
 
     ``producers``: only the committed producers [first, last) in commit order (a split of a skewed
     subpartition; the description must be sealed)."""
-    if "arrow_schema" not in desc:
-        desc = {**desc, "arrow_schema": schema_from_b64(desc["schema"])}
-    n = desc.get("num_subpartitions")
+    n = desc.num_subpartitions
     if end is not None and (end <= index or index < 0 or (n is not None and end > n)):
-        raise ExchangeError(f"bad subpartition range [{index}, {end}) of exchange {desc.get('name')!r} with "
+        raise ExchangeError(f"bad subpartition range [{index}, {end}) of exchange {desc.name!r} with "
                             f"{n} subpartitions (needs 0 <= start < end <= {n})")
-    plan = sealed_producers(desc)
+    plan = desc.sealed_producers()
     if producers is not None:
         first, last = producers
         if plan is None or not 0 <= first < last <= len(plan):
             raise ExchangeError(
-                f"bad producer range [{first}, {last}) of exchange {desc.get('name')!r}: "
+                f"bad producer range [{first}, {last}) of exchange {desc.name!r}: "
                 + ("a range of producers is read from a sealed exchange's plan only" if plan is None else
                    f"it has {len(plan)} committed producers (needs 0 <= first < last <= {len(plan)})"))
         plan = plan[first:last]
@@ -240,7 +239,7 @@ def attempt_id(partition_id: int, attempt_number: int, task_attempt_id: int) -> 
     return f"{partition_id}-{attempt_number}-{task_attempt_id}"
 
 
-def read_in_commit_order(config: ExchangeConfig, desc: dict, index: int,
+def read_in_commit_order(config: ExchangeConfig, desc: ExchangeDescription, index: int,
                          end: int | None = None) -> Iterator[pa.RecordBatch]:
     """Subpartitions [index, end) of a sealed exchange in a fixed order: producer after producer in commit
     order, each producer's buffers in sequence. Two reads see the same rows at the same offsets (a split
@@ -248,11 +247,9 @@ def read_in_commit_order(config: ExchangeConfig, desc: dict, index: int,
 
     One gate when every producer is a spill file on this host (that path reads in commit order); else one
     gate per producer, since channels deliver in arrival order."""
-    plan = sealed_producers(desc)
+    plan = desc.sealed_producers()
     if plan is None:
-        raise ExchangeError(f"exchange {desc.get('name')!r} is not committed: its order is not fixed yet")
-    if "arrow_schema" not in desc:
-        desc = {**desc, "arrow_schema": schema_from_b64(desc["schema"])}
+        raise ExchangeError(f"exchange {desc.name!r} is not committed: its order is not fixed yet")
     ep = _endpoints(config)
     probe = InputGate(config, desc, index, ep.coordinator, ep.secret, ep.host_id, local_service=ep.service,
                       subpartition_end=end, producers=plan)

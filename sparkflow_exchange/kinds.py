@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import enum
 
+from . import contract
+
 
 class PartitionType(enum.StrEnum):
     HYBRID = "HYBRID"  # streamed while written, and written through to disk: re-readable, never blocks the writer
@@ -27,6 +29,43 @@ class PartitionType(enum.StrEnum):
     @classmethod
     def names(cls) -> str:
         return ", ".join(t.value for t in cls)
+
+
+class Partitioner(enum.StrEnum):
+    """How a writer routes rows to subpartitions (Flink's partitioners); a value is the ``partitioner`` option's.
+
+    Its properties are the contract's (``contract.json`` ``partitioners``), which the JVM plugin reads too."""
+
+    HASH = "hash"  # by the keys' Spark hash: Spark's own placement
+    BROADCAST = "broadcast"  # every row to every reader
+    FORWARD = "forward"  # producer i to reader i
+    REBALANCE = "rebalance"  # round robin over all subpartitions
+    RESCALE = "rescale"  # round robin over this producer's share of the subpartitions
+    CUSTOM = "custom"  # a module:function of the user's
+
+    @classmethod
+    def of(cls, value: object) -> Partitioner:
+        """The partitioner an option names (any case); a ValueError naming the known ones otherwise."""
+        try:
+            return cls(str(value).strip().lower())
+        except ValueError:
+            raise ValueError(f"unknown partitioner {value!r}; use one of {cls.names()}") from None
+
+    @classmethod
+    def names(cls) -> str:
+        """The partitioners' names, for a message that lists them."""
+        return ", ".join(p.value for p in cls)
+
+    @property
+    def keyed(self) -> bool:
+        """Needs the ``keys`` option."""
+        return bool(contract.load()["partitioners"][self.value]["keyed"])
+
+    @property
+    def single_subpartition(self) -> bool:
+        """Each producer writes one subpartition of its own (forward) or one every reader reads (broadcast):
+        a reader reads whole producers, never a range of subpartitions, and the width is not the write's."""
+        return bool(contract.load()["partitioners"][self.value]["single_subpartition"])
 
 
 class PartitionState(enum.StrEnum):

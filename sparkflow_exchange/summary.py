@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from .kinds import ExchangeKind, ExchangeState, PartitionType
+from .description import ExchangeDescription
+from .kinds import ExchangeKind, ExchangeState, Partitioner, PartitionType
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class ExchangeSummary:
     state: ExchangeState
     schema: str  # Spark DDL, as ``spark.read.schema(...)`` and ``StructType.fromDDL`` take it
     partition_type: PartitionType
-    partitioner: str  # hash, rebalance, rescale, forward, broadcast, custom
+    partitioner: Partitioner
     keys: tuple[str, ...]
     num_subpartitions: int | None  # None until the first producer fixes a width left to Spark
     producers: int  # committed producers (a stream: 0)
@@ -42,39 +43,42 @@ class ExchangeSummary:
     created: datetime  # UTC: when this version was declared (an overwrite declares a new one)
     last_used: datetime  # UTC: the last write, read or commit; the exchange expires ``ttl`` seconds after it
     stream: StreamSummary | None = None  # for a stream (kind STREAM) only
+    # ``bytes`` as they would be uncompressed (equal to it without compression); None when not every committed
+    # producer reported it (a writer older than this field) and for a stream
+    raw_bytes: int | None = None
 
     @classmethod
     def from_description(cls, desc: Mapping[str, Any]) -> ExchangeSummary:
         """The summary of a coordinator's description of an exchange or a stream."""
-        from .buffer import schema_from_b64
         from .spark_types import schema_ddl
 
-        kind = ExchangeKind(desc.get("kind", ExchangeKind.BATCH))
-        partitioner = desc.get("partitioner") or {}
+        parsed = ExchangeDescription.parse(desc)
         stream = None
-        if kind is ExchangeKind.STREAM:
+        if parsed.kind is ExchangeKind.STREAM:  # a stream's retention and groups: its status, not its description
             stream = StreamSummary(desc["last_committed"], desc["retained_epochs"], desc.get("writer_waiting_s"),
                                    {g: v["position"] for g, v in desc.get("groups", {}).items()})
             producers, rows, size = 0, desc.get("retained_rows"), desc.get("retained_bytes")
+            raw = None
         else:
-            sizes = desc.get("subpartition_bytes")
-            producers, rows, size = len(desc.get("committed", ())), desc.get("rows"), None if sizes is None else sum(sizes)
+            sizes = parsed.subpartition_bytes
+            producers, rows, size = len(parsed.committed), parsed.rows, None if sizes is None else sum(sizes)
+            committed = set(parsed.committed)
+            raws = [p.get("raw_bytes", -1) for p in parsed.producers if p.get("partition") in committed]
+            raw = sum(raws) if raws and min(raws) >= 0 and size is not None else None
         return cls(
-            name=desc["name"], kind=kind, state=ExchangeState(desc["state"]),
-            schema=schema_ddl(schema_from_b64(desc["schema"])),
-            partition_type=PartitionType(desc["partition_type"]),
-            partitioner=str(partitioner.get("name", "")), keys=tuple(partitioner.get("keys") or ()),
-            num_subpartitions=desc.get("num_subpartitions"), producers=producers, rows=rows, bytes=size,
-            owner=desc.get("owner", ""), created=_utc(desc.get("created_at")), last_used=_utc(desc.get("last_used_at")),
-            stream=stream)
+            name=parsed.name, kind=parsed.kind, state=parsed.state, schema=schema_ddl(parsed.arrow_schema),
+            partition_type=parsed.partition_type, partitioner=parsed.partitioner.name, keys=parsed.partitioner.keys,
+            num_subpartitions=parsed.num_subpartitions, producers=producers, rows=rows, bytes=size,
+            owner=parsed.owner, created=_utc(parsed.created_at), last_used=_utc(parsed.last_used_at), stream=stream,
+            raw_bytes=raw)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON values: enums as their strings, times as ISO 8601 (``list --json`` prints this)."""
         out: dict[str, Any] = {
             "name": self.name, "kind": str(self.kind), "state": str(self.state), "schema": self.schema,
-            "partition_type": str(self.partition_type), "partitioner": self.partitioner, "keys": list(self.keys),
+            "partition_type": str(self.partition_type), "partitioner": str(self.partitioner), "keys": list(self.keys),
             "num_subpartitions": self.num_subpartitions, "producers": self.producers, "rows": self.rows,
-            "bytes": self.bytes, "owner": self.owner, "created": self.created.isoformat(),
+            "bytes": self.bytes, "raw_bytes": self.raw_bytes, "owner": self.owner, "created": self.created.isoformat(),
             "last_used": self.last_used.isoformat(),
         }
         if self.stream is not None:

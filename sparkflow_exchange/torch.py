@@ -26,9 +26,19 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from . import client
 from . import exchange as ex
 from .arrow_numpy import fixed_values, indices, unpack_bits, validity
+from .description import ExchangeDescription
 from .errors import ConfigError, ExchangeError, ExchangeNotFound
-from .training_plan import Balance, EpochPlan, Segment, delivered, even_segments, plan_epoch, subpartition_order, \
-    whole_subpartitions
+from .kinds import ExchangeState
+from .training_plan import (
+    Balance,
+    EpochPlan,
+    Segment,
+    delivered,
+    even_segments,
+    plan_epoch,
+    subpartition_order,
+    whole_subpartitions,
+)
 
 __all__ = ["ExchangeDataset", "ExchangeLoader", "to_tensors"]
 
@@ -148,7 +158,7 @@ class ExchangeDataset(IterableDataset):
     def _config(self):
         return client.exchange_config(self.exchange, **self.settings)
 
-    def plan(self, desc: dict | None = None, workers: int = 1) -> EpochPlan:
+    def plan(self, desc: ExchangeDescription | None = None, workers: int = 1) -> EpochPlan:
         """This epoch's batches for every reader (needs the committed counts)."""
         desc = desc if desc is not None else ex.describe_exchange(self._config())
         counts = _counts(desc)
@@ -170,7 +180,7 @@ class ExchangeDataset(IterableDataset):
         config = self._config()
         desc = ex.describe_exchange(config)
         self._check_write(desc)
-        live = not desc.get("sealed")
+        live = not desc.sealed
         if live and (self.balance is not Balance.PAD or self._resume):
             desc = _committed(config, self.exchange)  # even/drop need the counts; a resume needs their order
             live = False
@@ -192,11 +202,11 @@ class ExchangeDataset(IterableDataset):
                 self.steps += 1
             yield batch if isinstance(batch, dict) else self.transform(batch)  # dicts: made tensors already
 
-    def _check_write(self, desc: dict) -> None:
-        if self._write_epoch is not None and self._resume and desc["epoch"] != self._write_epoch:
+    def _check_write(self, desc: ExchangeDescription) -> None:
+        if self._write_epoch is not None and self._resume and desc.epoch != self._write_epoch:
             raise ExchangeError(f"exchange {self.exchange!r} was written again since the state was taken "
-                                f"(write {self._write_epoch}, now {desc['epoch']}): a resume cannot continue it")
-        self._write_epoch = desc["epoch"]
+                                f"(write {self._write_epoch}, now {desc.epoch}): a resume cannot continue it")
+        self._write_epoch = desc.epoch
 
     def _skipped(self, plan: EpochPlan, worker: int, workers: int) -> int:
         """Batches this worker delivered before the resume point."""
@@ -207,7 +217,7 @@ class ExchangeDataset(IterableDataset):
             raise ConfigError(f"the state is at step {self._resume} of epoch {self.epoch}, which has {plan.steps} steps")
         return delivered([len(plan.sizes[first + w]) for w in range(workers)], self._resume)[worker]
 
-    def _planned(self, config, desc: dict, plan: EpochPlan, reader: int, readers: int, sizes: list[int],
+    def _planned(self, config, desc: ExchangeDescription, plan: EpochPlan, reader: int, readers: int, sizes: list[int],
                  skip: int) -> Iterator[pa.RecordBatch]:
         counts = _counts(desc)
         order = subpartition_order(len(counts), self.seed, self.epoch, self.shuffle)
@@ -233,10 +243,10 @@ class ExchangeDataset(IterableDataset):
             for _ in range(pads - pads_done):
                 yield source
 
-    def _live(self, config, desc: dict, reader: int, readers: int, worker: int,
+    def _live(self, config, desc: ExchangeDescription, reader: int, readers: int, worker: int,
               workers: int) -> Iterator[pa.RecordBatch]:
         """pad on an exchange still written: whole subpartitions as they arrive, then the pads the counts ask for."""
-        n = desc["num_subpartitions"]
+        n = desc.num_subpartitions
         order = subpartition_order(n, self.seed, self.epoch, self.shuffle)
         subs = whole_subpartitions(order, readers, reader)
         made = 0
@@ -313,38 +323,38 @@ def _maybe_live(config) -> bool:
     exchange committed already is not. Asked before the workers start (so what they see is never "more live"
     than this), and without waiting for a declaration, so they start at once and wait for it themselves."""
     try:
-        return not ex.describe_exchange(config, wait=False).get("sealed")
+        return not ex.describe_exchange(config, wait=False).sealed
     except ExchangeNotFound:
         return True
 
 
 # ------------------------------------------------------------------ rows
-def _committed(config, name: str) -> dict:
+def _committed(config, name: str) -> ExchangeDescription:
     """The description once the write committed (waits up to readerTimeout)."""
     import time
 
     deadline = time.monotonic() + config.reader_timeout
     while True:
         desc = ex.describe_exchange(config)
-        if desc.get("sealed"):
+        if desc.sealed:
             return desc
-        if desc.get("state") == "aborted":
-            raise ExchangeError(f"the write of exchange {name!r} was aborted: {desc.get('abort_reason') or 'a task failed'}")
+        if desc.state is ExchangeState.ABORTED:
+            raise ExchangeError(f"the write of exchange {name!r} was aborted: {desc.abort_reason or 'a task failed'}")
         if time.monotonic() > deadline:
             raise ExchangeError(f"exchange {name!r} was not committed within readerTimeout={config.reader_timeout:g} s")
         time.sleep(0.2)
 
 
-def _counts(desc: dict) -> np.ndarray:
-    rows = desc.get("subpartition_rows")
+def _counts(desc: ExchangeDescription) -> np.ndarray:
+    rows = desc.subpartition_rows
     if rows is None:
-        raise ConfigError(f"exchange {desc.get('name')!r} has no rows per subpartition ("
-                          f"{'not committed yet' if not desc.get('sealed') else 'a forward or broadcast write'}): "
+        raise ConfigError(f"exchange {desc.name!r} has no rows per subpartition ("
+                          f"{'not committed yet' if not desc.sealed else 'a forward or broadcast write'}): "
                           "training plans need a committed hash, rebalance, rescale or custom exchange")
     return np.asarray(rows, dtype=np.int64)
 
 
-def _rows(config, desc: dict, segments: list[Segment], skip: int,
+def _rows(config, desc: ExchangeDescription, segments: list[Segment], skip: int,
           columns: Sequence[str] | None) -> Iterator[pa.RecordBatch]:
     """The segments' rows in a fixed order (``exchange.read_in_commit_order``): two readers sharing a
     subpartition, and a resume, see the same rows at the same offsets."""
@@ -455,7 +465,7 @@ def _repeat(rows: pa.RecordBatch, size: int) -> pa.RecordBatch:
     return rows.take(take)
 
 
-def _pad_source(config, desc: dict, segments: list[Segment], order: np.ndarray, counts: np.ndarray,
+def _pad_source(config, desc: ExchangeDescription, segments: list[Segment], order: np.ndarray, counts: np.ndarray,
                 size: int, columns: Sequence[str] | None) -> pa.RecordBatch:
     """The rows a pad batch repeats: the reader's first rows, else the epoch's first rows."""
     if not any(s.rows for s in segments):

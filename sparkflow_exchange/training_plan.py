@@ -51,6 +51,11 @@ class Segment:
         return self.stop - self.start
 
 
+def _ceil_div(a: int, b: int) -> int:
+    """a / b rounded up, in integers (no float rounding on large counts)."""
+    return -(-a // b)
+
+
 def subpartition_order(num_subpartitions: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
     """The epoch's order of subpartitions: a permutation drawn from (seed, epoch), or 0..n-1."""
     if not shuffle:
@@ -119,7 +124,7 @@ def plan_epoch(counts: np.ndarray, order: np.ndarray, ranks: int, workers: int, 
     readers = ranks * workers
     if balance is Balance.EVEN:
         total = int(counts.sum())
-        per_reader = -(-(-(-total // readers)) // batch_size) if total else 0  # ceil(ceil(T/K) / B)
+        per_reader = _ceil_div(_ceil_div(total, readers), batch_size) if total else 0
         if total and total // readers < per_reader:
             raise ConfigError(
                 f"the exchange has {total} rows: too few for {readers} readers ({ranks} ranks x {workers} workers) "

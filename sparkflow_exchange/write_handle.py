@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .calls import call
-from .config import SINGLE_SUBPARTITION, ExchangeConfig
+from .config import ExchangeConfig
 from .errors import ExchangeError
+from .kinds import Partitioner
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -27,12 +28,15 @@ class WriteHandle:
     write_id: str
     schema_b64: str
     num_subpartitions: int | None
-    partitioner: str
+    partitioner: Partitioner
+
+    def __post_init__(self) -> None:
+        self.partitioner = Partitioner.of(self.partitioner)
 
     @property
     def width_open(self) -> bool:
         """The width was not given: each task brings its session's spark.sql.shuffle.partitions."""
-        return self.num_subpartitions is None and self.partitioner not in SINGLE_SUBPARTITION
+        return self.num_subpartitions is None and not self.partitioner.single_subpartition
 
     @property
     def schema(self) -> pa.Schema:

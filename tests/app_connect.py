@@ -76,7 +76,7 @@ def _():
     sparkflow_exchange.register(spark)
     start = time.monotonic()
     try:
-        spark.read.format("pipelined").option("exchange", "c-missing").load().columns
+        _ = spark.read.format("pipelined").option("exchange", "c-missing").load().columns
         error = ""
     except Exception as exc:  # noqa: BLE001
         error = str(exc)

@@ -11,13 +11,13 @@ Prints one JSON line: check name -> {"ok": bool, "error": text, ...details}.
 """
 from __future__ import annotations
 
+import decimal
 import json
 import os
 import sys
 import threading
 import time
 import traceback
-import decimal
 from decimal import Decimal
 
 import numpy as np
@@ -29,6 +29,7 @@ from pyspark.sql.functions import partitioning as P
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.buffer import schema_from_b64
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.exchange import list_exchanges
@@ -481,7 +482,7 @@ def commit_under_a_read(d: dict, handle, tasks: list, reading, out: dict) -> Non
     parts = [task.finish()["partition"] for task in tasks]
     time.sleep(0.5)
     d["reading_before_commit"] = reading.is_alive()
-    ex.commit_write(handle, parts)
+    wh.commit_write(handle, parts)
     reading.join(120)
     assert "error" not in out, out.get("error")
     assert out["ids"] == list(range(LIVE_ROWS)), len(out["ids"])
@@ -531,60 +532,6 @@ def format_reads_a_write_in_progress_in_the_jvm(d):
         spark.conf.set(JVM_FORMAT, "false")
 
 
-def described_as(epoch: int, producers: list[tuple[str, str]], committed: list[str], seal_ends: list[int],
-                 state: str = "open"):
-    """A coordinator description for LiveProducers: (partition, state) per registered attempt."""
-    body = {"name": "sans_io", "epoch": epoch, "state": state, "sealed": False, "schema": "",
-            "producers": [{"partition": p, "index": i, "state": st, "location": {}} for i, (p, st) in
-                          enumerate(producers)],
-            "committed": committed, "seal_ends": seal_ends}
-    return jvm.org.sparkflow.exchange.catalog.ExchangeDescription.parse(
-        jvm.com.fasterxml.jackson.databind.ObjectMapper().readTree(json.dumps(body)))
-
-
-@check
-def live_producers_take_one_committed_state(d):
-    """LiveProducers, without sockets: before the read's seal it takes every registered attempt that has not
-    failed; once the seal happened, exactly the producers it holds (not a later write's, not a loser); rows of an
-    attempt the seal does not hold, an overwrite or an aborted write fail the read."""
-    live = jvm.org.sparkflow.exchange.read.LiveProducers("sans_io", 1, 1)  # planned after one seal
-    live.update(described_as(1, [("old", "finished"), ("a", "running"), ("b", "failed")], ["old"], [1]))
-    first = live.next()
-    assert first.partition() == "old" and not live.complete()
-    live.finished(first, 10)
-    assert live.next().partition() == "a"  # "b" failed: passed over
-    live.finished(live.next(), 5)
-    assert live.next() is None and not live.complete()  # nothing more now, the seal has not happened
-    # the seal: "a" lost to "c"; "later" belongs to a write declared after it
-    live.update(described_as(1, [("old", "finished"), ("c", "finished"), ("later", "running")],
-                             ["old", "c", "later"], [1, 2]))
-    assert live.next().partition() == "c"
-    live.finished(live.next(), 7)
-    assert live.next() is None and live.complete()
-    d["not_committed"] = live.notCommitted()
-    assert "producer attempt a " in d["not_committed"], d["not_committed"]
-    live.nextPass()  # the next subpartition: the state stays the seal's
-    assert [live.next().partition()] == ["old"]
-
-    clean = jvm.org.sparkflow.exchange.read.LiveProducers("sans_io", 1, 0)
-    clean.update(described_as(1, [("x", "running")], [], []))
-    x = clean.next()
-    assert clean.dropped(x, 0), "an attempt that failed before giving rows is passed over"
-    assert clean.next() is None
-    clean.update(described_as(1, [("x", "failed"), ("y", "finished")], ["y"], [1]))
-    clean.finished(clean.next(), 3)
-    assert clean.complete() and clean.notCommitted() is None
-    assert not clean.dropped(x, 4), "an attempt that gave rows cannot be passed over"
-
-    for body, words in ((described_as(2, [], [], []), "was overwritten"),
-                        (described_as(1, [], [], [], state="aborted"), "was aborted")):
-        try:
-            jvm.org.sparkflow.exchange.read.LiveProducers("sans_io", 1, 0).update(body)
-            raise AssertionError(f"no error for {words}")
-        except Exception as exc:  # noqa: BLE001 - py4j's error carries the JVM's message
-            assert words in str(exc), str(exc)[:500]
-
-
 @check
 def format_read_waits_for_its_exchange_to_be_declared(d):
     """A JVM format read planned before any writer declared its exchange waits up to declareTimeout for it, then
@@ -607,7 +554,7 @@ def format_read_waits_for_its_exchange_to_be_declared(d):
     handle = live_write("live_late")
     task = ex.ProducerTask(handle, 0, "a0")
     task.write(live_rows(0, 1))
-    ex.commit_write(handle, [task.finish()["partition"]])
+    wh.commit_write(handle, [task.finish()["partition"]])
     reading.join(120)
     spark.conf.set(JVM_FORMAT, "false")
     assert "error" not in out, out["error"]
@@ -664,7 +611,7 @@ def a_read_in_progress_fails_rather_than_return_rows_the_commit_does_not_hold(d)
     win_part = winner.finish()["partition"]
     assert until(lambda: running_tasks() > 0), "the read's tasks never started"
     time.sleep(1.0)
-    ex.commit_write(handle, [win_part])
+    wh.commit_write(handle, [win_part])
     reading.join(120)
     d["lost_commit"] = out.get("error", "")[:800]
     assert "which the commit does not hold" in d["lost_commit"] and lost_part in d["lost_commit"], out
@@ -675,7 +622,7 @@ def a_read_in_progress_fails_rather_than_return_rows_the_commit_does_not_hold(d)
     out = {}
     reading = start_live_read("live_aborted", out)
     assert until(lambda: running_tasks() > 0), "the read's tasks never started"
-    ex.abort_write(handle, "the test aborts it")
+    wh.abort_write(handle, "the test aborts it")
     reading.join(120)
     d["aborted"] = out.get("error", "")[:800]
     assert "was aborted" in d["aborted"] and "live_aborted" in d["aborted"], out
@@ -689,7 +636,7 @@ def a_read_in_progress_fails_rather_than_return_rows_the_commit_does_not_hold(d)
     failing.fail("the test fails this attempt before it writes")
     retry = ex.ProducerTask(handle, 0, "retry")
     retry.write(live_rows(0, 1))
-    ex.commit_write(handle, [retry.finish()["partition"]])
+    wh.commit_write(handle, [retry.finish()["partition"]])
     reading.join(120)
     assert "error" not in out, out.get("error")
     assert out["ids"] == list(range(LIVE_ROWS)), len(out["ids"])
@@ -770,7 +717,7 @@ def an_append_in_another_layout_is_refused_on_every_writer(d):
     rows.writeTo("exchange.lay_jvm").tableProperty("keys", "a").tableProperty("numSubpartitions", "4").create()
     python_write("lay_py", "a", "overwrite")
     for name in ("lay_jvm", "lay_py"):
-        refused(d, f"python_append_{name}", lambda: python_write(name, "b", "append"),
+        refused(d, f"python_append_{name}", lambda name=name: python_write(name, "b", "append"),
                 "with another layout", "holds hash(a) into 4 subpartitions", "this write has hash(b) into 4")
     spark.conf.set(JVM_FORMAT, "true")
     try:
@@ -912,8 +859,19 @@ def compressed_exchanges_round_trip_on_every_path(d):
         return next(s for s in sparkflow_exchange.list_exchanges() if s.name == name).bytes
 
     rows = base.withColumn("text", F.concat(F.lit("carefully final deposits "), (F.col("v") % 37).cast("string")))
-    rows.writeTo("exchange.zc_none").tableProperty("keys", "k").tableProperty("numSubpartitions", "4").create()
+    rows.writeTo("exchange.zc_none").tableProperty("keys", "k").tableProperty("numSubpartitions", "4") \
+        .tableProperty("compression", "none").create()
     d["bytes_none"] = held("zc_none")
+    # with nothing set both writers compress with the contract's default (lz4)
+    rows.writeTo("exchange.zc_default").tableProperty("keys", "k").tableProperty("numSubpartitions", "4").create()
+    d["bytes_default"] = held("zc_default")
+    assert d["bytes_default"] < 0.8 * d["bytes_none"], d
+    # the JVM writer reports its bytes as they would be uncompressed too: those of the uncompressed write
+    raw = {n: next(s for s in sparkflow_exchange.list_exchanges() if s.name == n).raw_bytes
+           for n in ("zc_none", "zc_default")}
+    assert raw["zc_none"] == d["bytes_none"] and raw["zc_default"] is not None, (raw, d)
+    assert abs(raw["zc_default"] - d["bytes_none"]) < 0.1 * d["bytes_none"], (raw, d)
+    same(spark.table("exchange.zc_default"), rows)
     for codec in ("zstd", "lz4"):
         jvm_name, fmt_name, py_name = f"zc_{codec}", f"zc_fmt_{codec}", f"zc_py_{codec}"
         rows.writeTo(f"exchange.{jvm_name}").tableProperty("keys", "k").tableProperty("numSubpartitions", "4") \

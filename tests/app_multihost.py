@@ -61,12 +61,12 @@ def write(spark, prefix: str) -> dict:
             w = w.option(key, value)
         w.save()
         plan = read_plan(f"{prefix}-{name}")
-        out[name] = sorted({(p["location"]["host_id"], p["location"]["tcp"]) for p in plan["producers"]})
+        out[name] = sorted({(p["location"]["host_id"], p["location"]["tcp"]) for p in plan.producers})
     spark.conf.set("spark.sql.catalog.exchange", CATALOG)  # the same settings: spark.sparkflow.exchange.*
     source(spark, "hash").writeTo(f"exchange.`{prefix}-cat`").tableProperty("keys", "key") \
         .tableProperty("numSubpartitions", str(WIDTH)).create()
     plan = read_plan(f"{prefix}-cat")
-    out["cat"] = sorted({(p["location"]["host_id"], p["location"]["tcp"]) for p in plan["producers"]})
+    out["cat"] = sorted({(p["location"]["host_id"], p["location"]["tcp"]) for p in plan.producers})
     return out
 
 
@@ -110,7 +110,7 @@ def client_sums(prefix: str) -> dict:
     out = {}
     for name in OPTIONS:
         sums = {}
-        for sub in range(read_plan(f"{prefix}-{name}")["num_subpartitions"]):
+        for sub in range(read_plan(f"{prefix}-{name}").num_subpartitions):
             rows = ids = 0
             with open_reader(f"{prefix}-{name}", subpartitions=sub) as reader:
                 for batch in reader:

@@ -43,7 +43,7 @@ def spark():
     """
     from pyspark.sql import SparkSession
 
-    from sparkflow_exchange.session_tuning import PYTHON_WORKER_UNIX_SOCKETS
+    from sparkflow_exchange.spark.session_tuning import PYTHON_WORKER_UNIX_SOCKETS
 
     session = (
         SparkSession.builder.master("local[4, 2]")

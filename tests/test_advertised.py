@@ -7,11 +7,10 @@ import subprocess
 import sys
 
 import pytest
-
 from harness import start_service
+
 from sparkflow_exchange.network.address import parse_address
-from sparkflow_exchange.network.advertised import (AddressSource, AdvertiseError, advertised_host,
-                                                   interface_addresses)
+from sparkflow_exchange.network.advertised import AddressSource, AdvertiseError, advertised_host, interface_addresses
 
 
 def _none(family: int) -> list[str]:
@@ -70,7 +69,7 @@ def test_a_coordinator_on_loopback_or_a_unix_socket_gives_no_route():
 
 
 def test_interface_addresses_are_this_hosts_and_never_loopback():
-    for family, wildcard in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+    for family, _wildcard in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
         for address in interface_addresses(family):
             assert not _loopback(address)
             with socket.socket(family, socket.SOCK_STREAM) as sock:

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from harness import stop_embedded
+
 from sparkflow_exchange.service.spill_root import SPILL_PREFIX
 
 pytestmark = pytest.mark.spark

@@ -8,8 +8,8 @@ import subprocess
 import time
 
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange.network import auth
 from sparkflow_exchange.network.blocking_client import ServiceError
 from sparkflow_exchange.network.protocol import (
@@ -108,8 +108,9 @@ def test_garbage_gets_a_named_fatal_error(svc, garbage, message):
 
 
 def test_unknown_partition_and_subpartition_out_of_range(svc):
-    from sparkflow_exchange import exchange as ex
     import pyarrow as pa
+
+    from sparkflow_exchange import exchange as ex
 
     client = RawClient(svc)
     client.send(PartitionRequest("no-such-partition", 0, 7, 2))
@@ -186,8 +187,10 @@ def test_register_bad_partition_type_is_named(svc):
 
 
 def test_sigterm_exits_cleanly_and_removes_spill_files(tmp_service):
-    from sparkflow_exchange import exchange as ex
     import pyarrow as pa
+
+    from sparkflow_exchange import exchange as ex
+    from sparkflow_exchange import write_handle as wh
 
     svc = tmp_service()
     cfg = client_config(svc, exchange="term", partitioner="hash", keys="a", numSubpartitions=2, partitionType="BLOCKING")
@@ -195,7 +198,7 @@ def test_sigterm_exits_cleanly_and_removes_spill_files(tmp_service):
     handle = ex.declare_write(cfg, schema, overwrite=True)
     task = ex.ProducerTask(handle, 0, "a0")
     task.write([pa.record_batch([pa.array(range(1000))], schema=schema)])
-    ex.commit_write(handle, [task.finish()["partition"]])
+    wh.commit_write(handle, [task.finish()["partition"]])
     assert list(svc.spill_dir.glob("*.data")) and list(svc.spill_dir.glob("*.index"))
     assert svc.stop(signal.SIGTERM) == 0
     assert not list(svc.spill_dir.glob("*.data")) and not list(svc.spill_dir.glob("*.index"))
@@ -210,8 +213,10 @@ def test_tls(tmp_service, tmp_path):
                     "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
     svc = tmp_service(conf={"tls.certFile": str(cert), "tls.keyFile": str(key)})
     assert svc.info["tls"] is True
-    from sparkflow_exchange import exchange as ex
     import pyarrow as pa
+
+    from sparkflow_exchange import exchange as ex
+    from sparkflow_exchange import write_handle as wh
 
     cfg = client_config(svc, exchange="tls", partitioner="hash", keys="a", numSubpartitions=2, hostId="remote-host",
                         **{"tls.caFile": str(cert)})
@@ -219,7 +224,7 @@ def test_tls(tmp_service, tmp_path):
     handle = ex.declare_write(cfg, schema, overwrite=True)
     task = ex.ProducerTask(handle, 0, "a0")
     task.write([pa.record_batch([pa.array(range(5000))], schema=schema)])
-    ex.commit_write(handle, [task.finish()["partition"]])
+    wh.commit_write(handle, [task.finish()["partition"]])
     desc = ex.describe_exchange(cfg)
     rows = sorted(v for s in range(2) for b in ex.read_subpartition(cfg, desc, s) for v in b.column("a").to_pylist())
     assert rows == list(range(5000))

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.consumer import input_gate as ex_gate
 
 
@@ -34,7 +35,7 @@ def _write(config, rows: int) -> None:
     handle = ex.declare_write(config, schema, overwrite=True)
     producer = ex.ProducerTask(handle, 0, "a0")
     producer.write([pa.record_batch([pa.array(range(rows), pa.int64())], schema=schema)])
-    ex.commit_write(handle, [producer.finish()["partition"]])
+    wh.commit_write(handle, [producer.finish()["partition"]])
 
 
 def test_status_drop_and_metrics(tmp_service, tmp_path):
@@ -174,7 +175,7 @@ def test_status_shows_a_read_of_local_spill_files_as_it_goes(tmp_service, tmp_pa
     producer = ex.ProducerTask(handle, 0, "a0")
     producer.write([pa.record_batch([pa.array(range(i * 2000, (i + 1) * 2000), pa.int64())], schema=schema)
                     for i in range(40)])
-    ex.commit_write(handle, [producer.finish()["partition"]])
+    wh.commit_write(handle, [producer.finish()["partition"]])
 
     def read_so_far() -> tuple[int, str]:
         out = _cli("status", "--json")
@@ -217,7 +218,7 @@ def test_the_cli_finds_the_embedded_service_and_its_drop_lets_it_exit(tmp_path, 
     try:
         pid = int(_client(WRITER, dict(os.environ), "via-cli"))
         status = _cli("status")
-        assert status.returncode == 0 and f"(embedded) on" in status.stdout and "via-cli" in status.stdout
+        assert status.returncode == 0 and "(embedded) on" in status.stdout and "via-cli" in status.stdout
         dropped = _cli("drop", "via-cli")
         assert dropped.returncode == 0, dropped.stderr
         _exits_leaving_nothing(pid, runtime)

@@ -7,11 +7,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from harness import fresh_python
 
 import sparkflow_exchange as sfe
-from sparkflow_exchange import ConfigError, ExchangeError, ExchangeReadError, SchemaMismatch
+from sparkflow_exchange import ConfigError, ExchangeError, SchemaMismatch
 from sparkflow_exchange.writer.spark_hash import spark_partition_ids
-from harness import fresh_python
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("k", pa.string()),
                     pa.field("x", pa.float64())])
@@ -144,7 +144,7 @@ def test_committed_counts_per_subpartition_are_published(svc):
     _write(svc, "c-counts", 3000)
     plan = sfe.client.read_plan("c-counts", **_settings(svc))
     per_sub = [sfe.open_reader("c-counts", subpartitions=s, **_settings(svc)).read_all().num_rows for s in range(4)]
-    assert plan["subpartition_rows"] == per_sub and sum(per_sub) == 3000
+    assert list(plan.subpartition_rows) == per_sub and sum(per_sub) == 3000
 
 
 @pytest.mark.parametrize("call, message", [

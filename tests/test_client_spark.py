@@ -5,9 +5,9 @@ import pyarrow.compute as pc
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
+from test_datasource import read, sample_df, unique, write
 
 import sparkflow_exchange as sfe
-from test_datasource import read, sample_df, unique, write
 
 pytestmark = pytest.mark.spark
 
@@ -47,7 +47,7 @@ def _scan_exchange(name: str, **settings):
     import polars as pl
     from polars.io.plugins import register_io_source
 
-    schema = pl.from_arrow(sfe.client.read_plan(name, **settings)["arrow_schema"].empty_table()).schema
+    schema = pl.from_arrow(sfe.client.read_plan(name, **settings).arrow_schema.empty_table()).schema
 
     def source(with_columns, predicate, n_rows, batch_size):
         reader = sfe.open_reader(name, columns=with_columns, **settings)

@@ -20,13 +20,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from harness import client_config, start_service
 
 import sparkflow_exchange as sfx
 from sparkflow_exchange import client
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.calls import call
 from sparkflow_exchange.network.protocol import PartitionRegistered, RegisterPartition
-from harness import client_config, start_service
 
 BEAT = {"heartbeatInterval": "0.3", "heartbeatTimeout": "4"}
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
@@ -96,7 +97,7 @@ def write_on_two_hosts(cluster: Cluster, name: str) -> pa.Table:
         task = ex.ProducerTask(on_host, index, f"{index}-0-{index}")
         task.write(table(index * 1000, 1000).to_batches(max_chunksize=256))
         done.append(task.finish())
-    ex.commit_write(handle, [d["partition"] for d in done], {d["partition"]: d["rows"] for d in done})
+    wh.commit_write(handle, [d["partition"] for d in done], {d["partition"]: d["rows"] for d in done})
     return pa.concat_tables([table(0, 1000), table(1000, 1000)])
 
 
@@ -174,7 +175,7 @@ def test_a_write_open_when_the_coordinator_restarts_is_aborted_saying_why(cluste
     with pytest.raises(sfx.ExchangeError, match="coordinator restarted while this write was open"):
         read_all(cluster, "interrupted", declareTimeout="0")
     with pytest.raises(sfx.ExchangeError, match="not open"):
-        ex.commit_write(handle, [task.partition])
+        wh.commit_write(handle, [task.partition])
     # the restarted coordinator never knew the partition: the service frees it when it registers again
     deadline = time.monotonic() + WAIT
     while cluster.hosts["hostA"].status()["partitions"] and time.monotonic() < deadline:
@@ -337,7 +338,7 @@ def test_a_state_directory_that_refuses_a_write_fails_the_request_naming_it(tmp_
                      index=index, attempt="0", partition=part, location=location)
             parts.append(part)
         with pytest.raises(sfx.StorageError, match="stateDir") as info:
-            ex.commit_write(handle, parts)
+            wh.commit_write(handle, parts)
         assert str(state) in str(info.value)
         assert [e.name for e in sfx.list_exchanges(**_options_of(coordinator))] == ["too-big-to-keep"]
         holder.close()
@@ -361,7 +362,7 @@ def test_a_service_is_registered_before_it_announces_its_address(tmp_path):
         handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
         task = ex.ProducerTask(handle, 0, "0-0-0")
         task.write(table(0, 10).to_batches())
-        ex.commit_write(handle, [task.finish()["partition"]])
+        wh.commit_write(handle, [task.finish()["partition"]])
         [desc] = [e for e in ex.list_exchanges(client_config(coordinator)) if e["name"] == "at-once"]
         assert [p["location"]["service_id"] for p in desc["producers"]] == [host.info["service_id"]]
     finally:
@@ -394,5 +395,5 @@ def test_an_overwrite_open_when_the_coordinator_restarts_leaves_the_committed_ve
     task.finish()
     cluster.restart_coordinator()
     after = ex.describe_exchange(cfg)
-    assert (after["epoch"], after["state"], after["rows"]) == (before["epoch"], "committed", before["rows"])
+    assert (after.epoch, after.state, after.rows) == (before.epoch, "committed", before.rows)
     assert read_all(cluster, "kept-over-restart").equals(expected)

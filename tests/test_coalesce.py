@@ -8,23 +8,31 @@ import time
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
+from sparkflow_exchange.buffer_kinds import END_COUNTS, BufferKind
 from sparkflow_exchange.config import ExchangeConfig
-from sparkflow_exchange.errors import ErrorCode
-from sparkflow_exchange.consumer.input_gate import ExchangeReadError
 from sparkflow_exchange.consumer.read_plan import ReadRange, SkewRule, coalesce, plan_ranges, skewed_subpartitions
 from sparkflow_exchange.consumer.read_plan import read_ranges as plan_of
-from sparkflow_exchange.network.protocol import END_COUNTS, BufferKind, ErrorResponse, Notify, PartitionRequest
+from sparkflow_exchange.description import ExchangeDescription
+from sparkflow_exchange.errors import ErrorCode, ExchangeReadError
+from sparkflow_exchange.network.protocol import ErrorResponse, Notify, PartitionRequest
 from sparkflow_exchange.partition.buffer_pool import MemoryBudget
 from sparkflow_exchange.partition.range_view import RangeView, SubpartitionRangeError
 from sparkflow_exchange.partition.result_partition import ResultPartition
 from sparkflow_exchange.writer.selectors import make_selector
 
 
-def read_ranges(desc, advisory):
-    return [(r.start, r.end) for r in plan_of(desc, advisory)]
+def described(**fields) -> ExchangeDescription:
+    """A description as the coordinator would send it, with these fields."""
+    return ExchangeDescription.parse({"name": "x", "schema": "", "partition_type": "HYBRID", "state": "committed",
+                                      **fields})
+
+
+def read_ranges(fields: dict, advisory):
+    return [(r.start, r.end) for r in plan_of(described(**fields), advisory)]
 
 SCHEMA = pa.schema([pa.field("key", pa.int64(), nullable=False), pa.field("producer", pa.int32(), nullable=False)])
 
@@ -40,7 +48,7 @@ def subpartition_of(keys: np.ndarray, n: int) -> np.ndarray:
     return make_selector("hash", n, 0, SCHEMA, keys=("key",)).select(batch)
 
 
-def write(config, producers: int, rows: int, width: int | None = None, commit: bool = True) -> ex.WriteHandle:
+def write(config, producers: int, rows: int, width: int | None = None, commit: bool = True) -> wh.WriteHandle:
     handle = ex.declare_write(config, SCHEMA, overwrite=True)
     done = []
     for p in range(producers):
@@ -48,7 +56,7 @@ def write(config, producers: int, rows: int, width: int | None = None, commit: b
         task.write(batches(p, rows))
         done.append(task.finish()["partition"])
     if commit:
-        ex.commit_write(handle, done)
+        wh.commit_write(handle, done)
     return handle
 
 
@@ -100,12 +108,12 @@ def test_skewed_subpartitions_stand_alone_and_split_into_ranges_of_producers():
             a, b = r.producers or (0, producers)
             cover[r.start:r.end, a:b] += 1
         assert (cover == 1).all()
-    desc = {"num_subpartitions": 3, "subpartition_bytes": [1, 1, 9000], "coalesce": True, "sealed": True,
-            "committed": ["p0", "p1", "p2"]}
+    desc = described(num_subpartitions=3, subpartition_bytes=[1, 1, 9000], coalesce=True, sealed=True,
+                     committed=["p0", "p1", "p2"])
     assert plan_of(desc, 100, rule) == [ReadRange(0, 2), ReadRange(2, 3, (0, 1)), ReadRange(2, 3, (1, 2)),
                                         ReadRange(2, 3, (2, 3))]
-    assert plan_of({**desc, "committed": ["p0"]}, 100, rule) == [ReadRange(0, 2), ReadRange(2, 3)]  # one producer
-    assert plan_of({**desc, "coalesce": False}, 100, rule) == [ReadRange(i, i + 1) for i in range(3)]
+    assert plan_of(desc.replace(committed=("p0",)), 100, rule) == [ReadRange(0, 2), ReadRange(2, 3)]  # one producer
+    assert plan_of(desc.replace(coalesce=False), 100, rule) == [ReadRange(i, i + 1) for i in range(3)]
 
 
 @pytest.mark.parametrize("host", ["hostA", "hostB"])  # spill files on this host; the network from another
@@ -116,7 +124,7 @@ def test_a_range_of_producers_reads_their_rows_only(tmp_service, host):
     write(client_config(svc, hostId="hostA", **base), 5, 2000, width=4)
     config = client_config(svc, hostId=host, **base)
     desc = ex.describe_exchange(config)
-    order = [int(p["index"]) for p in ex.sealed_producers(desc)]  # commit order
+    order = [int(p["index"]) for p in desc.sealed_producers()]  # commit order
     got = {}
     for first, last in ((0, 2), (2, 3), (3, 5)):
         batches_read = list(ex.read_subpartition(config, desc, 1, producers=(first, last)))
@@ -173,16 +181,16 @@ def test_width_is_fixed_by_the_first_producer_and_another_is_refused(tmp_service
     with pytest.raises(ex.ExchangeError, match="first write task fixes it.*spark.sql.shuffle.partitions"):
         ex.describe_exchange(config)  # no producer yet: the width is unknown, the read waits, then says why
     first = ex.ProducerTask(handle, 0, "a0", num_subpartitions=7)
-    assert ex.describe_exchange(config)["num_subpartitions"] == 7
+    assert ex.describe_exchange(config).num_subpartitions == 7
     with pytest.raises(ex.ExchangeError, match="has 7 subpartitions .* this producer writes 9"):
         ex.ProducerTask(handle, 1, "a1", num_subpartitions=9)
     assert not any(p["partition"].startswith("width.") and ".1.a1." in p["partition"]
                    for p in svc.status()["partitions"])  # the refused partition was released
     first.write(batches(0, 100))
-    ex.commit_write(handle, [first.finish()["partition"]])
+    wh.commit_write(handle, [first.finish()["partition"]])
     desc = ex.describe_exchange(config)
-    assert desc["coalesce"] and desc["sealed"] and len(desc["subpartition_bytes"]) == 7
-    assert sum(desc["subpartition_bytes"]) > 0
+    assert desc.coalesce and desc.sealed and len(desc.subpartition_bytes) == 7
+    assert sum(desc.subpartition_bytes) > 0
 
 
 def test_reader_planned_before_the_first_producer_waits_for_the_width(tmp_service):
@@ -192,7 +200,7 @@ def test_reader_planned_before_the_first_producer_waits_for_the_width(tmp_servic
     handle = ex.declare_write(config, SCHEMA, overwrite=True)
     threading.Timer(0.5, lambda: ex.ProducerTask(handle, 0, "a0", num_subpartitions=5)).start()
     start = time.monotonic()
-    assert ex.describe_exchange(config)["num_subpartitions"] == 5
+    assert ex.describe_exchange(config).num_subpartitions == 5
     assert 0.4 < time.monotonic() - start < 10
 
 
@@ -227,7 +235,7 @@ def test_service_refuses_bad_ranges_with_a_named_error(tmp_service):
     base = dict(exchange="bad-range", partitioner="hash", keys="key", numSubpartitions=4)
     write(client_config(svc, hostId="hostA", **base), 1, 500)
     desc = ex.describe_exchange(client_config(svc, hostId="hostB", **base))
-    partition = desc["committed"][0]
+    partition = desc.committed[0]
     with svc.connect(host_id="hostB") as conn:
         for rid, (start, end) in enumerate(((2, 2), (3, 1), (0, 5), (4, 6)), start=1):
             conn.send(PartitionRequest(partition, start, rid, 2, 0, False, end))
@@ -243,7 +251,7 @@ def test_sealed_read_plan_reads_without_the_coordinator(tmp_service):
     base = dict(exchange="plan", partitioner="hash", keys="key", numSubpartitions=3)
     write(client_config(coord, service=other.tcp, hostId="hostB", **base), 2, 1000)
     desc = ex.describe_exchange(client_config(coord, hostId="hostA", **base))
-    assert ex.sealed_producers(desc) and all(p["location"]["host_id"] == "hostB" for p in ex.sealed_producers(desc))
+    assert desc.sealed_producers() and all(p["location"]["host_id"] == "hostB" for p in desc.sealed_producers())
     # a reader whose coordinator address is dead still reads: the plan names every producer and its service
     dead = ExchangeConfig.load({"coordinator": "127.0.0.1:1", "service": other.tcp, "secret": coord.secret,
                                 "hostId": "hostC", **base}, spark_conf={})
@@ -264,7 +272,7 @@ def test_notifications_are_full_state_then_deltas_and_a_late_gate_sees_every_pro
     with svc.connect() as watcher:
         watcher.call("subscribe", name="deltas", topic="t")
         desc = ex.describe_exchange(config)
-        assert not desc["sealed"]
+        assert not desc.sealed
         result: dict = {}
         reader = threading.Thread(target=lambda: result.update(keys=keys_read(config, desc, 0) + keys_read(config, desc, 1)))
         reader.start()
@@ -272,7 +280,7 @@ def test_notifications_are_full_state_then_deltas_and_a_late_gate_sees_every_pro
             task = ex.ProducerTask(handle, p, f"a{p}")
             task.write(batches(p, 500))
             finished.append(task.finish()["partition"])
-        ex.commit_write(handle, finished)
+        wh.commit_write(handle, finished)
         reader.join(30)
         assert not reader.is_alive()
         notes = [m.body for m in watcher.poll() if isinstance(m, Notify)]
@@ -305,7 +313,7 @@ def test_forward_producers_with_a_given_width_finish_without_per_subpartition_si
     config = client_config(svc, hostId="hostA", **base)
     write(config, 2, 300)
     desc = ex.describe_exchange(config)
-    assert desc["sealed"] and desc["subpartition_bytes"] is None and not desc["coalesce"]
+    assert desc.sealed and desc.subpartition_bytes is None and not desc.coalesce
     assert keys_read(config, desc, 1) == sorted((np.arange(300) * 31 + 1).tolist())
 
 

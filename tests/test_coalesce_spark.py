@@ -12,6 +12,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.config import ExchangeConfig
 
 pytestmark = pytest.mark.spark
@@ -63,8 +64,8 @@ def test_coalesced_read_under_shuffle_partitions_200(spark):
         (df.write.format("pipelined").mode("overwrite").option("exchange", name)
            .option("partitioner", "hash").option("keys", "key").save())
     desc = [e for e in ex.list_exchanges() if e["name"] == name][0]
-    assert desc["num_subpartitions"] == 200 and desc["coalesce"] and desc["sealed"]
-    assert sum(desc["subpartition_bytes"]) > 0
+    assert desc.num_subpartitions == 200 and desc.coalesce and desc.sealed
+    assert sum(desc.subpartition_bytes) > 0
 
     default = read(spark, name)  # 64m: everything fits one read partition
     assert default.rdd.getNumPartitions() < 10
@@ -86,7 +87,7 @@ def test_read_while_written_gets_one_read_partition_per_subpartition(spark):
     task = ex.ProducerTask(handle, 0, "a0", num_subpartitions=6)  # registered, not committed: width known
     assert read(spark, name).rdd.getNumPartitions() == 6
     task.fail("test over")
-    ex.abort_write(handle, "test over")
+    wh.abort_write(handle, "test over")
     ex.drop_exchange(name)
 
 

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from sparkflow_exchange.config import ENV_CONF, ConfigError, ExchangeConfig, known_keys, parse_spark_defaults
-from pathlib import Path
 
 
 def test_precedence_defaults_file_env_options(monkeypatch):
@@ -68,29 +68,20 @@ def test_conf_example_lists_every_key():
     assert not missing, f"conf/spark-defaults.conf lacks {missing}"
 
 
-def _java_table(name: str) -> dict[str, float]:
-    """A ``Map.ofEntries(Map.entry("k", value), ...)`` constant of the JVM writer's settings, read from its source."""
-    import re
+def test_sizes_and_durations_are_read_as_the_contract_says():
+    """The suffix tables are the contract's (the JVM's are generated from it; tests/test_contract.py runs the
+    contract's cases through both parsers): ``1mib`` is a size on both sides, a fractional size on neither."""
+    from sparkflow_exchange import contract
+    from sparkflow_exchange.config import _SIZE_UNITS, _TIME_UNITS, parse_duration, parse_size
 
-    source = (Path(__file__).parent.parent / "jvm-stub/src/main/java/org/sparkflow/exchange/write/"
-              "WriteSettings.java").read_text()
-    body = re.search(name + r" = Map\.ofEntries\((.*?)\);", source, re.S).group(1)
-    table = {}
-    for key, value in re.findall(r'Map\.entry\("(\w*)", ([^)]*)\)', body):
-        shifted = re.fullmatch(r"1L << (\d+)", value.strip())
-        table[key] = 1 << int(shifted.group(1)) if shifted else float(value.rstrip("L"))
-    return table
-
-
-def test_both_writers_parse_sizes_and_durations_from_the_same_table():
-    """The Python and the JVM writer accept the same suffixes (``1mib`` on both) and refuse the same values."""
-    from sparkflow_exchange.config import _SIZE_UNITS, _TIME_UNITS, parse_size
-
-    assert _java_table("SIZE_UNITS") == _SIZE_UNITS
-    assert _java_table("TIME_UNITS") == _TIME_UNITS
+    units = contract.load()["units"]
+    assert (_SIZE_UNITS, _TIME_UNITS) == (units["size_suffixes"], units["duration_suffixes"])
     assert parse_size("1mib") == parse_size("1m") == parse_size(" 1 MB ") == 1 << 20
-    for bad in ("1ib", "1.5m", "1t", "m"):
+    for bad in ("1ib", "1.5m", "1t", "m", "\u0661k", True, -1):
         with pytest.raises(ConfigError, match="not a size"):
             parse_size(bad)
+    for bad in ("1d", "-1", "1e3", True, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="not a duration"):
+            parse_duration(bad)
     with pytest.raises(ConfigError, match="bufferSize 1073741824 must be at most half of maxFrameSize"):
         ExchangeConfig.load({"bufferSize": "1g"}, spark_conf={})

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from harness import stop_embedded
 
 pytestmark = [pytest.mark.spark, pytest.mark.connect]

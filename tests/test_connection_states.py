@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sparkflow_exchange import AuthenticationFailed, ErrorCode, ServiceError, ServiceUnavailable
+from sparkflow_exchange import buffer_kinds as bk
 from sparkflow_exchange.network import protocol as p
 from sparkflow_exchange.network.connection import (
     LEGAL,
@@ -231,10 +232,10 @@ def test_credit_is_what_the_pool_holds_and_comes_back_as_readers_free_it(tmp_pat
     assert registered == p.PartitionRegistered("p0", handle, 0, 1024, 0)
     assert credit == p.ProducerCredit(handle, 2)
     for i in range(2):
-        producers.push(p.PushBuffer(handle, 0, p.BufferKind.DATA, 0, b"buf%d" % i))
+        producers.push(p.PushBuffer(handle, 0, bk.BufferKind.DATA, 0, b"buf%d" % i))
     assert wire.take() == []  # the pool is full: no credit
     with pytest.raises(p.ProtocolError, match="PushBuffer without credit for partition p0"):
-        producers.push(p.PushBuffer(handle, 0, p.BufferKind.DATA, 0, b"one too many"))
+        producers.push(p.PushBuffer(handle, 0, bk.BufferKind.DATA, 0, b"one too many"))
     view = part.create_view(0, 0, lambda: None)
     item, _seq, _backlog = view.take()  # a reader consumes a buffer: its slot is free again
     assert bytes(item.payload) == b"buf0"
@@ -248,7 +249,7 @@ def test_malformed_pushes_are_protocol_errors(tmp_path):
     with pytest.raises(p.ProtocolError, match="unknown partition handle 99"):
         producers.push(p.PushBuffer(99, 0, 0, 0, b"x"))
     with pytest.raises(p.ProtocolError, match="which has no shared-memory arena"):
-        producers.push(p.PushSharedBuffer(handle, 0, p.BufferKind.DATA, 0, 0, 0, 1))
+        producers.push(p.PushSharedBuffer(handle, 0, bk.BufferKind.DATA, 0, 0, 0, 1))
     with pytest.raises(p.ProtocolError, match="kind 2 is not data"):
         producers.push(p.PushRegion(handle, 2, 0, ((0, 0, 1),), b"x"))
 
@@ -258,7 +259,7 @@ def test_a_count_mismatch_at_finish_fails_the_partition_and_tells_the_writer(tmp
     producers = wire.producers()
     part = _partition(tmp_path, "HYBRID")
     handle = producers.register(p.RegisterPartition("p0", 1, "HYBRID"), part, False)
-    producers.push(p.PushBuffer(handle, 0, p.BufferKind.DATA, 0, b"x"))
+    producers.push(p.PushBuffer(handle, 0, bk.BufferKind.DATA, 0, b"x"))
     wire.take()
     producers.finish(p.FinishPartition(handle, {"buffers": [2], "rows": [7]}))
     (error,) = wire.take()
@@ -297,13 +298,13 @@ def test_arena_slots_are_in_use_until_freed_and_announced_after_the_callback(tmp
         registered, credit = wire.take()
         assert registered.shm_slots == 2 and credit == p.ProducerCredit(handle, 2)
         writer_arena.slot(0)[:5] = b"hello"
-        producers.push(p.PushSharedBuffer(handle, 0, p.BufferKind.DATA, 0, 0, 0, 5))
+        producers.push(p.PushSharedBuffer(handle, 0, bk.BufferKind.DATA, 0, 0, 0, 5))
         with pytest.raises(p.ProtocolError, match="arena slot 0 is in use"):
-            producers.push(p.PushSharedBuffer(handle, 0, p.BufferKind.DATA, 0, 0, 0, 5))
+            producers.push(p.PushSharedBuffer(handle, 0, bk.BufferKind.DATA, 0, 0, 0, 5))
         with pytest.raises(p.ProtocolError, match=r"arena slot 2 is outside 0\.\.1"):
-            producers.push(p.PushSharedBuffer(handle, 0, p.BufferKind.DATA, 0, 2, 0, 5))
+            producers.push(p.PushSharedBuffer(handle, 0, bk.BufferKind.DATA, 0, 2, 0, 5))
         with pytest.raises(p.ProtocolError, match="5000 bytes at offset 0 do not fit a slot of 4096 bytes"):
-            producers.push(p.PushSharedBuffer(handle, 0, p.BufferKind.DATA, 0, 1, 0, 5000))
+            producers.push(p.PushSharedBuffer(handle, 0, bk.BufferKind.DATA, 0, 1, 0, 5000))
         view = part.create_view(0, 0, lambda: None)
         item, _seq, _backlog = view.take()
         assert bytes(item.payload) == b"hello"
@@ -325,7 +326,7 @@ def test_a_release_is_told_to_the_writer_at_once_and_again_at_finish(tmp_path):
     (told,) = wire.take()
     assert told == p.PartitionReleased(handle, "partition p0 of exchange '' was released while it was being "
                                                "written: the exchange was dropped", ErrorCode.REPLACED)
-    producers.push(p.PushBuffer(handle, 0, p.BufferKind.DATA, 0, b"late"))  # on its way before the writer heard
+    producers.push(p.PushBuffer(handle, 0, bk.BufferKind.DATA, 0, b"late"))  # on its way before the writer heard
     assert wire.take() == []  # dropped: no error, no credit
     producers.finish(p.FinishPartition(handle, {"buffers": [1], "rows": [1]}))
     assert wire.take() == [told]  # told again, not a count mismatch

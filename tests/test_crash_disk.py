@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config, start_service
+
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.service.spill_root import LOCK_NAME, SPILL_PREFIX, tree_bytes
 
 SCHEMA = pa.schema([pa.field("id", pa.int64())])
@@ -26,13 +27,13 @@ def _write(svc, name: str, rows: int = ROWS) -> None:
     handle = ex.declare_write(config, SCHEMA, overwrite=True)
     task = ex.ProducerTask(handle, 0, "a0")
     task.write([pa.record_batch([pa.array(range(rows))], schema=SCHEMA)])
-    ex.commit_write(handle, [task.finish()["partition"]])
+    wh.commit_write(handle, [task.finish()["partition"]])
 
 
 def _rows(svc, name: str) -> int:
     config = client_config(svc, exchange=name)
     desc = ex.describe_exchange(config)
-    return sum(b.num_rows for sub in range(desc["num_subpartitions"]) for b in ex.read_subpartition(config, desc, sub))
+    return sum(b.num_rows for sub in range(desc.num_subpartitions) for b in ex.read_subpartition(config, desc, sub))
 
 
 def _kill(svc) -> Path:

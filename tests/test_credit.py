@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from sparkflow_exchange.buffer_kinds import BufferKind
 from sparkflow_exchange.consumer.buffer_manager import ChannelCredit, FloatingBufferPool
 from sparkflow_exchange.network.credit import PartitionRequestQueue
-from sparkflow_exchange.network.protocol import BufferKind, ProtocolError
+from sparkflow_exchange.network.protocol import ProtocolError
 
 DATA = BufferKind.DATA
 EOP = BufferKind.END_OF_PARTITION

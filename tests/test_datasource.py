@@ -158,7 +158,7 @@ def committed_rows(name: str) -> int | None:
     from sparkflow_exchange import exchange as ex
     from sparkflow_exchange.config import ExchangeConfig
 
-    return ex.describe_exchange(ExchangeConfig.load({"exchange": name}), wait=False)["rows"]
+    return ex.describe_exchange(ExchangeConfig.load({"exchange": name}), wait=False).rows
 
 
 def test_drop_exchange_then_read_waits_and_names_it(spark):
@@ -270,6 +270,7 @@ def test_read_without_producers_fails_after_producer_timeout_and_mentions_slots(
     import pyarrow as pa
 
     from sparkflow_exchange import exchange as ex
+    from sparkflow_exchange import write_handle as wh
     from sparkflow_exchange.config import ExchangeConfig
 
     name = unique("no-producers")
@@ -281,7 +282,7 @@ def test_read_without_producers_fails_after_producer_timeout_and_mentions_slots(
             read(spark, name, producerTimeout="2s").collect()
         assert time.monotonic() - start < 60
     finally:
-        ex.abort_write(handle, "test over")
+        wh.abort_write(handle, "test over")
 
 
 def test_write_helper_fills_the_width_and_works_from_a_fresh_thread(spark):

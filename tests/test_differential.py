@@ -23,8 +23,18 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
-from differential_data import (BY_NAME, Column, ExchangeModel, Features, Layout, canon, canon_rows,  # noqa: E402
-                               other_layouts, random_layout, random_rows)
+from differential_data import (  # noqa: E402
+    BY_NAME,
+    Column,
+    ExchangeModel,
+    Features,
+    Layout,
+    canon,
+    canon_rows,
+    other_layouts,
+    random_layout,
+    random_rows,
+)
 from differential_run import Runner, clear_error  # noqa: E402
 
 SEED = 11

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import ExchangeError
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.network.blocking_client import ServiceError
 
 SCHEMA = pa.schema([pa.field("a", pa.int64())])
@@ -18,10 +19,10 @@ def write(cfg, rows: int) -> None:
     task = ex.ProducerTask(handle, 0, "a0")
     try:
         task.write([pa.record_batch([pa.array(range(rows))], schema=SCHEMA)])
-        ex.commit_write(handle, [task.finish()["partition"]])
+        wh.commit_write(handle, [task.finish()["partition"]])
     except BaseException as exc:
         task.fail(str(exc))
-        ex.abort_write(handle, str(exc))
+        wh.abort_write(handle, str(exc))
         raise
 
 

@@ -18,6 +18,7 @@ CLIENT = r"""
 import json, os, time
 import pyarrow as pa
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.service.discovery import runtime_dir
 
@@ -29,7 +30,7 @@ schema = pa.schema([("id", pa.int64())])
 handle = ex.declare_write(config, schema, overwrite=True)
 task = ex.ProducerTask(handle, 0, "0-0-0")
 task.write([pa.record_batch([pa.array(range(1000), pa.int64())], schema=schema)])
-ex.commit_write(handle, [task.finish()["partition"]])
+wh.commit_write(handle, [task.finish()["partition"]])
 first = service_pid()
 reads = []
 deadline = time.monotonic() + 3.5  # three and a half idle timeouts of reads of the one exchange
@@ -63,6 +64,7 @@ WRITER = r"""
 import json, sys
 import pyarrow as pa
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.service.discovery import runtime_dir
 
@@ -71,13 +73,14 @@ schema = pa.schema([("id", pa.int64())])
 handle = ex.declare_write(config, schema, overwrite=True)
 task = ex.ProducerTask(handle, 0, "0-0-0")
 task.write([pa.record_batch([pa.array(range(5000), pa.int64())], schema=schema)])
-ex.commit_write(handle, [task.finish()["partition"]])
+wh.commit_write(handle, [task.finish()["partition"]])
 print(json.loads((runtime_dir() / "embedded.json").read_text())["pid"])
 """
 
 READER = r"""
 import json, sys
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.service.discovery import runtime_dir
 
@@ -125,22 +128,41 @@ def test_an_exchange_outlives_its_writer_and_the_service_exits_once_it_is_droppe
 
 
 def test_an_exchange_expires_after_ttl_and_the_service_exits_leaving_nothing(tmp_path):
-    runtime = tmp_path / "runtime"
-    env = {**os.environ, "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(runtime),
-           "SPARKFLOW_EXCHANGE_CONF": json.dumps({"embedded.idleTimeout": "1s", "ttl": "2s"})}
-    from harness import stop_embedded
+    _expires_after_ttl_leaving_nothing(tmp_path, WRITER, "short-lived")
 
-    try:
-        pid = int(_client(WRITER, env, "short-lived"))
-        _exits_leaving_nothing(pid, runtime)
-    finally:
-        stop_embedded(runtime)
+
+STREAM_WRITER = r"""
+import json
+import numpy as np
+import pyarrow as pa
+from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import streaming as st
+from sparkflow_exchange.buffer_kinds import epoch_marker
+from sparkflow_exchange.config import ExchangeConfig
+from sparkflow_exchange.service.discovery import runtime_dir
+
+config = ExchangeConfig.load().replace(exchange="stopped-stream", partitioner="hash", keys=("id",), num_subpartitions=2)
+schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+handle = st.declare_stream(config, schema)
+task = ex.ProducerTask(st.begin_epoch(handle, 0, "writer-query"), 0, "0-0")
+task.write([pa.record_batch([pa.array(np.arange(100), pa.int64())], schema=schema)])
+result = task.finish(epoch_marker(0))
+st.commit_epoch(handle, 0, [result["partition"]], {result["partition"]: result["rows"]})
+print(json.loads((runtime_dir() / "embedded.json").read_text())["pid"], flush=True)
+"""
+
+
+def test_a_stream_whose_queries_stopped_expires_after_ttl_and_the_service_exits(tmp_path):
+    """A stream (one epoch written) whose writer query is gone is dropped after ``ttl``, and the embedded service
+    exits as it does for a batch exchange."""
+    _expires_after_ttl_leaving_nothing(tmp_path, STREAM_WRITER)
 
 
 ABANDONING_WRITER = r"""
 import json, os, sys
 import pyarrow as pa
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.service.discovery import runtime_dir
 
@@ -155,13 +177,18 @@ os._exit(0)  # gone without finishing, committing or aborting: as a killed appli
 
 
 def test_a_write_left_open_by_an_application_that_is_gone_expires_after_ttl(tmp_path):
+    _expires_after_ttl_leaving_nothing(tmp_path, ABANDONING_WRITER)
+
+
+def _expires_after_ttl_leaving_nothing(tmp_path: Path, code: str, *args: str) -> None:
+    """``code`` leaves data in an embedded service with a 2 s ttl and ends: the service drops it and exits."""
     runtime = tmp_path / "runtime"
     env = {**os.environ, "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(runtime),
            "SPARKFLOW_EXCHANGE_CONF": json.dumps({"embedded.idleTimeout": "1s", "ttl": "2s"})}
     from harness import stop_embedded
 
     try:
-        pid = int(_client(ABANDONING_WRITER, env))
+        pid = int(_client(code, env, *args))
         _exits_leaving_nothing(pid, runtime)
     finally:
         stop_embedded(runtime)

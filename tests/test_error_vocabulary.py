@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
-import sparkflow_exchange as sfx
 from conftest import run_app_with_jar
 from harness import client_config, start_service
-from sparkflow_exchange import errors
+
+import sparkflow_exchange as sfx
+from sparkflow_exchange import contract, errors
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 
 ROOT = Path(__file__).resolve().parent.parent
 JAVA = ROOT / "jvm-stub" / "src" / "main" / "java" / "org" / "sparkflow" / "exchange"
@@ -26,8 +27,12 @@ SERVICE_CLASSES = [c for c in errors.PUBLIC if issubclass(c, errors.ServiceError
 
 
 def java_codes() -> dict[str, str]:
+    """The codes ``ErrorCodes`` names: those it inherits from the generated ``contract.Contract.ErrorCode`` (made from
+    contract.json, as tests/test_contract.py checks), and none of its own."""
     text = (ERRORS_JAVA / "ErrorCodes.java").read_text()
-    return dict(re.findall(r'public static final String (\w+) = "(\w+)";', text))
+    assert "public final class ErrorCodes extends Contract.ErrorCode {" in text
+    assert not re.findall(r'static final String (\w+) =', text), "ErrorCodes spells a code of its own"
+    return dict(contract.load()["error_codes"])
 
 
 def java_table() -> dict[str, str]:
@@ -170,7 +175,7 @@ def test_a_lost_service_read_through_the_jar_raises_exchange_lost_in_pyspark(tmp
         handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
         task = ex.ProducerTask(handle, 0, "a0")
         task.write([pa.record_batch([pa.array(range(100))], schema=SCHEMA)])
-        ex.commit_write(handle, [task.finish()["partition"]])
+        wh.commit_write(handle, [task.finish()["partition"]])
         os.kill(worker.proc.pid, signal.SIGKILL)
         worker.proc.wait(30)
         _until("the worker declared lost", lambda: _state(coordinator, service_id) == "lost")

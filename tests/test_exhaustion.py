@@ -7,10 +7,12 @@ import asyncio
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.buffer_kinds import BufferKind
+from sparkflow_exchange.description import ExchangeDescription
 from sparkflow_exchange.network.aio_client import next_receiver_id, open_connection
 from sparkflow_exchange.network.blocking_client import BlockingConnection, ServiceError
 from sparkflow_exchange.network.protocol import (
@@ -29,7 +31,7 @@ ROWS = 1000  # per producer
 SCHEMA = pa.schema([pa.field("id", pa.int64())])
 
 
-def _write(svc, name: str) -> dict:
+def _write(svc, name: str) -> ExchangeDescription:
     """A committed BLOCKING exchange of PRODUCERS x WIDTH (spill files the service serves from disk)."""
     cfg = client_config(svc, exchange=name, partitioner="hash", keys="id", numSubpartitions=str(WIDTH),
                         partitionType="BLOCKING")
@@ -39,7 +41,7 @@ def _write(svc, name: str) -> dict:
         task = ex.ProducerTask(handle, p, f"a{p}")
         task.write([pa.record_batch([pa.array(range(p * ROWS, (p + 1) * ROWS))], schema=SCHEMA)])
         parts.append(task.finish()["partition"])
-    ex.commit_write(handle, parts)
+    wh.commit_write(handle, parts)
     return ex.describe_exchange(cfg)
 
 
@@ -69,7 +71,7 @@ class _Channel:
             self.done.set_result(error)
 
 
-async def _readers(svc, desc: dict, count: int) -> list[str | list]:
+async def _readers(svc, desc: ExchangeDescription, count: int) -> list[str | list]:
     """``count`` readers, each on its own TCP connection from another host (the service serves every byte):
     all connect, then each reads one subpartition of every producer. Each reader's outcome: the error that
     refused it, or the error (None when complete) of each of its channels."""
@@ -86,7 +88,7 @@ async def _readers(svc, desc: dict, count: int) -> list[str | list]:
             outcomes.append(conn)
             continue
         channels = []
-        for producer in desc["producers"]:
+        for producer in desc.producers:
             rid = next_receiver_id()
             channel = conn.channels[rid] = _Channel(conn, rid)
             conn.send(PartitionRequest(producer["partition"], r % WIDTH, rid, 2))
@@ -103,8 +105,8 @@ async def _readers(svc, desc: dict, count: int) -> list[str | list]:
     return results
 
 
-def _read_all(svc, desc: dict) -> int:
-    cfg = client_config(svc, exchange=desc["name"])
+def _read_all(svc, desc: ExchangeDescription) -> int:
+    cfg = client_config(svc, exchange=desc.name)
     return sum(batch.num_rows for sub in range(WIDTH) for batch in ex.read_subpartition(cfg, desc, sub))
 
 
@@ -143,7 +145,7 @@ def test_at_its_fd_limit_a_service_refuses_clearly_and_serves_again(tmp_service)
         assert held < NOFILE, "registrations never ran out of fds"
     assert hog.call("ping")["service_id"]
     # a read that needs a spill file opened fails, naming the limit; its connection goes on
-    reader.send(PartitionRequest(cold["producers"][0]["partition"], 0, 1, 2))
+    reader.send(PartitionRequest(cold.producers[0]["partition"], 0, 1, 2))
     error = reader.recv(30)
     assert isinstance(error, ErrorResponse) and error.receiver_id == 1 and not error.fatal, error
     assert "out of file descriptors" in error.message and f"open-file limit {NOFILE}" in error.message

@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
-from sparkflow_exchange.consumer.input_gate import ExchangeReadError, InputGate
-from sparkflow_exchange.network.protocol import BufferKind, BufferResponse, ErrorResponse, PartitionRequest
+from sparkflow_exchange import write_handle as wh
+from sparkflow_exchange.buffer_kinds import BufferKind
+from sparkflow_exchange.consumer.input_gate import InputGate
+from sparkflow_exchange.errors import ExchangeReadError
+from sparkflow_exchange.network.protocol import BufferResponse, ErrorResponse, PartitionRequest
 from sparkflow_exchange.partition import shared_arena
 from sparkflow_exchange.partition.shared_arena import ArenaReader, SharedArena
 from sparkflow_exchange.service.coordinator import Coordinator
@@ -35,7 +37,7 @@ def batches(rows: int, start: int = 0, per: int = 5000) -> list[pa.RecordBatch]:
     return out
 
 
-def write(config, rows: int, producers: int = 1) -> tuple[ex.WriteHandle, list[str]]:
+def write(config, rows: int, producers: int = 1) -> tuple[wh.WriteHandle, list[str]]:
     """Write ``rows`` rows per producer, finish every producer, do not commit."""
     handle = ex.declare_write(config, SCHEMA, overwrite=True)
     parts = []
@@ -92,11 +94,11 @@ def test_abort_after_commit_keeps_every_row(tmp_service):
     svc = tmp_service()
     config = remote(svc, "late-abort", partitionType="HYBRID", partitioner="hash", keys="id")
     handle, parts = write(config, 20_000, producers=2)
-    ex.commit_write(handle, parts)
-    ex.abort_write(handle, "Spark aborted the job after our commit")
+    wh.commit_write(handle, parts)
+    wh.abort_write(handle, "Spark aborted the job after our commit")
     assert len(svc.status()["partitions"]) == 2
     desc = ex.describe_exchange(config)
-    assert desc["state"] == "committed"
+    assert desc.state == "committed"
     assert sorted(read_ids(config, desc)) == list(range(40_000))
 
 
@@ -106,7 +108,7 @@ def test_spill_file_damaged_under_the_service_fails_the_read_at_once(tmp_service
     svc = tmp_service()
     config = remote(svc, f"spill-{damage}")
     handle, parts = write(config, 30_000)
-    ex.commit_write(handle, parts)
+    wh.commit_write(handle, parts)
     (data,) = spill_paths(svc)
     if damage == "truncate":
         os.truncate(data, data.stat().st_size // 2)
@@ -121,7 +123,7 @@ def test_spill_file_damaged_under_the_service_fails_the_read_at_once(tmp_service
     # the service goes on serving other channels
     other = remote(svc, "healthy")
     handle, parts = write(other, 1000)
-    ex.commit_write(handle, parts)
+    wh.commit_write(handle, parts)
     assert sorted(read_ids(other)) == list(range(1000))
 
 
@@ -143,7 +145,7 @@ def test_damaged_index_in_the_local_file_path_is_named_corrupt(tmp_service, how)
     config = client_config(svc, exchange=f"index-{how}", partitioner="forward", numSubpartitions=1,
                            partitionType="BLOCKING", bufferSize="8k", hostId=svc.info["host_id"], readerTimeout=SLOW)
     handle, parts = write(config, 20_000)
-    ex.commit_write(handle, parts)
+    wh.commit_write(handle, parts)
     (data,) = spill_paths(svc)
     index = data.with_suffix(".index")
     _damage_index(index, how)
@@ -161,7 +163,7 @@ def test_released_partition_tells_its_connected_reader_at_once(tmp_service, how)
     svc = tmp_service()
     config = remote(svc, f"release-{how}", partitionType="HYBRID")
     handle, parts = write(config, 50_000)
-    ex.commit_write(handle, parts)
+    wh.commit_write(handle, parts)
     with svc.connect() as conn:
         conn.send(PartitionRequest(parts[0], 0, 7, 1, 0))  # one credit: the rest waits on the service
         first = conn.recv(10)
@@ -169,7 +171,7 @@ def test_released_partition_tells_its_connected_reader_at_once(tmp_service, how)
         if how == "dropped":
             ex.drop_exchange("release-dropped", config)
         else:  # an overwrite releases the version it replaces when it commits (a failed one changes nothing)
-            ex.commit_write(*write(config, 10))
+            wh.commit_write(*write(config, 10))
         msg = conn.recv(QUICK)
         assert isinstance(msg, ErrorResponse) and msg.receiver_id == 7, msg
         assert f"partition {parts[0]} of exchange 'release-{how}' was released: {how}" in msg.message
@@ -182,7 +184,7 @@ def test_released_partition_fails_a_planned_read_at_once(tmp_service):
     svc = tmp_service()
     config = remote(svc, "release-planned", partitionType="HYBRID", buffersPerChannel=1, floatingBuffersPerGate=1)
     handle, parts = write(config, 50_000)
-    ex.commit_write(handle, parts)
+    wh.commit_write(handle, parts)
     reader = ex.read_subpartition(config, ex.describe_exchange(config), 0)
     next(reader)
     ex.drop_exchange("release-planned", config)
@@ -198,9 +200,9 @@ def test_failed_channel_cancels_its_view_on_the_service(tmp_service):
     svc = tmp_service()
     config = remote(svc, "failed-channel", partitionType="HYBRID", buffersPerChannel=1, floatingBuffersPerGate=1)
     handle, parts = write(config, 50_000)
-    ex.commit_write(handle, parts)
+    wh.commit_write(handle, parts)
     desc = ex.describe_exchange(config)
-    gate = InputGate(config, desc, 0, svc.tcp, svc.secret, "elsewhere", producers=ex.sealed_producers(desc))
+    gate = InputGate(config, desc, 0, svc.tcp, svc.secret, "elsewhere", producers=desc.sealed_producers())
     reader = iter(gate)
     next(reader)
     assert len(svc.status()["channels"]) == 1
@@ -221,7 +223,7 @@ def test_cancelled_local_file_channels_close_their_files(tmp_service):
     config = client_config(svc, exchange="fd-files", partitioner="hash", keys="id", numSubpartitions=2,
                            partitionType="BLOCKING", bufferSize="8k", hostId=svc.info["host_id"], readerTimeout=SLOW)
     handle, parts = write(config, 2000, producers=8)
-    ex.commit_write(handle, parts)
+    wh.commit_write(handle, parts)
     damaged = sorted(spill_paths(svc))[-1].with_suffix(".index")
     _damage_index(damaged, "truncate")  # one channel fails: the gate cancels the seven that opened their file
     desc = ex.describe_exchange(config)
@@ -322,11 +324,11 @@ def test_a_service_stopped_for_3_s_mid_write_and_read_loses_nothing(tmp_service,
 
     def produce() -> None:
         task = ex.ProducerTask(handle, 0, "attempt-0")
-        for i, batch in enumerate(batches):
+        for batch in batches:
             task.write([batch])
             time.sleep(0.01)  # about 2 s of writing: the stop lands in the middle
         results["partition"] = task.finish()["partition"]
-        ex.commit_write(handle, [results["partition"]], rows={results["partition"]: 200_000})
+        wh.commit_write(handle, [results["partition"]], rows={results["partition"]: 200_000})
 
     def consume(sub: int) -> None:
         desc = ex.describe_exchange(reader_config)

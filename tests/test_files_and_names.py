@@ -3,7 +3,6 @@ client chose cannot make file names too long nor add lines to metrics, status or
 from __future__ import annotations
 
 import json
-import os
 import socket
 import stat
 import subprocess
@@ -14,9 +13,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.errors import ExchangeError
 from sparkflow_exchange.network.blocking_client import ServiceError
 
@@ -32,7 +32,7 @@ def _write(config, rows: int) -> str:
     task = ex.ProducerTask(handle, 0, "a0")
     task.write([_batch(rows)])
     partition = task.finish()["partition"]
-    ex.commit_write(handle, [partition])
+    wh.commit_write(handle, [partition])
     return partition
 
 
@@ -43,7 +43,7 @@ def _modes(directory: Path) -> dict[str, int]:
 
 def _rows(config) -> int:
     desc = ex.describe_exchange(config)
-    return sum(b.num_rows for sub in range(desc["num_subpartitions"]) for b in ex.read_subpartition(config, desc, sub))
+    return sum(b.num_rows for sub in range(desc.num_subpartitions) for b in ex.read_subpartition(config, desc, sub))
 
 
 def _free_port() -> int:

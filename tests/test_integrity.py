@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.buffer import BatchEncoder, ChecksumError, decode, seal
-from sparkflow_exchange.consumer.input_gate import ExchangeReadError
-from sparkflow_exchange.errors import ExchangeError
-from sparkflow_exchange.network.protocol import BufferKind
+from sparkflow_exchange.buffer_kinds import BufferKind
+from sparkflow_exchange.errors import ExchangeError, ExchangeReadError
 from sparkflow_exchange.partition.spill import INDEX_MAGIC, _index_dtype, read_index
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("s", pa.string())])
@@ -30,13 +30,13 @@ def batch(start: int, rows: int) -> pa.RecordBatch:
     return pa.record_batch([ids, pa.compute.cast(ids, pa.string())], schema=SCHEMA)
 
 
-def write(config, rows: int = ROWS) -> tuple[ex.WriteHandle, str]:
+def write(config, rows: int = ROWS) -> tuple[wh.WriteHandle, str]:
     """One producer, committed; returns the handle and its partition id."""
     handle = ex.declare_write(config, SCHEMA, overwrite=True)
     producer = ex.ProducerTask(handle, 0, "a0")
     producer.write([batch(0, rows)])
     result = producer.finish()
-    ex.commit_write(handle, [result["partition"]], {result["partition"]: result["rows"]})
+    wh.commit_write(handle, [result["partition"]], {result["partition"]: result["rows"]})
     return handle, result["partition"]
 
 
@@ -47,7 +47,7 @@ def read_ids(config, sub: int) -> list[int]:
 
 def spill_paths(config) -> tuple[Path, Path]:
     desc = ex.describe_exchange(config)
-    data = Path(desc["producers"][0]["spill"])
+    data = Path(desc.producers[0]["spill"])
     return data, data.with_suffix(".index")
 
 
@@ -145,7 +145,7 @@ def test_flipped_bytes_in_a_shared_memory_slot_are_corrupt(tmp_service):
     slot = arena.slot(0)
     for at in (300, 301, 302):  # after the push, before the local reader copies the slot out
         slot[at] ^= 0xFF
-    ex.commit_write(handle, [result["partition"]], {result["partition"]: result["rows"]})
+    wh.commit_write(handle, [result["partition"]], {result["partition"]: result["rows"]})
     with pytest.raises(ExchangeReadError, match="corrupt") as err:
         read_ids(config, 0)
     assert result["partition"] in str(err.value) and "subpartition 0" in str(err.value)
@@ -178,12 +178,12 @@ def test_commit_with_a_wrong_row_count_is_refused_as_lost(tmp_service):
     result = producer.finish()
     assert result["rows"] == 4000
     with pytest.raises(ExchangeError, match="lost") as err:
-        ex.commit_write(handle, [result["partition"]], {result["partition"]: 3999})
+        wh.commit_write(handle, [result["partition"]], {result["partition"]: 3999})
     assert "4000" in str(err.value) and result["partition"] in str(err.value)
-    assert not ex.describe_exchange(config, wait=False)["sealed"]
-    ex.commit_write(handle, [result["partition"]], {result["partition"]: 4000})
+    assert not ex.describe_exchange(config, wait=False).sealed
+    wh.commit_write(handle, [result["partition"]], {result["partition"]: 4000})
     desc = ex.describe_exchange(config)
-    assert desc["sealed"] and desc["rows"] == 4000
+    assert desc.sealed and desc.rows == 4000
     assert sorted(i for s in range(SUBS) for i in read_ids(config, s)) == list(range(4000))
 
 
@@ -215,8 +215,8 @@ class MeddlingProxy:
                 return
             host, port = self.upstream.rsplit(":", 1)
             service = socket.create_connection((host, int(port)), timeout=30)
-            for target in (lambda: self._raw(client, service), lambda: self._frames(service, client)):
-                threading.Thread(target=target, daemon=True).start()
+            for target, args in ((self._raw, (client, service)), (self._frames, (service, client))):
+                threading.Thread(target=target, args=args, daemon=True).start()
 
     @staticmethod
     def _raw(src, dst) -> None:
@@ -266,7 +266,7 @@ def test_a_buffer_changed_or_dropped_on_the_wire_is_corrupt_or_lost(tmp_service,
     desc = ex.describe_exchange(reader)
     proxy = MeddlingProxy(svc.tcp, how)
     try:
-        for producer in desc["producers"]:
+        for producer in desc.producers:
             producer["location"] = {**producer["location"], "tcp": proxy.address}
         with pytest.raises(ExchangeReadError, match=word) as err:
             for sub in range(SUBS):

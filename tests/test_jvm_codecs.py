@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
-from sparkflow_exchange.buffer import BatchEncoder
+from sparkflow_exchange.buffer import MIN_SAVING_PERCENT, BatchEncoder, compressed_buffers
 from sparkflow_exchange.config import COMPRESSIONS, ConfigError, ExchangeConfig
 
 PROBE = """
@@ -148,7 +148,13 @@ def test_pyarrow_reads_batches_the_jvm_writer_compressed(probe, tmp_path, codec)
     raw = sum(b.nbytes for b in parts)
     if codec == "none":
         assert len(data) >= raw
-    else:
+    else:  # the random column's data is stored as it is (length -1), as the Python writer stores it
+        reader = ipc.MessageReader.open_stream(pa.py_buffer(data))
+        reader.read_next_message()  # the schema
+        messages = [reader.read_next_message() for _ in parts]
+        big = compressed_buffers(messages[1].serialize())
+        assert (8 + 8 * parts[1].num_rows, -1) in big, big
+        assert all((stored - 8) * 100 <= size * (100 - MIN_SAVING_PERCENT) for stored, size in big if size != -1)
         assert len(data) < raw * 0.8
         # and Python's reader path (checksum trailer, read_record_batch) takes the JVM's messages as its own
         reader = ipc.open_stream(pa.py_buffer(data))

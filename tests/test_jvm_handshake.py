@@ -15,8 +15,8 @@ import subprocess
 import threading
 
 import pytest
-
 from harness import start_service
+
 from sparkflow_exchange.network import auth
 from sparkflow_exchange.network.protocol import FrameDecoder, Hello, ServerHello, Welcome, encode_bytes
 

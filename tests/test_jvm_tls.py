@@ -13,12 +13,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
 from harness import start_service
+
 from sparkflow_exchange.errors import ServiceError
 from sparkflow_exchange.network.auth import client_ssl_context
 from sparkflow_exchange.network.blocking_client import BlockingConnection

@@ -1,23 +1,53 @@
-"""Unit tests of the plugin's sans-IO Java classes, without Spark: a second or two per test.
+"""Unit tests of the plugin's sans-IO Java classes, without Spark: a second or a few per test.
 
-``jvm-stub/src/test/java/.../UnitDriver.java`` (compiled against the built jar) runs ``Frames`` and ``SpillIndex`` on
-bytes that Python made, and Python reads what they made: frames split anywhere decode the same in both languages, bad
-frames are refused by both, and a spill index written by the service is read by the JVM entry for entry, or refused
-with the reason the Python reader gives.
+``jvm-stub/src/test/java/.../UnitDriver.java`` and its probes (compiled against the built jar) run the classes on
+inputs Python made, and Python checks what they answer against its own definitions where it has one:
+
+- ``Frames``: frames split anywhere decode the same in both languages, bad frames are refused by both;
+- ``SpillIndex``: a spill index written by the service is read entry for entry, or refused with the reason the
+  Python reader gives;
+- ``Handshake``: the JVM's Hello is byte for byte the one Python's client makes for the same nonces and secret, the
+  Python service takes it, and a Welcome whose proof is not the service's is refused as Python's client refuses it;
+- ``LiveProducers``: which attempts a read of an exchange being written takes, and when its state is one commit;
+- ``WriteSettings`` and ``ReadLayout``: the options' values as parsed, and each bad value refused naming its key;
+- ``Route``: which options and exchanges the JVM path serves, and why the rest go to the Python source;
+- ``KeyFilter``: the subpartitions it keeps are exactly those the Python writer put the filter's key values in.
 """
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import shutil
+from dataclasses import replace
+from pathlib import Path
 
+import pyarrow as pa
 import pytest
-
 from jvm_units import compile_driver
+
 from sparkflow_exchange.buffer_kinds import BROADCAST, END_COUNTS, BufferKind
-from sparkflow_exchange.network import protocol
-from sparkflow_exchange.network.protocol import (AddCredit, BufferResponse, FrameDecoder, Hello, PartitionReleased,
-                                                 ProtocolError, PushBuffer, RpcResponse, encode_bytes)
+from sparkflow_exchange.errors import ServiceError
+from sparkflow_exchange.kinds import ExchangeState
+from sparkflow_exchange.network import auth, protocol
+from sparkflow_exchange.network.connection import ClientHandshake, ServerHandshake
+from sparkflow_exchange.network.protocol import (
+    AddCredit,
+    BufferResponse,
+    ErrorResponse,
+    FrameDecoder,
+    Hello,
+    PartitionReleased,
+    ProtocolError,
+    PushBuffer,
+    RpcResponse,
+    ServerHello,
+    Welcome,
+    encode_bytes,
+)
 from sparkflow_exchange.partition import spill
+from sparkflow_exchange.service.exchange_lifecycle import Lifecycle, read_verdict
+from sparkflow_exchange.writer.selectors import HashSelector
 
 DATA, END, MARKER = BufferKind.DATA, BufferKind.END_OF_PARTITION, BufferKind.MARKER
 
@@ -111,23 +141,436 @@ def test_the_jvm_reads_a_spill_index_the_service_wrote_entry_for_entry(jvm, tmp_
             [list(e) for e in python]
 
 
-@pytest.mark.parametrize("entries, damage, reason", [
+DAMAGED_INDEXES = [  # (entries, damage to the index file's bytes, what the refusal says)
     (ENTRIES, lambda b: b[:-3], "not a whole number of 26-byte entries"),
     (ENTRIES, lambda b: b"SFXIDX00" + b[8:], "does not start with the index magic"),
     ([e for e in ENTRIES if e[:2] != (0, 1)], None, "sequence numbers"),
     ([e for e in ENTRIES if e[:2] != (0, 2)], None, "end-of-partition"),
     ([*ENTRIES[:-1], (1, 2, 51, 16, 7, 0)], None, "unknown buffer kind 7"),
     ([*ENTRIES[:-1], (1, 2, 95, 16, END, 0)], None, "reaches byte 111 of a data file of 100 bytes"),
-])
-def test_a_damaged_spill_index_is_refused_by_the_jvm_as_by_python(jvm, tmp_path, entries, damage, reason):
-    f = write_spill(tmp_path, entries)
-    if damage is not None:
-        f.index_path.write_bytes(damage(f.index_path.read_bytes()))
-    answers = jvm([{"op": "spill", "index": str(f.index_path), "subpartition": s, "data_size": f.size} for s in (0, 1)])
-    assert any(reason in a.get("error", "") for a in answers), answers
-    with pytest.raises(spill.SpillCorruptError):
-        for s in (0, 1):
-            spill.read_index(f.index_path, s, data_size=f.size)
+]
+
+
+def test_a_damaged_spill_index_is_refused_by_the_jvm_as_by_python(jvm, tmp_path):
+    requests = []
+    for i, (entries, damage, _) in enumerate(DAMAGED_INDEXES):
+        (tmp_path / str(i)).mkdir()
+        f = write_spill(tmp_path / str(i), entries)
+        if damage is not None:
+            f.index_path.write_bytes(damage(f.index_path.read_bytes()))
+        with pytest.raises(spill.SpillCorruptError):
+            for s in (0, 1):
+                spill.read_index(f.index_path, s, data_size=f.size)
+        requests += [{"op": "spill", "index": str(f.index_path), "subpartition": s, "data_size": f.size} for s in (0, 1)]
+    answers = jvm(requests)
+    for i, (_, _, reason) in enumerate(DAMAGED_INDEXES):
+        assert any(reason in a.get("error", "") for a in answers[2 * i:2 * i + 2]), (reason, answers[2 * i:2 * i + 2])
+
+
+def test_big_frames_fed_in_pieces_and_too_short_frames_alike_in_both_languages(jvm):
+    """A frame larger than the decoder's first buffer, fed in pieces, grows it; a length shorter than a prefix is
+    refused by both."""
+    big = encode_bytes(BufferResponse(1, 2, 0, DATA, 0, bytes(range(256)) * 1000))  # 256 kB
+    empty_header = protocol.PREFIX.pack(protocol.PREFIX_SIZE - 4, protocol.MAGIC, protocol.VERSION,
+                                        protocol.MsgType.NOTIFY, 0)
+    data = big + empty_header + big
+    short = protocol.PREFIX.pack(5, protocol.MAGIC, protocol.VERSION, 11, 0)
+    pieces, whole, refused = jvm([{"op": "decode", "hex": data.hex(), "chunk": 7000},
+                                  {"op": "decode", "hex": data.hex()},
+                                  {"op": "decode", "hex": short.hex(), "chunk": 3}])
+    expected = split_frames(data)
+    for answer in (pieces, whole):
+        assert [{k: f[k] for k in ("type", "header_hex", "payload")} for f in answer["frames"]] == expected
+    assert "frame of 5 bytes is outside 10.." in refused.get("error", ""), refused
+    with pytest.raises(ProtocolError):
+        FrameDecoder().feed(short)
+
+
+def test_a_spill_index_without_the_subpartition_or_with_a_negative_offset_is_refused(jvm, tmp_path):
+    f = write_spill(tmp_path, ENTRIES)
+    negative = tmp_path / "negative.index"
+    negative.write_bytes(spill.INDEX_MAGIC + spill.INDEX_ENTRY.pack(0, 0, -8, 8, DATA, 0) +
+                         spill.INDEX_ENTRY.pack(0, 1, 10, 16, END, 0))
+    missing, below = jvm([{"op": "spill", "index": str(f.index_path), "subpartition": 2, "data_size": f.size},
+                          {"op": "spill", "index": str(negative), "subpartition": 0, "data_size": 100}])
+    assert "subpartition 2 has no entries" in missing.get("error", ""), missing
+    assert "negative offset or length" in below.get("error", ""), below
+
+
+# ------------------------------------------------------------------ the handshake
+SECRET, CLIENT_NONCE, SERVER_NONCE = "s3cret-0123456789", "0123456789abcdef" * 2, "fedcba9876543210" * 2
+
+
+def python_service(secret: str | None = SECRET, service_id: str = "svc-1") -> ServerHandshake:
+    """Python's service side of one connection, greeting with SERVER_NONCE."""
+    server = ServerHandshake({auth.OPERATOR: secret} if secret else {}, service_id, "svc-host")
+    server.nonce = SERVER_NONCE
+    return server
+
+
+def python_client(secret: str | None = SECRET) -> ClientHandshake:
+    """Python's client side of one connection, answering with CLIENT_NONCE."""
+    client = ClientHandshake(secret, "jvm-host", "test-peer")
+    client.nonce = CLIENT_NONCE
+    return client
+
+
+def jvm_handshake(secret: str | None, *messages) -> dict:
+    return {"op": "handshake", "secret": secret, "host_id": "jvm-host", "nonce": CLIENT_NONCE,
+            "frames": [encode_bytes(m).hex() for m in messages]}
+
+
+def test_the_jvm_says_the_hello_pythons_client_says_and_pythons_service_takes_it(jvm):
+    """Same secret, nonces and service: the JVM's Hello is Python's byte for byte (but the client id, which names the
+    process), the Python service accepts its proof, and the JVM accepts the Python service's Welcome; without a
+    secret, both prove nothing."""
+    secrets = [SECRET, None]
+    greetings = [python_service(secret).greeting() for secret in secrets]
+    hellos = [python_client(secret).step(greeting) for secret, greeting in zip(secrets, greetings)]
+    welcomes = [python_service(secret).on_hello(hello) for secret, hello in zip(secrets, hellos)]
+    answers = jvm([jvm_handshake(*shake) for shake in zip(secrets, greetings, welcomes)])
+    for secret, python_hello, welcome, answer in zip(secrets, hellos, welcomes, answers):
+        shake = answer["handshake"]
+        assert "error" not in shake and shake["open"] and shake["sent"][1] is None, shake
+        sent = bytes.fromhex(shake["sent"][0])
+        [jvm_hello] = FrameDecoder().feed(sent)
+        assert jvm_hello.client_id.endswith(":jvm")
+        assert sent == encode_bytes(replace(python_hello, client_id=jvm_hello.client_id))
+        assert jvm_hello.proof == auth.prove(secret, SERVER_NONCE, CLIENT_NONCE, "svc-1")  # "" without a secret
+        assert python_service(secret).on_hello(jvm_hello) == welcome
+
+
+def test_a_welcome_that_does_not_prove_the_secret_for_this_connection_is_refused_as_python_refuses_it(jvm):
+    greeting = python_service().greeting()
+    forged = {
+        "made for another service": auth.prove_service(SECRET, CLIENT_NONCE, SERVER_NONCE, "svc-other"),
+        "made with another secret": auth.prove_service("another-secret", CLIENT_NONCE, SERVER_NONCE, "svc-1"),
+        "the nonces swapped": auth.prove_service(SECRET, SERVER_NONCE, CLIENT_NONCE, "svc-1"),
+        "the client's own proof sent back": auth.prove(SECRET, SERVER_NONCE, CLIENT_NONCE, "svc-1"),
+        "no proof": "",
+    }
+    welcomes = {what: Welcome("svc-1", "svc-host", proof) for what, proof in forged.items()}
+    answers = jvm([jvm_handshake(SECRET, greeting, w) for w in welcomes.values()])
+    for (what, welcome), answer in zip(welcomes.items(), answers):
+        shake = answer["handshake"]
+        assert shake["code"] == "auth" and "did not prove the shared secret" in shake["error"], (what, shake)
+        assert not shake["open"] and len(shake["sent"]) == 1, (what, shake)  # the Hello went, nothing after
+        client = python_client()
+        client.step(greeting)
+        with pytest.raises(ServiceError, match="not trusted"):
+            client.step(welcome)
+
+
+def test_the_jvm_refuses_a_greeting_out_of_turn_a_shifting_nonce_and_says_a_services_refusal(jvm):
+    good = python_service().greeting()
+    early, shifting, refusal, unproven = jvm([
+        jvm_handshake(SECRET, Welcome("svc-1", "svc-host", "")),
+        jvm_handshake(SECRET, ServerHello("ab" * 15 + ":x", "svc-1", "svc-host")),
+        jvm_handshake(SECRET, ErrorResponse("too many connections", code="too_many_connections")),
+        jvm_handshake(None, ServerHello("not hex at all", "svc-1", "svc-host"), Welcome("svc-1", "svc-host", "")),
+    ])
+    assert early["handshake"]["code"] == "protocol" and "during the handshake" in early["handshake"]["error"]
+    assert shifting["handshake"]["code"] == "protocol" and shifting["handshake"]["sent"] == []  # nothing proven
+    assert "not 32 lowercase hex digits" in shifting["handshake"]["error"]
+    assert refusal["handshake"]["code"] == "too_many_connections"
+    assert refusal["handshake"]["error"].startswith("ServiceUnavailable: ") and "too many connections" in \
+        refusal["handshake"]["error"]
+    assert unproven["handshake"]["open"], unproven  # without a secret there is nothing to prove: any nonce will do
+    assert good.nonce == SERVER_NONCE
+
+
+# ------------------------------------------------------------------ a read of an exchange being written
+def described(epoch: int, producers: list[tuple[str, str]], committed: list[str], seal_ends: list[int],
+              state: str = "open") -> dict:
+    """A coordinator description (``get_exchange``) for LiveProducers: (partition, state) per registered attempt."""
+    states = dict(producers)
+    return {"name": "live", "epoch": epoch, "state": state, "sealed": False, "schema": "",
+            "producers": [{"partition": p, "index": i, "state": st, "location": {}}
+                          for i, (p, st) in enumerate(producers)],
+            "committed": committed, "seal_ends": seal_ends,
+            "readable": verdict("live", state, False, 2, [states[p] for p in committed])}
+
+
+def verdict(name: str, state: str, sealed: bool, width: int | None, committed_states: list[str]) -> dict:
+    """The coordinator's read verdict (its lifecycle's ``read_verdict``) for such an exchange, as it sends it."""
+    life = Lifecycle(name, state=ExchangeState(state), commits=1 if sealed else 0,
+                     open_writes=set() if sealed or state != "open" else {"w1"}, reason="a task failed")
+    return read_verdict(life, width, [(i, f"p{i}", st) for i, st in enumerate(committed_states)]).to_dict()
+
+
+def live(seal: int, *steps: dict, epoch: int = 1) -> dict:
+    return {"op": "live", "exchange": "live", "epoch": epoch, "seal": seal, "steps": list(steps)}
+
+
+def update(description: dict) -> dict:
+    return {"do": "update", "description": description}
+
+
+def step(do: str, partition: str = "", rows: int = 0) -> dict:
+    return {"do": do, "partition": partition, "rows": rows}
+
+
+def test_live_producers_take_every_attempt_until_the_seal_then_exactly_the_seals(jvm):
+    """Planned after one seal: before the next seal it takes every registered attempt that has not failed; once
+    that seal happened, exactly the producers it holds (not a later write's); rows of an attempt the seal does not
+    hold make the read not one committed state. The next subpartition's pass takes the seal's producers again."""
+    [answer] = jvm([live(
+        1,
+        step("started"),
+        update(described(1, [("old", "finished"), ("a", "running"), ("b", "failed")], ["old"], [1])),
+        step("started"), step("next"), step("finished", "old", 10), step("next"), step("finished", "a", 5),
+        step("next"), step("complete"),
+        # the seal: "a" lost to "c"; "later" belongs to a write declared after it
+        update(described(1, [("old", "finished"), ("c", "finished"), ("later", "finished")], ["old", "c", "later"],
+                         [1, 2])),
+        step("next"), step("finished", "c", 7), step("next"), step("complete"), step("not_committed"),
+        step("next_pass"), step("next"), step("complete"))])
+    r = answer["results"]
+    assert r[0] is False and r[2] is True  # nothing registered yet; then attempts to wait for
+    assert (r[3], r[5], r[7], r[8]) == ("old", "a", None, False)  # "b" failed: passed over; no seal yet
+    assert (r[10], r[12], r[13]) == ("c", None, True)  # the seal's producers, "later" not among them
+    assert "took rows from producer attempt a of exchange 'live'" in r[14], r[14]
+    assert (r[16], r[17]) == ("old", False)  # a new pass: the seal's state again
+
+
+def test_live_producers_pass_over_an_attempt_that_failed_before_giving_rows_only(jvm):
+    clean, gave_rows = jvm([
+        live(0, update(described(1, [("x", "running")], [], [])), step("next"), step("dropped", "x", 0), step("next"),
+             update(described(1, [("x", "failed"), ("y", "finished")], ["y"], [1])), step("next"),
+             step("finished", "y", 3), step("complete"), step("not_committed"), step("dropped", "y", 0)),
+        live(0, update(described(1, [("x", "running")], [], [])), step("finished", "x", 4), step("next_pass"),
+             step("dropped", "x", 0)),
+    ])
+    assert clean["results"] == [None, "x", True, None, None, "y", None, True, None, False]
+    assert gave_rows["results"] == [None, None, None, False]  # it gave rows in an earlier pass
+
+
+def test_live_producers_fail_the_read_of_an_overwritten_or_aborted_exchange(jvm):
+    overwritten, aborted = jvm([live(0, update(described(2, [], [], []))),
+                                live(0, update(described(1, [], [], [], state="aborted")))])
+    assert "overwritten" in overwritten["results"][0]["error"], overwritten
+    assert "was aborted" in aborted["results"][0]["error"], aborted
+
+
+# ------------------------------------------------------------------ write and read settings
+def test_write_settings_layer_the_options_and_parse_their_values(jvm):
+    """Later layers win, keys in any case (and a table property's ``option.`` prefix), values spelled loosely; a
+    larger maxFrameSize allows larger buffers."""
+    layered, last_wins, larger_frame = jvm([
+        {"op": "write_settings", "checked": True, "layers": [
+            {"partitioner": "hash", "keys": "a", "bufferSize": "64k"},  # a table property layer...
+            {"option.Keys": " a , b ,", "NUMSUBPARTITIONS": "4", "partitionType": "pipelined_bounded",
+             "sortBufferSize": "1g", "buffersPerPartition": "3", "bufferTimeout": "250ms", "compression": " ZSTD "}]},
+        {"op": "write_settings", "layers": [{"partitioner": "Broadcast", "bufferSize": "1"}, {"bufferSize": "2k"}]},
+        {"op": "write_settings", "layers": [{"bufferSize": "40m", "maxFrameSize": "128m"}]},
+    ])
+    assert {k: layered["settings"][k] for k in ("partitioner", "keys", "numSubpartitions", "partitionType",
+                                               "bufferSize", "sortBufferSize", "buffers", "bufferTimeoutNanos",
+                                               "compression", "single")} == \
+        {"partitioner": "hash", "keys": ["a", "b"], "numSubpartitions": 4, "partitionType": "PIPELINED_BOUNDED",
+         "bufferSize": 64 << 10, "sortBufferSize": 1 << 30, "buffers": 3, "bufferTimeoutNanos": 250_000_000,
+         "compression": "zstd", "single": False}
+    assert (last_wins["settings"]["bufferSize"], last_wins["settings"]["partitioner"]) == (2048, "broadcast")
+    assert last_wins["settings"]["single"]
+    assert larger_frame["settings"]["bufferSize"] == 40 << 20  # a buffer may be half a frame
+
+
+BAD_WRITE_SETTINGS = [  # (option layers, checked too, what the refusal says)
+    ([{"numSubpartitions": "0"}], False, "numSubpartitions must be a positive integer, got '0'"),
+    ([{"numSubpartitions": "four"}], False, "numSubpartitions must be a positive integer, got 'four'"),
+    ([{"buffersPerPartition": "-1"}], False, "buffersPerPartition must be a positive integer, got '-1'"),
+    ([{"bufferSize": "1x"}], False, "bufferSize: not a size: '1x'"),
+    ([{"bufferSize": "0"}], False, "bufferSize must be at least 1 byte and at most 2147483647, got '0'"),
+    ([{"bufferSize": "1.5m"}], False, "bufferSize: not a size: '1.5m'"),
+    ([{"bufferSize": "40m"}], False, "bufferSize 41943040 must be at most half of maxFrameSize 67108864"),
+    ([{"bufferSize": "40m", "maxFrameSize": "64m"}], False, "must be at most half of maxFrameSize"),
+    ([{"bufferTimeout": "soon"}], False, "bufferTimeout: not a duration: 'soon'"),
+    ([{"bufferTimeout": "5d"}], False, "bufferTimeout: not a duration: '5d'"),
+    ([{"compression": "snappy"}], False, "unknown compression 'snappy'; use one of none, zstd, lz4"),
+    ([{"partitioner": "custom", "keys": "k"}], True, "partitioner 'custom' is not written by the JVM writer"),
+    ([{"partitioner": "rescale"}], True, "partitioner 'rescale' is not written by the JVM writer"),
+    ([{"keys": "k", "partitionType": "fast"}], True, "unknown partitionType 'FAST'; use one of"),
+    ([{"keys": " , "}], True, "the hash partitioner needs the 'keys' option"),
+    ([{"partitioner": "broadcast", "partitionType": "PIPELINED_BOUNDED"}], True,
+     "broadcast with partitionType PIPELINED_BOUNDED needs numSubpartitions"),
+]
+
+
+def test_a_bad_write_setting_is_refused_naming_its_key_and_value(jvm):
+    answers = jvm([{"op": "write_settings", "layers": layers, "checked": checked}
+                   for layers, checked, _ in BAD_WRITE_SETTINGS])
+    wrong = [(layers, words, answer) for (layers, _, words), answer in zip(BAD_WRITE_SETTINGS, answers)
+             if not (answer.get("error", "").startswith("IllegalArgumentException: ") and words in answer["error"])]
+    assert wrong == []
+
+
+def read_partitions(n: int, requested: str | None, **kw) -> dict:
+    return {"op": "read_partitions", "exchange": "ex", "n": n, "requested": requested, **kw}
+
+
+def test_read_partitions_group_subpartitions_as_asked_or_are_refused_saying_what_to_give(jvm):
+    answers = jvm([
+        read_partitions(8, "4", key_grouped=True), read_partitions(8, " 3 "), read_partitions(8, "4", kept=[1, 5]),
+        read_partitions(4, "4"), read_partitions(4, "2", broadcast=True), read_partitions(4, "3", broadcast=True,
+                                                                                           shared=True),
+        read_partitions(8, "3", key_grouped=True), read_partitions(8, "9"), read_partitions(8, "0"),
+        read_partitions(8, "many"), read_partitions(4, "5", broadcast=True), read_partitions(4, "x", broadcast=True),
+    ])
+    planned = [a.get("partitions", a.get("error")) for a in answers]
+    assert planned[:6] == [[[0, 4], [1, 5], [2, 6], [3, 7]], [[0, 3, 6], [1, 4, 7], [2, 5]],
+                           [[], [1, 5], [], []], [[0], [1], [2], [3]], [[0], [1]], [[0], [0], [0]]]
+    assert [p.split(": ", 1)[1] for p in planned[6:]] == [
+        "readPartitions=3 for exchange 'ex' of 8 subpartitions: give a divisor of 8 (each read partition then holds "
+        "whole buckets)",
+        "readPartitions=9 for exchange 'ex' of 8 subpartitions: give a number from 1 to 8",
+        "readPartitions=0 for exchange 'ex' of 8 subpartitions: give a number from 1 to 8",
+        "readPartitions of exchange 'ex' must be auto or a number of read partitions, got 'many'",
+        "readPartitions=5 for broadcast exchange 'ex' of 4 copies: give a number from 1 to 4 (each read partition "
+        "reads one copy)",
+        "readPartitions of exchange 'ex' must be auto or a number of read partitions, got 'x'",
+    ]
+
+
+# ------------------------------------------------------------------ which path a read or write takes
+ROUTES = [  # (options, a write, why the Python source serves it: None for the JVM path)
+    ({"exchange": "x"}, False, None),
+    ({"EXCHANGE": "x", "readPartitions": "4", "declareTimeout": "10s"}, False, None),
+    ({}, False, "no exchange option"),
+    ({"exchange": ""}, False, "no exchange option"),
+    ({"exchange": "x", "coordinator": "127.0.0.1:1"}, False, "option coordinator"),
+    ({"exchange": "x", "numSubpartitions": "4"}, False, "option numsubpartitions"),  # a write's option on a read
+    ({"exchange": "x", "numSubpartitions": "4"}, True, None),
+    ({"exchange": "x", "NumSubpartitions": "4", "partitioner": "BROADCAST", "partitionType": "BLOCKING",
+      "bufferSize": "1m", "sortBufferSize": "8m", "buffersPerPartition": "4", "bufferTimeout": "1s",
+      "compression": "lz4", "keys": "k"}, True, None),
+    ({"exchange": "x", "numSubpartitions": "4", "partitioner": "forward"}, True, None),
+    ({"exchange": "x", "numSubpartitions": "4", "partitioner": "rebalance"}, True, None),
+    ({"exchange": "x"}, True, "no numSubpartitions"),  # the Python writer's coalesced layout
+    ({"exchange": "x", "numSubpartitions": "4", "partitioner": "rescale"}, True, "partitioner rescale"),
+    ({"exchange": "x", "numSubpartitions": "4", "partitioner": "Custom"}, True, "partitioner custom"),
+    ({"exchange": "x", "numSubpartitions": "4", "readPartitions": "2"}, True, "option readpartitions"),
+    ({"exchange": "x", "numSubpartitions": "4", "secret": "s"}, True, "option secret"),
+    ({"numSubpartitions": "4"}, True, "no exchange option"),
+]
+
+
+def test_route_sends_the_options_the_jvm_serves_to_it_and_names_the_first_it_does_not(jvm):
+    answers = jvm([{"op": "route", "options": options, "write": write} for options, write, _ in ROUTES])
+    assert [a.get("python_only", a.get("error")) for a in answers] == [why for _, _, why in ROUTES]
+
+
+def exchange(partitioner: str = "hash", state: str = "committed", sealed: bool = True, width: int | None = 4,
+             coalesce: bool = False, committed: tuple[str, ...] = ("finished",)) -> dict:
+    """A coordinator description of a written exchange: its layout and its committed producers' states."""
+    return {"name": "ex", "epoch": 1, "state": state, "sealed": sealed, "schema": "", "num_subpartitions": width,
+            "coalesce": coalesce, "partition_type": "HYBRID", "partitioner": {"name": partitioner, "keys": ["k"]},
+            "producers": [{"partition": f"p{i}", "index": i, "state": st, "location": {}}
+                          for i, st in enumerate(committed)],
+            "committed": [f"p{i}" for i in range(len(committed))], "seal_ends": [len(committed)] if sealed else [],
+            "readable": verdict("ex", state, sealed, width, list(committed))}
+
+
+READABLE = [  # (description, read while written, why the JVM reader does not read it: None when it does)
+    (exchange(), False, None),
+    (exchange("rebalance"), False, None),
+    (exchange(state="open", sealed=False, committed=()), True, None),  # format("pipelined") reads it as it goes
+    (None, False, "not declared"),
+    (exchange("broadcast"), False, "partitioner broadcast"),  # the Python reader's layout
+    (exchange(coalesce=True), False, "written without numSubpartitions"),
+    (exchange("forward"), False, "forward partitioner"),
+    (exchange(state="aborted", sealed=False), True, "was aborted"),
+    (exchange(state="open", sealed=False), False, "is still being written"),
+    (exchange(width=None), False, "does not know its number of subpartitions"),
+    (exchange(committed=("finished", "running")), False, "committed producer 1 (partition p1) is running"),
+]
+
+
+def test_route_reads_in_the_jvm_what_its_reader_reads_as_the_python_reader_does(jvm):
+    answers = jvm([{"op": "readable", "description": d, "while_written": w} for d, w, _ in READABLE])
+    found = [a.get("unreadable", a.get("error")) for a in answers]
+    assert [f if f is None or why is None else why if why in f else f for f, (_, _, why) in zip(found, READABLE)] == \
+        [why for _, _, why in READABLE]
+
+
+# ------------------------------------------------------------------ pruning subpartitions by a filter on the keys
+ARROW_TYPES = {"int": pa.int32(), "long": pa.int64(), "string": pa.string(), "double": pa.float64()}
+
+
+def written_to(columns: list[tuple[str, str]], keys: list[str], values: dict[str, list], n: int) -> list[int]:
+    """The subpartitions the Python writer puts rows of every combination of ``values`` (key -> its values) in."""
+    combos = list(itertools.product(*(values[k] for k in keys)))
+    schema = pa.schema([(name, ARROW_TYPES[t]) for name, t in columns if name in keys])
+    batch = pa.RecordBatch.from_pydict({k: [c[i] for c in combos] for i, k in enumerate(keys)}, schema)
+    return sorted(set(HashSelector(keys, n).select(batch).tolist()))
+
+
+KEY_FILTERS = [  # (columns, keys, predicates [op, column, values, literal type, literal first], the key values kept)
+    ([("k", "long"), ("v", "string")], ["k"], [["=", "k", [5]]], {"k": [5]}),
+    ([("k", "long")], ["k"], [["=", "k", [5], None, True]], {"k": [5]}),  # 5 = k
+    ([("k", "long")], ["k"], [["<=>", "k", [-7]]], {"k": [-7]}),
+    ([("k", "int")], ["k"], [["IN", "k", [1, 2, 3, 100, 2**31 - 1]]], {"k": [1, 2, 3, 100, 2**31 - 1]}),
+    ([("k", "string")], ["k"], [["IN", "k", ["a", "bb", "é", ""]]], {"k": ["a", "bb", "é", ""]}),
+    ([("k", "int")], ["k"], [["IN", "k", [1, 2, 3]], ["IN", "k", [2, 3, 4]]], {"k": [2, 3]}),  # both hold
+    ([("a", "int"), ("b", "string")], ["a", "b"], [["=", "a", [3]], ["IN", "b", ["x", "y"]]],
+     {"a": [3], "b": ["x", "y"]}),
+    # no pruning: a key not bounded, another type's literal, floating point, not an equality, only a null, too many
+    ([("a", "int"), ("b", "string")], ["a", "b"], [["=", "a", [3]]], None),
+    ([("k", "int")], ["k"], [["=", "k", [5], "long"]], None),
+    ([("k", "double")], ["k"], [["=", "k", [1.0]]], None),
+    ([("k", "long")], ["k"], [["<", "k", [5]]], None),
+    ([("k", "long")], ["k"], [["=", "k", [None]]], None),
+    ([("a", "int"), ("b", "int")], ["a", "b"], [["IN", "a", list(range(65))], ["IN", "b", list(range(65))]], None),
+]
+
+
+def test_key_filter_keeps_exactly_the_subpartitions_the_python_writer_put_the_keys_in(jvm):
+    cases = [(n, case) for n in (8, 13) for case in KEY_FILTERS]
+    answers = jvm([{"op": "key_filter", "columns": columns, "keys": keys, "n": n, "predicates": predicates}
+                   for n, (columns, keys, predicates, _) in cases])
+    for (n, (columns, keys, predicates, values)), answer in zip(cases, answers):
+        expected = None if values is None else written_to(columns, keys, values, n)
+        got = answer.get("filter", answer)
+        assert got["subpartitions"] == expected, (n, predicates, answer)
+        if values is not None:  # Spark is told the predicates a pruning used (it still applies them)
+            assert got["used"] == len(predicates), (n, predicates, answer)
+
+
+# ------------------------------------------------------------------ the packages' layers
+PACKAGES = Path(__file__).resolve().parent.parent / "jvm-stub/src/main/java/org/sparkflow/exchange"
+# package -> its row ("" is the plugin's own package): a package names only packages of lower rows, so the Spark
+# adapters (format, catalog) stand on the stream source and sink (stream), those on the client (read, write), the
+# client on the coordinator's model and the wire
+LAYERS = {"format": 8, "catalog": 7, "stream": 6, "read": 5, "write": 5, "coordinator": 4, "discovery": 3, "wire": 2,
+          "errors": 1, "codec": 1, "functions": 1, "": 1, "contract": 0}
+NAMED = re.compile(r"org\.sparkflow\.exchange\.(?:([a-z]+)\.)?[A-Z]")  # an import, or a class named in full
+
+
+def test_the_jars_packages_name_only_packages_below_them():
+    unknown, upward = set(), []
+    for path in sorted(PACKAGES.rglob("*.java")):
+        relative = path.relative_to(PACKAGES)
+        package = relative.parts[0] if len(relative.parts) > 1 else ""
+        if package not in LAYERS:
+            unknown.add(package)
+            continue
+        for used in sorted(set(NAMED.findall(path.read_text(encoding="utf-8"))) - {package}):
+            if used in LAYERS and LAYERS[used] >= LAYERS[package]:
+                upward.append(f"{relative} names {used or 'the plugin package'}")
+    assert not unknown, f"packages without a row in LAYERS (say which packages they stand on): {sorted(unknown)}"
+    assert upward == []
+
+
+def test_the_layer_check_finds_an_import_and_a_class_named_in_full():
+    text = "import org.sparkflow.exchange.catalog.ExchangeTable;\n x = org.sparkflow.exchange.ExchangePlugin.y();"
+    assert NAMED.findall(text) == ["catalog", ""]
+
+
+def test_the_write_warmup_runs_the_writer_path_to_the_end(jvm):
+    """A session runs the warm-up on a daemon thread that swallows its failures (it is only a speed-up): here a
+    failure shows, so a change to the writer that breaks it cannot go unnoticed."""
+    [answer] = jvm([{"op": "warmup"}])
+    assert "error" not in answer, answer
+    assert answer["ms"] >= 0
 
 
 @pytest.mark.parametrize("epoch", [0, 7, 2**40 + 3])

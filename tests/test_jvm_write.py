@@ -114,10 +114,6 @@ def test_a_format_read_waits_for_its_exchange_to_be_declared_then_reads_it_in_th
     assert "does not exist" in outcome["missing"]
 
 
-def test_live_producers_take_exactly_one_committed_state_without_sockets(results):
-    assert "which the commit does not hold" in passed(results, "live_producers_take_one_committed_state")["not_committed"]
-
-
 def test_a_catalog_set_to_read_while_written_reads_an_exchange_being_written(results):
     outcome = passed(results, "a_catalog_with_read_while_written_reads_as_the_producers_write")
     assert "read while written" in outcome["plan"] and outcome["reading_before_commit"]

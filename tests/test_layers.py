@@ -48,5 +48,5 @@ def test_rooms_do_not_import_upwards(room, typing_too):
 
 
 def test_the_reader_sees_relative_imports():
-    imports = dict((m, l) for l, m in _runtime_imports(PACKAGE / "partition" / "result_partition.py"))
+    imports = dict((module, line) for line, module in _runtime_imports(PACKAGE / "partition" / "result_partition.py"))
     assert "sparkflow_exchange.buffer_kinds" in imports

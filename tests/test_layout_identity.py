@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.buffer import schema_to_b64
 from sparkflow_exchange.calls import call
 from sparkflow_exchange.errors import ErrorCode, ExchangeReplaced, InvalidRequest
@@ -25,7 +26,7 @@ def batch(start: int, rows: int) -> pa.RecordBatch:
                             pa.array([f"r{i}" for i in ids])], schema=SCHEMA)
 
 
-def write(cfg, rows: pa.RecordBatch, overwrite: bool, tasks: int = 2) -> ex.WriteHandle:
+def write(cfg, rows: pa.RecordBatch, overwrite: bool, tasks: int = 2) -> wh.WriteHandle:
     """A committed write of ``rows`` cut among ``tasks`` producers (the Python writer's own path)."""
     handle = ex.declare_write(cfg, SCHEMA, overwrite=overwrite)
     committed = []
@@ -34,13 +35,13 @@ def write(cfg, rows: pa.RecordBatch, overwrite: bool, tasks: int = 2) -> ex.Writ
         task = ex.ProducerTask(handle, i, f"attempt-{i}")
         task.write([rows.slice(i * step, step)])
         committed.append(task.finish()["partition"])
-    ex.commit_write(handle, committed)
+    wh.commit_write(handle, committed)
     return handle
 
 
 def read_all(cfg) -> list[str]:
     desc = ex.describe_exchange(cfg)
-    return sorted(v for s in range(desc["num_subpartitions"]) for b in ex.read_subpartition(cfg, desc, s)
+    return sorted(v for s in range(desc.num_subpartitions) for b in ex.read_subpartition(cfg, desc, s)
                   for v in b.column("v").to_pylist())
 
 
@@ -61,7 +62,7 @@ def test_an_append_with_other_keys_is_refused_naming_both_layouts_and_changes_no
         write(cfg.replace(keys=("b",)), batch(40, 40), overwrite=False)  # the Python writer
     assert caught.value.code == ErrorCode.LAYOUT_MISMATCH
     desc = ex.describe_exchange(cfg)
-    assert desc["partitioner"]["keys"] == ["a"] and desc["state"] == "committed" and desc["rows"] == 40
+    assert desc.partitioner.keys == ("a",) and desc.state == "committed" and desc.rows == 40
     assert read_all(cfg) == sorted(f"r{i}" for i in range(40))
     for keys, partitioner, width, ptype in ((["b"], "hash", 4, "HYBRID"), (["a", "b"], "hash", 4, "HYBRID"),
                                             (["a"], "hash", 8, "HYBRID"), (["a"], "hash", 4, "BLOCKING"),
@@ -98,10 +99,10 @@ def test_an_overwrite_whose_write_fails_leaves_the_committed_version_readable(tm
     task = ex.ProducerTask(handle, 0, "attempt-0")
     task.write([batch(500, 30)])
     task.finish()
-    ex.abort_write(handle, "a task failed")
+    wh.abort_write(handle, "a task failed")
     after = ex.describe_exchange(cfg)
-    assert (after["epoch"], after["state"], after["rows"], after["partitioner"]["keys"]) == \
-        (before["epoch"], "committed", 100, ["a"])
+    assert (after.epoch, after.state, after.rows, after.partitioner.keys) == \
+        (before.epoch, "committed", 100, ("a",))
     assert read_all(cfg) == sorted(f"r{i}" for i in range(100))
     # committed, an overwrite replaces the old version, and only then are its partitions released
     write(cfg.replace(keys=("b",)), batch(1000, 10), overwrite=True)
@@ -117,7 +118,7 @@ def test_a_drop_during_an_overwrite_drops_the_version_set_aside_too(tmp_service)
     write(cfg, batch(0, 10), overwrite=True)
     handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
     ex.drop_exchange("dropped", cfg)
-    ex.abort_write(handle, "a task failed")
+    wh.abort_write(handle, "a task failed")
     assert "dropped" not in [e["name"] for e in ex.list_exchanges(cfg)]
 
 
@@ -140,13 +141,13 @@ def test_a_commit_that_leaves_out_tasks_which_wrote_rows_is_refused(tmp_service)
     for named in ([], parts[:1]):
         with pytest.raises(DataLost, match=r"tasks of this write pushed rows and none of their attempts is committed "
                                            r"\(task 0 \(10 rows\)|\(task 1 \(10 rows\)"):
-            ex.commit_write(handle, named, {p: 10 for p in named})
-    ex.abort_write(handle, "its commit was refused")
+            wh.commit_write(handle, named, {p: 10 for p in named})
+    wh.abort_write(handle, "its commit was refused")
     assert read_all(cfg) == sorted(f"r{i}" for i in range(20))  # the committed version is still the exchange
     handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
     task = ex.ProducerTask(handle, 0, "attempt-0")
     task.write([batch(200, 5)])
-    ex.commit_write(handle, [task.finish()["partition"]], {})
+    wh.commit_write(handle, [task.finish()["partition"]], {})
     assert read_all(cfg) == sorted(f"r{i}" for i in range(200, 205))
 
 
@@ -162,9 +163,9 @@ def test_an_append_to_a_failed_overwrite_is_released_with_it(tmp_service):
     task = ex.ProducerTask(append, 0, "attempt-0")
     task.write([batch(100, 5)])
     part = task.finish()["partition"]
-    ex.abort_write(overwrite, "a task failed")
+    wh.abort_write(overwrite, "a task failed")
     with pytest.raises(ExchangeReplaced):
-        ex.commit_write(append, [part])
+        wh.commit_write(append, [part])
     assert read_all(cfg) == sorted(f"r{i}" for i in range(10))
     ex.drop_exchange("stacked", cfg)
     with svc.connect() as conn:

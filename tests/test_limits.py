@@ -11,15 +11,16 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from harness import client_config, start_service
+
 from sparkflow_exchange import exchange as ex
-from sparkflow_exchange import streaming as st
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.buffer import schema_to_b64
 from sparkflow_exchange.calls import call
 from sparkflow_exchange.errors import ErrorCode, ExchangeError
-from sparkflow_exchange.network.blocking_client import BlockingConnection, ServiceError
+from sparkflow_exchange.network.blocking_client import ServiceError
 from sparkflow_exchange.network.rpc import MAX_NAME_LENGTH
+from sparkflow_exchange.spark import streaming as st
 from sparkflow_exchange.writer.partition_writer import PartitionWriter
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
@@ -53,10 +54,10 @@ def write(config, rows: int) -> None:
     task = ex.ProducerTask(handle, 0, "t0")
     try:
         task.write([pa.record_batch([pa.array(np.arange(rows, dtype=np.int64))], schema=SCHEMA)])
-        ex.commit_write(handle, [task.finish()["partition"]])
+        wh.commit_write(handle, [task.finish()["partition"]])
     except BaseException as exc:
         task.fail(str(exc))
-        ex.abort_write(handle, str(exc))
+        wh.abort_write(handle, str(exc))
         raise
 
 
@@ -179,7 +180,7 @@ def test_a_credentials_bounded_partitions_hold_at_most_its_share_and_the_others_
         task = ex.ProducerTask(handle, 0, "t0")
         reader.start()
         task.write([pa.record_batch([pa.array(np.arange(200_000, dtype=np.int64))], schema=SCHEMA)])
-        ex.commit_write(handle, [task.finish()["partition"]])
+        wh.commit_write(handle, [task.finish()["partition"]])
         reader.join(30)
         assert not reader.is_alive() and sum(got) == 200_000, desc
         assert len(writers) == 64
@@ -201,7 +202,7 @@ def test_a_credential_filling_its_disk_share_leaves_disk_for_the_others(capped):
 
 
 def test_a_connection_holds_a_bounded_number_of_subscriptions(capped):
-    from sparkflow_exchange.service.exchange_service import MAX_SUBSCRIPTIONS
+    from sparkflow_exchange.service.rpc_handlers import MAX_SUBSCRIPTIONS
 
     write(as_(capped, "app-b", name="watched"), 10)
     with capped.connect(secret=SECRETS["app-b"]) as conn:

@@ -5,9 +5,10 @@ import time
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("s", pa.string())])
 
@@ -17,7 +18,7 @@ def _write(config, rows: int) -> None:
     producer = ex.ProducerTask(handle, 0, "a0")
     ids = pa.array(range(rows), pa.int64())
     producer.write([pa.record_batch([ids, pa.compute.cast(ids, pa.string())], schema=SCHEMA)])
-    ex.commit_write(handle, [producer.finish()["partition"]])
+    wh.commit_write(handle, [producer.finish()["partition"]])
 
 
 @pytest.mark.parametrize("partition_type", ["BLOCKING", "HYBRID"])

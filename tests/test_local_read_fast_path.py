@@ -13,12 +13,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
-from sparkflow_exchange.consumer.input_gate import ExchangeReadError, InputGate
+from sparkflow_exchange import write_handle as wh
+from sparkflow_exchange.buffer_kinds import BufferKind
+from sparkflow_exchange.consumer.input_gate import InputGate
 from sparkflow_exchange.consumer.spill_data import MAP_MIN, OPEN_FILES, open_spill_data
-from sparkflow_exchange.network.protocol import BufferKind
+from sparkflow_exchange.description import ExchangeDescription
+from sparkflow_exchange.errors import ExchangeReadError
 from sparkflow_exchange.partition.spill import INDEX_MAGIC, SpillCorruptError, read_index
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("s", pa.string())])
@@ -38,14 +41,14 @@ def write(config, producers: int, rows: int) -> None:
         task.write([batch(p * rows, rows)])
         result = task.finish()
         done[result["partition"]] = result["rows"]
-    ex.commit_write(handle, list(done), done)
+    wh.commit_write(handle, list(done), done)
 
 
-def gate_of(svc, config, sub: int, desc: dict | None = None) -> InputGate:
+def gate_of(svc, config, sub: int, desc: ExchangeDescription | None = None) -> InputGate:
     """A read-plan gate as ``read_subpartition`` makes it (kept, to look at its stats)."""
     desc = desc or ex.describe_exchange(config)
     return InputGate(config, desc, sub, svc.tcp, svc.secret, config.host_id, local_service=svc.unix,
-                     producers=ex.sealed_producers(desc))
+                     producers=desc.sealed_producers())
 
 
 def options(name: str, **extra) -> dict:
@@ -77,8 +80,8 @@ def test_a_local_plan_is_read_on_the_task_thread_and_a_mixed_one_through_channel
     assert sorted(ids) == list(range(20_000))
 
     # one producer elsewhere (its location names another host): the whole gate goes through channels
-    mixed = {**desc, "producers": [dict(p) for p in desc["producers"]]}
-    mixed["producers"][0]["location"] = {**mixed["producers"][0]["location"], "host_id": "hostB"}
+    elsewhere = {**desc.producers[0], "location": {**desc.producers[0]["location"], "host_id": "hostB"}}
+    mixed = desc.replace(producers=(elsewhere, *desc.producers[1:]))
     ids = []
     for sub in range(SUBS):
         gate = gate_of(svc, config, sub, mixed)
@@ -102,7 +105,7 @@ def test_mapped_batches_stay_valid_after_the_gate_closed_and_the_exchange_was_dr
     assert all(s["path"] == "local files" for s in stats)
     assert sum(s["mapped_bytes"] for s in stats) > 0.9 * sum(s["bytes"] for s in stats)  # large buffers: mapped
     assert min(len(b.column(0).buffers()[1]) for b in kept if b.num_rows > 10_000) >= MAP_MIN // 2
-    spill = [Path(p["spill"]) for p in desc["producers"]]
+    spill = [Path(p["spill"]) for p in desc.producers]
     ex.drop_exchange("mapped", config)  # the service unlinks the files; the live batches keep their pages
     assert not any(p.exists() for p in spill)
     gc.collect()
@@ -117,8 +120,8 @@ def test_a_flipped_byte_in_a_mapped_buffer_is_corrupt_and_truncation_is_lost_not
                            **options("mapped-bad", partitionType="BLOCKING", bufferSize="1m"))
     write(config, 1, 300_000)
     desc = ex.describe_exchange(config)
-    pid = desc["producers"][0]["partition"]
-    data = Path(desc["producers"][0]["spill"])
+    pid = desc.producers[0]["partition"]
+    data = Path(desc.producers[0]["spill"])
     entries = [e for e in read_index(str(data.with_suffix(".index")), 1) if e[3] == BufferKind.DATA]
     _seq, offset, length, _kind, _flags = max(entries, key=lambda e: e[2])
     assert length >= MAP_MIN
@@ -205,7 +208,7 @@ def test_an_early_stop_and_a_failed_read_close_every_file(tmp_service):
         next(reader)
         reader.close()  # the task stops after one batch (a limit)
     assert open_fds() <= before
-    data = Path(desc["producers"][3]["spill"])
+    data = Path(desc.producers[3]["spill"])
     _seq, offset, length, _kind, _flags = next(e for e in read_index(str(data.with_suffix(".index")), 0)
                                                if e[3] == BufferKind.DATA)
     with open(data, "r+b") as f:  # a checksum fails in the middle of the read (the fourth file)
@@ -214,7 +217,7 @@ def test_an_early_stop_and_a_failed_read_close_every_file(tmp_service):
     with pytest.raises(ExchangeReadError, match="corrupt"):
         list(gate_of(svc, config, 0, desc))
     assert open_fds() <= before  # while the error (and its traceback's frames) is still alive
-    last = Path(desc["producers"][-1]["spill"])
+    last = Path(desc.producers[-1]["spill"])
     last.with_suffix(".index").write_bytes(b"not an index")
     for _ in range(3):
         with pytest.raises(ExchangeReadError, match="corrupt"):

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import ExchangeLost, ExchangeNotFound
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 
 SCHEMA = pa.schema([pa.field("a", pa.int64())])
 
@@ -24,7 +25,7 @@ def write(cfg, rows: int = 100) -> None:
     handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
     task = ex.ProducerTask(handle, 0, "a0")
     task.write([pa.record_batch([pa.array(range(rows))], schema=SCHEMA)])
-    ex.commit_write(handle, [task.finish()["partition"]])
+    wh.commit_write(handle, [task.finish()["partition"]])
 
 
 def test_successor_of_a_killed_service_knows_its_exchanges_were_lost(tmp_service, tmp_path):

@@ -14,11 +14,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-
 from harness import client_config
+from test_bad_input import RawClient, healthy
+from test_service import SCHEMA, Worker, join_all, producer_batches
+
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
+from sparkflow_exchange.buffer_kinds import BufferKind
 from sparkflow_exchange.network.protocol import (
-    BufferKind,
     BufferResponse,
     ErrorResponse,
     FinishPartition,
@@ -30,8 +33,6 @@ from sparkflow_exchange.network.protocol import (
     RegisterPartition,
 )
 from sparkflow_exchange.writer.selectors import make_selector
-from test_bad_input import RawClient, healthy
-from test_service import SCHEMA, Worker, join_all, producer_batches
 
 MiB = 1 << 20
 
@@ -64,7 +65,7 @@ def write_exchange(svc, name: str, producers: int, n: int, rows: int, wave: int)
         for task in tasks:
             task.write(data[task.index])
         finished += [task.finish()["partition"] for task in tasks]
-    ex.commit_write(handle, finished)
+    wh.commit_write(handle, finished)
     return data
 
 
@@ -126,7 +127,7 @@ def test_service_rss_stays_within_the_budget_with_many_concurrent_partitions(tmp
         handle = ex.declare_write(cfg, schema, overwrite=True)
         task = ex.ProducerTask(handle, 0, "a0")
         task.write(block for _ in range(rows_each // block.num_rows))
-        ex.commit_write(handle, [task.finish()["partition"]])
+        wh.commit_write(handle, [task.finish()["partition"]])
 
     counts: dict[str, int] = {}
 
@@ -221,7 +222,7 @@ def test_bounded_writer_waits_for_memory_and_proceeds_when_a_consumer_frees_it(t
     credit = a.next()
     assert isinstance(credit, ProducerCredit) and credit.credit == 4  # alone: its whole maximum
     payloads = [bytes([i]) * 1000 for i in range(4)]
-    for i, p in enumerate(payloads):
+    for p in payloads:
         a.send(PushBuffer(1, 0, BufferKind.DATA, 0, p))
     a.send(FinishPartition(1))
     assert isinstance(a.next(), PartitionFinished)
@@ -300,8 +301,9 @@ def test_hybrid_writer_on_the_service_host_with_no_memory_free_goes_to_disk(tmp_
     """A budget of one slot, all of it set aside for the running writer's frame in flight: every HYBRID
     buffer written into a shared slot goes to the spill file only, its slot comes straight back (the
     writer never waits), and both reads are exact."""
-    from sparkflow_exchange.partition import shared_arena
     from test_shared_memory import write_and_read
+
+    from sparkflow_exchange.partition import shared_arena
 
     if not shared_arena.available():
         pytest.skip("no writable /dev/shm")

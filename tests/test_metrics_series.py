@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "deploy" / "grafana" / "sparkflow-exchange.json"
 PROMQL_WORDS = {"sum", "by", "rate", "max", "on", "group_left", "label_values", "service", "exchange", "path",
@@ -32,12 +33,12 @@ def _write(config, rows: int) -> None:
     producers = [ex.ProducerTask(handle, i, f"a{i}") for i in range(2)]
     for p in producers:
         p.write([pa.record_batch([pa.array(range(rows), pa.int64())], schema=schema)])
-    ex.commit_write(handle, [p.finish()["partition"] for p in producers])
+    wh.commit_write(handle, [p.finish()["partition"] for p in producers])
 
 
 def _read_all(config) -> int:
     desc = ex.describe_exchange(config)
-    return sum(b.num_rows for i in range(desc["num_subpartitions"]) for b in ex.read_subpartition(config, desc, i))
+    return sum(b.num_rows for i in range(desc.num_subpartitions) for b in ex.read_subpartition(config, desc, i))
 
 
 def _series(body: str) -> set[str]:

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from harness import start_service
 
 BIN = Path(sys.executable).parent

@@ -12,9 +12,8 @@ import os
 import signal
 import uuid
 
-import pytest
-
 import multihost
+import pytest
 
 pytestmark = [pytest.mark.spark, pytest.mark.multihost]
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 from conftest import run_app_with_jar
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from harness import start_service
+
 from sparkflow_exchange.config import ENV_CONF
 from sparkflow_exchange.service.private_files import write_private
 

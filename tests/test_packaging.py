@@ -16,14 +16,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from harness import stop_embedded
 
 pytestmark = pytest.mark.packaging
 ROOT = Path(__file__).resolve().parent.parent
 JAR_IN_WHEEL = "sparkflow_exchange/jars/sparkflow-exchange-plugin.jar"
 PLUGIN_CLASS = "org/sparkflow/exchange/ExchangePlugin.class"
-CONTRACT_CLASS = "org/sparkflow/exchange/wire/Contract.class"  # generated from contract.json at the build
+CONTRACT_CLASS = "org/sparkflow/exchange/contract/Contract.class"  # generated from contract.json at the build
 
 
 @pytest.fixture(scope="module")

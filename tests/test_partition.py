@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from sparkflow_exchange.network.protocol import BROADCAST, END_COUNTS, BufferKind
+from sparkflow_exchange.buffer_kinds import BROADCAST, END_COUNTS, BufferKind
 from sparkflow_exchange.partition.buffer_pool import MemoryBudget
 from sparkflow_exchange.partition.result_partition import PartitionStateError, ResultPartition
 from sparkflow_exchange.partition.spill import read_index
@@ -200,7 +200,7 @@ def test_blocking_index_lists_every_buffer(tmp_path):
     for s in range(2):
         entries = read_index(part.spill.index_path, s)
         assert [e[0] for e in entries] == list(range(len(expected[s]) + 1))  # + end of partition
-        for (seq, off, length, kind, flags), (ekind, epayload) in zip(entries, expected[s]):
+        for (_seq, off, length, kind, _flags), (ekind, epayload) in zip(entries, expected[s]):
             assert kind == ekind
             assert data[off : off + length] == epayload
         assert entries[-1][3] == EOP

@@ -7,7 +7,7 @@ import sys
 
 from harness import fresh_python
 
-HEAVY = ("pyarrow", "numpy", "sparkflow_exchange.exchange", "sparkflow_exchange.streaming",
+HEAVY = ("pyarrow", "numpy", "sparkflow_exchange.exchange", "sparkflow_exchange.spark.streaming",
          "sparkflow_exchange.network.blocking_client", "sparkflow_exchange.service.discovery")
 
 
@@ -24,7 +24,7 @@ def test_the_commit_worker_unpickles_the_writer_without_arrow_or_the_data_path()
     import pickle
 
     from sparkflow_exchange.config import ExchangeConfig
-    from sparkflow_exchange.datasource import PipelinedWriter
+    from sparkflow_exchange.spark.datasource import PipelinedWriter
     from sparkflow_exchange.write_handle import WriteHandle
 
     handle = WriteHandle(ExchangeConfig.load({"exchange": "orders"}), "orders", 3, "w-1", "c2NoZW1h", 8, "hash")
@@ -53,7 +53,7 @@ def test_planning_a_read_loads_no_data_path(tmp_service):
         w.write(batch)
     heavy = ("asyncio", "sparkflow_exchange.exchange", "sparkflow_exchange.consumer.input_gate")  # pyarrow loads numpy
     code = ("import sys\n"
-            "from sparkflow_exchange.datasource import PipelinedDataSource\n"
+            "from sparkflow_exchange.spark.datasource import PipelinedDataSource\n"
             f"ds = PipelinedDataSource({{'exchange': 'planned', **{settings!r}}})\n"
             "schema = ds.schema()\n"
             "parts = ds.reader(schema).partitions()\n"

@@ -17,9 +17,8 @@ import threading
 import time
 
 import pytest
-
 from harness import client_config
-from sparkflow_exchange.network import auth
+
 from sparkflow_exchange.network.aio_client import rpc_once
 from sparkflow_exchange.service.discovery import Endpoints
 

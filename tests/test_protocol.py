@@ -7,6 +7,7 @@ import struct
 
 import pytest
 
+from sparkflow_exchange import buffer_kinds as bk
 from sparkflow_exchange.network import protocol as p
 from sparkflow_exchange.network.protocol import (
     MAGIC,
@@ -31,26 +32,26 @@ MESSAGES = [
     p.ResumeConsumption(42),
     p.CancelPartitionRequest(42),
     p.CloseRequest(),
-    p.BufferResponse(42, 9, 3, p.BufferKind.DATA, p.FLAG_COMPRESSED, b"payload bytes"),
-    p.BufferResponse(-1, 0, 0, p.BufferKind.END_OF_PARTITION, 0, b""),
+    p.BufferResponse(42, 9, 3, bk.BufferKind.DATA, bk.FLAG_COMPRESSED, b"payload bytes"),
+    p.BufferResponse(-1, 0, 0, bk.BufferKind.END_OF_PARTITION, 0, b""),
     p.BufferResponse(7, 1, 0, 255, 0, "partition failed: boom".encode()),
     p.ErrorResponse("it broke", 42, True, "fatal-code"),
     p.ErrorResponse("connection-level", None, False),
     p.RegisterPartition("part-0", 4, "HYBRID", "ex-1", "attempt-0"),
     p.PartitionRegistered("part-0", 11, 8, 32768),
-    p.PushBuffer(11, -1, p.BufferKind.DATA, 0, b"broadcast"),
-    p.PushBuffer(11, 2, p.BufferKind.MARKER, 1, memoryview(b"marker")),
+    p.PushBuffer(11, -1, bk.BufferKind.DATA, 0, b"broadcast"),
+    p.PushBuffer(11, 2, bk.BufferKind.MARKER, 1, memoryview(b"marker")),
     p.ProducerCredit(11, 3),
     p.RegisterPartition("part-1", 2, "HYBRID", "ex-1", "attempt-0", 1 << 20, 16, "/dev/shm/sparkflow-arena-1-ab", 16, 1114112),
     p.PartitionRegistered("part-1", 12, 0, 1 << 20, 16),
-    p.PushSharedBuffer(12, 1, p.BufferKind.DATA, 0, 15, 264, 1048576),
+    p.PushSharedBuffer(12, 1, bk.BufferKind.DATA, 0, 15, 264, 1048576),
     p.SlotsFreed(12, (3, 0, 15)),
-    p.PushRegion(11, p.BufferKind.DATA, 0, ((0, 0, 5), (3, 5, 4), (7, 9, 0)), b"aaaaabbbb"),
-    p.PushSharedRegion(12, p.BufferKind.DATA, p.FLAG_COMPRESSED, 4, ((1, 264, 1000), (2, 1264, 64))),
+    p.PushRegion(11, bk.BufferKind.DATA, 0, ((0, 0, 5), (3, 5, 4), (7, 9, 0)), b"aaaaabbbb"),
+    p.PushSharedRegion(12, bk.BufferKind.DATA, bk.FLAG_COMPRESSED, 4, ((1, 264, 1000), (2, 1264, 64))),
     p.SlotsFreed(12, ()),
     p.SharedBuffersRead(42, 3),
     p.PartitionRequest("part-1", 0, 43, 2, 0, True),
-    p.BufferResponse(43, 0, 1, p.BufferKind.DATA, p.FLAG_SHARED,
+    p.BufferResponse(43, 0, 1, bk.BufferKind.DATA, bk.FLAG_SHARED,
                      p.SharedRef("/dev/shm/sparkflow-arena-1-ab", 1 << 20, 4096).pack()),
     p.FinishPartition(11),
     p.FinishPartition(11, {"buffers": [3, 0, 7], "rows": [300, 0, 9000]}),
@@ -116,7 +117,7 @@ def test_encode_pieces_do_not_copy_payload_and_length_counts_rest():
 
 @pytest.mark.parametrize("chunk", [1, 7, 4096, 65536])
 def test_large_payload_split_across_many_feeds(chunk):
-    msg = p.BufferResponse(5, 123456789, 77, p.BufferKind.DATA, 0, BIG)
+    msg = p.BufferResponse(5, 123456789, 77, bk.BufferKind.DATA, 0, BIG)
     data = encode_bytes(msg)
     dec = FrameDecoder()
     out = []

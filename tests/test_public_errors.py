@@ -7,10 +7,11 @@ import signal
 import numpy as np
 import pyarrow as pa
 import pytest
+from harness import client_config
 
 import sparkflow_exchange as sfx
-from harness import client_config
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 
 SCHEMA = pa.schema([pa.field("a", pa.int64()), pa.field("pad", pa.string())])
 
@@ -56,7 +57,7 @@ def test_storage_that_refuses_a_write_is_a_storage_error_and_the_service_goes_on
     handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
     task = ex.ProducerTask(handle, 0, "a0")
     task.write([batch(10)])
-    ex.commit_write(handle, [task.finish()["partition"]])
+    wh.commit_write(handle, [task.finish()["partition"]])
     desc = ex.describe_exchange(cfg)
     assert sum(b.num_rows for s in range(2) for b in ex.read_subpartition(cfg, desc, s)) == 10
 
@@ -67,6 +68,6 @@ def test_a_refusal_of_the_coordinator_is_its_class(tmp_service):
         ex.describe_exchange(client_config(svc, exchange="nobody-wrote-this", declareTimeout="0.1"))
     cfg = client_config(svc, exchange="w", keys="a", numSubpartitions=2)
     handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
-    ex.commit_write(handle, [])
+    wh.commit_write(handle, [])
     with pytest.raises(sfx.InvalidRequest, match="is not open"):
-        ex.commit_write(handle, [])
+        wh.commit_write(handle, [])

@@ -12,10 +12,11 @@ import time
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
-from sparkflow_exchange.consumer.input_gate import ExchangeReadError
+from sparkflow_exchange import write_handle as wh
+from sparkflow_exchange.errors import ExchangeReadError
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
 WIDTH = 4
@@ -52,7 +53,7 @@ def write(config, number: int, rows: int, *, overwrite: bool, producers: int = 2
         task.write([rows_of(number, rows, p, producers)])
         parts.append(task.finish()["partition"])
     if commit:
-        ex.commit_write(handle, parts)
+        wh.commit_write(handle, parts)
     return handle, parts
 
 
@@ -75,8 +76,8 @@ def test_tasks_of_a_read_planned_during_an_append_see_the_same_commits(tmp_servi
     write(config, 0, 3000, overwrite=True)
     handle, parts = write(config, 1, 2000, overwrite=False, commit=False)
     desc = ex.describe_exchange(config)  # the read's plan: not sealed (append 1 is open)
-    assert not desc["sealed"]
-    ex.commit_write(handle, parts)
+    assert not desc.sealed
+    wh.commit_write(handle, parts)
     first = ids(ex.read_subpartition(config, desc, 0))
     write(config, 2, 4000, overwrite=False)
     rest = [i for sub in range(1, WIDTH) for i in ids(ex.read_subpartition(config, desc, sub))]
@@ -92,12 +93,12 @@ def test_read_planned_before_the_first_commit_ends_at_that_commit(tmp_service, w
     config = config_for(svc, f"first-{where}", where)
     handle = ex.declare_write(config, SCHEMA, overwrite=True)
     desc = ex.describe_exchange(config)
-    assert not desc["sealed"] and desc["seals"] == 0
+    assert not desc.sealed and desc.seals == 0
     readers = [ex.read_subpartition(config, desc, sub) for sub in range(WIDTH)]
     task = ex.ProducerTask(handle, 0, "a")
     task.write([rows_of(0, 5000)])
     got = [next(r) for r in readers]  # every read is under way, streaming the running write
-    ex.commit_write(handle, [task.finish()["partition"]])
+    wh.commit_write(handle, [task.finish()["partition"]])
     write(config, 1, 2000, overwrite=False)
     got += [b for r in readers for b in r]
     assert sorted(ids(got)) == expected((0, 5000))
@@ -114,14 +115,14 @@ def test_producers_of_a_later_append_never_reach_a_running_read(tmp_service):
     task = ex.ProducerTask(handle, 0, "a")
     task.write([rows_of(0, 40_000)])  # many buffers: one credit holds the rest on the service
     got = [next(reader)]
-    ex.commit_write(handle, [task.finish()["partition"]])
+    wh.commit_write(handle, [task.finish()["partition"]])
     sealed = ex.describe_exchange(config)  # a plan of write 0 alone, read at the end for comparison
     later = ex.declare_write(config, SCHEMA, overwrite=False)
     running = ex.ProducerTask(later, 0, "b")
     running.write([rows_of(1, 40_000)])  # pushed while the read above still runs
     got += list(reader)
     assert sorted(ids(got)) == sorted(ids(ex.read_subpartition(config, sealed, 0)))
-    ex.commit_write(later, [running.finish()["partition"]])
+    wh.commit_write(later, [running.finish()["partition"]])
     assert read_all(config, ex.describe_exchange(config)) == expected((0, 40_000), (1, 40_000))
 
 
@@ -131,7 +132,7 @@ def test_append_committed_during_a_planned_read_is_not_part_of_it(tmp_service, w
     config = config_for(svc, f"planned-{where}", where)
     write(config, 0, 3000, overwrite=True)
     desc = ex.describe_exchange(config)
-    assert desc["sealed"]
+    assert desc.sealed
     reader = ex.read_subpartition(config, desc, 0)
     got = [next(reader)]
     write(config, 1, 2000, overwrite=False)

@@ -7,9 +7,10 @@ import threading
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.errors import ExchangeNotFound
 
 
@@ -27,7 +28,7 @@ class Records(logging.Handler):
 @pytest.fixture
 def records():
     handler = Records()
-    logger = logging.getLogger("sparkflow_exchange.description")
+    logger = logging.getLogger("sparkflow_exchange.calls")
     logger.addHandler(handler)
     yield handler
     logger.removeHandler(handler)
@@ -47,15 +48,15 @@ def test_a_read_waiting_for_its_exchange_says_so_at_once(tmp_service, records):
     schema = pa.schema([pa.field("id", pa.int64())])
     handle = ex.declare_write(config, schema, overwrite=True)  # the writer comes: the wait ends with its description
     reader.join(120)
-    assert found and found[0]["name"] == "late\nname" and found[0]["arrow_schema"] == schema
-    ex.abort_write(handle)
+    assert found and found[0].name == "late\nname" and found[0].arrow_schema == schema
+    wh.abort_write(handle)
 
 
 def test_a_declared_exchange_is_read_without_a_word(tmp_service, records):
     svc = tmp_service()
     config = client_config(svc, exchange="on-time", partitioner="forward", numSubpartitions=1)
     ex.declare_write(config, pa.schema([pa.field("id", pa.int64())]), overwrite=True)
-    assert ex.describe_exchange(config)["name"] == "on-time"
+    assert ex.describe_exchange(config).name == "on-time"
     assert records.messages == []
 
 

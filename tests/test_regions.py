@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from test_bad_input import RawClient, healthy
 
 from sparkflow_exchange.buffer import decode, seal
+from sparkflow_exchange.buffer_kinds import FLAG_SHARED, BufferKind
 from sparkflow_exchange.network.protocol import (
-    FLAG_SHARED,
-    BufferKind,
     BufferResponse,
     ErrorResponse,
     FinishPartition,
@@ -33,7 +33,6 @@ from sparkflow_exchange.network.protocol import (
 from sparkflow_exchange.partition import shared_arena
 from sparkflow_exchange.partition.shared_arena import SharedArena
 from sparkflow_exchange.partition.spill import read_index
-from test_bad_input import RawClient, healthy
 
 SCHEMA = pa.schema([pa.field("v", pa.int64())])
 N = 4  # subpartitions

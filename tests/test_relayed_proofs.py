@@ -18,15 +18,24 @@ import time
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from harness import client_config, start_service
+
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.buffer import schema_to_b64
 from sparkflow_exchange.errors import AuthenticationFailed, ErrorCode, InvalidRequest
 from sparkflow_exchange.network.aio_client import open_connection
 from sparkflow_exchange.network.blocking_client import BlockingConnection, ServiceError
-from sparkflow_exchange.network.protocol import (FrameDecoder, Hello, PartitionRegistered, RegisterPartition, RpcRequest,
-                                                RpcResponse, ServerHello, encode_bytes)
+from sparkflow_exchange.network.protocol import (
+    FrameDecoder,
+    Hello,
+    PartitionRegistered,
+    RegisterPartition,
+    RpcRequest,
+    RpcResponse,
+    ServerHello,
+    encode_bytes,
+)
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
 SECRETS = {"alice": "alice-secret-0123456789", "bob": "bob-secret-0123456789"}
@@ -207,6 +216,6 @@ def test_owners_still_write_and_read_through_registered_services(shared):
     handle = ex.declare_write(alice, SCHEMA, overwrite=True)
     task = ex.ProducerTask(handle, 0, "t0")
     task.write([pa.record_batch([pa.array(np.arange(100, dtype=np.int64))], schema=SCHEMA)])
-    ex.commit_write(handle, [task.finish()["partition"]])
+    wh.commit_write(handle, [task.finish()["partition"]])
     desc = ex.describe_exchange(alice)
     assert sum(b.num_rows for sub in range(2) for b in ex.read_subpartition(alice, desc, sub)) == 100

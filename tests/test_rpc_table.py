@@ -10,8 +10,9 @@ import pytest
 import sparkflow_exchange
 from sparkflow_exchange import errors
 from sparkflow_exchange.errors import ErrorCode, InvalidRequest, code_of, error_for
-from sparkflow_exchange.network.rpc import PID_MAX, RPCS, check_args
+from sparkflow_exchange.network.rpc import PID_MAX, RPCS, Who, check_args
 from sparkflow_exchange.service.coordinator import Coordinator
+from sparkflow_exchange.service.rpc_handlers import ExchangeCalls, ServiceCalls
 from sparkflow_exchange.service.streams import StreamRegistry
 
 DECLARE = {"name": "x", "schema": "s", "num_subpartitions": 4, "partitioner": {"name": "hash"},
@@ -58,71 +59,33 @@ def test_good_arguments_pass(method, args):
     check_args(method, args)
 
 
-SERVICE_SUPPLIED = {"owner"}  # the connection's credential, set by the service: never the client's say
+SERVICE_SUPPLIED = {"owner", "conn"}  # the connection's credential and the connection: never the client's say
 
 
-def _params(fn) -> set[str]:
-    return {n for n, p in inspect.signature(fn).parameters.items() if n != "self"} - SERVICE_SUPPLIED
+def _roles() -> dict[str, object]:
+    """What each role of the table is in a service with the coordinator (classes where a service is needed)."""
+    coordinator = Coordinator(lambda targets, reason="", code="": None)
+    streams = StreamRegistry(coordinator)
+    return {"service": ServiceCalls, "exchanges": ExchangeCalls, "coordinator": coordinator, "streams": streams,
+            "groups": streams.groups}
 
 
-@pytest.mark.parametrize("method, handler", [
-    ("declare", Coordinator.declare), ("register_producer", Coordinator.register_producer),
-    ("producer_finished", Coordinator.producer_finished), ("producer_failed", Coordinator.producer_failed),
-    ("commit", Coordinator.commit), ("abort", Coordinator.abort), ("drop", Coordinator.drop),
-    ("stream_declare", StreamRegistry.declare), ("stream_begin_epoch", StreamRegistry.begin_epoch),
-    ("stream_commit_epoch", StreamRegistry.commit_epoch), ("stream_abort_epoch", StreamRegistry.abort_epoch),
-    ("stream_describe", StreamRegistry.describe), ("stream_join", StreamRegistry.join),
-    ("stream_latest", StreamRegistry.latest), ("stream_plan", StreamRegistry.plan),
-    ("stream_commit_group", StreamRegistry.commit_group), ("stream_leave", StreamRegistry.leave),
-])
-def test_the_table_matches_the_handlers(method, handler):
-    """The table names exactly the handler's arguments, and requires those the handler requires."""
-    table = set(RPCS[method])
+def _params(fn) -> dict[str, inspect.Parameter]:
+    return {n: p for n, p in inspect.signature(fn).parameters.items() if n != "self" and n not in SERVICE_SUPPLIED}
+
+
+@pytest.mark.parametrize("method", sorted(RPCS))
+def test_each_row_names_its_handler_and_exactly_its_arguments(method):
+    """One row is the whole RPC: its handler takes exactly the arguments the row lists (besides what the service
+    gives), and every argument the handler requires the row requires."""
+    row = RPCS[method]
+    handler = getattr(_roles()[row.role], row.method)
     params = _params(handler)
-    assert table == params
-    required = {n for n, p in inspect.signature(handler).parameters.items()
-                if n != "self" and p.default is inspect.Parameter.empty}
-    assert required <= {n for n, a in RPCS[method].items() if a.required}
-
-
-def test_get_exchange_table_matches_the_coordinator():
-    assert set(RPCS["get_exchange"]) - {"allow_stream"} == _params(Coordinator.get_exchange)
-
-
-def test_the_table_names_every_argument_the_service_reads_itself():
-    """The methods the service answers inline (not through a handler's signature): every ``args[...]`` and
-    ``args.get(...)`` of their branch is in the table, so a new argument cannot be refused as unknown."""
-    import ast
-    from pathlib import Path
-
-    from sparkflow_exchange.service import exchange_service
-
-    tree = ast.parse(Path(exchange_service.__file__).read_text())
-    rpc = next(n for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef) and n.name == "rpc")
-    seen = {}
-    for branch in ast.walk(rpc):
-        if not (isinstance(branch, ast.If) and isinstance(branch.test, (ast.Compare, ast.BoolOp))):
-            continue
-        test = branch.test.values[0] if isinstance(branch.test, ast.BoolOp) else branch.test
-        if not (isinstance(test, ast.Compare) and getattr(test.left, "id", None) == "method"
-                and isinstance(test.comparators[0], ast.Constant)):
-            continue
-        names = set()
-        for node in ast.walk(branch):
-            if isinstance(node, ast.Subscript) and getattr(node.value, "id", None) == "args":
-                names.add(node.slice.value)
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and getattr(node.func.value, "id", None) == "args" and node.args:
-                names.add(node.args[0].value)
-        seen[test.comparators[0].value] = names
-    assert {"attach_app", "report_file_reads", "release_partitions", "subscribe"} <= set(seen)
-    for method, names in seen.items():
-        assert names <= set(RPCS[method]), (method, names - set(RPCS[method]))
-
-
-def test_subscribe_table_matches_the_coordinator():
-    """A subscription names its topic (the connection's); the rest goes to the coordinator."""
-    assert set(RPCS["subscribe"]) == _params(Coordinator.subscribe) - {"callback"} | {"topic"}
+    assert set(row) == set(params), (method, set(row) ^ set(params))
+    required = {n for n, p in params.items() if p.default is inspect.Parameter.empty}
+    assert required <= {n for n, a in row.items() if a.required}
+    if row.who is not Who.ANY:
+        assert row.doing, f"{method}: a refusal says what it does"
 
 
 @pytest.mark.parametrize("code, cls", [

@@ -7,9 +7,10 @@ import time
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.partition import shared_arena
 from sparkflow_exchange.writer.selectors import make_selector
 
@@ -94,7 +95,7 @@ def test_two_hosts_four_producers_three_consumers(tmp_service, partition_type):
         svc = host_a if p < 2 else host_b
         # even producers reach their service over its Unix socket (shared-memory slots), odd ones over TCP
         cfg = client_config(host_a, service=svc.unix if p % 2 == 0 else svc.tcp, hostId=svc.info["host_id"], **base)
-        run_producer(cfg, ex.WriteHandle(cfg, handle.name, handle.epoch, handle.write_id, handle.schema_b64,
+        run_producer(cfg, wh.WriteHandle(cfg, handle.name, handle.epoch, handle.write_id, handle.schema_b64,
                                          handle.num_subpartitions, handle.partitioner), p, data[p], results, shared)
 
     consumers = [Worker(consume, s) for s in range(n)]
@@ -108,7 +109,7 @@ def test_two_hosts_four_producers_three_consumers(tmp_service, partition_type):
         for t in writers:
             t.start()
     join_all(writers, deadline)
-    ex.commit_write(handle, [results[p] for p in range(producers)])
+    wh.commit_write(handle, [results[p] for p in range(producers)])
     if not streaming:
         for t in consumers:
             t.start()
@@ -154,7 +155,7 @@ def test_backpressure_bounds_memory_and_spares_other_channels(tmp_service):
         task = ex.ProducerTask(handles[name], 0, "a0")
         producers[name] = task
         task.write(block for _ in range(rows // block.num_rows))
-        ex.commit_write(handles[name], [task.finish()["partition"]])
+        wh.commit_write(handles[name], [task.finish()["partition"]])
 
     def consume(name: str, delay: float) -> None:
         desc = ex.describe_exchange(configs[name])
@@ -205,7 +206,7 @@ def test_hybrid_without_consumer_spills_and_serves_everything_twice(tmp_service)
     batches = producer_batches(0, 60_000)
     results: dict[int, str] = {}
     run_producer(cfg, handle, 0, batches, results)
-    ex.commit_write(handle, [results[0]])
+    wh.commit_write(handle, [results[0]])
     part = svc.status()["partitions"][0]
     # finished and on disk: it holds no memory and no pool any more (it used to keep its 4 slots)
     assert part["pool_used"] == part["pool_slots"] == 0 and part["pool_max_slots"] == 4
@@ -245,7 +246,7 @@ def test_output_flusher_sends_a_trickle_within_the_buffer_timeout(tmp_service):
 
     def consume() -> None:
         desc = ex.describe_exchange(cfg)
-        for batch in ex.read_subpartition(cfg, desc, 0):
+        for _batch in ex.read_subpartition(cfg, desc, 0):
             arrived.append(time.monotonic())
 
     reader = threading.Thread(target=consume)
@@ -258,7 +259,7 @@ def test_output_flusher_sends_a_trickle_within_the_buffer_timeout(tmp_service):
         time.sleep(0.01)
     assert arrived, "a partly filled buffer never reached the running reader"
     assert arrived[0] - sent < 1.0
-    ex.commit_write(handle, [task.finish()["partition"]])
+    wh.commit_write(handle, [task.finish()["partition"]])
     reader.join(10)
     assert not reader.is_alive()
 
@@ -266,7 +267,8 @@ def test_output_flusher_sends_a_trickle_within_the_buffer_timeout(tmp_service):
 @pytest.mark.parametrize("partition_type", ["BLOCKING", "HYBRID"])
 def test_partition_request_resumes_from_a_sequence_number(tmp_service, partition_type):
     """A consumer that reconnects asks for the rest only: buffers from ``resume_from`` on, in order."""
-    from sparkflow_exchange.network.protocol import BufferKind, BufferResponse, PartitionRequest
+    from sparkflow_exchange.buffer_kinds import BufferKind
+    from sparkflow_exchange.network.protocol import BufferResponse, PartitionRequest
 
     svc = tmp_service()
     cfg = client_config(svc, exchange=f"resume-{partition_type}", partitioner="forward", numSubpartitions=1,
@@ -274,7 +276,7 @@ def test_partition_request_resumes_from_a_sequence_number(tmp_service, partition
     handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
     results: dict[int, str] = {}
     run_producer(cfg, handle, 0, producer_batches(0, 20_000), results)
-    ex.commit_write(handle, [results[0]])
+    wh.commit_write(handle, [results[0]])
 
     def fetch(resume_from: int) -> list[BufferResponse]:
         got = []
@@ -303,7 +305,7 @@ def test_channel_reconnects_and_resumes_after_its_connection_drops(tmp_service):
     handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
     results: dict[int, str] = {}
     run_producer(cfg, handle, 0, producer_batches(0, 30_000), results)
-    ex.commit_write(handle, [results[0]])
+    wh.commit_write(handle, [results[0]])
     desc = ex.describe_exchange(cfg)
     runtime = ClientRuntime.get()
     seqs: list[int] = []
@@ -329,7 +331,7 @@ def test_an_append_may_bring_the_same_schema_serialised_otherwise_but_not_anothe
     svc = tmp_service()
     cfg = client_config(svc, exchange="same-schema")
     schema = pa.schema([("a", pa.int64()), ("b", pa.string())])
-    ex.commit_write(ex.declare_write(cfg.replace(num_subpartitions=2, keys=("a",)), schema, overwrite=True), [])
+    wh.commit_write(ex.declare_write(cfg.replace(num_subpartitions=2, keys=("a",)), schema, overwrite=True), [])
 
     def append(schema_b64: str) -> dict:
         return call(cfg, "declare", name="same-schema", schema=schema_b64, num_subpartitions=2,

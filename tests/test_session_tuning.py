@@ -5,9 +5,9 @@ import json
 import threading
 
 import pytest
-
 from probe_sink import PROBED_KEY, ProbeSink
-from sparkflow_exchange.session_tuning import UNCHECKED, unchecked_arrow_batches
+
+from sparkflow_exchange.spark.session_tuning import UNCHECKED, unchecked_arrow_batches
 
 pytestmark = pytest.mark.spark
 
@@ -92,7 +92,7 @@ def test_spark_settings_are_keys_spark_honours(spark):
     import os
 
     from sparkflow_exchange import SPARK_SETTINGS
-    from sparkflow_exchange.session_tuning import ARROW_MAX_BYTES_PER_BATCH, PYTHON_WORKER_UNIX_SOCKETS
+    from sparkflow_exchange.spark.session_tuning import ARROW_MAX_BYTES_PER_BATCH, PYTHON_WORKER_UNIX_SOCKETS
 
     assert SPARK_SETTINGS == {PYTHON_WORKER_UNIX_SOCKETS: "true", ARROW_MAX_BYTES_PER_BATCH: UNCHECKED}
     assert spark.sparkContext.getConf().get(PYTHON_WORKER_UNIX_SOCKETS) == "true"

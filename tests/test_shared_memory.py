@@ -9,12 +9,15 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 from harness import client_config
-from sparkflow_exchange.buffer import seal
+from test_bad_input import RawClient, healthy
+from test_service import SCHEMA, Worker, join_all, producer_batches, read_all
+
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
+from sparkflow_exchange.buffer import seal
+from sparkflow_exchange.buffer_kinds import FLAG_SHARED
 from sparkflow_exchange.network.protocol import (
-    FLAG_SHARED,
     BufferResponse,
     ErrorResponse,
     PartitionRegistered,
@@ -28,8 +31,6 @@ from sparkflow_exchange.network.protocol import (
 )
 from sparkflow_exchange.partition import shared_arena
 from sparkflow_exchange.partition.shared_arena import SharedArena, sweep_orphan_arenas
-from test_bad_input import RawClient, healthy
-from test_service import SCHEMA, Worker, join_all, producer_batches, read_all
 
 pytestmark = pytest.mark.skipif(not shared_arena.available(), reason="no writable /dev/shm")
 
@@ -66,7 +67,7 @@ def write_and_read(svc, partition_type: str, *, shared: bool = True, reads: int 
         # loaded machine) finds every buffer on disk already, or the finished file, and nothing is shared
         wait_for_reader(svc, task.partition)
         task.write(batches)
-        ex.commit_write(handle, [task.finish()["partition"]])
+        wh.commit_write(handle, [task.finish()["partition"]])
 
     def consume() -> None:
         tables.append(read_all(config, ex.describe_exchange(config), 0))
@@ -117,7 +118,7 @@ def test_writer_over_tcp_pushes_over_the_socket(tmp_service):
     task = ex.ProducerTask(handle, 0, "attempt-0")
     assert task.writer.arena is None  # another host as far as the service can tell
     task.write(producer_batches(0, 1000))
-    ex.commit_write(handle, [task.finish()["partition"]])
+    wh.commit_write(handle, [task.finish()["partition"]])
     assert read_all(config, ex.describe_exchange(config), 0).num_rows == 1000
     assert my_arenas() == []
 
@@ -296,7 +297,7 @@ def test_finished_partitions_do_not_keep_their_writers_arenas_mapped(tmp_service
         assert task.writer.arena is not None
         task.write(producer_batches(index, 20_000, batch_rows=5000))
         partitions.append(task.finish()["partition"])
-    ex.commit_write(handle, partitions)
+    wh.commit_write(handle, partitions)
     deadline = time.monotonic() + 10
     while _shmem_mib(svc.proc.pid) > 8 and time.monotonic() < deadline:  # the last connection closes meanwhile
         time.sleep(0.1)

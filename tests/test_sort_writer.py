@@ -8,9 +8,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.buffer import TRAILER_SIZE, BatchEncoder, Region, decode
 from sparkflow_exchange.writer.selectors import SelectorError, group_by_target, make_selector
 
@@ -145,7 +146,7 @@ def test_many_subpartitions_bounded_sort_buffer_read_back_exactly(tmp_service, p
             assert task.writer.regions_pushed == 0 and records.peak_held_bytes > 0
         assert (task.writer.buffers_shared > 0) == (shared and partition_type != "BLOCKING")  # regions in slots
         partitions.append(task.finish()["partition"])
-    ex.commit_write(handle, partitions)
+    wh.commit_write(handle, partitions)
     want = {p: expected_seqs(p, data[p], n) for p in range(2)}
     tables = read_back(cfg, n)
     assert sum(t.num_rows for t in tables) == 2 * rows
@@ -183,7 +184,7 @@ def test_sort_buffer_flushes_a_trickle_within_the_buffer_timeout(tmp_service):
         time.sleep(0.01)
     assert arrived, "rows in the sort buffer never reached the running reader"
     assert arrived[0] - sent < 1.0
-    ex.commit_write(handle, [task.finish()["partition"]])
+    wh.commit_write(handle, [task.finish()["partition"]])
     reader.join(10)
     assert not reader.is_alive()
 
@@ -208,7 +209,7 @@ def test_4000_subpartitions_every_row_back_in_its_subpartition(tmp_service, part
         task.write(data[p])
         assert task.records.sorting and task.writer.regions_pushed > 0
         partitions.append(task.finish()["partition"])
-    ex.commit_write(handle, partitions)
+    wh.commit_write(handle, partitions)
     want = {p: expected_seqs(p, data[p], n) for p in range(2)}
     selector = make_selector("hash", n, 0, SCHEMA, keys=("key",))
     desc = ex.describe_exchange(cfg)

@@ -11,8 +11,8 @@ import threading
 import time
 
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.network import auth
 from sparkflow_exchange.network.aio_client import open_connection
@@ -369,7 +369,7 @@ def test_clients_ask_again_while_the_service_has_no_room(tmp_service):
         refusals = refused()
         result: dict = {}
 
-        def client() -> None:
+        def client(attempt: str, result: dict) -> None:
             try:
                 if attempt == "blocking":
                     with endpoints.connect(svc.tcp, config, timeout=60) as conn:
@@ -379,7 +379,7 @@ def test_clients_ask_again_while_the_service_has_no_room(tmp_service):
             except Exception as exc:  # noqa: BLE001 - reported below
                 result["error"] = exc
 
-        thread = threading.Thread(target=client)
+        thread = threading.Thread(target=client, args=(attempt, result))
         thread.start()
         deadline = time.monotonic() + 60
         while refused() == refusals:  # refused once at least

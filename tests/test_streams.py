@@ -10,16 +10,14 @@ import time
 import numpy as np
 import pyarrow as pa
 import pytest
+from harness import client_config
 
 import sparkflow_exchange
-from harness import client_config
 from sparkflow_exchange import exchange as ex
-from sparkflow_exchange import streaming as st
-from sparkflow_exchange.calls import call
 from sparkflow_exchange.buffer_kinds import epoch_marker
-from sparkflow_exchange.consumer.input_gate import ExchangeReadError
-from sparkflow_exchange.errors import ExchangeError, ExchangeLost
-from sparkflow_exchange.network.blocking_client import ServiceError
+from sparkflow_exchange.calls import call
+from sparkflow_exchange.errors import ExchangeError, ExchangeLost, ExchangeReadError, ServiceError
+from sparkflow_exchange.spark import streaming as st
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
 QUERY = "writer-query-1"
@@ -220,7 +218,7 @@ def test_bad_uses_of_a_stream_get_clear_errors(stream, tmp_service):
     ex.declare_write(config.replace(exchange="batch-one"), SCHEMA, overwrite=True)
     with pytest.raises(ExchangeError, match="written by a batch job, not a streaming query"):
         st.describe_stream(config.replace(exchange="batch-one"))
-    assert ex.describe_exchange(config, allow_stream=True)["kind"] == "stream"
+    assert ex.describe_exchange(config, allow_stream=True).kind == "stream"
     assert ex.drop_exchange("events", config)["dropped"] == "events"
     with pytest.raises(ExchangeError, match="stream 'events' does not exist"):
         st.describe_stream(config)
@@ -361,3 +359,27 @@ def test_an_idle_reader_waits_for_the_next_commit_and_gets_it_at_once(stream):
     assert st.latest_epoch(config, group, 0, upto=0, wait=20)["epoch"] == 0  # availableNow: nothing more to wait for
     assert st.latest_epoch(config, group, 0, wait=0)["epoch"] == 0
     assert time.monotonic() - t0 < 5
+
+
+def test_a_stream_unused_for_ttl_is_dropped_and_one_in_use_is_kept(tmp_service):
+    """A stream expires as an exchange does: once neither its writer query nor a reader used it for ``ttl``, it
+    and its epochs go (their partitions freed); while its writer keeps calling it stays."""
+    svc = tmp_service(host_id="hostA", conf={"ttl": "2s"})
+    config = client_config(svc, hostId="hostA", exchange="idle", partitioner="hash", keys="id",
+                           numSubpartitions="2", declareTimeout="0.5s")
+    write_epoch(st.declare_stream(config, SCHEMA), 0, np.arange(100))
+    st.join_group(config, "gone")  # a reader query that stopped too
+    busy = st.declare_stream(config.replace(exchange="busy"), SCHEMA)
+    assert {e["name"] for e in status(svc)["exchanges"]} == {"idle", "busy"}
+    assert len(status(svc)["partitions"]) == 2
+    deadline = time.monotonic() + 30
+    epoch = 0
+    while time.monotonic() < deadline and "idle" in {e["name"] for e in status(svc)["exchanges"]}:
+        write_epoch(busy, epoch, np.arange(10), producers=1)  # the busy stream's writer keeps writing
+        epoch += 1
+        time.sleep(0.3)
+    names = {e["name"] for e in status(svc)["exchanges"]}
+    assert names == {"busy"}, names
+    assert all(p["exchange"].startswith("busy#") for p in status(svc)["partitions"])  # the idle one's were freed
+    with pytest.raises(ServiceError, match="stream 'idle' does not exist"):
+        st.join_group(config)

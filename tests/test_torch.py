@@ -190,7 +190,7 @@ def test_batches_cut_from_buffer_tensors_equal_batches_cut_as_arrow():
     """The default transform makes each decoded buffer tensors once and cuts views of them: the batches must
     be those of cutting the Arrow rows first and converting each batch, for batches inside one buffer, across
     buffers and at the end."""
-    from sparkflow_exchange.torch import _ArrowRows, _TensorRows, _buffer_tensors, _cut, to_tensors
+    from sparkflow_exchange.torch import _ArrowRows, _buffer_tensors, _cut, _TensorRows, to_tensors
 
     rng = np.random.default_rng(7)
     lengths = [1, 0, 700, 3, 1500, 64, 999]

@@ -18,7 +18,9 @@ import pytest
 pytest.importorskip("torch", reason="torch is an optional extra: pip install torch==2.13.0 (scripts/setup.sh)")
 
 from harness import client_config  # noqa: E402
+
 from sparkflow_exchange import exchange as ex  # noqa: E402
+from sparkflow_exchange import write_handle as wh  # noqa: E402
 from sparkflow_exchange.writer.spark_hash import spark_partition_ids  # noqa: E402
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("k", pa.int64(), nullable=False),
@@ -129,13 +131,13 @@ def test_a_slow_rank_holds_back_only_its_own_producers(tmp_service, partition_ty
             assert slow.read == BATCH
         hold.set()
         _wait(lambda: all(p.partition is not None for p in producers), "both producers to finish", *everyone)
-        ex.commit_write(handle, [p.partition for p in producers])
+        wh.commit_write(handle, [p.partition for p in producers])
         committed = True
         _wait(lambda: not fast.is_alive() and not slow.is_alive(), "both ranks to finish", *everyone)
     finally:
         hold.set()
         if not committed:
-            ex.abort_write(handle, "test ended")
+            wh.abort_write(handle, "test ended")
     assert fast.error is None and slow.error is None, (fast.error, slow.error)
     for rank, p in ((fast, producers[0]), (slow, producers[1])):
         got = np.sort(np.concatenate(rank.ids))

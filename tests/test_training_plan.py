@@ -5,8 +5,14 @@ import numpy as np
 import pytest
 
 from sparkflow_exchange.errors import ConfigError
-from sparkflow_exchange.training_plan import Balance, delivered, even_segments, plan_epoch, subpartition_order, \
-    whole_subpartitions
+from sparkflow_exchange.training_plan import (
+    Balance,
+    delivered,
+    even_segments,
+    plan_epoch,
+    subpartition_order,
+    whole_subpartitions,
+)
 
 CASES = [  # counts per subpartition: uniform, skewed, empty subpartitions, fewer subpartitions than readers
     np.full(16, 250),

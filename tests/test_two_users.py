@@ -11,7 +11,6 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
 import stat
 import subprocess
 import sys
@@ -31,6 +30,7 @@ CLIENT = r"""
 import json, sys
 import pyarrow as pa
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.config import ExchangeConfig
 
 sock, secret_file = sys.argv[1], sys.argv[2]
@@ -40,7 +40,7 @@ schema = pa.schema([pa.field("a", pa.int64())])
 handle = ex.declare_write(cfg, schema, overwrite=True)
 task = ex.ProducerTask(handle, 0, "a0")
 task.write([pa.record_batch([pa.array(range(1000))], schema=schema)])
-ex.commit_write(handle, [task.finish()["partition"]])
+wh.commit_write(handle, [task.finish()["partition"]])
 desc = ex.describe_exchange(cfg)
 values = sorted(v for s in range(2) for b in ex.read_subpartition(cfg, desc, s) for v in b.column(0).to_pylist())
 print(json.dumps({"rows": len(values), "exact": values == list(range(1000))}))

@@ -11,7 +11,7 @@ from chispa import assert_df_equality
 PROBE = textwrap.dedent("""
     import gc, json, sys, weakref
     from pyspark import TaskContext
-    from sparkflow_exchange.worker_heap import freeze_after_first, freezing_after
+    from sparkflow_exchange.spark.worker_heap import freeze_after_first, freezing_after
 
     out = {"outside_task": freeze_after_first("read")}
     out["frozen_outside"] = gc.get_freeze_count()

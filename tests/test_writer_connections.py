@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-
 from harness import client_config, start_service
+
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.network.blocking_client import WRITER_CONNECTIONS
 
 SCHEMA = pa.schema([("id", pa.int64()), ("key", pa.int64())])
@@ -25,7 +26,7 @@ def write_tasks(cfg, tasks: int, rows: int) -> list:
         conns.append(task.conn)
         task.write([batch(i * rows, rows)])
         parts.append(task.finish()["partition"])
-    ex.commit_write(handle, parts)
+    wh.commit_write(handle, parts)
     return conns
 
 

@@ -13,9 +13,10 @@ import time
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from harness import client_config
+
 from sparkflow_exchange import exchange as ex
+from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.errors import ExchangeError, ExchangeReplaced
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
@@ -145,7 +146,7 @@ def test_a_losing_attempt_is_told_it_lost_not_that_the_exchange_was_replaced(tmp
     winner.write([pa.record_batch([pa.array(np.arange(10, dtype=np.int64))], schema=SCHEMA)])
     winner_part = winner.finish()["partition"]
     loser = ex.ProducerTask(handle, 0, "a2")
-    ex.commit_write(handle, [winner_part])
+    wh.commit_write(handle, [winner_part])
     with pytest.raises(ExchangeError, match="another attempt of its task won the commit") as err:
         loser.write([pa.record_batch([pa.array(np.arange(200_000, dtype=np.int64))], schema=SCHEMA)])
         loser.finish()
@@ -162,14 +163,14 @@ def test_a_task_that_starts_after_the_drop_or_overwrite_is_told_which(tmp_servic
     with pytest.raises(ExchangeReplaced, match=how if how == "dropped" else "replaced"):
         ex.ProducerTask(handle, 0, "a")
     with pytest.raises(ExchangeReplaced):
-        ex.commit_write(handle, [])
+        wh.commit_write(handle, [])
 
 
 def test_a_write_abandoned_for_ttl_is_aborted_and_its_waiting_reader_told_why(tmp_service):
     """A job that died between its tasks' finish and its commit leaves its write open: after ttl with no task
     writing, the service aborts it (a reader waiting for its commit hears why) and the exchange can expire.
     A write whose task still runs is kept."""
-    from sparkflow_exchange.consumer.input_gate import ExchangeReadError
+    from sparkflow_exchange.errors import ExchangeReadError
 
     svc = tmp_service(conf={"ttl": "1s"})
     config = config_for(svc, "abandoned", "tcp", "HYBRID", readerTimeout="60s")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..network.protocol import BufferKind, ProtocolError
+from ..buffer_kinds import BufferKind
+from ..network.protocol import ProtocolError
 
 
 class FloatingBufferPool:

@@ -17,20 +17,18 @@ import asyncio
 import dataclasses
 import os
 import threading
-from typing import Any, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
 import pyarrow as pa
 
+from ..buffer_kinds import END_COUNTS, FLAG_SHARED, BufferKind
 from ..config import ExchangeConfig
 from ..errors import ErrorCode, ServiceError
-from ..kinds import RE_READABLE, ChannelState, PartitionState
+from ..kinds import ChannelState, PartitionState
 from ..network.aio_client import ClientConnection, ClientRuntime, next_receiver_id
 from ..network.protocol import (
-    END_COUNTS,
-    FLAG_SHARED,
     FRAME_POOL,
     AddCredit,
-    BufferKind,
     BufferResponse,
     CancelPartitionRequest,
     ErrorResponse,
@@ -41,8 +39,11 @@ from ..network.protocol import (
 )
 from ..partition import shared_arena
 from ..partition.shared_arena import ArenaError
-from .spill_data import OPEN_FILES, SpillData, open_spill_data
 from .buffer_manager import ChannelCredit, FloatingBufferPool
+from .spill_data import OPEN_FILES, SpillData, open_spill_data
+
+if TYPE_CHECKING:
+    from ..description import ExchangeDescription
 
 
 class Gate(Protocol):
@@ -50,7 +51,7 @@ class Gate(Protocol):
     connections, and where its buffers, ends and failures go."""
 
     config: ExchangeConfig
-    exchange: dict
+    exchange: ExchangeDescription
     name: str
     secret: str | None
     host_id: str
@@ -137,7 +138,7 @@ class InputChannel(Channel):
         self.credit = ChannelCredit(gate.config.buffers_per_channel, gate.floating, self.receiver_id)
         self.conn: ClientConnection | None = None
         self.next_seq = 0
-        self.resumable = gate.exchange.get("partition_type") in RE_READABLE
+        self.resumable = gate.exchange.partition_type.re_readable
         self.reconnects = 0
 
     async def request(self) -> None:
@@ -332,7 +333,7 @@ class LocalFileInputChannel(Channel):
             self._reading = True
         data = self._data
         try:
-            for seq, offset, length, kind, _flags in self._entries:
+            for _seq, offset, length, kind, _flags in self._entries:
                 if self.state != ChannelState.REQUESTED:
                     return
                 if kind == BufferKind.END_OF_PARTITION:

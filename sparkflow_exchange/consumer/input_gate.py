@@ -36,13 +36,14 @@ import pyarrow as pa
 from ..buffer import ChecksumError, decode
 from ..buffer_kinds import marker_epoch
 from ..config import ExchangeConfig
+from ..description import ExchangeDescription
+from ..errors import ErrorCode, ExchangeReadError, ServiceError
+from ..kinds import ChannelState, ExchangeState, Partitioner, PartitionState, PartitionType
 from ..network import auth
 from ..network.aio_client import ClientConnection, ClientRuntime
 from ..network.protocol import BufferResponse
 from ..partition.shared_arena import ArenaReader
 from ..pids import pid_alive
-from ..kinds import ChannelState, ExchangeState, PartitionState
-from ..errors import ErrorCode, ExchangeReadError, ServiceError  # noqa: F401 - ExchangeReadError: tests import it here
 from .buffer_manager import ChannelCredit, FloatingBufferPool
 from .input_channel import FileOpenError, InputChannel, LocalFileInputChannel, make_channel
 
@@ -63,7 +64,7 @@ class _End:
 
 
 class InputGate:
-    def __init__(self, config: ExchangeConfig, exchange: dict, subpartition: int, coordinator: str,
+    def __init__(self, config: ExchangeConfig, exchange: ExchangeDescription, subpartition: int, coordinator: str,
                  secret: str | None, host_id: str, local_service: str | None = None,
                  subpartition_end: int | None = None, producers: list[dict] | None = None,
                  marker: bytes | None = None) -> None:
@@ -73,14 +74,14 @@ class InputGate:
         self.expected_marker = marker
         self.config = config
         self.exchange = exchange
-        self.name = exchange["name"]
-        self.epoch = exchange["epoch"]
-        self.partitioner = exchange["partitioner"].get("name", "hash")
+        self.name = exchange.name
+        self.epoch = exchange.epoch
+        self.partitioner = exchange.partitioner.name
         self.subpartition = subpartition
         self.subpartition_end = subpartition_end
         self.plan = producers
         # planned while writes were open: this read reads the exchange's seal number ``read_seal`` (0-based)
-        seals = exchange.get("seals")
+        seals = exchange.seals
         self.read_seal: int | None = seals if producers is None and isinstance(seals, int) else None
         self.committed: set[str] = set()
         self._committed_order: list[str] = []
@@ -157,10 +158,10 @@ class InputGate:
 
     def _wanted(self, producer: dict) -> int | None:
         """The subpartition of this producer this gate reads, or None if it reads nothing from it."""
-        if self.partitioner == "forward":
+        if self.partitioner is Partitioner.FORWARD:
             return 0 if producer["index"] == self.subpartition else None
-        if self.partitioner == "broadcast":
-            return 0 if self.exchange["partitioner"].get("shared") else self.subpartition
+        if self.partitioner is Partitioner.BROADCAST:
+            return 0 if self.exchange.partitioner.shared else self.subpartition
         return self.subpartition
 
     def _on_producers(self, body: dict) -> None:
@@ -190,7 +191,7 @@ class InputGate:
             self._committed_order = list(body["committed"])
             self.committed = set(self._committed_order)
         committed = self.committed
-        end = self.subpartition_end if self.partitioner not in ("forward", "broadcast") else None
+        end = None if self.partitioner.single_subpartition else self.subpartition_end
         for producer in body.get("producers", []):  # all of them (full state) or the ones that changed
             pid = producer["partition"]
             if pid in self.channels:
@@ -273,7 +274,7 @@ class InputGate:
             return "dropped" if exc.code == ErrorCode.NO_EXCHANGE else None
         except Exception:  # noqa: BLE001 - the coordinator cannot say (lost, timed out): the original error stands
             return None
-        return "overwritten" if desc.get("epoch") != self.epoch else None
+        return "overwritten" if ExchangeDescription.parse(desc).epoch != self.epoch else None
 
     def _named(self, error: ExchangeReadError) -> ExchangeReadError:
         """The read's failure, saying so when the cause was a drop or an overwrite of its exchange."""
@@ -366,7 +367,7 @@ class InputGate:
 
     # ------------------------------------------------------------ task thread
     def __iter__(self) -> Iterator[pa.RecordBatch]:
-        schema = self.exchange["arrow_schema"]
+        schema = self.exchange.arrow_schema
         files = self._local_files()
         if files is not None:
             yield from self._read_local_files(files, schema)
@@ -416,7 +417,7 @@ class InputGate:
         if self.sealed is None and self.channels and len(self.finished) == len(self.channels):
             message += ("; every producer this read knows of finished, but a write of the exchange is still "
                         "open (neither committed nor aborted): is the writing job alive?")
-        elif self.exchange.get("partition_type") == "PIPELINED_BOUNDED" and len(self.finished) < len(self.channels):
+        elif self.exchange.partition_type is PartitionType.PIPELINED_BOUNDED and len(self.finished) < len(self.channels):
             message += ("; a PIPELINED_BOUNDED writer also stalls when its service has no memory for it: its "
                         "partition's waiting_for in `sparkflow-exchange status` says so (memory.budget full, or "
                         "its credential's credentialMemoryShare)")
@@ -426,7 +427,7 @@ class InputGate:
         """The plan's channels if every one is a finished spill file on this host, in commit order; else None."""
         if self.plan is None:
             return None
-        end = self.subpartition_end if self.partitioner not in ("forward", "broadcast") else None
+        end = None if self.partitioner.single_subpartition else self.subpartition_end
         files = []
         for producer in self.plan:
             sub = self._wanted(producer)

@@ -22,7 +22,10 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from ..description import ExchangeDescription
 
 # what an input gate reads of a producer; the rest of the coordinator's entry stays on the driver
 GATE_FIELDS = ("index", "partition", "state", "reason", "spill", "location")
@@ -119,7 +122,7 @@ def plan_ranges(sizes: Sequence[int], target: int, producers: int, rule: SkewRul
     return out
 
 
-def read_ranges(desc: dict, advisory_size: int, skew: SkewRule | None = None) -> list[ReadRange]:
+def read_ranges(desc: ExchangeDescription, advisory_size: int, skew: SkewRule | None = None) -> list[ReadRange]:
     """The read partitions of an exchange description.
 
     Coalesced only when the width was not given (``coalesce``), the exchange is sealed and every committed
@@ -128,10 +131,10 @@ def read_ranges(desc: dict, advisory_size: int, skew: SkewRule | None = None) ->
     has no final sizes (a read that starts while it is written cannot wait for them). ``skew``: split skewed
     subpartitions of a coalesced read (see the module's docstring).
     """
-    n = desc.get("num_subpartitions") or 0
-    sizes = desc.get("subpartition_bytes")
-    if desc.get("coalesce") and desc.get("sealed") and sizes is not None and len(sizes) == n:
-        producers = len(set(desc.get("committed", ())))
+    n = desc.num_subpartitions or 0
+    sizes = desc.subpartition_bytes
+    if desc.coalesce and desc.sealed and sizes is not None and len(sizes) == n:
+        producers = len(set(desc.committed))
         return plan_ranges(sizes, advisory_size, producers, skew if producers > 1 else None)
     return [ReadRange(i, i + 1) for i in range(n)]
 

@@ -20,7 +20,6 @@ from . import auth
 from .address import Address, parse_address
 from .blocking_client import TLS_CUT, tls_cut, tune_socket
 from .connection import ClientHandshake
-from .retry import connect_retrying_async
 from .protocol import (
     DEFAULT_MAX_FRAME,
     BufferResponse,
@@ -32,6 +31,7 @@ from .protocol import (
     RpcResponse,
     encode,
 )
+from .retry import connect_retrying_async
 
 _receiver_ids = itertools.count(1)
 

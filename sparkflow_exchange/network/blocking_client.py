@@ -19,7 +19,6 @@ from .address import Address, parse_address
 from .connection import ClientHandshake, ConnState, client_id
 from .protocol import DEFAULT_MAX_FRAME, ErrorResponse, FrameDecoder, ProtocolError, RpcRequest, RpcResponse, encode
 
-
 __all__ = ["BlockingConnection", "ConnectionPool", "ServiceError", "WRITER_CONNECTIONS", "client_id", "open_socket"]
 
 

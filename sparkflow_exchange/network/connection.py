@@ -173,7 +173,7 @@ class ClientHandshake(Connection):
         try:
             self.receive(msg)
         except ProtocolError as exc:
-            raise self.fail(ErrorCode.PROTOCOL, f"protocol error: the exchange service at {self.address} sent {exc}")
+            raise self.fail(ErrorCode.PROTOCOL, f"protocol error: the exchange service at {self.address} sent {exc}") from exc
         if isinstance(msg, ErrorResponse):
             raise self.fail(msg.code, f"service at {self.address} refused the connection: {msg.message}")
         if isinstance(msg, ServerHello):
@@ -201,7 +201,7 @@ class ClientHandshake(Connection):
         try:
             self.receive(msg)
         except ProtocolError as exc:
-            raise self.fail(ErrorCode.PROTOCOL, f"protocol error: the exchange service at {self.address} sent {exc}")
+            raise self.fail(ErrorCode.PROTOCOL, f"protocol error: the exchange service at {self.address} sent {exc}") from exc
 
     def fail(self, code: ErrorCode | str, message: str) -> ServiceError:
         self.close()

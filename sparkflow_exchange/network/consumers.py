@@ -14,13 +14,13 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..buffer_kinds import FLAG_SHARED, BufferKind
 from ..errors import ErrorCode, code_of
 from ..exhaustion import explain, is_exhaustion
 from ..partition.range_view import RangeView
 from ..partition.subpartition import ERROR_KIND
 from .credit import PartitionRequestQueue, ViewFailed
-from .protocol import FLAG_SHARED, BufferKind, BufferResponse, ErrorResponse, Message, PartitionRequest, ProtocolError, \
-    SharedRef
+from .protocol import BufferResponse, ErrorResponse, Message, PartitionRequest, ProtocolError, SharedRef
 
 if TYPE_CHECKING:
     from ..partition.result_partition import ResultPartition

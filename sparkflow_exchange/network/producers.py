@@ -15,11 +15,11 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable
 
+from ..buffer_kinds import BufferKind
 from ..errors import ErrorCode, code_of
 from ..exhaustion import explain
 from ..partition.shared_arena import ArenaError, SharedArena
 from .protocol import (
-    BufferKind,
     ErrorResponse,
     FinishPartition,
     Message,

@@ -65,9 +65,7 @@ class MsgType(enum.IntEnum):
     NOTIFY = 32
 
 
-# buffer kinds and flags belong with the buffer (partition/ must not import network/); named here too
 from ..errors import ErrorCode  # noqa: E402
-from ..buffer_kinds import BROADCAST, END_COUNTS, FLAG_COMPRESSED, FLAG_SHARED, BufferKind  # noqa: E402,F401
 
 _BUFFER_RESPONSE = struct.Struct(">qqiBB")  # receiver, seq, backlog, kind, flags
 _ADD_CREDIT = struct.Struct(">qi")  # receiver, credit
@@ -413,7 +411,7 @@ def _unpack_pieces(kind: MsgType, header: bytes, start: int, count: int, bound: 
         raise ProtocolError(f"malformed {kind.name} frame: {count} pieces announced, {len(header) - start} bytes of them")
     pieces = tuple(_PIECE.iter_unpack(memoryview(header)[start:]))
     if bound is not None:
-        for sub, offset, length in pieces:
+        for _sub, offset, length in pieces:
             if offset + length > bound:
                 raise ProtocolError(f"malformed {kind.name} frame: piece of {length} bytes at {offset} "
                                     f"lies outside the region's {bound} bytes")

@@ -127,11 +127,16 @@ class Who(enum.StrEnum):
 
 
 class Rpc(dict):
-    """One row of the table: its arguments (a dict, name -> :class:`Arg`) and who may call it."""
+    """One row of the table, all an RPC is: its arguments (a dict, name -> :class:`Arg`), who may call it,
+    its handler (``"<role>.<method>"``: the object of the service that answers it, and the method; an
+    argument the handler takes that the table does not list, ``owner`` or ``conn``, is the service's to
+    give: the connection's credential, the connection), and what it does to what it names (for a refusal)."""
 
-    def __init__(self, who: Who, args: dict[str, Arg]) -> None:
+    def __init__(self, who: Who, handler: str, args: dict[str, Arg], doing: str = "") -> None:
         super().__init__(args)
         self.who = who
+        self.role, _, self.method = handler.partition(".")
+        self.doing = doing
 
 
 TEXT = Arg(str, longest=MAX_ID_LENGTH, what="an identifier")
@@ -154,58 +159,75 @@ TYPE = Arg(str, choices=tuple(t.value for t in PartitionType))
 _DECLARE = {"name": NAME, "schema": SCHEMA, "num_subpartitions": _null(WIDTH), "partitioner": OBJECT,
             "partition_type": TYPE, "coalesce": _opt(FLAG)}
 
+# roles: "service" (every service), "exchanges" (the coordinator's answers about exchanges and streams that
+# need the connection), "coordinator", "streams" and "groups" (a stream's consumer groups)
 RPCS: dict[str, Rpc] = {
     # every service
-    "ping": Rpc(Who.ANY, {}),
-    "status": Rpc(Who.ANY, {}),
-    "shutdown": Rpc(Who.OPERATOR, {}),
-    "release_partitions": Rpc(Who.PARTITIONS, {"partitions": NAMES, "reason": _opt(REASON, True),
-                                               "code": _opt(Arg(str, choices=(ErrorCode.RELEASED,
-                                                                              ErrorCode.REPLACED))),
-                                               # the operator (a coordinator) frees them for this credential:
-                                               # only the partitions that credential registered are freed
-                                               "on_behalf_of": _opt(TEXT)}),
-    "attach_app": Rpc(Who.OPERATOR, {"app": TEXT, "pid": Arg(int, low=1, high=PID_MAX)}),
-    "report_file_reads": Rpc(Who.ANY, {"bytes": COUNT, "partitions": _opt(Arg(dict, items=int), True)}),
-    "report_backpressure": Rpc(Who.PARTITIONS, {"partition": TEXT, "seconds": SECONDS}),
-    # the coordinator: the services that hold partitions for it (service/registry.py)
-    "register_service": Rpc(Who.OPERATOR, {"service_id": TEXT, "host_id": TEXT, "tcp": TEXT, "unix": TEXT,
-                                           "pid": Arg(int, low=1, high=PID_MAX)}),
-    "service_heartbeat": Rpc(Who.OPERATOR, {"service_id": TEXT}),
-    "list_services": Rpc(Who.ANY, {}),
+    "ping": Rpc(Who.ANY, "service.ping", {}),
+    "status": Rpc(Who.ANY, "service.status", {}),
+    "shutdown": Rpc(Who.OPERATOR, "service.shutdown", {}, "stopping the service"),
+    "release_partitions": Rpc(Who.PARTITIONS, "service.release_partitions", {
+        "partitions": NAMES, "reason": _opt(REASON, True),
+        "code": _opt(Arg(str, choices=(ErrorCode.RELEASED, ErrorCode.REPLACED))),
+        # the operator (a coordinator) frees them for this credential: only the partitions that credential
+        # registered are freed
+        "on_behalf_of": _opt(TEXT)}, "releasing"),
+    "attach_app": Rpc(Who.OPERATOR, "service.attach_app", {"app": TEXT, "pid": Arg(int, low=1, high=PID_MAX)},
+                      "attaching an application to the service's lifetime"),
+    "report_file_reads": Rpc(Who.ANY, "service.report_file_reads",
+                             {"bytes": COUNT, "partitions": _opt(Arg(dict, items=int), True)}),
+    "report_backpressure": Rpc(Who.PARTITIONS, "service.report_backpressure", {"partition": TEXT, "seconds": SECONDS},
+                               "reporting the backpressure of"),
+    # the coordinator: the services that hold partitions for it (service/service_roster.py)
+    "register_service": Rpc(Who.OPERATOR, "coordinator.register_service", {
+        "service_id": TEXT, "host_id": TEXT, "tcp": TEXT, "unix": TEXT, "pid": Arg(int, low=1, high=PID_MAX)},
+        "registering an exchange service"),
+    "service_heartbeat": Rpc(Who.OPERATOR, "coordinator.service_heartbeat", {"service_id": TEXT},
+                             "an exchange service's heartbeat"),
+    "list_services": Rpc(Who.ANY, "coordinator.list_services", {}),
     # the coordinator: batch exchanges
-    "subscribe": Rpc(Who.ANY, {"name": TEXT, "topic": TEXT, "seal": _opt(COUNT, True)}),
-    "unsubscribe": Rpc(Who.ANY, {"topic": TEXT}),
-    "list_exchanges": Rpc(Who.ANY, {}),
-    "declare": Rpc(Who.OWNER, {**_DECLARE, "mode": TEXT}),
-    "register_producer": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "write_id": TEXT, "index": COUNT, "attempt": TEXT,
-                                         "partition": TEXT, "location": OBJECT, "num_subpartitions": _opt(INT, True)}),
-    "producer_finished": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "partition": TEXT, "spill": _opt(TEXT),
-                                         "subpartition_bytes": _opt(COUNTS, True),
-                                         "subpartition_rows": _opt(COUNTS, True),
-                                         "rows": _opt(COUNT, True),
-                                         "bytes": _opt(COUNT, True)}),
-    "producer_failed": Rpc(Who.OWNER, {"name": TEXT, "epoch": _null(INT), "partition": TEXT, "reason": REASON}),
-    "commit": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "write_id": TEXT, "partitions": NAMES,
-                              "rows": _opt(ROWS, True)}),
-    "abort": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "write_id": TEXT, "reason": _opt(REASON)}),
-    "drop": Rpc(Who.OWNER, {"name": TEXT}),
-    "get_exchange": Rpc(Who.ANY, {"name": TEXT, "wait": _opt(WAIT), "need_subpartitions": _opt(FLAG),
-                                  "allow_stream": _opt(FLAG), "until_sealed": _opt(FLAG)}),
+    "subscribe": Rpc(Who.ANY, "exchanges.subscribe", {"name": TEXT, "topic": TEXT, "seal": _opt(COUNT, True)}),
+    "unsubscribe": Rpc(Who.ANY, "exchanges.unsubscribe", {"topic": TEXT}),
+    "list_exchanges": Rpc(Who.ANY, "exchanges.list_exchanges", {}),
+    "declare": Rpc(Who.OWNER, "coordinator.declare", {**_DECLARE, "mode": TEXT}, "writing"),
+    "register_producer": Rpc(Who.OWNER, "coordinator.register_producer", {
+        "name": TEXT, "epoch": INT, "write_id": TEXT, "index": COUNT, "attempt": TEXT, "partition": TEXT,
+        "location": OBJECT, "num_subpartitions": _opt(INT, True)}, "writing"),
+    "producer_finished": Rpc(Who.OWNER, "coordinator.producer_finished", {
+        "name": TEXT, "epoch": INT, "partition": TEXT, "spill": _opt(TEXT), "subpartition_bytes": _opt(COUNTS, True),
+        "subpartition_rows": _opt(COUNTS, True), "rows": _opt(COUNT, True), "bytes": _opt(COUNT, True),
+        "raw_bytes": _opt(COUNT, True)}, "writing"),
+    "producer_failed": Rpc(Who.OWNER, "coordinator.producer_failed",
+                           {"name": TEXT, "epoch": _null(INT), "partition": TEXT, "reason": REASON}, "writing"),
+    "commit": Rpc(Who.OWNER, "coordinator.commit", {"name": TEXT, "epoch": INT, "write_id": TEXT, "partitions": NAMES,
+                                                    "rows": _opt(ROWS, True)}, "committing a write of"),
+    "abort": Rpc(Who.OWNER, "coordinator.abort", {"name": TEXT, "epoch": INT, "write_id": TEXT,
+                                                  "reason": _opt(REASON)}, "aborting a write of"),
+    "drop": Rpc(Who.OWNER, "exchanges.drop", {"name": TEXT}, "dropping"),
+    "get_exchange": Rpc(Who.ANY, "exchanges.get_exchange", {"name": TEXT, "wait": _opt(WAIT),
+                                                            "need_subpartitions": _opt(FLAG),
+                                                            "allow_stream": _opt(FLAG), "until_sealed": _opt(FLAG)}),
     # the coordinator: streams
-    "stream_declare": Rpc(Who.OWNER, {**_DECLARE, "max_retained_bytes": _opt(COUNT), "groups": _opt(GROUPS, True)}),
-    "stream_begin_epoch": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "query": TEXT, "run": TEXT, "wait": _opt(WAIT)}),
-    "stream_commit_epoch": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "partitions": NAMES, "rows": _opt(ROWS, True)}),
-    "stream_abort_epoch": Rpc(Who.OWNER, {"name": TEXT, "epoch": INT, "reason": _opt(REASON)}),
-    "stream_describe": Rpc(Who.ANY, {"name": TEXT, "wait": _opt(WAIT)}),
-    "stream_join": Rpc(Who.GROUP, {"name": TEXT, "group": _opt(NAME, True), "start": _opt(TEXT)}),
-    "stream_latest": Rpc(Who.GROUP, {"name": TEXT, "group": TEXT, "after": INT, "max_epochs": _opt(COUNT, True),
-                                     "max_rows": _opt(COUNT, True), "max_bytes": _opt(COUNT, True),
-                                     "upto": _opt(INT, True),
-                                     "wait": _opt(WAIT)}),
-    "stream_plan": Rpc(Who.ANY, {"name": TEXT, "after": INT, "upto": INT}),
-    "stream_commit_group": Rpc(Who.GROUP, {"name": TEXT, "group": TEXT, "epoch": INT}),
-    "stream_leave": Rpc(Who.GROUP, {"name": TEXT, "group": TEXT}),
+    "stream_declare": Rpc(Who.OWNER, "streams.declare", {**_DECLARE, "max_retained_bytes": _opt(COUNT),
+                                                         "groups": _opt(GROUPS, True)}, "writing"),
+    "stream_begin_epoch": Rpc(Who.OWNER, "streams.begin_epoch", {"name": TEXT, "epoch": INT, "query": TEXT,
+                                                                 "run": TEXT, "wait": _opt(WAIT)}, "writing"),
+    "stream_commit_epoch": Rpc(Who.OWNER, "streams.commit_epoch", {"name": TEXT, "epoch": INT, "partitions": NAMES,
+                                                                   "rows": _opt(ROWS, True)},
+                               "committing an epoch of"),
+    "stream_abort_epoch": Rpc(Who.OWNER, "streams.abort_epoch", {"name": TEXT, "epoch": INT, "reason": _opt(REASON)},
+                              "aborting an epoch of"),
+    "stream_describe": Rpc(Who.ANY, "streams.describe", {"name": TEXT, "wait": _opt(WAIT)}),
+    "stream_join": Rpc(Who.GROUP, "groups.join", {"name": TEXT, "group": _opt(NAME, True), "start": _opt(TEXT)},
+                       "joining"),
+    "stream_latest": Rpc(Who.GROUP, "groups.latest", {
+        "name": TEXT, "group": TEXT, "after": INT, "max_epochs": _opt(COUNT, True), "max_rows": _opt(COUNT, True),
+        "max_bytes": _opt(COUNT, True), "upto": _opt(INT, True), "wait": _opt(WAIT)},
+        "reading with (it moves its position)"),
+    "stream_plan": Rpc(Who.ANY, "groups.plan", {"name": TEXT, "after": INT, "upto": INT}),
+    "stream_commit_group": Rpc(Who.GROUP, "groups.commit_group", {"name": TEXT, "group": TEXT, "epoch": INT},
+                               "committing"),
+    "stream_leave": Rpc(Who.GROUP, "groups.leave", {"name": TEXT, "group": TEXT}, "leaving"),
 }
 
 

@@ -18,8 +18,9 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from ..buffer_kinds import BROADCAST, END_COUNTS, BufferKind
+from ..buffer_kinds import BROADCAST, END_COUNTS, FLAG_COMPRESSED, BufferKind
 from ..errors import ErrorCode
+from ..ipc_body import raw_size
 from ..kinds import PartitionState, PartitionType
 from .buffer_pool import MemoryAccount, NetworkBufferPool, StoredBuffer
 from .partition_memory import PartitionMemory
@@ -81,6 +82,7 @@ class ResultPartition:
         self.on_released: Callable[[str, str], None] | None = None
         self.created = time.monotonic()
         self.bytes_in = 0
+        self.raw_bytes_in = 0  # bytes_in as they would be uncompressed (compressed buffers' IPC lengths)
         self.buffers_in = 0
         self.bytes_read = 0  # payload bytes its subpartitions served to readers (every view, every re-read)
         self.buffers_read = 0  # buffers its subpartitions served to readers, counted as bytes_read is
@@ -135,6 +137,7 @@ class ResultPartition:
         if kind == BufferKind.DATA:
             self.memory.hold([buf], buf.size, arena_slot, arena)
             self.bytes_in += buf.size
+            self.raw_bytes_in += raw_size(payload) if flags & FLAG_COMPRESSED else buf.size
             self.buffers_in += 1
         elif self.blocking:  # events are small and need no slot
             buf.payload = None
@@ -164,6 +167,8 @@ class ResultPartition:
                 for _sub, offset, length in pieces]
         self.memory.hold(bufs, len(view), arena_slot, arena)
         self.bytes_in += sum(b.size for b in bufs)
+        self.raw_bytes_in += sum(raw_size(view[o:o + n]) for _s, o, n in pieces) if flags & FLAG_COMPRESSED \
+            else sum(b.size for b in bufs)
         self.buffers_in += len(bufs)
         for (sub, _offset, _length), buf in zip(pieces, bufs):
             self.subpartitions[sub].append(buf)
@@ -305,6 +310,7 @@ class ResultPartition:
             "state": PartitionState.FAILED if self.failure else PartitionState.FINISHED if self.finished
             else PartitionState.RUNNING,
             "bytes": self.bytes_in,
+            "raw_bytes": self.raw_bytes_in,  # what "bytes" would be uncompressed (equal when not compressed)
             "buffers": self.buffers_in,
             "bytes_read": self.bytes_read,
             "buffers_read": self.buffers_read,

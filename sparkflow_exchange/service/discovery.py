@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..config import ExchangeConfig, settings_sources
-from ..network import auth
 from ..errors import ErrorCode, ServiceError, ServiceUnavailable, error_for
+from ..network import auth
 from ..network.blocking_client import BlockingConnection
 from ..network.retry import connect_retrying
 from .launcher import jvm_pid, pid_alive, read_state

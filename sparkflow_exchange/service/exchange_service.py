@@ -19,34 +19,29 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import ExchangeConfig
+from ..errors import ErrorCode, ServiceError
+from ..exhaustion import nofile_limit
 from ..kinds import PARTITION_TYPES
 from ..network import auth
-from ..exhaustion import nofile_limit
 from ..network.admission import Admission
 from ..network.advertised import WILDCARDS, Advertised, advertised_host
 from ..network.listener import Listener, tcp_sockets, unix_socket
 from ..network.protocol import FRAME_POOL, RegisterPartition
-from ..errors import ErrorCode, ServiceError
 from ..network.server import ServerConnection
 from ..partition.buffer_pool import SUBPARTITION_BYTES, MemoryAccount, NetworkBufferPool
 from ..partition.result_partition import ResultPartition
 from ..partition.spill import DiskBudget, DiskShare, SpillReaders
-from . import owners
+from . import owners, spill_root
 from .coordinator import Coordinator
 from .fd_budget import fd_budget
-from .streams import StreamRegistry
-from . import spill_root
 from .launcher import pid_alive
+from .releases import PartitionReleases
+from .rpc_handlers import Dispatcher
+from .service_status import service_status
+from .streams import StreamRegistry
 
 log = logging.getLogger(__name__)
 
-# the RPCs whose handler is told the connection's credential (``owner``): what they create is its
-OWNED_BY_CALLER = frozenset({"declare", "stream_declare", "register_producer", "stream_join", "stream_latest",
-                             "stream_commit_group"})
-# subscriptions one connection holds at once (a reader holds one per exchange it is reading): each costs the
-# coordinator a callback, so a client cannot grow its memory without end
-MAX_SUBSCRIPTIONS = 4096
-JOIN_GRACE = 1.0  # s after a writer is lost before its partition is released if it never joined its exchange
 
 
 class ExchangeService:
@@ -107,9 +102,10 @@ class ExchangeService:
         # host ("local"; "local_shared" of it were copied by the reader out of a writer's shared-memory
         # slot) or another ("remote"), or read by a reader on this host from our spill files
         self.traffic = {"local": 0, "local_shared": 0, "remote": 0, "local_file": 0}
+        self.releases = PartitionReleases(self)  # freeing partitions here, or asking the service holding them
         self.coordinator = Coordinator(
-            self._release, config.ttl, config.heartbeat_timeout,
-            partition_owner=lambda location, pid: self.partition_owner(pid)
+            self.releases.release, config.ttl, config.heartbeat_timeout,
+            partition_owner=lambda location, pid: self._partition_owner(pid)
             if location.get("service_id") == self.service_id else None,
             max_exchanges_per_owner=config.max_exchanges_per_credential,
             lost_retention=config.lost_service_retention) if coordinator else None
@@ -117,6 +113,7 @@ class ExchangeService:
         self.streams = StreamRegistry(self.coordinator, config.ttl, min(30.0, config.declare_timeout),
                                       max_groups_per_owner=config.max_groups_per_credential) \
             if self.coordinator is not None else None
+        self.dispatcher = Dispatcher(self)  # each RPC's handler, as the RPC table names it
         self.unix_path = unix_path
         self.attach_mode = attach_mode  # embedded: exit when the attached applications are gone
         self.hold_exchanges = hold_exchanges  # ... and it holds nothing more
@@ -275,7 +272,7 @@ class ExchangeService:
             raise ValueError(f"numSubpartitions {msg.num_subpartitions} is out of range 1..65536")
         if msg.buffer_size < 0 or msg.buffer_size > self.config.max_frame_size // 2 or msg.buffers < 0:
             raise ValueError(f"bad pool request: {msg.buffers} buffers of {msg.buffer_size} bytes")
-        account, disk = self._shares_of(owner)
+        account, disk = self.shares_of(owner)
         if account is not None:  # before a subpartition is made: a wide partition costs memory unwritten
             bounded = msg.partition_type == "PIPELINED_BOUNDED"
             need = msg.num_subpartitions * SUBPARTITION_BYTES + (0 if bounded else
@@ -296,7 +293,7 @@ class ExchangeService:
         self.partitions[msg.partition] = part
         return part
 
-    def _shares_of(self, owner: str) -> tuple[MemoryAccount | None, DiskBudget | DiskShare]:
+    def shares_of(self, owner: str) -> tuple[MemoryAccount | None, DiskBudget | DiskShare]:
         """The memory account and disk bound a credential's partitions draw on: its shares of the service's
         (``credentialMemoryShare``, ``credentialDiskShare``); the operator's are the whole budget and disk."""
         if owner == auth.OPERATOR or not owner:
@@ -308,99 +305,19 @@ class ExchangeService:
             self.disk_shares[owner] = DiskShare(self.disk, owner, int(self.disk.limit * self.config.credential_disk_share))
         return account, self.disk_shares[owner]
 
-    def _credential_holdings(self) -> dict[str, dict[str, int]]:
-        """Per application credential that connected or holds partitions: its connections and shares."""
-        out = {}
-        for name in sorted(set(self.memory_accounts) | set(self.admission.credentials())):
-            account, disk = self._shares_of(name)
-            out[name] = {"connections": self.admission.connections_of(name), "memory": account.bytes,
-                         "memory_limit": account.limit, "disk": disk.used, "disk_limit": disk.limit}
-        return out
-
     def producer_lost(self, part: ResultPartition, reason: str) -> None:
-        part.fail(reason)
-        if self.coordinator is not None and part.exchange:
-            asyncio.ensure_future(self.coordinator.producer_failed(part.exchange, None, part.pid, reason))
-            # a writer lost before it joined its exchange (killed between registering its partition and
-            # register_producer): no reader can learn of the partition and no drop will release it. Asked a
-            # moment later, so a register_producer already on its way is counted.
-            asyncio.get_running_loop().call_later(JOIN_GRACE, self._release_if_unjoined, part, reason)
-
-    def release_unknown(self, known: set[str], coordinator: str) -> list[str]:
-        """Free the finished (or failed) partitions the coordinator did not name as held here (``known``):
-        nobody can find them any more. One still written is left alone (its producer may not have joined)."""
-        gone = [pid for pid, part in self.partitions.items()
-                if (part.finished or part.failure is not None) and pid not in known]
-        for pid in gone:
-            self.release_partition(pid, f"the coordinator at {coordinator} no longer knows it (its exchange was "
-                                        "dropped, lost or aborted while this service could not be told)")
-        return gone
-
-    def _release_if_unjoined(self, part: ResultPartition, reason: str) -> None:
-        exchange = self.coordinator.exchanges.get(part.exchange)
-        if self.partitions.get(part.pid) is part and (exchange is None or part.pid not in exchange.producers):
-            self.release_partition(part.pid, f"its writer was lost before it joined exchange {part.exchange!r}: "
-                                             f"{reason}")
+        self.releases.producer_lost(part, reason)
 
     def release_partition(self, pid: str, reason: str = "released by the coordinator",
                           code: ErrorCode = ErrorCode.RELEASED) -> bool:
-        """Free a partition; readers connected to it, and its writer if it still writes, hear ``reason`` at once
-        (``code``: ``replaced`` when the exchange went)."""
-        part = self.partitions.pop(pid, None)
-        if part is None:
-            return False
-        part.release(reason, code)
-        return True
+        return self.releases.release_partition(pid, reason, code)
 
-    def _release(self, targets: list[tuple[dict, str, str]], reason: str = "released by the coordinator",
-                 code: ErrorCode = ErrorCode.RELEASED) -> None:
-        """Coordinator callback: free partitions here, or ask the service that holds them.
+    def release_unknown(self, known: set[str], coordinator: str) -> list[str]:
+        return self.releases.release_unknown(known, coordinator)
 
-        Another service is dialed (with the operator's secret) only at the address it registered under the
-        id the location names, and must greet as that service: an address a client chose is never dialed.
-        Each target names the credential that joined it to its exchange: only a partition that credential
-        registered is freed (a producer naming another's partition releases nothing of it)."""
-        remote: dict[tuple[str, str], list[str]] = {}
-        for location, pid, owner in targets:
-            sid = location.get("service_id")
-            if sid == self.service_id:
-                self.release_owned([pid], owner, reason, code)
-            elif isinstance(sid, str):
-                remote.setdefault((sid, owner), []).append(pid)
-        registry = self.coordinator.services.services if self.coordinator is not None else {}
-        for (sid, owner), pids in remote.items():
-            record = registry.get(sid)
-            if record is None or not record.tcp:  # forgotten: it frees them when it registers again (or at ttl)
-                log.warning("could not release %d partitions on exchange service %s: it is not registered",
-                            len(pids), sid)
-                continue
-            asyncio.ensure_future(self._release_remote(record.tcp, sid, pids, reason, code, owner))
-
-    def release_owned(self, pids: list[str], owner: str, reason: str, code: ErrorCode = ErrorCode.RELEASED) -> int:
-        """Free the partitions among ``pids`` that ``owner`` registered (every one for the operator or "")."""
-        released = 0
-        for pid in pids:
-            part = self.partitions.get(pid)
-            if part is None:
-                continue
-            if owner and owner not in (auth.OPERATOR, part.owner):
-                log.warning("partition %s was not released for credential %r: credential %r registered it", pid,
-                            owner, part.owner)
-                continue
-            released += self.release_partition(pid, reason, code)
-        return released
-
-    async def _release_remote(self, address: str, service_id: str, pids: list[str], reason: str,
-                              code: ErrorCode, owner: str = "") -> None:
-        from ..network.aio_client import rpc_once
-
-        try:
-            # the operator's (a deployment with one secret) goes without: a service of an earlier version frees them
-            behalf = {"on_behalf_of": owner} if owner and owner != auth.OPERATOR else {}
-            await rpc_once(address, self.secret, self.config, "release_partitions",
-                           {"partitions": pids, "reason": reason, "code": code, **behalf}, expect_service=service_id)
-        except Exception as exc:  # noqa: BLE001 - best effort: the other service's TTL frees them too
-            log.warning("could not release %d partitions on %s: %s", len(pids), address, exc)
+    def _partition_owner(self, partition: str) -> str:
+        part = self.partitions.get(partition)
+        return part.owner if part is not None else ""
 
     def admit(self, conn: ServerConnection) -> str | None:
         """Take a new connection, or say why not; idle strangers make room (``network/admission.py``)."""
@@ -421,201 +338,13 @@ class ExchangeService:
         conn.subscriptions.clear()
 
     # ------------------------------------------------------------ rpc
-    def owner_of(self, name: str) -> str:
-        """The credential an exchange or stream (or a stream's epoch) of that name belongs to ("" if none)."""
-        if self.coordinator is None:
-            return ""
-        ex = self.coordinator.exchanges.get(name)
-        if ex is not None and not ex.stream:
-            return ex.owner
-        st = self.streams.streams.get(ex.stream if ex is not None else name)
-        if st is not None:
-            return st.owner
-        lost = self.coordinator.lost.get(name)
-        return lost.get("owner", "") if lost is not None else ""
-
-    def group_owner(self, stream: str, group: str) -> tuple[str, str]:
-        """(the credential a consumer group belongs to, its stream's owner); ("", "") for none."""
-        st = self.streams.streams.get(stream) if self.streams is not None else None
-        g = st.groups.get(group) if st is not None else None
-        return (g.owner, st.owner) if g is not None else ("", "")
-
-    def partition_owner(self, partition: str) -> str:
-        part = self.partitions.get(partition)
-        return part.owner if part is not None else ""
-
     async def rpc(self, conn: ServerConnection, method: str, args: dict) -> Any:
-        owners.check(conn.identity, method, args, self)
-        if method in OWNED_BY_CALLER:
-            args["owner"] = conn.identity  # never the client's say
-        if method == "ping":
-            return self.addresses()
-        if method == "status":
-            return self.status()
-        if method == "release_partitions":  # owners.check: each one held here is the caller's (or the operator's)
-            reason = str(args.get("reason") or "released by the coordinator")
-            code = ErrorCode.REPLACED if args.get("code") == ErrorCode.REPLACED else ErrorCode.RELEASED
-            owner = conn.identity  # the operator may free them for a credential: only what that one registered
-            if conn.identity == auth.OPERATOR and args.get("on_behalf_of"):
-                owner = args["on_behalf_of"]
-            return {"released": self.release_owned(args["partitions"], owner, reason, code)}
-        if method == "attach_app":
-            self.apps[str(args["app"])] = int(args["pid"])
-            self.last_app_seen = time.monotonic()
-            return {"ok": True}
-        if method == "report_file_reads":  # partitions: {partition id: bytes} a reader here read from our files
-            # the reader's word, not an observation: counted apart from what we served (metrics name it
-            # "reported"), and only for partitions held here (the total the client adds up is not used)
-            for pid, nbytes in (args.get("partitions") or {}).items():
-                part = self.partitions.get(pid)
-                if part is not None and int(nbytes) > 0:
-                    part.file_bytes_read += int(nbytes)
-                    self.traffic["local_file"] += int(nbytes)
-            return {"ok": True}
-        if method == "report_backpressure":
-            part = self.partitions.get(args["partition"])
-            if part is not None:
-                part.backpressure_seconds = float(args["seconds"])
-            return {"ok": True}
-        if method == "shutdown":
-            asyncio.get_running_loop().call_later(0.05, self.stop)
-            return {"ok": True}
-        coord = self.coordinator
-        if coord is None:
-            raise ServiceError(f"service {self.service_id} does not have the coordinator role (method {method!r})", ErrorCode.NOT_COORDINATOR)
-        if method == "subscribe":
-            name = args["name"]
-            topic = args["topic"]
-            from ..network.protocol import Notify
-
-            previous = conn.subscriptions.pop(topic, None)
-            if previous:
-                previous()
-            elif len(conn.subscriptions) >= MAX_SUBSCRIPTIONS:
-                raise ServiceError(f"subscribing to exchange {name!r} is refused: this connection (credential "
-                                   f"{conn.identity!r}) holds {len(conn.subscriptions)} subscriptions, the most one "
-                                   "connection may (MAX_SUBSCRIPTIONS); unsubscribe from exchanges it no longer reads",
-                                   ErrorCode.LIMIT)
-            conn.subscriptions[topic] = coord.subscribe(name, lambda body: conn.send(Notify(topic, body)),
-                                                        seal=args.get("seal"))
-            return {"ok": True}
-        if method == "unsubscribe":
-            unsubscribe = conn.subscriptions.pop(args["topic"], None)
-            if unsubscribe:
-                unsubscribe()
-            return {"ok": True}
-        if method == "list_exchanges":
-            return coord.list() + self.streams.list()
-        if method == "get_exchange" and args.pop("allow_stream", False):
-            try:
-                return await coord.get_exchange(**args)
-            except ServiceError as exc:  # the schema of a stream (readStream plans with the data source's schema())
-                if exc.code != ErrorCode.NOT_A_BATCH:
-                    raise
-                return await self.streams.describe(args["name"])
-        if method == "drop" and args.get("name") in self.streams.streams:
-            return await self.streams.drop(args["name"])
-        streams = self.streams
-        handlers = {
-            "stream_declare": streams.declare,
-            "stream_begin_epoch": streams.begin_epoch,
-            "stream_commit_epoch": streams.commit_epoch,
-            "stream_abort_epoch": streams.abort_epoch,
-            "stream_describe": streams.describe,
-            "stream_join": streams.join,
-            "stream_latest": streams.latest,
-            "stream_plan": streams.plan,
-            "stream_commit_group": streams.commit_group,
-            "stream_leave": streams.leave,
-            "register_service": coord.register_service,
-            "service_heartbeat": coord.service_heartbeat,
-            "list_services": coord.list_services,
-            "declare": coord.declare,
-            "register_producer": coord.register_producer,
-            "producer_finished": coord.producer_finished,
-            "producer_failed": coord.producer_failed,
-            "commit": coord.commit,
-            "abort": coord.abort,
-            "drop": coord.drop,
-            "get_exchange": coord.get_exchange,
-        }
-        handler = handlers.get(method)
-        if handler is None:
-            raise ServiceError(f"unknown method {method!r}", ErrorCode.BAD_REQUEST)
-        return await handler(**args)
+        """Answer a request the server checked against the RPC table (its row names the handler)."""
+        return await self.dispatcher.call(conn, method, args)
 
     def status(self) -> dict[str, Any]:
-        channels = []
-        for conn in self.connections:
-            for rid, view in conn.queue.views().items():
-                channels.append({
-                    "receiver_id": rid,
-                    "client": conn.client_id,
-                    "client_host": conn.client_host,
-                    "transport": conn.transport_kind,
-                    "locality": conn.locality,
-                    "partition": view.sub.partition.pid,
-                    "subpartition": view.sub.index,
-                    "credit": conn.queue.credit_of(rid),
-                    "backlog": view.backlog(),
-                    "position": view.pos,
-                    "bytes_sent": conn.channel_bytes.get(rid, 0),
-                })
-        ratios = {prod.partition.pid: prod.backpressure_ratio() for c in self.connections for prod in c.producers.values()}
-        partitions = []
-        by_exchange: dict[str, dict[str, int]] = {}  # what this service holds of each exchange, and its reads
-        for part in self.partitions.values():
-            stats = part.stats()
-            stats["backpressure_ratio"] = round(ratios.get(part.pid, 0.0), 4)
-            partitions.append(stats)
-            held = by_exchange.setdefault(part.exchange, {"partitions": 0, "bytes_written": 0, "bytes_read": 0,
-                                                          "buffers_read": 0, "file_bytes_read": 0})
-            held["partitions"] += 1
-            held["bytes_written"] += part.bytes_in
-            held["bytes_read"] += part.bytes_read
-            held["buffers_read"] += part.buffers_read
-            held["file_bytes_read"] += part.file_bytes_read
-        return {
-            "service": self.addresses(),
-            "memory": {"budget": self.budget.total_bytes, "reserved": self.budget.reserved_bytes,
-                       "used": self.budget.used_bytes, "promised": self.budget.promised_bytes,
-                       "bookkeeping": self.budget.bookkeeping_bytes,
-                       "running_pools": len(self.budget.pools), "open_spill_reads": len(self.spill_readers)},
-            "disk": self._disk_status(),
-            # what each application credential holds of its shares (the operator has none)
-            "credentials": self._credential_holdings(),
-            "partitions": partitions,
-            "channels": channels,
-            "strangers": self.admission.strangers,  # connections that have not authenticated (own user's aside)
-            # connections refused for want of room: a cap full, or out of file descriptors
-            "refused_connections": self.admission.refused + sum(listener.refused for listener in self.listeners),
-            "connections": [
-                {"client": c.client_id, "client_host": c.client_host, "transport": c.transport_kind,
-                 "credential": c.identity, "bytes_sent": c.bytes_sent, "bytes_received": c.bytes_received}
-                for c in self.connections
-            ],
-            "exchanges": self.coordinator.list() + self.streams.list() if self.coordinator else [],
-            # the coordinator's registry: every service holding partitions for it, by host (registry.py)
-            "services": self.coordinator.services.describe() if self.coordinator else [],
-            "traffic": dict(self.traffic),
-            "exchange_traffic": by_exchange,
-            "apps": dict(self.apps),
-        }
-
-    def _disk_status(self) -> dict[str, Any]:
-        """What the spill files take, as counted and as found on disk (the root's too: live neighbours and
-        dead services' leftovers). A leftover the operator removed since stops counting."""
-        for path, nbytes in list(self.leftover.items()):
-            now = spill_root.tree_bytes(Path(path)) if os.path.isdir(path) else 0
-            self.disk.used = max(0, self.disk.used + now - nbytes)
-            if now:
-                self.leftover[path] = now
-            else:
-                del self.leftover[path]
-        return {"limit": self.disk.limit, "used": self.disk.used, "spill_dir": str(self.spill_dir),
-                "on_disk": spill_root.tree_bytes(self.spill_dir), "leftover": sum(self.leftover.values()),
-                "leftover_dirs": sorted(self.leftover), "root": str(self.spill_root),
-                "root_bytes": spill_root.root_bytes(self.spill_root)}
+        """Everything the service holds and serves, for ``status``, the CLI and the metrics (service_status.py)."""
+        return service_status(self)
 
 
 def _make_private_dirs(path: Path) -> list[Path]:

@@ -14,10 +14,10 @@ from ..errors import UserFacing
 from ..network import auth
 from .exchange_service import ExchangeService
 from .fd_budget import raise_nofile_limit
-from .log_limit import install as limit_log_rate
 from .launcher import Retirement, read_state, write_state
-from .private_files import UnsafePathError, runtime_dir, write_private
 from .ledger import ExchangeLedger
+from .log_limit import install as limit_log_rate
+from .private_files import UnsafePathError, runtime_dir, write_private
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -122,7 +122,7 @@ async def _start(service: ExchangeService, config: ExchangeConfig, args: argpars
     if args.state_file and service.coordinator is not None:  # before the state file: readers come after it
         ledger = ExchangeLedger(Path(args.state_file).with_suffix(".exchanges.json"))
         service.coordinator.lost = ledger.take_over()
-        service.coordinator.on_names_changed = ledger.record
+        service.coordinator.watch_names(ledger.record)
         ledger.record([], service.coordinator.lost)
     generated_secret_file = None
     if secret and not configured_secret:

@@ -6,7 +6,6 @@ from typing import Callable
 
 from ..network.listener import Listener, tcp_sockets
 
-
 REPORTED_PATH = "local_file"  # the status's traffic entry that readers report, not the service's own count
 
 
@@ -41,6 +40,9 @@ def render(status: dict) -> str:
     parts = status["partitions"]
     metric("partition_bytes_total", "counter", "bytes pushed into a result partition",
            [({"partition": p["partition"], "exchange": p["exchange"]}, p["bytes"]) for p in parts])
+    metric("partition_raw_bytes_total", "counter", "bytes pushed into a result partition as they would be "
+           "uncompressed (equal to partition_bytes_total where nothing is compressed)",
+           [({"partition": p["partition"], "exchange": p["exchange"]}, p.get("raw_bytes", p["bytes"])) for p in parts])
     metric("partition_buffers_total", "counter", "buffers pushed into a result partition",
            [({"partition": p["partition"], "exchange": p["exchange"]}, p["buffers"]) for p in parts])
     metric("partition_pool_used", "gauge", "in-memory buffers of a partition's pool in use",

@@ -18,25 +18,11 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ..config import ConfigError, read_protected_file
+from ..errors import ErrorCode, ServiceError
 from ..network.auth import OPERATOR
 from ..network.rpc import RPCS, Who
-from ..errors import ErrorCode, ServiceError
 
 FORBIDDEN = ErrorCode.FORBIDDEN
-
-# operations on the whole service: what each one is, for the refusal
-SERVICE_WIDE = {"shutdown": "stopping the service", "attach_app": "attaching an application to the service's lifetime",
-                "register_service": "registering an exchange service", "service_heartbeat": "an exchange service's heartbeat"}
-# operations that change one exchange or stream (``name``): what each one does to it, for the refusal
-CHANGES = {"declare": "writing", "register_producer": "writing", "producer_finished": "writing",
-           "producer_failed": "writing", "commit": "committing a write of", "abort": "aborting a write of",
-           "drop": "dropping", "stream_declare": "writing", "stream_begin_epoch": "writing",
-           "stream_commit_epoch": "committing an epoch of", "stream_abort_epoch": "aborting an epoch of"}
-# operations that change one consumer group of a stream
-GROUP_CHANGES = {"stream_join": "joining", "stream_latest": "reading with (it moves its position)",
-                 "stream_commit_group": "committing", "stream_leave": "leaving"}
-PARTITION_CHANGES = {"release_partitions": "releasing", "report_backpressure": "reporting the backpressure of"}
-
 
 class Holdings(Protocol):
     """Who owns what the service holds ("" for nothing of that name, or nobody's)."""
@@ -56,17 +42,18 @@ def check(identity: str, method: str, args: dict[str, Any], held: Holdings) -> N
     :class:`Who`); say what it touched and whose it is."""
     if identity == OPERATOR:
         return
-    who = RPCS[method].who
+    row = RPCS[method]
+    who = row.who
     if who is Who.ANY:
         return
     if who is Who.OPERATOR:
-        raise ServiceError(f"{SERVICE_WIDE.get(method, method)} needs the operator credential (the service's own "
+        raise ServiceError(f"{row.doing or method} needs the operator credential (the service's own "
                            f"secret); this connection authenticated as {identity!r}", FORBIDDEN)
     if who is Who.OWNER:
         name = args.get("name")
         owner = held.owner_of(name) if isinstance(name, str) else ""
         if owner and owner != identity:
-            raise ServiceError(f"{CHANGES[method]} exchange {name!r} is refused: it belongs to credential {owner!r} "
+            raise ServiceError(f"{row.doing} exchange {name!r} is refused: it belongs to credential {owner!r} "
                                f"and this connection authenticated as {identity!r}; only its owner or the operator "
                                "may write, drop or release it", FORBIDDEN)
     elif who is Who.GROUP:
@@ -75,7 +62,7 @@ def check(identity: str, method: str, args: dict[str, Any], held: Holdings) -> N
             return  # a new group of its own (stream_join without one)
         owner, stream_owner = held.group_owner(name, group)
         if owner and identity not in (owner, stream_owner):
-            raise ServiceError(f"{GROUP_CHANGES[method]} consumer group {group!r} of stream {name!r} is refused: the "
+            raise ServiceError(f"{row.doing} consumer group {group!r} of stream {name!r} is refused: the "
                                f"group belongs to credential {owner!r} and this connection authenticated as "
                                f"{identity!r}; read with a consumerGroup of your own (only the group's owner, the "
                                "stream's owner or the operator may move, commit or leave it)", FORBIDDEN)
@@ -84,7 +71,7 @@ def check(identity: str, method: str, args: dict[str, Any], held: Holdings) -> N
         for pid in names if isinstance(names, list) else ():
             owner = held.partition_owner(pid) if isinstance(pid, str) else ""
             if owner and owner != identity:
-                raise ServiceError(f"{PARTITION_CHANGES[method]} partition {pid!r} is refused: it was registered by "
+                raise ServiceError(f"{row.doing} partition {pid!r} is refused: it was registered by "
                                    f"credential {owner!r} and this connection authenticated as {identity!r}; only "
                                    "the credential that registered it or the operator may", FORBIDDEN)
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import shutil
 import secrets
+import shutil
 import stat
 import time
 from dataclasses import dataclass, field

@@ -16,11 +16,11 @@ from collections import deque
 import pyarrow as pa
 
 from ..buffer import BatchEncoder, Region
-from ..errors import ErrorCode, NoConsumerError, PartitionReleasedError, ServiceError, error_for  # noqa: F401 - named here too
+from ..buffer_kinds import BufferKind
+from ..errors import ErrorCode, ExchangeError, NoConsumerError, ServiceError, error_for
 from ..kinds import PartitionType
 from ..network.blocking_client import BlockingConnection
 from ..network.protocol import (
-    BufferKind,
     ErrorResponse,
     FailPartition,
     FinishPartition,

@@ -31,9 +31,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..buffer import BatchEncoder, Region
-from ..kinds import PartitionType
-from ..config import SINGLE_SUBPARTITION  # noqa: F401 - named here too, where the writer's layouts are
-from ..network.protocol import BROADCAST, BufferKind
+from ..buffer_kinds import BROADCAST, BufferKind
+from ..kinds import Partitioner, PartitionType
 from .partition_writer import PartitionWriter
 from .selectors import group_by_target, make_selector, split_by_target
 
@@ -63,7 +62,7 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 
 class RecordWriter:
-    def __init__(self, writer: PartitionWriter, schema: pa.Schema, partitioner: str, num_subpartitions: int,
+    def __init__(self, writer: PartitionWriter, schema: pa.Schema, partitioner: Partitioner | str, num_subpartitions: int,
                  producer_index: int, *, keys: tuple[str, ...] = (), buffer_size: int = 1 << 20,
                  buffer_timeout: float = 0.1, compression: str = "none", num_producers: int | None = None,
                  custom: str | None = None, sort_buffer_size: int = 32 << 20) -> None:
@@ -71,10 +70,11 @@ class RecordWriter:
         self.schema = schema
         self.encoder = BatchEncoder(schema, compression)
         self.buffer_size = buffer_size
-        self.single = partitioner in SINGLE_SUBPARTITION
+        partitioner = Partitioner.of(partitioner)
+        self.single = partitioner.single_subpartition
         self.n = 1 if self.single else num_subpartitions
         # the subpartition index each accumulator pushes to
-        self.targets = [BROADCAST if partitioner == "broadcast" and num_subpartitions > 1 else 0] if self.single \
+        self.targets = [BROADCAST if partitioner is Partitioner.BROADCAST and num_subpartitions > 1 else 0] if self.single \
             else list(range(self.n))
         self.selector = None if self.single else make_selector(
             partitioner, num_subpartitions, producer_index, schema, keys=keys, num_producers=num_producers,

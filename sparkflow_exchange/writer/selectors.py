@@ -43,10 +43,10 @@ import numpy as np
 import pyarrow as pa
 
 from ..arrow_numpy import empty_batch, indices
+from ..kinds import Partitioner
 from .spark_hash import check_hashable, spark_partition_ids
 
 __all__ = [
-    "PARTITIONERS",
     "ChannelSelector",
     "SelectorError",
     "make_selector",
@@ -59,9 +59,6 @@ __all__ = [
     "RescaleSelector",
     "CustomSelector",
 ]
-
-PARTITIONERS = ("hash", "broadcast", "forward", "rebalance", "rescale", "custom")
-
 
 class SelectorError(ValueError):
     """A partitioner that cannot work with the given options, schema or data."""
@@ -233,7 +230,7 @@ def _load_custom(spec: str | None) -> Callable[[pa.RecordBatch, int], object]:
 
 
 def make_selector(
-    partitioner: str,
+    partitioner: Partitioner | str,
     num_subpartitions: int,
     producer_index: int,
     schema: pa.Schema,
@@ -245,9 +242,10 @@ def make_selector(
 
     ``keys`` is only used by ``hash`` and ``custom`` only by ``custom``.
     """
-    name = str(partitioner).strip().lower()
-    if name not in PARTITIONERS:
-        raise SelectorError(f"unknown partitioner {partitioner!r}; known: {', '.join(PARTITIONERS)}")
+    try:
+        name = Partitioner.of(partitioner)
+    except ValueError as exc:
+        raise SelectorError(str(exc)) from None
     n = num_subpartitions
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise SelectorError(f"number of subpartitions must be a positive integer, got {n!r}")
@@ -261,11 +259,11 @@ def make_selector(
                 f"producer index {producer_index} is out of range for {num_producers} producers"
             )
 
-    if name == "hash":
+    if name.keyed:
         if isinstance(keys, str):
             keys = [keys]
         if not keys:
-            raise SelectorError("hash partitioner needs the 'keys' option")
+            raise SelectorError(f"{name} partitioner needs the 'keys' option")
         available = schema.names
         for key in keys:
             if key not in available:
@@ -277,9 +275,9 @@ def make_selector(
             except TypeError as exc:
                 raise SelectorError(f"hash key {key!r}: {exc}") from exc
         return HashSelector(keys, n)
-    if name == "broadcast":
+    if name is Partitioner.BROADCAST:
         return BroadcastSelector(n)
-    if name == "forward":
+    if name is Partitioner.FORWARD:
         if producer_index >= n:
             raise SelectorError(
                 "forward partitioner needs equal parallelism: producer index "
@@ -291,9 +289,9 @@ def make_selector(
                 f"but {n} subpartitions"
             )
         return ForwardSelector(producer_index)
-    if name == "rebalance":
+    if name is Partitioner.REBALANCE:
         return RebalanceSelector(n, producer_index)
-    if name == "rescale":
+    if name is Partitioner.RESCALE:
         return RescaleSelector(n, producer_index, num_producers)
     return CustomSelector(str(custom), _load_custom(custom), n)
 

@@ -10,7 +10,6 @@ import org.apache.spark.api.plugin.DriverPlugin;
 import org.apache.spark.api.plugin.ExecutorPlugin;
 import org.apache.spark.api.plugin.PluginContext;
 import org.apache.spark.api.plugin.SparkPlugin;
-import scala.Tuple2;
 
 /**
  * Starts sparkflow-exchange services with the application: the coordinator with the driver, and
@@ -75,14 +74,6 @@ public class ExchangePlugin implements SparkPlugin {
         return ProcessHandle.current().pid();
     }
 
-    static Iterable<Map.Entry<String, String>> entries(SparkConf conf) {
-        Map<String, String> all = new HashMap<>();
-        for (Tuple2<String, String> t : conf.getAll()) {
-            all.put(t._1(), t._2());
-        }
-        return all.entrySet();
-    }
-
     /** Best effort: runs the launcher's detach with a 10 s timeout; never throws. */
     static void detach(String python, Map<String, String> settings) {
         try {
@@ -120,7 +111,7 @@ public class ExchangePlugin implements SparkPlugin {
         public Map<String, String> init(SparkContext sc, PluginContext ctx) {
             SparkConf conf = sc.getConf();
             python = Launcher.python(conf.get("spark.pyspark.python", ""));
-            settings = Launcher.settings(entries(conf));
+            settings = Launcher.settings(conf);
             Map<String, String> reply = Launcher.run(python, settings, TIMEOUT_SECONDS, "driver",
                     "--jvm-pid", Long.toString(pid()), "--app-id", applicationId(sc, conf));
             String coordinator = reply.get("coordinator");

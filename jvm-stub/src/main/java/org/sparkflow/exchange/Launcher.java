@@ -5,11 +5,13 @@ import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import org.apache.spark.SparkConf;
+import scala.Tuple2;
 
 /**
  * Runs {@code <python> -m sparkflow_exchange.service.plugin ...}: all service logic lives in Python;
@@ -23,7 +25,7 @@ import org.apache.spark.SparkConf;
  * {@code DRAIN_GRACE_MS} for the rest. The timeout therefore bounds the whole call.
  */
 public final class Launcher {
-    static final String PREFIX = "spark.sparkflow.exchange.";
+    static final String PREFIX = org.sparkflow.exchange.contract.Contract.Option.PREFIX;
     static final String CONF_ENV = "SPARKFLOW_EXCHANGE_CONF";
     static final String MODULE = "sparkflow_exchange.service.plugin";
     private static final int STDERR_LIMIT = 16 * 1024;
@@ -39,6 +41,15 @@ public final class Launcher {
         }
         String env = System.getenv("PYSPARK_PYTHON");
         return env != null && !env.trim().isEmpty() ? env.trim() : "python3";
+    }
+
+    /** Every spark.sparkflow.exchange.* entry of {@code conf}, with the prefix stripped. */
+    static Map<String, String> settings(SparkConf conf) {
+        Map<String, String> all = new HashMap<>();
+        for (Tuple2<String, String> t : conf.getAll()) {
+            all.put(t._1(), t._2());
+        }
+        return settings(all.entrySet());
     }
 
     /** Every spark.sparkflow.exchange.* entry, with the prefix stripped. */
@@ -118,7 +129,7 @@ public final class Launcher {
      * first use: for the JVM path of {@code format("pipelined")} in a local application that found no service.
      */
     public static void embeddedService(SparkConf conf) {
-        run(python(conf.get("spark.pyspark.python", "")), settings(ExchangePlugin.entries(conf)), 60, "embedded",
+        run(python(conf.get("spark.pyspark.python", "")), settings(conf), 60, "embedded",
                 "--jvm-pid", Long.toString(ProcessHandle.current().pid()));
     }
 

@@ -16,23 +16,40 @@ import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HexFormat;
 import java.util.List;
+import java.util.Map;
 import java.util.TreeSet;
-import org.sparkflow.exchange.wire.Contract;
+import org.sparkflow.exchange.format.FormatProbe;
+import org.sparkflow.exchange.read.ReadProbe;
+import org.sparkflow.exchange.contract.Contract;
 import org.sparkflow.exchange.wire.Frames;
+import org.sparkflow.exchange.wire.WireProbe;
+import org.sparkflow.exchange.write.WriteProbe;
+import org.sparkflow.exchange.write.WriteSettings;
 
 /**
  * Drives the plugin's sans-IO classes without Spark, for the unit tests in {@code tests/test_jvm_units.py} and
- * {@code tests/test_contract.py}: one JSON request per stdin line, one JSON answer per stdout line.
+ * {@code tests/test_contract.py}: one JSON request per stdin line, one JSON answer per stdout line (a request that
+ * throws is answered {@code {"error": "Class: message"}}).
  *
  * <ul>
  *   <li>{@code {"op": "contract"}}: every constant of the generated {@link Contract} class, by nested class</li>
- *   <li>{@code {"op": "fields", "fields": ["pkg.Class#FIELD", ...]}}: the values of static fields (any visibility)</li>
+ *   <li>{@code {"op": "fields", "fields": ["pkg.Class#FIELD", ...]}}: the values of static fields (any visibility,
+ *       or public and inherited)</li>
  *   <li>{@code {"op": "encode", "type": n, "header": "text" | "header_hex": "..", "payload_length": k}}: {@link Frames#encode}</li>
  *   <li>{@code {"op": "decode", "hex": "..", "chunk": k, "max_frame": m}}: the frames a {@link Frames.Decoder} fed k bytes
  *       at a time returns, or the error it throws</li>
  *   <li>{@code {"op": "spill", "index": path, "subpartition": s, "data_size": n}}: {@code SpillIndex.entries} or its error</li>
  *   <li>{@code {"op": "epoch_marker", "epoch": e}}: the JVM stream sink's epoch marker, hex</li>
  *   <li>{@code {"op": "stream_offset", "stream": s, "json": ".."}}: a checkpoint's offset parsed and written again</li>
+ *   <li>{@code {"op": "parse", "kind": "size" | "duration", "values": [..]}}: each value as {@link WriteSettings#parseSize}
+ *       (bytes) or {@link WriteSettings#parseSeconds} (seconds) reads it, or {@code {"error": ..}}</li>
+ *   <li>{@code {"op": "write_options", "options": {..}}}: {@link WriteSettings#defaults} with the options applied and
+ *       checked, or the error</li>
+ *   <li>{@code handshake}, {@code live}, {@code key_filter}, {@code read_partitions}, {@code write_settings},
+ *       {@code route}, {@code readable}: {@code Handshake}, {@code LiveProducers},
+ *       {@code KeyFilter}, {@code ReadLayout}, {@code WriteSettings} and {@code Route} through the probe of their
+ *       package ({@code wire.WireProbe}, {@code read.ReadProbe}, {@code write.WriteProbe}, {@code format.FormatProbe}),
+ *       whose javadoc gives each request's fields</li>
  * </ul>
  */
 public final class UnitDriver {
@@ -58,6 +75,16 @@ public final class UnitDriver {
                     case "epoch_marker" -> answer.put("hex", epochMarker(request.path("epoch").asLong()));
                     case "stream_offset" -> answer.put("json", org.sparkflow.exchange.stream.StreamOffset.parse(
                             request.path("stream").asText(), request.path("json").asText()).json());
+                    case "parse" -> answer.set("results", parse(request));
+                    case "write_options" -> answer.set("settings", writeSettings(request));
+                    case "handshake" -> answer.set("handshake", WireProbe.handshake(request));
+                    case "live" -> answer.set("results", ReadProbe.live(request));
+                    case "key_filter" -> answer.set("filter", ReadProbe.keyFilter(request));
+                    case "read_partitions" -> answer.set("partitions", ReadProbe.readPartitions(request));
+                    case "write_settings" -> answer.set("settings", WriteProbe.settings(request));
+                    case "route" -> answer.put("python_only", FormatProbe.pythonOnly(request));
+                    case "readable" -> answer.put("unreadable", FormatProbe.unreadable(request));
+                    case "warmup" -> answer.put("ms", warmup());
                     default -> throw new IllegalArgumentException("unknown op " + request.path("op"));
                 }
             } catch (RuntimeException e) {
@@ -71,6 +98,17 @@ public final class UnitDriver {
         Method m = Class.forName("org.sparkflow.exchange.stream.StreamSink").getDeclaredMethod("epochMarker", long.class);
         m.setAccessible(true);
         return HexFormat.of().formatHex((byte[]) m.invoke(null, epoch));
+    }
+
+    /** The write path's warm-up, which a session runs on a daemon thread that swallows its failures: here they show. */
+    private static long warmup() {
+        long started = System.nanoTime();
+        try {
+            org.sparkflow.exchange.write.Warmup.warm();
+        } catch (Exception e) {
+            throw new IllegalStateException("the warm-up failed: " + e, e);
+        }
+        return (System.nanoTime() - started) / 1_000_000;
     }
 
     private static ObjectNode contract() throws IllegalAccessException {
@@ -90,7 +128,13 @@ public final class UnitDriver {
         ObjectNode out = JSON.createObjectNode();
         for (JsonNode name : names) {
             String[] parts = name.asText().split("#");
-            Field f = Class.forName(parts[0]).getDeclaredField(parts[1]);
+            Class<?> owner = Class.forName(parts[0]);
+            Field f;
+            try {
+                f = owner.getDeclaredField(parts[1]);
+            } catch (NoSuchFieldException e) {
+                f = owner.getField(parts[1]); // a public field it inherits (ErrorCodes' codes)
+            }
             f.setAccessible(true);
             out.set(name.asText(), value(f.get(null)));
         }
@@ -135,6 +179,29 @@ public final class UnitDriver {
                     .put("payload", HexFormat.of().formatHex(f.payload()));
         }
         return out;
+    }
+
+    private static ArrayNode parse(JsonNode r) {
+        boolean size = "size".equals(r.path("kind").asText());
+        ArrayNode out = JSON.createArrayNode();
+        for (JsonNode v : r.path("values")) {
+            try {
+                if (size) {
+                    out.add(WriteSettings.parseSize(v.asText()));
+                } else {
+                    out.add(WriteSettings.parseSeconds(v.asText()));
+                }
+            } catch (IllegalArgumentException e) {
+                out.addObject().put("error", e.getMessage());
+            }
+        }
+        return out;
+    }
+
+    private static JsonNode writeSettings(JsonNode r) {
+        Map<String, String> options = JSON.convertValue(r.path("options"),
+                JSON.getTypeFactory().constructMapType(java.util.HashMap.class, String.class, String.class));
+        return JSON.valueToTree(WriteSettings.defaults().with(List.of(options)).checked());
     }
 
     private static ArrayNode spill(JsonNode r) throws Exception {

@@ -29,13 +29,16 @@ import org.apache.spark.sql.connector.catalog.TableInfo;
 import org.apache.spark.sql.connector.catalog.functions.UnboundFunction;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.sparkflow.exchange.contract.Contract;
 import org.sparkflow.exchange.ExchangePlugin;
+import org.sparkflow.exchange.coordinator.CoordinatorClient;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.discovery.Discovery;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.discovery.RuntimeDir;
 import org.sparkflow.exchange.functions.BucketFunction;
 import org.sparkflow.exchange.read.ReadSettings;
-import org.sparkflow.exchange.wire.Contract.ExchangeState;
+import org.sparkflow.exchange.contract.Contract.ExchangeState;
 import org.sparkflow.exchange.write.WriteSettings;
 
 /**
@@ -54,8 +57,8 @@ import org.sparkflow.exchange.write.WriteSettings;
  */
 public class ExchangeCatalog implements StagingTableCatalog, FunctionCatalog {
     /** The settings that find the service (the Python source behind format("pipelined") gets the non-host ones). */
-    public static final String[] KEYS = {"coordinator", "service", "secret", "secretFile", "hostId", "tls.caFile",
-        "tls.certFile", "tls.checkHostname"};
+    public static final String[] KEYS = {Contract.Option.COORDINATOR, Contract.Option.SERVICE, Contract.Option.SECRET, Contract.Option.SECRET_FILE,
+        Contract.Option.HOST_ID, Contract.Option.TLS_CA_FILE, Contract.Option.TLS_CERT_FILE, Contract.Option.TLS_CHECK_HOSTNAME};
     static final long POLL_MILLIS = 100;
     static final long LONGEST_WAIT_MILLIS = 20_000; // one wait at the coordinator, within a call's timeout
     private String name;
@@ -71,15 +74,15 @@ public class ExchangeCatalog implements StagingTableCatalog, FunctionCatalog {
         for (String key : KEYS) {
             String value = options.get(key);
             if (value == null && conf != null) {
-                scala.Option<String> fromConf = conf.getOption("spark.sparkflow.exchange." + key);
+                scala.Option<String> fromConf = conf.getOption(Contract.Option.PREFIX + key);
                 value = fromConf.isDefined() ? fromConf.get() : null;
             }
             if (value != null) {
                 settings.put(key, value);
             }
         }
-        readWhileWritten = "true".equalsIgnoreCase(options.getOrDefault("readWhileWritten", "false").trim());
-        String wait = options.get("commitTimeout");
+        readWhileWritten = "true".equalsIgnoreCase(options.getOrDefault(Contract.Option.READ_WHILE_WRITTEN, String.valueOf(Contract.OptionDefault.READ_WHILE_WRITTEN)).trim());
+        String wait = options.get(Contract.Option.COMMIT_TIMEOUT);
         commitTimeoutNanos = wait == null ? 0 : WriteSettings.duration("spark.sql.catalog." + name + ".commitTimeout",
                 wait);
     }
@@ -104,7 +107,7 @@ public class ExchangeCatalog implements StagingTableCatalog, FunctionCatalog {
 
     /** What a read task needs of this catalog: this host's identity and the secret of the coordinator found. */
     protected ReadSettings readSettings(Endpoint found) {
-        return new ReadSettings(settings.getOrDefault("hostId", ""), found.secret(), found.coordinator(),
+        return new ReadSettings(settings.getOrDefault(Contract.Option.HOST_ID, ""), found.secret(), found.coordinator(),
                 readWhileWritten, found.tls());
     }
 
@@ -239,7 +242,7 @@ public class ExchangeCatalog implements StagingTableCatalog, FunctionCatalog {
         ExchangePlugin.sayFailedHostsOnce();
         requireRoot(ident.namespace());
         WriteSettings write = WriteSettings.defaults().with(List.of(properties)).withPartitioning(partitions);
-        return new NewExchangeTable(ident.name(), CatalogV2Util.v2ColumnsToStructType(columns), partitions, properties,
+        return NewExchangeTable.staged(ident.name(), CatalogV2Util.v2ColumnsToStructType(columns), partitions, properties,
                 write, client(), settings, replaces);
     }
 

@@ -14,14 +14,17 @@ import org.apache.spark.sql.connector.write.LogicalWriteInfo;
 import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.sparkflow.exchange.coordinator.CoordinatorClient;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.read.ExchangeScanBuilder;
 import org.sparkflow.exchange.read.ReadSettings;
 import org.sparkflow.exchange.write.ExchangeWriteBuilder;
 import org.sparkflow.exchange.write.WriteSettings;
 
 /**
- * One exchange as a table, read, or appended to with its own layout; its partitioning is {@code bucket(n, k)}
- * when the writer hashed one key into n.
+ * An exchange that is declared, as a table: read, or appended to with its own layout (or replaced, through Spark's
+ * truncate); its partitioning is {@code bucket(n, k)} when the writer hashed one key into n. One that a write is
+ * about to declare is a {@link NewExchangeTable}.
  */
 public final class ExchangeTable implements SupportsRead, SupportsWrite {
     private final ExchangeDescription desc;

@@ -6,6 +6,7 @@ import org.apache.arrow.compression.ZstdCompressionCodec;
 import org.apache.arrow.vector.compression.CompressionCodec;
 import org.apache.arrow.vector.compression.CompressionUtil.CodecType;
 import org.apache.arrow.vector.compression.NoCompressionCodec;
+import org.sparkflow.exchange.contract.Contract;
 
 /**
  * Arrow IPC body compression for the JVM writer and reader, the codecs {@code buffer.BatchEncoder} writes:
@@ -14,10 +15,10 @@ import org.apache.arrow.vector.compression.NoCompressionCodec;
  * The option's names live here for the JVM, as {@code config.COMPRESSIONS} for Python (tests check they agree).
  */
 public final class Codecs implements CompressionCodec.Factory {
-    /** The {@code compression} option's values: config.py's COMPRESSIONS, in its order. */
-    public static final List<String> NAMES = List.of("none", "zstd", "lz4");
-    /** The default of the {@code compression} option (config.py's ExchangeConfig.compression). */
-    public static final String DEFAULT = "none";
+    /** The {@code compression} option's values (the contract's {@code options.keys.compression.choices}, in its order). */
+    public static final List<String> NAMES = Contract.Compression.CODECS;
+    /** The default of the {@code compression} option: the contract's {@code options.keys.compression.default}, as Python's. */
+    public static final String DEFAULT = Contract.Compression.DEFAULT;
     /** Arrow C++'s default ZSTD level (what pyarrow writes); Arrow Java's default, 3, is slower for little gain. */
     static final int ZSTD_LEVEL = 1;
     public static final Codecs INSTANCE = new Codecs();
@@ -34,11 +35,14 @@ public final class Codecs implements CompressionCodec.Factory {
         return n;
     }
 
-    /** The codec that writes buffers for the option's value ({@link #checked} names). */
+    /**
+     * The codec that writes buffers for the option's value ({@link #checked} names); a buffer it cannot shrink by
+     * the contract's {@code min_saving_percent} is written as it is ({@link StoredWhenLarger}).
+     */
     public static CompressionCodec forName(String name) {
         return switch (checked(name)) {
-            case "zstd" -> INSTANCE.createCodec(CodecType.ZSTD);
-            case "lz4" -> INSTANCE.createCodec(CodecType.LZ4_FRAME);
+            case "zstd" -> new StoredWhenLarger(INSTANCE.createCodec(CodecType.ZSTD));
+            case "lz4" -> new StoredWhenLarger(INSTANCE.createCodec(CodecType.LZ4_FRAME));
             default -> NoCompressionCodec.INSTANCE;
         };
     }

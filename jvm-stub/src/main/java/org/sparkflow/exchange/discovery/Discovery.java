@@ -8,6 +8,7 @@ import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.List;
 import java.util.Map;
+import org.sparkflow.exchange.contract.Contract;
 import org.sparkflow.exchange.wire.Tls;
 
 /**
@@ -22,9 +23,9 @@ public final class Discovery {
     /** ``settings``: the sparkflow-exchange keys without prefix (coordinator, secret, secretFile, hostId, tls.*). */
     public static Endpoint find(Map<String, String> settings, RuntimeDir runtime) {
         String secret = secret(settings);
-        String hostId = settings.getOrDefault("hostId", "");
+        String hostId = settings.getOrDefault(Contract.Option.HOST_ID, "");
         Tls tls = Tls.from(settings);
-        String coordinator = settings.get("coordinator");
+        String coordinator = settings.get(Contract.Option.COORDINATOR);
         if (coordinator != null && !coordinator.isBlank()) {
             return new Endpoint(coordinator.trim(), secret, hostId, "the coordinator setting", tls);
         }
@@ -59,19 +60,19 @@ public final class Discovery {
      * coordinator's own service (the embedded one of local mode).
      */
     public static Endpoint service(Map<String, String> settings, RuntimeDir runtime) {
-        String service = settings.get("service");
+        String service = settings.get(Contract.Option.SERVICE);
         if (service != null && !service.isBlank()) {
             Endpoint c = find(settings, runtime);
             return new Endpoint(service.trim(), c.secret(), c.hostId(), "the service setting", c.tls());
         }
         String secret = secret(settings);
-        String hostId = settings.getOrDefault("hostId", "");
+        String hostId = settings.getOrDefault(Contract.Option.HOST_ID, "");
         Tls tls = Tls.from(settings);
         JsonNode plugin = runtime.state(runtime.path().resolve("jvm-" + ProcessHandle.current().pid() + ".json"));
         if (plugin != null && plugin.hasNonNull("unix")) {
             return endpoint(plugin, plugin.get("unix").asText(), secret, hostId, "the Spark plugin's state file", tls);
         }
-        String coordinator = settings.get("coordinator");
+        String coordinator = settings.get(Contract.Option.COORDINATOR);
         if (coordinator != null && !coordinator.isBlank()) {
             for (JsonNode info : runtime.states("serve-*.json")) {
                 if (coordinator.trim().equals(info.path("reports_to").asText())) {
@@ -91,11 +92,11 @@ public final class Discovery {
     }
 
     private static String secret(Map<String, String> settings) {
-        String secret = settings.get("secret");
+        String secret = settings.get(Contract.Option.SECRET);
         if (secret != null && !secret.isEmpty()) {
             return secret;
         }
-        String file = settings.get("secretFile");
+        String file = settings.get(Contract.Option.SECRET_FILE);
         if (file != null && !file.isEmpty()) {
             return readSecretFile(file);
         }

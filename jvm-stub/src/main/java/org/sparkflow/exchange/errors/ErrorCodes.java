@@ -1,51 +1,15 @@
 package org.sparkflow.exchange.errors;
 
 import java.util.Map;
+import org.sparkflow.exchange.contract.Contract;
 
 /**
- * The error codes the service sends with every refusal (the values of Python's {@code ErrorCode}), and the one
- * table from a code to the class of its meaning (Python's {@code errors._CLASS_OF}): the only Java place either
- * is written. tests/test_error_vocabulary.py checks both against sparkflow_exchange/errors.py.
+ * The error codes the service sends with every refusal, and the one table from a code to the class of its meaning
+ * (Python's {@code errors._CLASS_OF}). The codes themselves ({@code ErrorCodes.NO_EXCHANGE}...) are inherited from
+ * the generated {@link Contract.ErrorCode}, made from {@code sparkflow_exchange/contract.json} as Python's
+ * {@code ErrorCode} is checked against it: a code is written once. tests/test_error_vocabulary.py checks the table.
  */
-public final class ErrorCodes {
-    public static final String ERROR = "error";
-    public static final String INTERNAL = "internal";
-    public static final String BAD_REQUEST = "bad_request";
-    public static final String NOT_COORDINATOR = "not_coordinator";
-    public static final String WRITE_CLOSED = "closed";
-    public static final String WIDTH_MISMATCH = "width_mismatch";
-    public static final String FORWARD_PARALLELISM = "forward_parallelism";
-    public static final String NOT_A_BATCH = "not_a_batch";
-    public static final String NOT_A_STREAM = "not_a_stream";
-    public static final String SCHEMA_MISMATCH = "schema_mismatch";
-    public static final String LAYOUT_MISMATCH = "layout_mismatch";
-    public static final String SUPERSEDED = "superseded";
-    public static final String NO_SUBPARTITIONS = "no_subpartitions";
-    public static final String UNREGISTERED_SERVICE = "unregistered_service";
-    public static final String NO_EXCHANGE = "no_exchange";
-    public static final String REPLACED = "replaced";
-    public static final String EXCHANGE_LOST = "exchange_lost";
-    public static final String ROWS_LOST = "rows_lost";
-    public static final String UNREACHABLE = "unreachable";
-    public static final String NO_SERVICE = "no_service";
-    public static final String CONNECTION_LOST = "lost";
-    public static final String TIMEOUT = "timeout";
-    public static final String TOO_MANY_CONNECTIONS = "too_many_connections";
-    public static final String AUTH = "auth";
-    public static final String FORBIDDEN = "forbidden";
-    public static final String LIMIT = "limit";
-    public static final String TLS = "tls";
-    public static final String PROTOCOL = "protocol";
-    public static final String STORAGE = "storage";
-    public static final String OUT_OF_MEMORY = "out_of_memory";
-    public static final String UNKNOWN_PARTITION = "unknown_partition";
-    public static final String PRODUCER_FAILED = "producer_failed";
-    public static final String RELEASED = "released";
-    public static final String READ_FAILED = "read_failed";
-    public static final String REGISTER_FAILED = "register_failed";
-    public static final String PUSH_FAILED = "push_failed";
-    public static final String FAILED = "failed";
-
+public final class ErrorCodes extends Contract.ErrorCode {
     /** code -> the class of its meaning; a code not listed is a plain {@link ServiceError}. */
     static final Map<String, String> CLASS_OF = Map.ofEntries(
             Map.entry(BAD_REQUEST, "InvalidRequest"),

@@ -21,11 +21,13 @@ import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.sparkflow.exchange.contract.Contract;
 import org.sparkflow.exchange.Launcher;
-import org.sparkflow.exchange.catalog.CoordinatorClient;
 import org.sparkflow.exchange.catalog.ExchangeCatalog;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
 import org.sparkflow.exchange.catalog.ExchangeTable;
+import org.sparkflow.exchange.catalog.NewExchangeTable;
+import org.sparkflow.exchange.coordinator.CoordinatorClient;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.errors.ExchangeNotFound;
 import org.sparkflow.exchange.stream.StreamSettings;
@@ -43,8 +45,30 @@ import org.sparkflow.exchange.write.WriteSettings;
  */
 public final class FormatCatalog extends ExchangeCatalog {
     private static final org.slf4j.Logger LOG = org.slf4j.LoggerFactory.getLogger(FormatCatalog.class);
-    static final String ENABLED_KEY = "spark.sparkflow.exchange.jvmFormat";
-    static final String DECLARE_TIMEOUT = "declareTimeout";
+    static final String ENABLED_KEY = Contract.Option.PREFIX + Contract.Option.JVM_FORMAT;
+    static final String DECLARE_TIMEOUT = Contract.Option.DECLARE_TIMEOUT;
+
+    /**
+     * The options of the read or write being planned on this thread: Spark asks the format for the catalog and the
+     * identifier, then loads the table from the catalog on the same thread, and a read's load does not pass the
+     * options on, so they wait here for it.
+     */
+    private static final ThreadLocal<CaseInsensitiveStringMap> PENDING = new ThreadLocal<>();
+
+    /** The options of the read or write of {@code format("pipelined")} this thread is planning, for its load. */
+    static void expectOptions(CaseInsensitiveStringMap options) {
+        PENDING.set(options);
+    }
+
+    /**
+     * The options of the read or write of {@code exchange} this thread is planning (once), or null: options left by
+     * a planning that never reached the catalog are never taken for another exchange.
+     */
+    private static CaseInsensitiveStringMap takeOptions(String exchange) {
+        CaseInsensitiveStringMap options = PENDING.get();
+        PENDING.remove();
+        return options != null && exchange.equals(options.get(Contract.Option.EXCHANGE)) ? options : null;
+    }
 
     private static boolean enabled() {
         return !"false".equalsIgnoreCase(SQLConf.get().getConfString(ENABLED_KEY, "true").trim());
@@ -55,9 +79,9 @@ public final class FormatCatalog extends ExchangeCatalog {
             throws NoSuchTableException {
         boolean write = context != null && !context.writePrivileges().isEmpty();
         boolean overwrite = write && context.writePrivileges().contains(TableWritePrivilege.DELETE);
-        CaseInsensitiveStringMap pending = PipelinedFormat.takeOptions(ident.name());
+        CaseInsensitiveStringMap pending = takeOptions(ident.name());
         if (options == null || options.isEmpty()) {
-            options = pending != null ? pending : new CaseInsensitiveStringMap(Map.of("exchange", ident.name()));
+            options = pending != null ? pending : new CaseInsensitiveStringMap(Map.of(Contract.Option.EXCHANGE, ident.name()));
         }
         long started = System.nanoTime();
         long deadline = write ? 0 : started + declareTimeoutNanos(options);
@@ -81,7 +105,7 @@ public final class FormatCatalog extends ExchangeCatalog {
      * within declareTimeout (the Python source then answers at once, in its words).
      */
     Table streamRead(CaseInsensitiveStringMap options, boolean[] notDeclared) {
-        String exchange = options.get("exchange");
+        String exchange = options.get(Contract.Option.EXCHANGE);
         String why = !enabled() ? ENABLED_KEY + "=false" : Route.streamPythonOnly(options);
         if (why != null) {
             return python(exchange, why);
@@ -115,7 +139,7 @@ public final class FormatCatalog extends ExchangeCatalog {
      * hash or rebalance), or null when the Python sink is to serve it; why is logged.
      */
     Table streamWrite(Map<String, String> options) {
-        String exchange = new CaseInsensitiveStringMap(options).get("exchange");
+        String exchange = new CaseInsensitiveStringMap(options).get(Contract.Option.EXCHANGE);
         String why = !enabled() ? ENABLED_KEY + "=false" : StreamSink.unsupported(options, Route.WRITE_OPTIONS);
         if (why == null) {
             try {
@@ -142,8 +166,8 @@ public final class FormatCatalog extends ExchangeCatalog {
         String value = options.get(DECLARE_TIMEOUT);
         String key = DECLARE_TIMEOUT;
         if (value == null) {
-            key = "spark.sparkflow.exchange." + DECLARE_TIMEOUT;
-            value = SQLConf.get().getConfString(key, "60s");
+            key = Contract.Option.PREFIX + DECLARE_TIMEOUT;
+            value = SQLConf.get().getConfString(key, Contract.OptionDefault.DECLARE_TIMEOUT + "s");
         }
         return WriteSettings.duration(key, value);
     }
@@ -176,7 +200,7 @@ public final class FormatCatalog extends ExchangeCatalog {
                     + "declareTimeout)");
         }
         if (write && (desc == null || (overwrite && desc.sealed))) {
-            return new NewWrite(exchange, coordinator, settings());
+            return NewExchangeTable.fromWriteOptions(exchange, coordinator, settings());
         }
         if (Route.unreadable(desc, !write) == null) { // a read (of one being written too), or an append to a sealed one
             return new ExchangeTable(desc, readSettings(found).readingWhileWritten(), coordinator, settings(),
@@ -194,7 +218,7 @@ public final class FormatCatalog extends ExchangeCatalog {
             return endpoint();
         } catch (IllegalStateException none) {
             SparkContext sc = SparkContext.getOrCreate();
-            if (!write || !sc.isLocal() || settings().containsKey("coordinator")) {
+            if (!write || !sc.isLocal() || settings().containsKey(Contract.Option.COORDINATOR)) {
                 throw none;
             }
             Launcher.embeddedService(sc.getConf());
@@ -209,9 +233,9 @@ public final class FormatCatalog extends ExchangeCatalog {
     @Override
     public Table createTable(Identifier ident, Column[] columns, Transform[] partitions, Map<String, String> properties)
             throws NoSuchNamespaceException {
-        CaseInsensitiveStringMap options = PipelinedFormat.takeOptions(ident.name()); // a create's properties lack them
+        CaseInsensitiveStringMap options = takeOptions(ident.name()); // a create's properties lack them
         if (options == null) {
-            options = new CaseInsensitiveStringMap(Map.of("exchange", ident.name()));
+            options = new CaseInsensitiveStringMap(Map.of(Contract.Option.EXCHANGE, ident.name()));
         }
         if (!enabled() || Route.pythonOnly(options, true) != null) {
             throw new UnsupportedOperationException("format(\"pipelined\") writes " + ident.name() + " with mode "
@@ -231,39 +255,5 @@ public final class FormatCatalog extends ExchangeCatalog {
             return false;
         }
         return super.tableExists(ident);
-    }
-
-    /** A write of an exchange not declared yet: its schema comes with the write, its layout from the options. */
-    private static final class NewWrite implements SupportsWrite {
-        private final String name;
-        private final CoordinatorClient coordinator;
-        private final Map<String, String> settings;
-
-        NewWrite(String name, CoordinatorClient coordinator, Map<String, String> settings) {
-            this.name = name;
-            this.coordinator = coordinator;
-            this.settings = settings;
-        }
-
-        @Override
-        public String name() {
-            return name;
-        }
-
-        @Override
-        public StructType schema() {
-            return new StructType();
-        }
-
-        @Override
-        public Set<TableCapability> capabilities() {
-            return EnumSet.of(TableCapability.BATCH_WRITE, TableCapability.TRUNCATE, TableCapability.ACCEPT_ANY_SCHEMA);
-        }
-
-        /** Mode append declares without replacing (a write that declared it meanwhile is appended to), overwrite replaces. */
-        @Override
-        public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
-            return new ExchangeWriteBuilder(name, WriteSettings.defaults(), null, info, coordinator, settings).appending();
-        }
     }
 }

@@ -10,6 +10,7 @@ import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.sparkflow.exchange.ExchangePlugin;
+import org.sparkflow.exchange.contract.Contract;
 
 /**
  * {@code format("pipelined")} when the plugin jar is on the classpath: batch reads and writes go through the
@@ -22,7 +23,7 @@ import org.sparkflow.exchange.ExchangePlugin;
  * catalog, so only a read planned through a catalog keeps the exchange's partitioning.
  */
 public final class PipelinedFormat implements SupportsCatalogOptions, DataSourceRegister {
-    public static final String SHORT_NAME = "pipelined";
+    public static final String SHORT_NAME = PythonSource.NAME; // taken over where the jar is loaded
     static final String CATALOG = "pipelined";
     static final String CATALOG_KEY = "spark.sql.catalog." + CATALOG;
 
@@ -45,28 +46,12 @@ public final class PipelinedFormat implements SupportsCatalogOptions, DataSource
         return CATALOG;
     }
 
-    /**
-     * Spark asks this, then loads the table from the catalog on the same thread; a read's load does not pass the
-     * options on to the catalog, so they wait here for it ({@link #takeOptions}).
-     */
-    private static final ThreadLocal<CaseInsensitiveStringMap> PENDING = new ThreadLocal<>();
-
-    /**
-     * The options of the read or write of {@code exchange} this thread is planning (once), or null: options left by
-     * a planning that never reached the catalog are never taken for another exchange.
-     */
-    static CaseInsensitiveStringMap takeOptions(String exchange) {
-        CaseInsensitiveStringMap options = PENDING.get();
-        PENDING.remove();
-        return options != null && exchange.equals(options.get("exchange")) ? options : null;
-    }
-
     /** The exchange named by the {@code exchange} option (empty without one: the Python source says what is missing). */
     @Override
     public Identifier extractIdentifier(CaseInsensitiveStringMap options) {
         ExchangePlugin.sayFailedHostsOnce();
-        PENDING.set(options);
-        String exchange = options.get("exchange");
+        FormatCatalog.expectOptions(options); // Spark loads the table from the catalog next, on this thread
+        String exchange = options.get(Contract.Option.EXCHANGE);
         return Identifier.of(new String[0], exchange == null ? "" : exchange);
     }
 
@@ -80,7 +65,7 @@ public final class PipelinedFormat implements SupportsCatalogOptions, DataSource
         ExchangePlugin.sayFailedHostsOnce();
         STREAM_PENDING.remove();
         boolean[] notDeclared = {false};
-        Table jvm = options.containsKey("exchange") ? catalog().streamRead(options, notDeclared) : null;
+        Table jvm = options.containsKey(Contract.Option.EXCHANGE) ? catalog().streamRead(options, notDeclared) : null;
         if (jvm != null) {
             STREAM_PENDING.set(jvm);
             return jvm.schema();
@@ -99,7 +84,7 @@ public final class PipelinedFormat implements SupportsCatalogOptions, DataSource
         ExchangePlugin.sayFailedHostsOnce();
         Table jvm = STREAM_PENDING.get();
         STREAM_PENDING.remove();
-        if (jvm != null && jvm.name().equals(new CaseInsensitiveStringMap(properties).get("exchange")) && jvm.schema().equals(schema)) {
+        if (jvm != null && jvm.name().equals(new CaseInsensitiveStringMap(properties).get(Contract.Option.EXCHANGE)) && jvm.schema().equals(schema)) {
             return jvm;
         }
         if (jvm == null) { // no stream read was planned on this thread: a stream write, which the JVM sink may serve

@@ -20,16 +20,20 @@ import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.sparkflow.exchange.contract.Contract;
 import org.sparkflow.exchange.catalog.ExchangeCatalog;
 
 /** The Python data source {@code pipelined} (installed with the package), for what the JVM path does not serve. */
 final class PythonSource {
+    /** The Python data source's name, which the jar's {@code format("pipelined")} takes over where it is loaded. */
+    static final String NAME = "pipelined";
+
     private PythonSource() {}
 
     /** Spark's provider of the Python source, as Spark itself makes one for a Python data source's name. */
     static PythonDataSourceV2 provider() {
         PythonDataSourceV2 provider = new PythonDataSourceV2();
-        provider.setShortName(PipelinedFormat.SHORT_NAME);
+        provider.setShortName(NAME);
         return provider;
     }
 
@@ -38,8 +42,8 @@ final class PythonSource {
      * service with ({@link ExchangeCatalog#KEYS}) except the per-host ones ({@code hostId}, {@code service}),
      * which each executor's tasks take from their own host.
      */
-    static final List<String> DISCOVERY = List.of("coordinator", "secret", "secretFile", "tls.caFile", "tls.certFile",
-            "tls.checkHostname");
+    static final List<String> DISCOVERY = List.of(Contract.Option.COORDINATOR, Contract.Option.SECRET, Contract.Option.SECRET_FILE, Contract.Option.TLS_CA_FILE,
+            Contract.Option.TLS_CERT_FILE, Contract.Option.TLS_CHECK_HOSTNAME);
 
     /**
      * {@code options} with the application's {@link #DISCOVERY} settings ({@code spark.sparkflow.exchange.*})
@@ -55,7 +59,7 @@ final class PythonSource {
         options.keySet().forEach(k -> given.add(k.toLowerCase(Locale.ROOT)));
         Map<String, String> out = new HashMap<>(options);
         for (String key : DISCOVERY) {
-            scala.Option<String> value = conf.getOption("spark.sparkflow.exchange." + key);
+            scala.Option<String> value = conf.getOption(Contract.Option.PREFIX + key);
             if (!given.contains(key.toLowerCase(Locale.ROOT)) && value.isDefined()) {
                 out.put(key, value.get());
             }

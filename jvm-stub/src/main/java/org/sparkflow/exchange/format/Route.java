@@ -1,12 +1,15 @@
 package org.sparkflow.exchange.format;
 
+import java.util.Arrays;
+import java.util.stream.Collectors;
 import java.util.Locale;
 import java.util.Set;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.read.ExchangeScan;
 import org.sparkflow.exchange.stream.StreamSettings;
-import org.sparkflow.exchange.wire.Contract;
+import org.sparkflow.exchange.contract.Contract;
+import org.sparkflow.exchange.contract.Contract.Option;
 import org.sparkflow.exchange.write.WriteSettings;
 
 /**
@@ -16,10 +19,10 @@ import org.sparkflow.exchange.write.WriteSettings;
  */
 final class Route {
     /** Read options the JVM reader honours (lower case, as Spark's options map keeps them). */
-    static final Set<String> READ_OPTIONS = Set.of("exchange", "readpartitions", "declaretimeout");
+    static final Set<String> READ_OPTIONS = lower(Option.EXCHANGE, Option.READ_PARTITIONS, Option.DECLARE_TIMEOUT);
     /** Write options the JVM writer honours, under the Python options' names. */
-    static final Set<String> WRITE_OPTIONS = Set.of("exchange", "partitioner", "keys", "numsubpartitions",
-            "partitiontype", "buffersize", "sortbuffersize", "buffersperpartition", "buffertimeout", "compression");
+    static final Set<String> WRITE_OPTIONS = lower(Option.EXCHANGE, Option.PARTITIONER, Option.KEYS, Option.NUM_SUBPARTITIONS,
+            Option.PARTITION_TYPE, Option.BUFFER_SIZE, Option.SORT_BUFFER_SIZE, Option.BUFFERS_PER_PARTITION, Option.BUFFER_TIMEOUT, Option.COMPRESSION);
 
     /** Layouts the JVM reader reads as the Python reader does (every producer holds every subpartition). */
     static final Set<String> READ_PARTITIONERS = Set.copyOf(Contract.Partitioner.JVM_READ); // hash, rebalance
@@ -28,7 +31,7 @@ final class Route {
 
     /** Null when a stream read's options fit the JVM stream source, else the first reason they do not. */
     static String streamPythonOnly(CaseInsensitiveStringMap options) {
-        String exchange = options.get("exchange");
+        String exchange = options.get(Option.EXCHANGE);
         if (exchange == null || exchange.isEmpty()) {
             return "no exchange option";
         }
@@ -40,9 +43,13 @@ final class Route {
         return null;
     }
 
+    private static Set<String> lower(String... keys) {
+        return Arrays.stream(keys).map(k -> k.toLowerCase(Locale.ROOT)).collect(Collectors.toUnmodifiableSet());
+    }
+
     /** Null when the options fit the JVM path, else the first reason they do not. */
     static String pythonOnly(CaseInsensitiveStringMap options, boolean write) {
-        String exchange = options.get("exchange");
+        String exchange = options.get(Option.EXCHANGE);
         if (exchange == null || exchange.isEmpty()) {
             return "no exchange option";
         }
@@ -53,10 +60,10 @@ final class Route {
             }
         }
         if (write) {
-            if (!options.containsKey("numSubpartitions")) { // the Python writer's coalesced layout: its own
+            if (!options.containsKey(Option.NUM_SUBPARTITIONS)) { // the Python writer's coalesced layout: its own
                 return "no numSubpartitions";
             }
-            String partitioner = options.getOrDefault("partitioner", "hash").toLowerCase(Locale.ROOT);
+            String partitioner = options.getOrDefault(Option.PARTITIONER, Contract.OptionDefault.PARTITIONER).toLowerCase(Locale.ROOT);
             if (!WriteSettings.PARTITIONERS.contains(partitioner)) {
                 return "partitioner " + partitioner;
             }

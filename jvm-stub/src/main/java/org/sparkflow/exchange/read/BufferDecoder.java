@@ -15,7 +15,7 @@ import org.apache.arrow.vector.ipc.message.ArrowRecordBatch;
 import org.apache.arrow.vector.ipc.message.MessageMetadataResult;
 import org.apache.arrow.vector.ipc.message.MessageSerializer;
 import org.sparkflow.exchange.codec.Codecs;
-import org.sparkflow.exchange.wire.Contract;
+import org.sparkflow.exchange.contract.Contract;
 
 /**
  * Data buffers into a {@link VectorSchemaRoot} ({@code buffer.py}): each is an Arrow IPC record-batch message

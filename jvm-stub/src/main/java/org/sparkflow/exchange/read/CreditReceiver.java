@@ -3,7 +3,7 @@ package org.sparkflow.exchange.read;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.nio.ByteBuffer;
-import org.sparkflow.exchange.wire.Contract;
+import org.sparkflow.exchange.contract.Contract;
 import org.sparkflow.exchange.wire.Frames;
 
 /**

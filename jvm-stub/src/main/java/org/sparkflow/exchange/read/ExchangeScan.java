@@ -20,9 +20,7 @@ import org.apache.spark.sql.connector.read.partitioning.Partitioning;
 import org.apache.spark.sql.connector.read.partitioning.UnknownPartitioning;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
-import org.sparkflow.exchange.wire.Contract.ExchangeState;
-import org.sparkflow.exchange.wire.Contract.PartitionState;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 
 /**
  * A scan of a sealed exchange, or of one being written ({@link LiveProducers}): read partitions as {@link ReadLayout} groups the subpartitions (with
@@ -98,26 +96,16 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
      */
     public static String unreadable(ExchangeDescription desc, boolean whileWritten) {
         String ex = "exchange '" + desc.name + "'";
-        if (ExchangeState.ABORTED.equals(desc.state)) {
-            return ex + " was aborted: its write failed, it holds no rows to read";
-        }
-        if (!desc.sealed && !whileWritten) {
-            return ex + " is still being written (state " + desc.state + "): the catalog reads "
+        ExchangeDescription.Readable verdict = desc.readable; // the coordinator's: never re-derived here
+        if (!verdict.sealed() && !(whileWritten && verdict.live())) {
+            return verdict.writing() && !whileWritten ? verdict.reason() + ": the catalog reads "
                     + "sealed exchanges only; read it after its write commits (the catalog setting commitTimeout waits "
-                    + "for the commit), or read it while it is written with spark.read.format(\"pipelined\")";
-        }
-        if (desc.numSubpartitions == null) {
-            return ex + " does not know its number of subpartitions";
+                    + "for the commit), or read it while it is written with spark.read.format(\"pipelined\")"
+                    : verdict.reason();
         }
         if ("forward".equals(desc.partitioner)) {
             return ex + " was written with the forward partitioner (subpartition i is producer "
                     + "i's alone), which the catalog does not read; read it with spark.read.format(\"pipelined\")";
-        }
-        for (ExchangeDescription.Producer p : desc.committed) {
-            if (!PartitionState.FINISHED.equals(p.state())) {
-                return ex + ": committed producer " + p.index() + " (partition " + p.partition() + ") is " + p.state()
-                        + ", not finished";
-            }
         }
         return null;
     }

@@ -26,7 +26,7 @@ import org.apache.spark.sql.types.ShortType;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.types.TimestampNTZType;
 import org.apache.spark.sql.types.TimestampType;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 
 /**
  * The subpartitions an equality or IN filter on every hash key can match: the writer put a row in

@@ -3,10 +3,9 @@ package org.sparkflow.exchange.read;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
-import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
-import org.sparkflow.exchange.wire.Contract.ExchangeState;
-import org.sparkflow.exchange.wire.Contract.PartitionState;
+import org.sparkflow.exchange.coordinator.ExchangeDescription.Producer;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
+import org.sparkflow.exchange.contract.Contract.PartitionState;
 
 /**
  * Which producer attempts a read task takes from an exchange that was being written when the read was planned, and
@@ -41,9 +40,9 @@ public final class LiveProducers {
         if (d.epoch != epoch) {
             throw new ExchangeReadException(ExchangeReadException.gone(exchange, "overwritten"));
         }
-        if (ExchangeState.ABORTED.equals(d.state)) {
-            throw new ExchangeReadException("the write of exchange '" + exchange + "' was aborted, so this read "
-                    + "has no committed state to return; write it again");
+        if (d.readable.ended()) { // the coordinator's verdict: aborted (or gone), nothing to read any more
+            throw new ExchangeReadException(d.readable.reason() + "; this read has no committed state to return: "
+                    + "write it again");
         }
         if (state == null) {
             state = d.readState(seal);

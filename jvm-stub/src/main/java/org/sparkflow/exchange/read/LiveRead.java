@@ -2,13 +2,13 @@ package org.sparkflow.exchange.read;
 
 import org.sparkflow.exchange.errors.ErrorCodes;
 import java.util.Map;
-import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
+import org.sparkflow.exchange.coordinator.ExchangeDescription.Producer;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.discovery.Discovery;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.discovery.RuntimeDir;
 import org.sparkflow.exchange.errors.ServiceError;
-import org.sparkflow.exchange.wire.Contract.ErrorCode;
+import org.sparkflow.exchange.contract.Contract.ErrorCode;
 import org.sparkflow.exchange.wire.RpcConnection;
 
 /**

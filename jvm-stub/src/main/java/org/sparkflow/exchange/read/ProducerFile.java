@@ -9,8 +9,8 @@ import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
 import java.util.List;
-import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
-import org.sparkflow.exchange.wire.Contract;
+import org.sparkflow.exchange.coordinator.ExchangeDescription.Producer;
+import org.sparkflow.exchange.contract.Contract;
 
 /**
  * One producer's finished spill file, for one subpartition: its index entries (checked by {@link SpillIndex}), its

@@ -1,7 +1,7 @@
 package org.sparkflow.exchange.read;
 
 import java.io.IOException;
-import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
+import org.sparkflow.exchange.coordinator.ExchangeDescription.Producer;
 
 /** Where one producer's subpartition comes from (its spill file here, or its service under credit). */
 interface ProducerSource extends AutoCloseable {

@@ -4,7 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
+import org.sparkflow.exchange.coordinator.ExchangeDescription.Producer;
 import org.sparkflow.exchange.wire.Frames;
 import org.sparkflow.exchange.wire.RpcConnection;
 import org.sparkflow.exchange.wire.Tls;

@@ -5,7 +5,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
-import org.sparkflow.exchange.wire.Contract;
+import org.sparkflow.exchange.contract.Contract;
 
 /**
  * A spill index file ({@code partition/spill.py}): {@code "SFXIDX01"}, then entries

@@ -10,7 +10,7 @@ import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 
 /**
  * One subpartition read by the JVM reader outside a Spark task, exactly as a read task of a scan planned on

@@ -4,7 +4,7 @@ import java.util.List;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.connector.read.HasPartitionKey;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 
 /**
  * One read partition: its subpartitions of every committed producer, subpartition after subpartition, each in

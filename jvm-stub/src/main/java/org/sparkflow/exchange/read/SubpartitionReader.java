@@ -20,7 +20,7 @@ import org.apache.spark.sql.util.ArrowUtils;
 import org.apache.spark.sql.vectorized.ArrowColumnVector;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
-import org.sparkflow.exchange.catalog.ExchangeDescription.Producer;
+import org.sparkflow.exchange.coordinator.ExchangeDescription.Producer;
 import org.sparkflow.exchange.errors.ServiceError;
 import org.sparkflow.exchange.wire.RpcConnection;
 

@@ -13,7 +13,7 @@ import org.apache.spark.sql.connector.read.streaming.ReadMaxBytes;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
 import org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.read.ReadSettings;
 import org.sparkflow.exchange.read.SubpartitionInput;
 

@@ -2,11 +2,14 @@ package org.sparkflow.exchange.stream;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
-import org.sparkflow.exchange.catalog.CoordinatorClient;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
+import org.sparkflow.exchange.coordinator.CoordinatorClient;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.errors.ErrorCodes;
 import org.sparkflow.exchange.errors.ServiceError;
+import org.sparkflow.exchange.write.WriteSettings;
 
 /**
  * The coordinator's stream calls a JVM reader or writer query makes (the service side is {@code service/streams.py};
@@ -23,6 +26,28 @@ public final class StreamCalls {
 
     public String stream() {
         return stream;
+    }
+
+    /**
+     * Declare the stream as its writer query (again at each start): its Arrow schema (base64), layout, the bound on
+     * what it retains ({@code maxRetainedBytes}, 0: none) and the consumer groups kept from its start.
+     */
+    public JsonNode declare(String schemaBase64, WriteSettings settings, long maxRetainedBytes, List<String> groups) {
+        Map<String, Object> partitioner = new LinkedHashMap<>();
+        partitioner.put("name", settings.partitioner());
+        partitioner.put("keys", settings.keys());
+        partitioner.put("custom", null);
+        partitioner.put("shared", false);
+        Map<String, Object> args = new LinkedHashMap<>();
+        args.put("name", stream);
+        args.put("schema", schemaBase64);
+        args.put("num_subpartitions", settings.numSubpartitions());
+        args.put("partitioner", partitioner);
+        args.put("partition_type", settings.partitionType());
+        args.put("coalesce", false); // the width is always given
+        args.put("max_retained_bytes", maxRetainedBytes);
+        args.put("groups", groups);
+        return coordinator.call("stream_declare", args);
     }
 
     /** The stream's description; null when no writer query declared it (after waiting up to {@code waitSeconds}). */

@@ -26,7 +26,9 @@ import org.apache.spark.sql.connector.write.streaming.StreamingDataWriterFactory
 import org.apache.spark.sql.connector.write.streaming.StreamingWrite;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.ArrowUtils;
-import org.sparkflow.exchange.catalog.CoordinatorClient;
+import org.sparkflow.exchange.contract.Contract.Option;
+import org.sparkflow.exchange.contract.Contract.OptionDefault;
+import org.sparkflow.exchange.coordinator.CoordinatorClient;
 import org.sparkflow.exchange.discovery.Discovery;
 import org.sparkflow.exchange.discovery.RuntimeDir;
 import org.sparkflow.exchange.errors.ServiceError;
@@ -41,26 +43,22 @@ import org.sparkflow.exchange.write.WriteSettings;
  * rules (the service's {@code stream_begin_epoch}: a replay of a committed batch is skipped, one an earlier run left
  * open is replaced; a task waits while the stream retains more than {@code stream.maxRetainedBytes}). Each task
  * writes its rows as a producer of the epoch's exchange (write/ExchangeDataWriter) followed by the epoch marker;
- * a timer pushes what a task holds once it has waited {@code bufferTimeout} ({@link #STREAM_BUFFER_TIMEOUT} unless
- * set), so a Real-time Mode reader gets rows while the writer's long batch runs.
+ * a timer pushes what a task holds once it has waited {@code bufferTimeout} ({@code stream.bufferTimeout}, 1 ms by
+ * default, unless set), so a Real-time Mode reader gets rows while the writer's long batch runs.
  */
 public final class StreamSink implements SupportsWrite {
-    /**
-     * A stream's buffer timeout unless {@code bufferTimeout} is given: 1 ms, Flink's "about a millisecond" setting
-     * (its 100 ms default is a batch exchange's): a Real-time Mode hop is meant to take milliseconds, and a full
-     * buffer or the flush-cost rule (ExchangeDataWriter.FLUSH_COST_FACTOR) still bounds the small buffers it makes.
-     */
-    public static final long STREAM_BUFFER_TIMEOUT = 1_000_000L;
-    /** Options of a stream write beyond a batch write's (lower case). */
-    public static final Set<String> STREAM_WRITE_OPTIONS = Set.of("stream.maxretainedbytes", "stream.consumergroups",
-            "readertimeout", "checkpointlocation", "path", "_asyncprogresstrackingoverridesinksupportcheck");
+    /** Spark's own option: a query's checkpoint. */
+    static final String SPARK_CHECKPOINT = "checkpointLocation";
+    /** Options of a stream write beyond a batch write's (lower case): ours, then Spark's own. */
+    public static final Set<String> STREAM_WRITE_OPTIONS = StreamSettings.lower(Option.STREAM_MAX_RETAINED_BYTES,
+            Option.STREAM_CONSUMER_GROUPS, Option.READER_TIMEOUT, Option.STREAM_BUFFER_TIMEOUT, SPARK_CHECKPOINT,
+            StreamSettings.SPARK_PATH, StreamSink.ASYNC_SINK_CHECK);
     /**
      * Real-time Mode tracks progress asynchronously, which Spark 4.3 allows for sinks it names only (Kafka, memory,
      * console, foreach, noop); this writeStream option ({@code "true"}) lets it run with this sink.
      */
     public static final String ASYNC_SINK_CHECK = "_asyncProgressTrackingOverrideSinkSupportCheck";
     static final double WAIT_ROUND_SECONDS = 5.0; // one begin-epoch call's wait on the service (streaming.py WAIT_ROUND)
-    static final long READER_TIMEOUT_NANOS = 300_000_000_000L; // config.py reader_timeout: 300 s
     private final String name;
     private final WriteSettings settings;
     private final Map<String, String> options;
@@ -69,9 +67,14 @@ public final class StreamSink implements SupportsWrite {
     public StreamSink(String name, Map<String, String> options, Map<String, String> discovery) {
         this.name = name;
         Map<String, String> o = new HashMap<>(options);
-        if (o.keySet().stream().noneMatch(k -> k.equalsIgnoreCase("bufferTimeout"))) {
-            o.put("bufferTimeout", (STREAM_BUFFER_TIMEOUT / 1_000_000) + "ms");
+        // a stream's buffer timeout unless bufferTimeout is given: stream.bufferTimeout (1 ms by default, Flink's
+        // "about a millisecond" setting; its 100 ms default is a batch exchange's): a Real-time Mode hop is meant to
+        // take milliseconds, and a full buffer or the flush-cost rule still bound the small buffers it makes
+        if (o.keySet().stream().noneMatch(k -> k.equalsIgnoreCase(Option.BUFFER_TIMEOUT))) {
+            String stream = option(options, Option.STREAM_BUFFER_TIMEOUT);
+            o.put(Option.BUFFER_TIMEOUT, stream != null ? stream : OptionDefault.STREAM_BUFFER_TIMEOUT + "s");
         }
+        o.keySet().removeIf(k -> k.equalsIgnoreCase(Option.STREAM_BUFFER_TIMEOUT));
         this.settings = WriteSettings.defaults().with(List.of(o));
         this.options = options;
         this.discovery = new HashMap<>(discovery);
@@ -98,6 +101,10 @@ public final class StreamSink implements SupportsWrite {
     }
 
     private String option(String key) {
+        return option(options, key);
+    }
+
+    private static String option(Map<String, String> options, String key) {
         return options.entrySet().stream().filter(e -> e.getKey().equalsIgnoreCase(key)).map(Map.Entry::getValue)
                 .findFirst().orElse(null);
     }
@@ -124,13 +131,8 @@ public final class StreamSink implements SupportsWrite {
     private EpochWrite declare(LogicalWriteInfo info) {
         CoordinatorClient coordinator = new CoordinatorClient(Discovery.find(discovery, RuntimeDir.standard()));
         String schema = arrowSchemaBase64(info.schema());
-        Map<String, Object> partitioner = new LinkedHashMap<>();
-        partitioner.put("name", settings.partitioner());
-        partitioner.put("keys", settings.keys());
-        partitioner.put("custom", null);
-        partitioner.put("shared", false);
-        String retained = option("stream.maxRetainedBytes");
-        String groups = option("stream.consumerGroups");
+        String retained = option(Option.STREAM_MAX_RETAINED_BYTES);
+        String groups = option(Option.STREAM_CONSUMER_GROUPS);
         List<String> groupList = new ArrayList<>();
         if (groups != null) {
             for (String g : groups.split(",")) {
@@ -139,18 +141,11 @@ public final class StreamSink implements SupportsWrite {
                 }
             }
         }
-        Map<String, Object> args = new LinkedHashMap<>();
-        args.put("name", name);
-        args.put("schema", schema);
-        args.put("num_subpartitions", settings.numSubpartitions());
-        args.put("partitioner", partitioner);
-        args.put("partition_type", settings.partitionType());
-        args.put("coalesce", false);
-        args.put("max_retained_bytes", retained == null ? 0 : WriteSettings.size("stream.maxRetainedBytes", retained));
-        args.put("groups", groupList);
-        JsonNode desc = coordinator.call("stream_declare", args);
-        String timeout = option("readerTimeout");
-        long readerTimeout = timeout == null ? READER_TIMEOUT_NANOS : WriteSettings.duration("readerTimeout", timeout);
+        JsonNode desc = new StreamCalls(coordinator, name).declare(schema, settings, retained == null ? 0
+                : WriteSettings.size(Option.STREAM_MAX_RETAINED_BYTES, retained, Long.MAX_VALUE), groupList);
+        String timeout = option(Option.READER_TIMEOUT);
+        long readerTimeout = WriteSettings.duration(Option.READER_TIMEOUT,
+                timeout == null ? OptionDefault.READER_TIMEOUT + "s" : timeout);
         return new EpochWrite(name, desc.path("schema").asText(schema), info.schema(),
                 desc.path("num_subpartitions").asInt(settings.numSubpartitions()), settings, discovery,
                 UUID.randomUUID().toString().replace("-", ""), info.queryId(), readerTimeout);
@@ -369,7 +364,7 @@ public final class StreamSink implements SupportsWrite {
 
     /** Null when a stream write's options fit this sink, else why not (the Python sink serves it then). */
     public static String unsupported(Map<String, String> options, Set<String> batchWriteOptions) {
-        String exchange = options.entrySet().stream().filter(e -> e.getKey().equalsIgnoreCase("exchange"))
+        String exchange = options.entrySet().stream().filter(e -> e.getKey().equalsIgnoreCase(Option.EXCHANGE))
                 .map(Map.Entry::getValue).findFirst().orElse(null);
         if (exchange == null || exchange.isEmpty()) {
             return "no exchange option";
@@ -382,11 +377,13 @@ public final class StreamSink implements SupportsWrite {
         }
         Map<String, String> lower = new HashMap<>();
         options.forEach((k, v) -> lower.put(k.toLowerCase(Locale.ROOT), v));
-        if (!lower.containsKey("numsubpartitions")) {
-            return "no numSubpartitions";
+        if (!lower.containsKey(Option.NUM_SUBPARTITIONS.toLowerCase(Locale.ROOT))) {
+            return "no " + Option.NUM_SUBPARTITIONS;
         }
-        String partitioner = lower.getOrDefault("partitioner", "hash").toLowerCase(Locale.ROOT);
-        if (!Set.of("hash", "rebalance").contains(partitioner)) {
+        String partitioner = lower.getOrDefault(Option.PARTITIONER.toLowerCase(Locale.ROOT), OptionDefault.PARTITIONER)
+                .toLowerCase(Locale.ROOT);
+        // what the JVM writer writes and its stream source reads, as the Python reader does
+        if (!org.sparkflow.exchange.contract.Contract.Partitioner.JVM_READ.contains(partitioner)) {
             return "partitioner " + partitioner;
         }
         return null;

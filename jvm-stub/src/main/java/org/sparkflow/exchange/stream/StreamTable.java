@@ -16,10 +16,10 @@ import org.apache.spark.sql.util.ArrowUtils;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
-import org.sparkflow.exchange.catalog.CoordinatorClient;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
+import org.sparkflow.exchange.coordinator.CoordinatorClient;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.read.ReadSettings;
-import org.sparkflow.exchange.wire.Contract;
+import org.sparkflow.exchange.contract.Contract;
 
 /**
  * A stream read by the JVM ({@code readStream.format("pipelined")} with the plugin jar, or
@@ -123,8 +123,8 @@ public final class StreamTable implements SupportsRead {
         StreamSettings s = settings;
         if (!options.isEmpty()) { // readStream.table(...).option(...): the read's options over the table's
             Map<String, String> merged = new HashMap<>();
-            merged.put("consumerGroup", settings.group());
-            merged.put("startingEpochs", settings.startingEpochs());
+            merged.put(Contract.Option.CONSUMER_GROUP, settings.group());
+            merged.put(Contract.Option.STARTING_EPOCHS, settings.startingEpochs());
             merged.values().removeIf(v -> v == null);
             merged.putAll(options.asCaseSensitiveMap());
             s = StreamSettings.of(settings.stream(), merged);

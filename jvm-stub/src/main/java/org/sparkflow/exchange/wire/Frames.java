@@ -1,5 +1,6 @@
 package org.sparkflow.exchange.wire;
 
+import org.sparkflow.exchange.contract.Contract;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;

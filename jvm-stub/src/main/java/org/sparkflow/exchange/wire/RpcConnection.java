@@ -1,5 +1,6 @@
 package org.sparkflow.exchange.wire;
 
+import org.sparkflow.exchange.contract.Contract;
 import org.sparkflow.exchange.errors.ServiceError;
 import org.sparkflow.exchange.errors.ErrorCodes;
 import com.fasterxml.jackson.databind.JsonNode;
@@ -19,7 +20,7 @@ import java.util.Map;
 import javax.net.ssl.SSLEngine;
 import javax.net.ssl.SSLEngineResult;
 import javax.net.ssl.SSLException;
-import org.sparkflow.exchange.wire.Contract.ErrorCode;
+import org.sparkflow.exchange.contract.Contract.ErrorCode;
 
 /**
  * A blocking, authenticated connection to a coordinator or exchange service: request/response calls

@@ -19,6 +19,7 @@ import javax.net.ssl.SSLContext;
 import javax.net.ssl.SSLEngine;
 import javax.net.ssl.SSLParameters;
 import javax.net.ssl.TrustManagerFactory;
+import org.sparkflow.exchange.contract.Contract;
 
 /**
  * A client's TLS settings, as the Python client reads them ({@code network/auth.py client_ssl_context}): the PEM
@@ -33,17 +34,17 @@ public record Tls(String caFile, String certFile, boolean checkHostname) impleme
 
     /** The TLS settings among the sparkflow-exchange keys without prefix, or null when TLS is not configured. */
     public static Tls from(Map<String, String> settings) {
-        String ca = blankToNull(settings.get("tls.caFile"));
-        String cert = blankToNull(settings.get("tls.certFile"));
+        String ca = blankToNull(settings.get(Contract.Option.TLS_CA_FILE));
+        String cert = blankToNull(settings.get(Contract.Option.TLS_CERT_FILE));
         if (ca == null && cert == null) {
             return null;
         }
-        String check = settings.getOrDefault("tls.checkHostname", "true").trim().toLowerCase(Locale.ROOT);
+        String check = settings.getOrDefault(Contract.Option.TLS_CHECK_HOSTNAME, String.valueOf(Contract.OptionDefault.TLS_CHECK_HOSTNAME)).trim().toLowerCase(Locale.ROOT);
         return switch (check) { // as config.py's booleans
             case "true", "1", "yes", "on" -> new Tls(ca, cert, true);
             case "false", "0", "no", "off" -> new Tls(ca, cert, false);
             default -> throw new IllegalArgumentException("tls.checkHostname: not a boolean: '"
-                    + settings.get("tls.checkHostname") + "'");
+                    + settings.get(Contract.Option.TLS_CHECK_HOSTNAME) + "'");
         };
     }
 
@@ -53,7 +54,7 @@ public record Tls(String caFile, String certFile, boolean checkHostname) impleme
 
     /** The setting whose file is trusted: {@code tls.caFile} when set, else {@code tls.certFile}. */
     public String trustSetting() {
-        return caFile != null ? "tls.caFile" : "tls.certFile";
+        return caFile != null ? Contract.Option.TLS_CA_FILE : Contract.Option.TLS_CERT_FILE;
     }
 
     public String trustFile() {

@@ -19,7 +19,7 @@ import org.apache.spark.sql.connector.write.PhysicalWriteInfo;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.ArrowUtils;
-import org.sparkflow.exchange.catalog.CoordinatorClient;
+import org.sparkflow.exchange.coordinator.CoordinatorClient;
 import org.sparkflow.exchange.errors.ServiceError;
 
 /**

@@ -10,9 +10,9 @@ import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
-import org.sparkflow.exchange.catalog.CoordinatorClient;
 import org.sparkflow.exchange.codec.Codecs;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
+import org.sparkflow.exchange.coordinator.CoordinatorClient;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.discovery.Discovery;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.discovery.RuntimeDir;
@@ -169,7 +169,7 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     public WriterCommitMessage commit() {
         pushAll();
         if (marker != null) {
-            producer.push(-1, marker, org.sparkflow.exchange.wire.Contract.BufferKind.MARKER, 0);
+            producer.push(-1, marker, org.sparkflow.exchange.contract.Contract.BufferKind.MARKER, 0);
         }
         JsonNode stats = producer.finish(sentBuffers, sentRows);
         long pushed = 0;
@@ -187,6 +187,7 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
         args.put("subpartition_rows", subRows);
         args.put("rows", pushed);
         args.put("bytes", stats.path("bytes").asLong(0));
+        args.put("raw_bytes", stats.path("raw_bytes").asLong(stats.path("bytes").asLong(0))); // uncompressed, as counted by the service
         coordinator.call("producer_finished", args);
         return new ProducerCommit(partition, index, rows);
     }

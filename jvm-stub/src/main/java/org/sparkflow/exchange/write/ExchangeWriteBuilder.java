@@ -11,7 +11,7 @@ import org.apache.spark.sql.connector.write.Write;
 import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.StructType;
-import org.sparkflow.exchange.catalog.CoordinatorClient;
+import org.sparkflow.exchange.coordinator.CoordinatorClient;
 
 /**
  * A catalog write of one exchange: {@code create}/{@code createOrReplace} (a new exchange, or one replaced through

@@ -10,8 +10,8 @@ import java.util.Map;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.errors.ErrorCodes;
 import org.sparkflow.exchange.errors.ServiceError;
-import org.sparkflow.exchange.wire.Contract;
-import org.sparkflow.exchange.wire.Contract.ErrorCode;
+import org.sparkflow.exchange.contract.Contract;
+import org.sparkflow.exchange.contract.Contract.ErrorCode;
 import org.sparkflow.exchange.wire.Frames;
 import org.sparkflow.exchange.wire.RpcConnection;
 

@@ -14,8 +14,8 @@ import org.apache.spark.sql.types.MapType;
 import org.apache.spark.sql.types.StringType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
-import org.sparkflow.exchange.catalog.ExchangeDescription;
-import org.sparkflow.exchange.wire.Contract;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
+import org.sparkflow.exchange.contract.Contract;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**

@@ -6,12 +6,14 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.connector.expressions.BucketTransform;
 import org.sparkflow.exchange.codec.Codecs;
 import org.apache.spark.sql.connector.expressions.NamedReference;
 import org.apache.spark.sql.connector.expressions.Transform;
-import org.sparkflow.exchange.wire.Contract;
+import org.sparkflow.exchange.contract.Contract;
 
 /**
  * How a catalog write routes and cuts its rows, under the Python options' names ({@code config.py}):
@@ -19,7 +21,9 @@ import org.sparkflow.exchange.wire.Contract;
  * {@code partitionType}, {@code bufferSize}, {@code sortBufferSize}, {@code buffersPerPartition},
  * {@code bufferTimeout} (a partly filled buffer leaves after this: what a reader of a write in progress waits),
  * {@code compression} (none, zstd, lz4: Arrow IPC body compression, as the Python writer's). Keys are
- * case-insensitive; a table property may also carry Spark's {@code option.} prefix.
+ * case-insensitive; a table property may also carry Spark's {@code option.} prefix. The keys, their defaults and how
+ * sizes and durations are read are the contract's ({@code sparkflow_exchange/contract.json}, through the generated
+ * {@link Contract}), as Python's settings are: none is spelled here.
  */
 public record WriteSettings(String partitioner, List<String> keys, Integer numSubpartitions, String partitionType,
                             int bufferSize, long sortBufferSize, int buffers, long bufferTimeoutNanos,
@@ -27,36 +31,30 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
         implements Serializable {
     public static final List<String> PARTITIONERS = Contract.Partitioner.JVM_WRITE; // hash, broadcast, forward, rebalance
     static final List<String> PARTITION_TYPES = Contract.PartitionType.ALL;
-    /** Size suffixes (lower case) and their bytes: config.py's _SIZE_UNITS, entry for entry (tests check it). */
-    static final Map<String, Long> SIZE_UNITS = Map.ofEntries(Map.entry("", 1L), Map.entry("b", 1L),
-            Map.entry("k", 1L << 10), Map.entry("kb", 1L << 10), Map.entry("kib", 1L << 10),
-            Map.entry("m", 1L << 20), Map.entry("mb", 1L << 20), Map.entry("mib", 1L << 20),
-            Map.entry("g", 1L << 30), Map.entry("gb", 1L << 30), Map.entry("gib", 1L << 30));
-    /** Duration suffixes (lower case) and their seconds: config.py's _TIME_UNITS, entry for entry. */
-    static final Map<String, Double> TIME_UNITS = Map.ofEntries(Map.entry("ms", 0.001), Map.entry("s", 1.0),
-            Map.entry("", 1.0), Map.entry("sec", 1.0), Map.entry("m", 60.0), Map.entry("min", 60.0),
-            Map.entry("h", 3600.0));
-    /** The service's default maxFrameSize (config.py): a buffer may be at most half of a frame. */
-    static final long MAX_FRAME_SIZE = 64L << 20;
+    private static final Pattern SIZE = Pattern.compile(Contract.Units.SIZE_PATTERN);
+    private static final Pattern DURATION = Pattern.compile(Contract.Units.DURATION_PATTERN);
 
     /**
-     * The Python writer's defaults: hash, HYBRID, 1 MiB buffers, a 32 MiB sort buffer, 16 pool buffers, 100 ms, and
-     * the session's compression (none unless set).
+     * The contract's defaults (the Python writer's, from the same file): partitioner, partition type, buffer and sort
+     * buffer sizes, pool buffers, buffer timeout, and the session's compression (the contract's unless set).
      */
     public static WriteSettings defaults() {
-        return new WriteSettings("hash", List.of(), null, "HYBRID", 1 << 20, 32L << 20, 16, 100_000_000L,
+        return new WriteSettings(Contract.OptionDefault.PARTITIONER, Contract.OptionDefault.KEYS,
+                Contract.OptionDefault.NUM_SUBPARTITIONS, Contract.OptionDefault.PARTITION_TYPE,
+                Math.toIntExact(Contract.OptionDefault.BUFFER_SIZE), Contract.OptionDefault.SORT_BUFFER_SIZE,
+                Contract.OptionDefault.BUFFERS_PER_PARTITION, nanos(Contract.OptionDefault.BUFFER_TIMEOUT),
                 sessionCompression());
     }
 
     /**
      * {@code spark.sparkflow.exchange.compression} of the active session (its conf falls back to the application's),
-     * as the Python writer reads it, else {@link Codecs#DEFAULT}: one setting compresses both writers' exchanges.
+     * as the Python writer reads it, else the contract's default: one setting compresses both writers' exchanges.
      */
     static String sessionCompression() {
         scala.Option<SparkSession> session = SparkSession.getActiveSession();
         String value = session.isDefined()
-                ? session.get().conf().get("spark.sparkflow.exchange.compression", null) : null;
-        return value == null ? Codecs.DEFAULT : Codecs.checked(value);
+                ? session.get().conf().get(Contract.Option.PREFIX + Contract.Option.COMPRESSION, null) : null;
+        return value == null ? Contract.OptionDefault.COMPRESSION : Codecs.checked(value);
     }
 
     /** These settings with another layout (partitioner, keys, width, partition type), the buffers' settings kept. */
@@ -70,23 +68,34 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
         for (Map<String, String> layer : options) {
             layer.forEach((k, v) -> o.put(k.toLowerCase(Locale.ROOT).replaceFirst("^option\\.", ""), v));
         }
-        String p = o.getOrDefault("partitioner", partitioner).toLowerCase(Locale.ROOT);
-        List<String> k = o.containsKey("keys") ? splitKeys(o.get("keys")) : keys;
-        Integer n = o.containsKey("numsubpartitions") ? Integer.valueOf(positive("numSubpartitions", o.get("numsubpartitions")))
+        String p = get(o, Contract.Option.PARTITIONER, partitioner).toLowerCase(Locale.ROOT);
+        List<String> k = has(o, Contract.Option.KEYS) ? splitKeys(get(o, Contract.Option.KEYS, null)) : keys;
+        Integer n = has(o, Contract.Option.NUM_SUBPARTITIONS)
+                ? Integer.valueOf(positive(Contract.Option.NUM_SUBPARTITIONS, get(o, Contract.Option.NUM_SUBPARTITIONS, null)))
                 : numSubpartitions;
-        String type = o.getOrDefault("partitiontype", partitionType).toUpperCase(Locale.ROOT);
-        int size = o.containsKey("buffersize") ? (int) size("bufferSize", o.get("buffersize")) : bufferSize;
-        long frame = o.containsKey("maxframesize") ? size("maxFrameSize", o.get("maxframesize")) : MAX_FRAME_SIZE;
+        String type = get(o, Contract.Option.PARTITION_TYPE, partitionType).toUpperCase(Locale.ROOT);
+        int size = has(o, Contract.Option.BUFFER_SIZE)
+                ? Math.toIntExact(size(Contract.Option.BUFFER_SIZE, get(o, Contract.Option.BUFFER_SIZE, null), Integer.MAX_VALUE))
+                : bufferSize;
+        long frame = has(o, Contract.Option.MAX_FRAME_SIZE)
+                ? size(Contract.Option.MAX_FRAME_SIZE, get(o, Contract.Option.MAX_FRAME_SIZE, null), Long.MAX_VALUE)
+                : Contract.OptionDefault.MAX_FRAME_SIZE;
         if (size > frame / 2) { // as the Python writer: refused before anything is declared, not in every task
-            throw new IllegalArgumentException("bufferSize " + size + " must be at most half of maxFrameSize " + frame);
+            throw new IllegalArgumentException(Contract.Option.BUFFER_SIZE + " " + size + " must be at most half of "
+                    + Contract.Option.MAX_FRAME_SIZE + " " + frame);
         }
-        long sort = o.containsKey("sortbuffersize") ? size("sortBufferSize", o.get("sortbuffersize")) : sortBufferSize;
-        int pool = o.containsKey("buffersperpartition")
-                ? positive("buffersPerPartition", o.get("buffersperpartition")) : buffers;
-        long timeout = o.containsKey("buffertimeout") ? duration("bufferTimeout", o.get("buffertimeout"))
+        long sort = has(o, Contract.Option.SORT_BUFFER_SIZE)
+                ? size(Contract.Option.SORT_BUFFER_SIZE, get(o, Contract.Option.SORT_BUFFER_SIZE, null), Long.MAX_VALUE)
+                : sortBufferSize;
+        int pool = has(o, Contract.Option.BUFFERS_PER_PARTITION)
+                ? positive(Contract.Option.BUFFERS_PER_PARTITION, get(o, Contract.Option.BUFFERS_PER_PARTITION, null))
+                : buffers;
+        long timeout = has(o, Contract.Option.BUFFER_TIMEOUT)
+                ? duration(Contract.Option.BUFFER_TIMEOUT, get(o, Contract.Option.BUFFER_TIMEOUT, null))
                 : bufferTimeoutNanos;
         // refused here, before anything is declared, as the Python writer's settings refuse it
-        String codec = o.containsKey("compression") ? Codecs.checked(o.get("compression")) : compression;
+        String codec = has(o, Contract.Option.COMPRESSION)
+                ? Codecs.checked(get(o, Contract.Option.COMPRESSION, null)) : compression;
         return new WriteSettings(p, k, n, type, size, sort, pool, timeout, codec);
     }
 
@@ -103,7 +112,7 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
         for (NamedReference ref : bucket.references()) {
             k.add(String.join(".", ref.fieldNames()));
         }
-        return withLayout("hash", k, (Integer) bucket.numBuckets().value(), partitionType);
+        return withLayout(Contract.Partitioner.HASH, k, (Integer) bucket.numBuckets().value(), partitionType);
     }
 
     /** These settings, when they make a write; else an IllegalArgumentException saying what is wrong. */
@@ -116,10 +125,12 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
             throw new IllegalArgumentException("unknown partitionType '" + partitionType + "'; use one of "
                     + String.join(", ", PARTITION_TYPES));
         }
-        if ("hash".equals(partitioner) && keys.isEmpty()) {
-            throw new IllegalArgumentException("the hash partitioner needs the 'keys' option (comma-separated columns)");
+        if (Contract.Partitioner.KEYED.contains(partitioner) && keys.isEmpty()) {
+            throw new IllegalArgumentException("the " + partitioner + " partitioner needs the '" + Contract.Option.KEYS
+                    + "' option (comma-separated columns)");
         }
-        if ("broadcast".equals(partitioner) && "PIPELINED_BOUNDED".equals(partitionType) && numSubpartitions == null) {
+        if (Contract.Partitioner.BROADCAST.equals(partitioner) && Contract.PartitionType.PIPELINED_BOUNDED.equals(partitionType)
+                && numSubpartitions == null) {
             throw new IllegalArgumentException("broadcast with partitionType PIPELINED_BOUNDED needs numSubpartitions");
         }
         return this;
@@ -127,7 +138,7 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
 
     /** One subpartition per producer: its own (forward) or every reader's (broadcast). */
     public boolean single() {
-        return "forward".equals(partitioner) || "broadcast".equals(partitioner);
+        return Contract.Partitioner.SINGLE_SUBPARTITION.contains(partitioner);
     }
 
     private static List<String> splitKeys(String text) {
@@ -138,6 +149,15 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
             }
         }
         return out;
+    }
+
+    /** The value of a key (case-insensitive: {@code o}'s keys are lower case), else {@code otherwise}. */
+    private static String get(Map<String, String> o, String key, String otherwise) {
+        return o.getOrDefault(key.toLowerCase(Locale.ROOT), otherwise);
+    }
+
+    private static boolean has(Map<String, String> o, String key) {
+        return o.containsKey(key.toLowerCase(Locale.ROOT));
     }
 
     private static int positive(String key, String value) {
@@ -152,34 +172,67 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
         throw new IllegalArgumentException(key + " must be a positive integer, got '" + value + "'");
     }
 
-    /** Nanoseconds of a duration: seconds, or a number with a suffix of {@link #TIME_UNITS} (as the Python settings). */
-    public static long duration(String key, String value) {
-        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\\s*(\\d+(?:\\.\\d+)?)\\s*([a-zA-Z]*)\\s*")
-                .matcher(value);
-        if (m.matches()) {
-            Double unit = TIME_UNITS.get(m.group(2).toLowerCase(Locale.ROOT));
-            if (unit != null) {
-                return (long) (Double.parseDouble(m.group(1)) * unit * 1e9);
-            }
-        }
-        throw new IllegalArgumentException(key + " must be a duration (seconds, or a suffix ms, s, min, h), got '"
-                + value + "'");
-    }
-
-    /** Bytes: a number with an optional suffix of {@link #SIZE_UNITS} (k, m, g: KiB, MiB, GiB), as config.py. */
-    public static long size(String key, String value) {
-        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\\s*(\\d+)\\s*([a-zA-Z]*)\\s*").matcher(value);
-        if (m.matches()) {
-            Long unit = SIZE_UNITS.get(m.group(2).toLowerCase(Locale.ROOT));
+    /**
+     * Bytes of a size: a whole number with an optional suffix of the contract's table (k, m, g: KiB, MiB, GiB; any
+     * case), as Python's {@code config.parse_size} reads it; an IllegalArgumentException otherwise.
+     */
+    public static long parseSize(String value) {
+        Matcher m = value == null ? null : SIZE.matcher(value);
+        if (m != null && m.matches()) {
+            Long unit = Contract.Units.SIZE_SUFFIXES.get(m.group(2).toLowerCase(Locale.ROOT));
             try {
                 long n = unit == null ? -1 : Math.multiplyExact(Long.parseLong(m.group(1)), unit);
-                if (n >= 1 && n <= Integer.MAX_VALUE) {
+                if (n >= 0 && n <= Contract.Units.SIZE_MAX) {
                     return n;
                 }
             } catch (ArithmeticException | NumberFormatException ignored) {
-                // said below
+                // more than a long: said below
             }
         }
-        throw new IllegalArgumentException(key + " must be a size in bytes (e.g. 1m), got '" + value + "'");
+        throw new IllegalArgumentException("not a size: '" + value + "' (" + Contract.Units.SIZE_HINT + ")");
+    }
+
+    /**
+     * Seconds of a duration: a decimal number with an optional suffix of the contract's table (ms, s, min, h; any
+     * case), as Python's {@code config.parse_duration} reads it, finite; an IllegalArgumentException otherwise.
+     */
+    public static double parseSeconds(String value) {
+        Matcher m = value == null ? null : DURATION.matcher(value);
+        if (m != null && m.matches()) {
+            Double unit = Contract.Units.DURATION_SUFFIXES.get(m.group(2).toLowerCase(Locale.ROOT));
+            double seconds = unit == null ? Double.POSITIVE_INFINITY : Double.parseDouble(m.group(1)) * unit;
+            if (Double.isFinite(seconds)) {
+                return seconds;
+            }
+        }
+        throw new IllegalArgumentException("not a duration: '" + value + "' (" + Contract.Units.DURATION_HINT + ")");
+    }
+
+    /** Nanoseconds of a duration setting ({@link #parseSeconds}); the refusal names the key. */
+    public static long duration(String key, String value) {
+        try {
+            return nanos(parseSeconds(value));
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException(key + ": " + e.getMessage(), e);
+        }
+    }
+
+    private static long nanos(double seconds) {
+        return (long) (seconds * 1e9);
+    }
+
+    /** Bytes of a size setting ({@link #parseSize}), at least 1 and at most {@code max}; the refusal names the key. */
+    public static long size(String key, String value, long max) {
+        long n;
+        try {
+            n = parseSize(value);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException(key + ": " + e.getMessage(), e);
+        }
+        if (n < 1 || n > max) {
+            throw new IllegalArgumentException(key + " must be at least 1 byte and at most " + max + ", got '" + value
+                    + "'");
+        }
+        return n;
     }
 }

@@ -1,4 +1,4 @@
-package org.sparkflow.exchange.catalog;
+package org.sparkflow.exchange.coordinator;
 
 import org.sparkflow.exchange.errors.ErrorCodes;
 import com.fasterxml.jackson.databind.JsonNode;
@@ -7,10 +7,13 @@ import java.util.List;
 import java.util.Map;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.errors.ServiceError;
-import org.sparkflow.exchange.wire.Contract.ExchangeState;
+import org.sparkflow.exchange.contract.Contract.ExchangeState;
 import org.sparkflow.exchange.wire.RpcConnection;
 
-/** The few coordinator calls the catalog makes, each on a fresh connection (planning is rare, connections cheap). */
+/**
+ * The few coordinator calls that planning makes (the catalog's listing and loading, a write's declaration), each on a
+ * fresh connection (planning is rare, connections cheap).
+ */
 public final class CoordinatorClient {
     static final int TIMEOUT_MILLIS = 30_000;
     private final Endpoint endpoint;

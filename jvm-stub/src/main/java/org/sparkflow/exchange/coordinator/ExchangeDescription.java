@@ -1,4 +1,4 @@
-package org.sparkflow.exchange.catalog;
+package org.sparkflow.exchange.coordinator;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import java.io.ByteArrayInputStream;
@@ -24,6 +24,15 @@ public final class ExchangeDescription implements Serializable {
     public record Producer(int index, String partition, String state, String spill, String hostId, long servicePid,
                            String unix, String tcp, boolean tls) implements Serializable {}
 
+    /**
+     * The coordinator's verdict on reading it (its lifecycle's, decided once for every reader): {@code sealed}, its
+     * committed state reads now; {@code live}, a read planned as it is written; {@code writing}, a write is open;
+     * {@code ended}, it holds nothing to read any more (a read in progress fails); when not sealed, {@code code} and
+     * {@code reason} say why (the reason names the exchange).
+     */
+    public record Readable(boolean sealed, boolean live, boolean writing, boolean ended, String code, String reason)
+            implements Serializable {}
+
     public final String name;
     public final long epoch; // a new one for each overwrite
     public final String state;
@@ -40,6 +49,7 @@ public final class ExchangeDescription implements Serializable {
     public final List<Producer> registered;
     /** The number of committed producers at each seal (no write open any more): the states a read may end at. */
     public final List<Integer> sealEnds;
+    public final Readable readable;
     public final OptionalLong rows;
     public final OptionalLong bytes;
     /** Bytes of each subpartition over every committed producer; null when the coordinator does not say. */
@@ -75,6 +85,10 @@ public final class ExchangeDescription implements Serializable {
         d.path("producers").forEach(x -> registered.add(producer(x)));
         sealEnds = new ArrayList<>();
         d.path("seal_ends").forEach(x -> sealEnds.add(x.asInt()));
+        JsonNode v = d.path("readable");
+        readable = new Readable(v.path("sealed").asBoolean(false), v.path("live").asBoolean(false),
+                v.path("writing").asBoolean(false), v.path("ended").asBoolean(false), v.path("code").asText(""),
+                v.path("reason").asText(""));
         rows = d.path("rows").canConvertToLong() ? OptionalLong.of(d.get("rows").asLong()) : OptionalLong.empty();
         bytes = sum(d.path("subpartition_bytes"));
         JsonNode each = d.path("subpartition_bytes");

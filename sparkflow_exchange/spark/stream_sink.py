@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Iterator
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
 
+from ..buffer_kinds import epoch_marker
 from . import streaming as st
-from .buffer_kinds import epoch_marker
 from .spark_errors import user_errors
 from .tasks import PartitionCommit, write_task
 

@@ -15,15 +15,17 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
-from .buffer_kinds import epoch_marker
-from .calls import call, require_name
-from .config import SINGLE_SUBPARTITION, ExchangeConfig
-from .errors import ExchangeError
+from ..buffer_kinds import epoch_marker
+from ..calls import call, require_name
+from ..config import ExchangeConfig
+from ..description import ExchangeDescription
+from ..errors import ExchangeError
+from ..kinds import Partitioner
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from .write_handle import WriteHandle
+    from ..write_handle import WriteHandle
 
 WAIT_ROUND = 5.0  # seconds one begin-epoch call waits on the service before the writer checks its deadline
 
@@ -35,30 +37,32 @@ class StreamHandle:
     config: ExchangeConfig
     name: str
     schema_b64: str
-    partitioner: str
+    partitioner: Partitioner
     num_subpartitions: int | None
     run: str  # a token of one start of the writer query: a later run replaces a batch an earlier one left open
 
+    def __post_init__(self) -> None:
+        self.partitioner = Partitioner.of(self.partitioner)
+
     @property
     def width_open(self) -> bool:
-        return self.num_subpartitions is None and self.partitioner not in SINGLE_SUBPARTITION
+        return self.num_subpartitions is None and not self.partitioner.single_subpartition
 
 
 def declare_stream(config: ExchangeConfig, schema: "pa.Schema") -> StreamHandle:
-    from . import exchange as ex
-    from .buffer import schema_to_b64
+    from .. import exchange as ex
+    from ..buffer import schema_to_b64
 
     name = require_name(config)
-    ex.validate_write(config, schema)
-    desc = call(config, "stream_declare", name=name, schema=schema_to_b64(schema),
+    partitioner = ex.validate_write(config, schema)
+    desc = ExchangeDescription.parse(call(config, "stream_declare", name=name, schema=schema_to_b64(schema),
                     num_subpartitions=config.num_subpartitions,
-                    partitioner={"name": config.partitioner, "keys": list(config.keys), "custom": config.custom,
+                    partitioner={"name": partitioner.value, "keys": list(config.keys), "custom": config.custom,
                                  "shared": False},
                     partition_type=config.partition_type,
-                    coalesce=config.num_subpartitions is None and config.partitioner not in SINGLE_SUBPARTITION,
-                    max_retained_bytes=config.stream_max_retained_bytes, groups=list(config.stream_consumer_groups))
-    return StreamHandle(config, name, desc["schema"], config.partitioner, desc["num_subpartitions"],
-                        uuid.uuid4().hex)
+                    coalesce=config.num_subpartitions is None and not partitioner.single_subpartition,
+                    max_retained_bytes=config.stream_max_retained_bytes, groups=list(config.stream_consumer_groups)))
+    return StreamHandle(config, name, desc.schema, partitioner, desc.num_subpartitions, uuid.uuid4().hex)
 
 
 def begin_epoch(handle: StreamHandle, epoch: int, query: str) -> "WriteHandle | None":
@@ -66,7 +70,7 @@ def begin_epoch(handle: StreamHandle, epoch: int, query: str) -> "WriteHandle | 
 
     Waits while the stream retains more than ``stream.maxRetainedBytes``; fails after ``readerTimeout``
     without any consumer group moving on (a reader gone for good)."""
-    from .write_handle import WriteHandle
+    from ..write_handle import WriteHandle
 
     config = handle.config
     deadline = time.monotonic() + config.reader_timeout
@@ -109,15 +113,11 @@ def abort_epoch(handle: StreamHandle, epoch: int, reason: str = "") -> None:
 
 
 # ------------------------------------------------------------------ reader side
-def describe_stream(config: ExchangeConfig) -> dict:
+def describe_stream(config: ExchangeConfig) -> ExchangeDescription:
     """The stream (schema, width...), waiting up to declareTimeout for a writer query to declare it."""
-    from .buffer import schema_from_b64
-
     name = require_name(config)
-    desc = call(config, "stream_describe", timeout=config.declare_timeout + 30, name=name,
-                    wait=config.declare_timeout)
-    desc["arrow_schema"] = schema_from_b64(desc["schema"])
-    return desc
+    return ExchangeDescription.parse(call(config, "stream_describe", timeout=config.declare_timeout + 30, name=name,
+                                          wait=config.declare_timeout))
 
 
 def join_group(config: ExchangeConfig, group: str | None = None) -> dict:
@@ -147,10 +147,22 @@ def leave_group(config: ExchangeConfig, group: str) -> dict:
     return call(config, "stream_leave", name=config.exchange, group=group)
 
 
-def read_epochs(config: ExchangeConfig, schema: "pa.Schema", plans: list[dict], index: int) -> Iterator["pa.RecordBatch"]:
-    """Subpartition ``index`` of every producer of each planned epoch, epoch after epoch."""
-    from . import exchange as ex
+def epoch_plans(plan: dict) -> list[dict]:
+    """The epochs of a ``stream_plan`` answer, each description parsed (an epoch's is sent without the schema,
+    which is the stream's)."""
+    return [{**e, "desc": ExchangeDescription.parse({**e["desc"], "schema": plan["schema"]})} for e in plan["epochs"]]
 
+
+def read_epochs(config: ExchangeConfig, schema: "pa.Schema", plans: list[dict], index: int) -> Iterator["pa.RecordBatch"]:
+    """Subpartition ``index`` of every producer of each planned epoch, epoch after epoch (``plans``: as
+    :func:`epoch_plans` makes them, or as ``stream_plan`` sends them, the stream's ``schema`` then theirs)."""
+    from .. import exchange as ex
+    from ..buffer import schema_to_b64
+
+    schema_b64 = None
     for plan in plans:
-        desc = {**plan["desc"], "arrow_schema": schema}
+        desc = plan["desc"]
+        if not isinstance(desc, ExchangeDescription):
+            schema_b64 = schema_b64 or schema_to_b64(schema)
+            desc = ExchangeDescription.parse({**desc, "schema": schema_b64})
         yield from ex.read_subpartition(config, desc, index, marker=epoch_marker(plan["epoch"]))

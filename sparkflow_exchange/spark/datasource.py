@@ -27,20 +27,26 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows, \
-    SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
-from .config import ConfigError, ExchangeConfig
-from .errors import SchemaMismatch
+from ..config import ConfigError, ExchangeConfig
+from ..description import ExchangeDescription
+from ..errors import SchemaMismatch
 from .spark_errors import guarded, user_errors
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from ..write_handle import WriteHandle
     from .stream_sink import PipelinedStreamWriter
     from .tasks import PartitionCommit
-    from .write_handle import WriteHandle
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:
@@ -69,23 +75,21 @@ class PipelinedDataSource(DataSource):
     def schema(self) -> StructType:
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        from .buffer import schema_from_b64
-        from .description import describe
+        from ..calls import describe
 
-        return from_arrow_schema(schema_from_b64(describe(self.config, allow_stream=True)["schema"]))
+        return from_arrow_schema(describe(self.config, allow_stream=True).arrow_schema)
 
     @user_errors
     def reader(self, schema: StructType) -> "PipelinedReader":
-        from .buffer import schema_from_b64
-        from .description import describe
+        from ..calls import describe
 
         desc = describe(self.config)
-        _check_schema(self.config.exchange, _arrow_schema(schema), schema_from_b64(desc["schema"]))
-        if self.config.split_skewed_subpartitions and not desc.get("coalesce"):
+        _check_schema(self.config.exchange, _arrow_schema(schema), desc.arrow_schema)
+        if self.config.split_skewed_subpartitions and not desc.coalesce:
             raise ConfigError(
                 f"splitSkewedSubpartitions applies to exchanges written without numSubpartitions (coalesced "
                 f"reads); exchange {self.config.exchange!r} was written with numSubpartitions="
-                f"{desc.get('num_subpartitions')} or a forward/broadcast partitioner, whose read partitions are "
+                f"{desc.num_subpartitions} or a forward/broadcast partitioner, whose read partitions are "
                 "exactly its subpartitions: drop the option, or write the exchange without numSubpartitions")
         return PipelinedReader(self.config, _read_plan(desc), dict(self.options))
 
@@ -98,7 +102,7 @@ class PipelinedDataSource(DataSource):
                 "format(\"pipelined\") with the jar loaded), which keeps the row count")
         _refuse_collated(self.config, schema)
         finding = _ServiceLookup(self.config)  # a first write may start the embedded service meanwhile
-        from . import exchange as ex
+        from .. import exchange as ex
         arrow_schema = _arrow_schema(schema)
         finding.result()
         handle = ex.declare_write(self.config, arrow_schema, overwrite)
@@ -115,8 +119,8 @@ class PipelinedDataSource(DataSource):
     def streamReader(self, schema: StructType) -> "PipelinedStreamReader":
         from . import streaming as st
         desc = st.describe_stream(self.config)
-        _check_schema(self.config.exchange, _arrow_schema(schema), desc["arrow_schema"])
-        return PipelinedStreamReader(self.config, desc["schema"], dict(self.options))
+        _check_schema(self.config.exchange, _arrow_schema(schema), desc.arrow_schema)
+        return PipelinedStreamReader(self.config, desc.schema, dict(self.options))
 
 
 class _ServiceLookup(threading.Thread):
@@ -131,7 +135,7 @@ class _ServiceLookup(threading.Thread):
         self.start()
 
     def run(self) -> None:
-        from .service.discovery import resolve
+        from ..service.discovery import resolve
 
         try:
             resolve(self.config)
@@ -171,25 +175,23 @@ def _refuse_collated(config: ExchangeConfig, schema: StructType) -> None:
 
 def _check_schema(name: str | None, given: pa.Schema, expected: pa.Schema) -> None:
     if not given.equals(expected):
-        from .spark_types import schema_text
+        from ..spark_types import schema_text
 
         raise SchemaMismatch(f"the given schema does not match exchange {name!r}: given {schema_text(given)}, "
                              f"exchange has {schema_text(expected)}")
 
 
-def _read_plan(desc: dict) -> dict:
+def _read_plan(desc: ExchangeDescription) -> ExchangeDescription:
     """What read tasks need of the description. Sealed: the committed producers (the read plan; the reader
     object travels once per stage in Spark's task binary, the InputPartitions per task, so the producers
     live here and a partition is just its range). Not sealed: no producers, the gate subscribes."""
-    from .consumer.read_plan import compact_producers
-    from .description import sealed_producers
+    from ..consumer.read_plan import compact_producers
 
-    producers = sealed_producers(desc)
-    plan = {k: v for k, v in desc.items() if k not in ("producers", "committed")}
-    if producers is not None:
-        plan["producers"] = compact_producers(producers)
-        plan["committed"] = [p["partition"] for p in plan["producers"]]
-    return plan
+    producers = desc.sealed_producers()
+    if producers is None:
+        return desc.replace(producers=(), committed=())
+    compact = tuple(compact_producers(producers))
+    return desc.replace(producers=compact, committed=tuple(p["partition"] for p in compact))
 
 
 @dataclass
@@ -203,13 +205,13 @@ class SubpartitionSplit(InputPartition):
 
 
 class PipelinedReader(DataSourceReader):
-    def __init__(self, config: ExchangeConfig, desc: dict, options: dict | None = None) -> None:
+    def __init__(self, config: ExchangeConfig, desc: ExchangeDescription, options: dict | None = None) -> None:
         self.config = config
         self.desc = desc
         self.options = options or {}  # the read's own options: they beat the task's session settings
 
     def partitions(self) -> list[SubpartitionSplit]:
-        from .consumer.read_plan import SkewRule, read_ranges
+        from ..consumer.read_plan import SkewRule, read_ranges
 
         config = self.config
         skew = SkewRule(config.skewed_partition_factor, config.skewed_partition_threshold) \
@@ -219,8 +221,8 @@ class PipelinedReader(DataSourceReader):
 
     @user_errors
     def read(self, partition: SubpartitionSplit) -> Iterator[pa.RecordBatch]:
-        from . import exchange as ex
-        from .consumer.rebatch import rebatched
+        from .. import exchange as ex
+        from ..consumer.rebatch import rebatched
         from .tasks import task_session
         from .worker_heap import freezing_after
 
@@ -244,12 +246,12 @@ class PipelinedWriter(DataSourceArrowWriter):
 
     @user_errors
     def commit(self, messages: list[PartitionCommit | None]) -> None:
-        from .write_handle import commit_write  # light: Spark commits in a fresh planning worker
+        from ..write_handle import commit_write  # light: Spark commits in a fresh planning worker
         done = [m for m in messages if m is not None]
         commit_write(self.handle, [m.partition for m in done], {m.partition: m.rows for m in done})
 
     def abort(self, messages: list[PartitionCommit | None]) -> None:
-        from .write_handle import abort_write
+        from ..write_handle import abort_write
         abort_write(self.handle, "the Spark write job failed")
 
 
@@ -316,31 +318,31 @@ class PipelinedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         from . import streaming as st
         # Spark asks right after latestOffset, every trigger: its answer saves a second call to the service
         if self.last_committed is None:
-            self.last_committed = st.describe_stream(self.config.replace(declare_timeout=0))["last_committed"]
+            self.last_committed = st.describe_stream(self.config.replace(declare_timeout=0)).last_committed
         return self._offset(self.last_committed)
 
     @user_errors
     def prepareForTriggerAvailableNow(self) -> None:
         from . import streaming as st
-        self.upto = st.describe_stream(self.config.replace(declare_timeout=0))["last_committed"]
+        self.upto = st.describe_stream(self.config.replace(declare_timeout=0)).last_committed
 
     @user_errors
     def partitions(self, start: dict, end: dict) -> list[EpochSplit]:
+        from ..consumer.read_plan import compact_producers
         from . import streaming as st
-        from .consumer.read_plan import compact_producers
 
         plan = st.plan_epochs(self.config, self._position(start), self._position(end))
         if not plan["epochs"]:
             return []
-        epochs = [{**e, "desc": {**e["desc"], "producers": compact_producers(e["desc"].get("producers", []))}}
-                  for e in plan["epochs"]]
+        epochs = [{**e, "desc": e["desc"].replace(producers=tuple(compact_producers(list(e["desc"].producers))))}
+                  for e in st.epoch_plans(plan)]
         return [EpochSplit(i, epochs) for i in range(plan["num_subpartitions"])]
 
     @user_errors
     def read(self, partition: EpochSplit) -> Iterator[pa.RecordBatch]:
+        from ..buffer import schema_from_b64
+        from ..consumer.rebatch import rebatched
         from . import streaming as st
-        from .buffer import schema_from_b64
-        from .consumer.rebatch import rebatched
         from .tasks import task_session
         from .worker_heap import freezing_after
 

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Iterator
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from .config import PREFIX, TASK_KEYS, ConfigError
+from ..config import PREFIX, TASK_KEYS, ConfigError
 from .worker_heap import freeze_after_first
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from .write_handle import WriteHandle
+    from ..write_handle import WriteHandle
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
@@ -46,7 +46,7 @@ def task_session() -> dict[str, str]:
 def task_attempt() -> tuple[int, str]:
     from pyspark import TaskContext
 
-    from .exchange import attempt_id
+    from ..exchange import attempt_id
 
     ctx = TaskContext.get()
     if ctx is None:
@@ -85,7 +85,7 @@ def write_task(handle: "WriteHandle", options: dict, iterator: Iterator["pa.Reco
 
 def _produce(handle: "WriteHandle", index: int, attempt: str, iterator: Iterator["pa.RecordBatch"],
              marker: bytes | None) -> dict:
-    from . import exchange as ex
+    from .. import exchange as ex
 
     width = session_shuffle_partitions(ex.DEFAULT_SHUFFLE_PARTITIONS) if handle.width_open else None
     producer = ex.ProducerTask(handle, index, attempt, num_subpartitions=width)

@@ -10,7 +10,7 @@ import functools
 import os
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-from .errors import UserFacing
+from ..errors import UserFacing
 
 USER_ERRORS = (UserFacing,)  # every error of sparkflow_exchange.errors (ServiceError, ExchangeReadError...)
 F = TypeVar("F", bound=Callable[..., Any])

@@ -1,0 +1,80 @@
+"""The layout of a compressed Arrow IPC record-batch message, read without pyarrow (the service counts sizes).
+
+A message is the continuation marker (-1), the flatbuffer's length, the flatbuffer (Message -> RecordBatch ->
+buffers: (offset, length) of each body buffer; bodyLength) and the body. With body compression each buffer starts
+with its uncompressed length (little-endian i64), -1 when the bytes that follow are stored as they are.
+"""
+from __future__ import annotations
+
+import struct
+
+from . import contract
+
+# a compressed Arrow buffer is kept only if it saves this share of its bytes; else it is stored as it is (the IPC
+# format's per-buffer "uncompressed" length, -1), as the JVM writer does: reading it costs no decompression
+MIN_SAVING_PERCENT = contract.load()["compression"]["min_saving_percent"]
+_I32, _U16, _I64 = struct.Struct("<i"), struct.Struct("<H"), struct.Struct("<q")
+_ARROW_BUFFER = struct.Struct("<qq")  # flatbuffers' Buffer struct: offset, length in the body
+_TRAILER_SIZE = contract.load()["buffer"]["trailer_size"]
+
+
+def _field(meta, table: int, index: int) -> int | None:
+    """Where field ``index`` of the flatbuffer table at ``table`` lies in ``meta``; None if absent."""
+    vtable = table - _I32.unpack_from(meta, table)[0]
+    slot = 4 + 2 * index
+    if slot >= _U16.unpack_from(meta, vtable)[0]:
+        return None
+    offset = _U16.unpack_from(meta, vtable + slot)[0]
+    return table + offset if offset else None
+
+
+def body_buffers(view: memoryview) -> tuple[memoryview, int, int, int, list[tuple[int, int]]] | None:
+    """An IPC record-batch message's flatbuffer, where its buffers vector and bodyLength lie, the body's start and
+    the buffers' (offset, length) in the body; None if it is no such message."""
+    if len(view) < 8 or _I32.unpack_from(view, 0)[0] != -1:
+        return None
+    meta_len = _I32.unpack_from(view, 4)[0]
+    meta = view[8:8 + meta_len]
+    root = _I32.unpack_from(meta, 0)[0]
+    header_at, body_len_at = _field(meta, root, 2), _field(meta, root, 3)
+    if header_at is None or body_len_at is None:
+        return None
+    batch = header_at + _I32.unpack_from(meta, header_at)[0]
+    buffers_at = _field(meta, batch, 2)
+    if buffers_at is None:
+        return None
+    vector = buffers_at + _I32.unpack_from(meta, buffers_at)[0]
+    count = _I32.unpack_from(meta, vector)[0]
+    spans = [_ARROW_BUFFER.unpack_from(meta, vector + 4 + 16 * i) for i in range(count)]
+    return meta, vector, body_len_at, 8 + meta_len, spans
+
+
+def compressed_buffers(message) -> list[tuple[int, int]]:
+    """(stored bytes, uncompressed bytes or -1 if stored as it is) of each body buffer of a compressed IPC
+    record-batch message (8-byte length prefix included in the stored bytes; empty buffers left out)."""
+    view = memoryview(message).cast("B")
+    found = body_buffers(view)
+    if found is None:
+        raise ValueError("not an Arrow IPC record-batch message")
+    body_start, spans = found[3], found[4]
+    return [(length, _I64.unpack_from(view, body_start + offset)[0]) for offset, length in spans if length >= 8]
+
+
+def raw_size(payload) -> int:
+    """The bytes a compressed data buffer (IPC message and trailer) would take uncompressed: its message with every
+    body buffer at its uncompressed length, 8-aligned; its own size if it is no compressed record batch or cannot
+    be parsed (what counts sizes must never fail a write)."""
+    view = memoryview(payload).cast("B")
+    try:
+        found = body_buffers(view)
+        if found is None:
+            return len(view)
+        body_start, spans = found[3], found[4]
+        body = 0
+        for offset, length in spans:
+            size = _I64.unpack_from(view, body_start + offset)[0] if length >= 8 else -1
+            n = size if size >= 0 else max(length - 8, 0)
+            body += n + (-n % 8)
+        return body_start + body + _TRAILER_SIZE
+    except (struct.error, IndexError, ValueError):
+        return len(view)

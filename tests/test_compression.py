@@ -1,0 +1,135 @@
+"""Compressed exchanges outside Spark: every Python writer with every Python reader, in memory and spilled.
+
+A buffer that shrinks too little (``compression.min_saving_percent`` of the contract) is stored as it is, the IPC
+format's per-buffer uncompressed length -1, so a reader pays no decompression for bytes that did not shrink; the
+others stay compressed. Real services on loopback; a small memory budget forces the buffers into the spill file,
+read through the local file channel (same host) and over TCP (another host id). The JVM writer and reader with
+these buffers: tests/test_jvm_codecs.py (buffers) and tests/test_jvm_write.py (a Spark round trip on every path).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from harness import client_config
+
+import sparkflow_exchange as sfe
+from sparkflow_exchange import exchange as ex
+from sparkflow_exchange.buffer import MIN_SAVING_PERCENT, BatchEncoder, compressed_buffers, decode, raw_size, verify
+from sparkflow_exchange.service.metrics import render
+from sparkflow_exchange.write_handle import commit_write
+
+SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("noise", pa.int64()),
+                    pa.field("text", pa.string()), pa.field("price", pa.float64())])
+ROWS = 40_000
+SUBS = 3
+
+
+def batch(start: int, rows: int) -> pa.RecordBatch:
+    """Keys and prices that compress, a string column that compresses well, a column of random bits that does not."""
+    rng = np.random.default_rng(start)
+    k = np.arange(start, start + rows, dtype=np.int64)
+    return pa.record_batch([pa.array(k), pa.array(rng.integers(-2**63, 2**63 - 1, rows, dtype=np.int64)),
+                            pa.array([f"carefully final deposits {i % 97}" for i in range(start, start + rows)]),
+                            pa.array(np.round(k % 1000 * 1.25, 2))], schema=SCHEMA)
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_a_buffer_that_shrinks_too_little_is_stored_as_it_is_and_the_others_compressed(codec):
+    b = batch(0, ROWS)
+    encoder = BatchEncoder(SCHEMA, codec)
+    payload = encoder.encode(b)
+    buffers = compressed_buffers(verify(payload))
+    assert (8 + 8 * ROWS, -1) in buffers  # the random column's data: its 8-byte prefix (-1) and its bytes
+    assert sum(size != -1 for _, size in buffers) >= 2, buffers  # the text's bytes and the prices at least
+    for stored, size in buffers:
+        if size != -1:
+            assert (stored - 8) * 100 <= size * (100 - MIN_SAVING_PERCENT), buffers
+    assert decode(payload, SCHEMA).equals(b)
+    slot = bytearray(4 << 20)  # the shared-memory path serialises in place: the same buffers
+    offset, length = encoder.encode_into(b, memoryview(slot))
+    assert bytes(slot[offset:offset + length]) == payload.to_pybytes()
+    for part in (b.slice(0, 0), b.slice(7, 1), b.slice(100, 3000)):  # empty, one row, a slice's offsets
+        assert decode(encoder.encode(part), SCHEMA).equals(part)
+        # the size it would have uncompressed: Arrow's own uncompressed buffer, but for the compression's metadata
+        plain = len(BatchEncoder(SCHEMA).encode(part))
+        assert plain <= raw_size(encoder.encode(part)) <= plain + 64
+    assert raw_size(b"not an arrow message") == len(b"not an arrow message")  # counted as it is, never a failure
+
+
+def test_nothing_is_stored_compressed_when_nothing_shrinks():
+    noise = pa.record_batch([pa.array(np.random.default_rng(3).integers(-2**63, 2**63 - 1, ROWS, dtype=np.int64))],
+                            names=["noise"])
+    for codec in ("lz4", "zstd"):
+        message = verify(BatchEncoder(noise.schema, codec).encode(noise))
+        assert [size for _, size in compressed_buffers(message)] == [-1]
+        assert len(message) <= noise.nbytes + 512  # the raw bytes and the metadata: never larger than uncompressed
+
+
+def _write_producer(config) -> None:
+    handle = ex.declare_write(config, SCHEMA, overwrite=True)
+    producer = ex.ProducerTask(handle, 0, "a0")
+    producer.write([batch(s, 5000) for s in range(0, ROWS, 5000)])
+    result = producer.finish()
+    commit_write(handle, [result["partition"]], {result["partition"]: result["rows"]})
+
+
+def _write_open_writer(config, settings: dict) -> None:
+    with sfe.open_writer(config.exchange, SCHEMA, keys=["k"], num_subpartitions=SUBS, **settings) as w:
+        for s in range(0, ROWS, 5000):
+            w.write(batch(s, 5000))
+
+
+@pytest.mark.parametrize("spilled", [False, True], ids=["default-budget", "small-budget"])
+@pytest.mark.parametrize("writer", ["python", "open_writer"])
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_every_python_writer_and_reader_moves_compressed_exchanges_exactly(tmp_service, codec, writer, spilled):
+    # 1 MiB of memory for 2.7 MB of Arrow: a HYBRID partition writes most of its buffers to its spill file
+    svc = tmp_service(host_id="hostA", conf={"memory.budget": "1m"} if spilled else None)
+    settings = dict(partitioner="hash", keys="k", numSubpartitions=SUBS, bufferSize="64k", compression=codec)
+    name = f"z-{codec}-{writer}-{int(spilled)}"
+    config = client_config(svc, exchange=name, hostId="hostA", **settings)
+    if writer == "python":
+        _write_producer(config)
+    else:
+        _write_open_writer(config, {"coordinator": svc.tcp, "service": svc.tcp, "secret": svc.secret,
+                                    "hostId": "hostA", "bufferSize": "64k", "compression": codec})
+    part = next(p for p in svc.status()["partitions"] if p["exchange"] == name)
+    if spilled:
+        assert part["spill_bytes"] > 0, part
+    expected = pa.Table.from_batches([batch(s, 5000) for s in range(0, ROWS, 5000)]).sort_by("k")
+    uncompressed = expected.nbytes
+    assert part["bytes"] < 0.75 * uncompressed, (part["bytes"], uncompressed)  # held compressed
+    # both sizes wherever sizes are shown: the partition's status, the exchange's summary, the metrics
+    assert uncompressed <= part["raw_bytes"] <= uncompressed * 1.2, (part["raw_bytes"], uncompressed)
+    summary = next(s for s in sfe.list_exchanges(coordinator=svc.tcp, secret=svc.secret) if s.name == name)
+    assert (summary.bytes, summary.raw_bytes) == (part["bytes"], part["raw_bytes"]), summary
+    assert summary.to_json()["raw_bytes"] == part["raw_bytes"]
+    metrics = render(svc.status())
+    assert f'sparkflow_partition_raw_bytes_total{{service="{svc.status()["service"]["service_id"]}",' \
+           f'partition="{part["partition"]}",exchange="{name}"}} {part["raw_bytes"]}' in metrics
+    for host in ("hostA", "hostB"):  # the local channel (spill file read in place), TCP from another host
+        reader = client_config(svc, exchange=name, hostId=host, **settings)
+        desc = ex.describe_exchange(reader)
+        got = pa.Table.from_batches([b for s in range(SUBS) for b in ex.read_subpartition(reader, desc, s)],
+                                    schema=SCHEMA)
+        assert got.sort_by("k").equals(expected), host
+        with sfe.open_reader(name, coordinator=svc.tcp, service=svc.tcp, secret=svc.secret, hostId=host) as r:
+            assert r.read_all().sort_by("k").equals(expected), host
+
+
+def test_a_column_that_did_not_shrink_is_tried_again_after_a_while():
+    """Incompressible bytes cost no compression attempt on the next batches; the column is tried again later."""
+    from sparkflow_exchange.buffer import _RETRY_AFTER
+
+    schema = pa.schema([pa.field("v", pa.int64(), nullable=False)])
+    noise = pa.record_batch([pa.array(np.random.default_rng(5).integers(-2**63, 2**63 - 1, ROWS, dtype=np.int64))],
+                            schema=schema)
+    zeros = pa.record_batch([pa.array(np.zeros(ROWS, dtype=np.int64))], schema=schema)
+    encoder = BatchEncoder(schema, "lz4")
+    sizes = []
+    for b in [noise] + [zeros] * (_RETRY_AFTER + 1):
+        payload = encoder.encode(b)
+        assert decode(payload, schema).equals(b)
+        sizes.append(compressed_buffers(verify(payload))[0][1])
+    assert sizes == [-1] * (_RETRY_AFTER + 1) + [8 * ROWS], sizes  # stored as they are, then compressed again
