@@ -589,3 +589,16 @@ def test_a_stream_offset_of_either_route_is_read_by_the_jvm_source(jvm):
     assert json.loads(answers[0]["json"]) == python_offset
     assert json.loads(answers[1]["json"]) == real_time
     assert "not one of exchange 'other'" in answers[2]["error"]
+
+
+@pytest.mark.parametrize("compression", ["none", "lz4"])
+def test_a_buffer_encoded_on_an_interrupted_thread_holds_every_row(jvm, compression):
+    """A stream writer's flush runs while its task may be interrupted: the buffer must come out whole (an
+    interruptible channel once failed it after its rows had left the vectors, and the rows were lost)."""
+    from sparkflow_exchange.buffer import decode
+
+    answers = jvm([{"op": "encode_rows", "rows": n, "compression": compression, "interrupted": interrupted}
+                   for n, interrupted in ((1000, True), (1, True), (1000, False))])
+    schema = pa.schema([("l", pa.int64())])
+    got = [decode(bytes.fromhex(a["hex"]), schema).column(0).to_pylist() if "hex" in a else a for a in answers]
+    assert got == [list(range(1000)), [0], list(range(1000))]

@@ -284,25 +284,27 @@ public final class StreamSink implements SupportsWrite {
 
     /**
      * The task's producer, with a timer that pushes what it holds once that waited {@code bufferTimeout}: rows leave
-     * while the task's input is idle (a Real-time Mode task runs for its whole batch).
+     * while the task's input is idle (a Real-time Mode task runs for its whole batch). The timer and the task take
+     * turns on the writer's monitor; the timer waits on it and is woken to stop, never interrupted: an interrupt
+     * landing in a flush fails the flush's I/O after its rows left the encoder, and those rows would be lost.
      */
     private static final class TimedWriter implements DataWriter<InternalRow> {
         private final ExchangeDataWriter writer;
         private final Thread timer;
-        private volatile boolean done;
+        private boolean done; // under the writer's monitor
         private volatile RuntimeException failed;
 
         TimedWriter(ExchangeDataWriter writer, long timeoutNanos) {
             this.writer = writer;
             long tick = Math.max(200_000L, timeoutNanos);
             this.timer = new Thread(() -> {
-                while (!done) {
-                    try {
-                        Thread.sleep(tick / 1_000_000, (int) (tick % 1_000_000));
-                    } catch (InterruptedException e) {
-                        return;
-                    }
-                    synchronized (writer) {
+                synchronized (writer) {
+                    while (!done) {
+                        try {
+                            writer.wait(tick / 1_000_000, (int) (tick % 1_000_000)); // the task writes meanwhile
+                        } catch (InterruptedException e) {
+                            return; // not ours to be interrupted: the writer's own commit still pushes everything
+                        }
                         if (done) {
                             return;
                         }
@@ -321,26 +323,29 @@ public final class StreamSink implements SupportsWrite {
 
         @Override
         public void write(InternalRow row) {
-            if (failed != null) {
-                throw failed;
-            }
             synchronized (writer) {
+                if (failed != null) {
+                    throw failed;
+                }
                 writer.write(row);
             }
         }
 
+        /** The timer stopped: out of any flush, and it flushes no more. */
         private void stop() {
-            done = true;
-            timer.interrupt();
+            synchronized (writer) {
+                done = true;
+                writer.notifyAll();
+            }
         }
 
         @Override
         public WriterCommitMessage commit() {
             stop();
-            if (failed != null) {
-                throw failed;
-            }
             synchronized (writer) {
+                if (failed != null) {
+                    throw failed;
+                }
                 return writer.commit();
             }
         }

@@ -3,7 +3,7 @@ package org.sparkflow.exchange.write;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.channels.Channels;
+import java.nio.channels.WritableByteChannel;
 import java.util.zip.CRC32C;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.vector.VectorSchemaRoot;
@@ -86,7 +86,7 @@ final class BufferEncoder implements AutoCloseable {
             }
             Sink out = new Sink((int) Math.min(Integer.MAX_VALUE - 64, sizeHint + sizeHint / 8 + 4096));
             try (ArrowRecordBatch batch = new VectorUnloader(root, true, codec, true).getRecordBatch()) {
-                MessageSerializer.serialize(new WriteChannel(Channels.newChannel(out)), batch);
+                MessageSerializer.serialize(new WriteChannel(out), batch);
             }
             return out.sealed();
         } catch (IOException e) {
@@ -97,10 +97,34 @@ final class BufferEncoder implements AutoCloseable {
         }
     }
 
-    /** The serialised message, grown in place by its trailer (one copy out at the end). */
-    private static final class Sink extends ByteArrayOutputStream {
+    /**
+     * The serialised message, grown in place by its trailer (one copy out at the end). A channel of its own, not
+     * {@code Channels.newChannel}'s: that one is interruptible, and an interrupt of the encoding thread closed it
+     * mid-buffer (the rows were gone from the vectors then); memory is written whatever the thread's state.
+     */
+    private static final class Sink extends ByteArrayOutputStream implements WritableByteChannel {
         Sink(int capacity) {
             super(capacity);
+        }
+
+        @Override
+        public int write(ByteBuffer src) {
+            int n = src.remaining();
+            ensureCapacity(count + n);
+            src.get(buf, count, n);
+            count += n;
+            return n;
+        }
+
+        private void ensureCapacity(int size) {
+            if (size > buf.length) {
+                buf = java.util.Arrays.copyOf(buf, Math.max(size, buf.length * 2));
+            }
+        }
+
+        @Override
+        public boolean isOpen() {
+            return true;
         }
 
         byte[] sealed() {

@@ -49,6 +49,7 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     private long oldestHeldAt; // System.nanoTime() when the first row now held arrived
     private long lastTimedFlushNanos; // what the last timed flush took
     private final byte[] marker; // a MARKER event to every subpartition before the end (a stream's epoch); null: none
+    private RuntimeException broken; // a push that failed: its rows left the encoder but not for the service
 
     ExchangeDataWriter(WriteHandle handle, int index, String attempt) {
         this(handle, index, attempt, null);
@@ -106,6 +107,7 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
 
     @Override
     public void write(InternalRow row) {
+        refuseIfBroken();
         int target = router.target(row);
         encoder.append(target, row);
         heldRows[target]++;
@@ -137,6 +139,7 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
      * thread-safe: the caller serialises it with {@link #write}.
      */
     public void flushIfDue() {
+        refuseIfBroken();
         if (totalHeld == 0) {
             return;
         }
@@ -151,7 +154,13 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
         if (heldRows[target] == 0) {
             return;
         }
-        producer.push(router.subpartition(target), encoder.encode(target, heldBytes[target], heldRows[target]), encoder.flags());
+        try {
+            producer.push(router.subpartition(target), encoder.encode(target, heldBytes[target], heldRows[target]),
+                    encoder.flags());
+        } catch (RuntimeException e) {
+            broken = e; // the target's rows are gone from the encoder: nothing may be committed after this
+            throw e;
+        }
         sentBuffers[target]++;
         sentRows[target] += heldRows[target];
         heldRows[target] = 0;
@@ -165,8 +174,20 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
         }
     }
 
+    /**
+     * After a failed push the partition cannot be whole: a later push or commit would count rows that never left
+     * (end counts that match no buffer), so it fails too, saying why.
+     */
+    private void refuseIfBroken() {
+        if (broken != null) {
+            throw new IllegalStateException("partition " + partition + " of exchange '" + handle.name()
+                    + "' cannot go on: an earlier push of its rows failed (" + broken + ")", broken);
+        }
+    }
+
     @Override
     public WriterCommitMessage commit() {
+        refuseIfBroken();
         pushAll();
         if (marker != null) {
             producer.push(-1, marker, org.sparkflow.exchange.contract.Contract.BufferKind.MARKER, 0);
