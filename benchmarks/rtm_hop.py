@@ -27,10 +27,10 @@ import pyarrow as pa  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 from sparkflow_exchange import exchange as ex  # noqa: E402
-from sparkflow_exchange.spark import streaming as st  # noqa: E402
 from sparkflow_exchange.buffer_kinds import epoch_marker  # noqa: E402
 from sparkflow_exchange.config import ExchangeConfig  # noqa: E402
 from sparkflow_exchange.service.discovery import resolve  # noqa: E402
+from sparkflow_exchange.spark import streaming as st  # noqa: E402
 
 JAR = Path(__file__).resolve().parent.parent / "sparkflow_exchange" / "jars" / "sparkflow-exchange-plugin.jar"
 SCHEMA = pa.schema([("id", pa.int64()), ("ts_us", pa.int64())])
