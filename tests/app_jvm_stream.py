@@ -1,6 +1,7 @@
 """A Spark application reading and writing streams through the plugin jar's JVM stream source and sink, run by
-tests/test_jvm_stream.py with the plugin jar as argv[1]: streams written by the Python sink read exactly by the JVM
-source (micro-batches, and Real-time Mode), and the route each query takes.
+tests/test_jvm_stream.py with the plugin jar as argv[1]: a stream written by the JVM sink read exactly by the Python
+source; one written by the Python sink read exactly by the JVM source in micro-batches and by a chain of two
+Real-time Mode queries, restarted from its checkpoint; the route each query takes.
 Prints one JSON line: check name -> {"ok": bool, "error": text, ...details}.
 """
 from __future__ import annotations
@@ -12,15 +13,17 @@ import time
 import traceback
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.service.discovery import resolve
 
 WORK = Path(os.environ.get("JVM_STREAM_WORK", "/tmp/jvm-stream"))
 N = 3000  # rows per source file; one file per writer micro-batch
+START = time.time() - 3600  # the first source file's date
 FILES = 3
 ALLOWLIST = "spark.sql.streaming.realTimeMode.allowlistCheck"
 JVM_FORMAT = "spark.sparkflow.exchange.jvmFormat"
@@ -52,13 +55,23 @@ spark = (SparkSession.builder.master("local[4]").appName("jvm-stream")
 spark.sparkContext.setLogLevel("ERROR")
 
 
+def source_file(src: Path, f: int):
+    """Parquet file ``f`` of N rows (id increasing from f * N, key p, value v), written without a Spark job, dated f
+    seconds after the first: the file source takes them in that order, one per writer micro-batch. Its rows."""
+    ids = range(f * N, (f + 1) * N)
+    (src / f"f{f}").mkdir(parents=True)
+    path = src / f"f{f}" / "part-0.parquet"
+    pq.write_table(pa.table({"id": pa.array(ids, pa.int64()), "p": pa.array([i % 4 for i in ids], pa.int32()),
+                             "v": pa.array([i * 7 % 101 for i in ids], pa.int64())}), path)
+    os.utime(path, (START + f, START + f))
+    return spark.read.parquet(str(path))
+
+
 def source_files(name: str) -> tuple[str, object]:
     """FILES parquet files of N rows each (key p, id increasing); the directory and the rows."""
     src = WORK / f"{name}-src"
     for f in range(FILES):
-        (spark.range(f * N, (f + 1) * N, numPartitions=1)
-         .select(F.col("id"), (F.col("id") % 4).cast("int").alias("p"), (F.col("id") * 7 % 101).alias("v"))
-         .write.mode("overwrite").parquet(str(src / f"f{f}")))
+        source_file(src, f)
     rows = spark.read.parquet(*[str(src / f"f{f}") for f in range(FILES)])
     return str(src), rows
 
@@ -123,9 +136,10 @@ def only(fn):
 
 
 def chain(table: str):
-    """RTM query 1: stream jv (group chain) -> stream jv2; RTM query 2: jv2 -> memory table ``table`` (a memory sink
-    cannot restart from a checkpoint: each table is a new query, in a group of its own from the retained epochs)."""
-    hop1 = (spark.readStream.format("pipelined").option("exchange", "jv").option("consumerGroup", "chain").load()
+    """RTM query 1: stream py (group chain) -> stream jv2; RTM query 2: jv2 -> memory table ``table`` (a memory sink
+    cannot restart from a checkpoint: each table is a new query, in a group of its own from the retained epochs).
+    Each stream is 2 subpartitions wide: Real-time Mode holds a slot per task, 4 in all of local[4]."""
+    hop1 = (spark.readStream.format("pipelined").option("exchange", "py").option("consumerGroup", "chain").load()
             .writeStream.format("pipelined").option("exchange", "jv2").option("numSubpartitions", 2)
             .option("partitioner", "hash").option("keys", "p").outputMode("update")
             .option("_asyncProgressTrackingOverrideSinkSupportCheck", "true")
@@ -148,38 +162,30 @@ SRC, ROWS = source_files("rows")
 
 
 @only
-def python_sink_read_by_jvm_micro_batches_and_real_time_mode(d):
-    d["sink"] = write_stream(SRC, "py", 4, "mb,rtm", jvm=False)["sink"]["description"]
-    sources, d["batch_rows"] = read_micro_batches("py", "mb", WORK / "py-mb", maxEpochsPerTrigger=1)
-    d["sources"] = sorted(set(sources))
-    assert_df_equality(spark.read.parquet(str(WORK / "py-mb")), ROWS, ignore_row_order=True, ignore_nullable=True)
-    reader = spark.readStream.format("pipelined").option("exchange", "py").option("consumerGroup", "rtm").load()
-    spark.conf.set(ALLOWLIST, "false")  # the memory sink is not on Real-time Mode's allowlist
-    try:
-        q = (reader.writeStream.format("memory").queryName("py_rtm").outputMode("update")
-             .option("checkpointLocation", str(WORK / "py-rtm-ck")).trigger(realTime="5 seconds").start())
-        got = until([q], "py_rtm", N * FILES)
-        exc = q.exception()
-        q.stop()
-    finally:
-        spark.conf.unset(ALLOWLIST)
-    assert exc is None, exc
-    d["rtm_rows"] = len(got)
-    in_key_order(got)
-    assert_df_equality(spark.createDataFrame(got, ROWS.schema), ROWS, ignore_row_order=True, ignore_nullable=True)
-
-
-@only
-def jvm_sink_read_by_python_and_a_real_time_chain(d):
-    """Stream jv (JVM sink) read by the Python source; and jv -> RTM query 1 -> stream jv2 (JVM sink) -> RTM query 2
-    -> memory: every row, in order per key."""
-    d["sink"] = write_stream(SRC, "jv", 2, "py,chain", jvm=True)["sink"]["description"]
+def jvm_sink_read_by_python(d):
+    """Stream jv, written by the JVM sink, read exactly by the Python source; the catalog plans it in the JVM."""
+    d["sink"] = write_stream(SRC, "jv", 2, "py", jvm=True)["sink"]["description"]
     spark.conf.set(JVM_FORMAT, "false")  # the Python source reads it
     try:
         d["python_sources"] = sorted(set(read_micro_batches("jv", "py", WORK / "jv-py")[0]))
     finally:
         spark.conf.unset(JVM_FORMAT)
     assert_df_equality(spark.read.parquet(str(WORK / "jv-py")), ROWS, ignore_row_order=True, ignore_nullable=True)
+    catalog = spark.readStream.table("exchange.jv")  # the catalog's route: planned by the JVM source
+    d["catalog_streaming"] = catalog.isStreaming
+    assert catalog.isStreaming and [(f.name, f.dataType) for f in catalog.schema] == \
+        [(f.name, f.dataType) for f in ROWS.schema], catalog.schema
+
+
+@only
+def python_sink_read_by_jvm_micro_batches_and_a_real_time_chain(d):
+    """Stream py, written by the Python sink, read exactly by the JVM source in micro-batches; and py -> RTM query 1
+    -> stream jv2 (JVM sink) -> RTM query 2 -> memory: every row, in order per key; query 1 restarted from its
+    checkpoint after one more epoch writes only that epoch's rows."""
+    d["sink"] = write_stream(SRC, "py", 2, "mb,chain", jvm=False)["sink"]["description"]
+    sources, d["batch_rows"] = read_micro_batches("py", "mb", WORK / "py-mb", maxEpochsPerTrigger=1)
+    d["sources"] = sorted(set(sources))
+    assert_df_equality(spark.read.parquet(str(WORK / "py-mb")), ROWS, ignore_row_order=True, ignore_nullable=True)
     spark.conf.set(ALLOWLIST, "false")  # neither this sink nor the memory sink is on Real-time Mode's allowlist
     try:
         hop1, hop2 = chain("chain_out")
@@ -197,15 +203,13 @@ def jvm_sink_read_by_python_and_a_real_time_chain(d):
     d["chain_rows"] = len(got)
     in_key_order(got)
     assert_df_equality(spark.createDataFrame(got, ROWS.schema), ROWS, ignore_row_order=True, ignore_nullable=True)
-    more = (spark.range(FILES * N, (FILES + 1) * N, numPartitions=1)
-            .select(F.col("id"), (F.col("id") % 4).cast("int").alias("p"), (F.col("id") * 7 % 101).alias("v")))
-    more.write.parquet(SRC + f"/f{FILES}")
-    write_stream(SRC, "jv", 2, "py,chain", jvm=True)  # the writer query goes on: one more epoch, its file's rows
+    more = source_file(Path(SRC), FILES)
+    write_stream(SRC, "py", 2, "mb,chain", jvm=False)  # the writer query goes on: one more epoch, its file's rows
     # query 1 restarts from its checkpoint (offsets per subpartition): it reads that epoch alone into jv2
     spark.conf.set(ALLOWLIST, "false")
     try:
         hop1, hop2 = chain("chain_again")  # a new query 2: from jv2's first retained epoch, the old rows too
-        again = until([hop1, hop2], "chain_again", N * (FILES + 1))
+        until([hop1, hop2], "chain_again", N * (FILES + 1))
         time.sleep(6)  # a whole Real-time Mode batch more: nothing read before the restart comes again
         again = spark.table("chain_again").collect()
         errors = [str(q.exception()) for q in (hop1, hop2) if q.exception() is not None]
@@ -219,9 +223,6 @@ def jvm_sink_read_by_python_and_a_real_time_chain(d):
     # every row once: query 1's restart wrote the new epoch's rows after the old ones, none of the old ones again
     assert_df_equality(spark.createDataFrame(again, ROWS.schema), ROWS.unionByName(more), ignore_row_order=True,
                        ignore_nullable=True)
-    catalog = spark.readStream.table("exchange.jv")  # the catalog's route: planned by the JVM source
-    d["catalog_streaming"] = catalog.isStreaming
-    assert catalog.isStreaming and catalog.schema == spark.table("chain_out").schema, catalog.schema
 
 
 print(json.dumps(results))

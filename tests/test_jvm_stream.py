@@ -1,9 +1,9 @@
 """Streams through the plugin jar's JVM stream source and sink, in one real local application
-(tests/app_jvm_stream.py): a stream written by the Python sink is read exactly by the JVM source in micro-batches and
-in Real-time Mode; a stream written by the JVM sink is read exactly by the Python source; a chain of two Real-time
-Mode queries through two exchanges delivers every row in order per key, and its first query restarted from its
-checkpoint (offsets per subpartition) writes only the new epoch's rows; each query's route is the one the docs name.
-Builds the plugin jar; 3-5 min on a busy 2-core machine."""
+(tests/app_jvm_stream.py): a stream written by the JVM sink is read exactly by the Python source; a stream written by
+the Python sink is read exactly by the JVM source in micro-batches and by a chain of two Real-time Mode queries
+through two exchanges (the second written by the JVM sink), every row in order per key; the chain's first query
+restarted from its checkpoint (offsets per subpartition) writes only the new epoch's rows; each query's route is the
+one the docs name."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,19 +36,18 @@ def passed(results: dict, name: str) -> dict:
     return outcome
 
 
-def test_python_written_stream_is_read_exactly_by_the_jvm_source_in_micro_batches_and_real_time_mode(results):
-    outcome = passed(results, "python_sink_read_by_jvm_micro_batches_and_real_time_mode")
+def test_jvm_written_stream_is_read_exactly_by_the_python_source(results):
+    outcome = passed(results, "jvm_sink_read_by_python")
+    assert outcome["sink"] == "sparkflow-exchange stream jv (JVM sink)"
+    assert all("PythonMicroBatchStream" in s for s in outcome["python_sources"]), outcome["python_sources"]
+    assert outcome["catalog_streaming"] is True
+
+
+def test_python_written_stream_is_read_exactly_by_the_jvm_source_and_a_real_time_chain_restarts_exactly(results):
+    outcome = passed(results, "python_sink_read_by_jvm_micro_batches_and_a_real_time_chain")
     assert "JVM" not in outcome["sink"], outcome["sink"]  # jvmFormat=false: the Python sink wrote it
     assert outcome["sources"] == ["sparkflow-exchange stream py (JVM)"]
     assert outcome["batch_rows"] == [3000, 3000, 3000]  # maxEpochsPerTrigger=1: one writer epoch per micro-batch
-    assert outcome["rtm_rows"] == 9000
-
-
-def test_jvm_written_stream_is_read_exactly_by_the_python_source_and_a_real_time_chain_keeps_key_order(results):
-    outcome = passed(results, "jvm_sink_read_by_python_and_a_real_time_chain")
-    assert outcome["sink"] == "sparkflow-exchange stream jv (JVM sink)"
-    assert all("PythonMicroBatchStream" in s for s in outcome["python_sources"]), outcome["python_sources"]
-    assert outcome["hop_sources"] == ["sparkflow-exchange stream jv (JVM)", "sparkflow-exchange stream jv2 (JVM)"]
-    assert outcome["chain_rows"] == 9000
+    assert outcome["hop_sources"] == ["sparkflow-exchange stream py (JVM)", "sparkflow-exchange stream jv2 (JVM)"]
+    assert outcome["chain_rows"] == 9000  # Real-time Mode reads the Python-written stream, every row in key order
     assert outcome["rows_after_restart"] == 12000  # 9000 before the restart, the new epoch's 3000, none twice
-    assert outcome["catalog_streaming"] is True
