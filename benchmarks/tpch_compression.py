@@ -44,7 +44,7 @@ def main() -> None:
     import sparkflow_exchange
     from sparkflow_exchange.config import ExchangeConfig
     from sparkflow_exchange.service.discovery import resolve
-    from sparkflow_exchange.session_tuning import SPARK_SETTINGS
+    from sparkflow_exchange.spark.session_tuning import SPARK_SETTINGS
 
     resolve(ExchangeConfig.load())
     spark = (SparkSession.builder.master("local[2]").appName("tpch-compression")

@@ -69,6 +69,8 @@ class ExchangeDescription:
     created_at: float | None = None
     last_used_at: float | None = None
     last_committed: int | None = None  # a stream's newest committed epoch
+    # the coordinator's read verdict (sealed, live, writing, ended, code, reason): the JVM reader follows it
+    readable: dict | None = None
 
     @classmethod
     def parse(cls, reply: Mapping[str, Any]) -> ExchangeDescription:
@@ -94,7 +96,8 @@ class ExchangeDescription:
                 subpartition_bytes=_ints(reply.get("subpartition_bytes")),
                 subpartition_rows=_ints(reply.get("subpartition_rows")), rows=reply.get("rows"),
                 owner=str(reply.get("owner") or ""), created_at=reply.get("created_at"),
-                last_used_at=reply.get("last_used_at"), last_committed=reply.get("last_committed"))
+                last_used_at=reply.get("last_used_at"), last_committed=reply.get("last_committed"),
+                readable=dict(reply["readable"]) if isinstance(reply.get("readable"), Mapping) else None)
         except (TypeError, ValueError) as exc:
             raise ServiceError(f"the coordinator's description of exchange {reply.get('name')!r} is malformed: "
                                f"{exc}", ErrorCode.PROTOCOL) from None

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange import write_handle as wh
 from sparkflow_exchange.config import ExchangeConfig
+from sparkflow_exchange.description import ExchangeDescription
 
 pytestmark = pytest.mark.spark
 
@@ -63,7 +64,7 @@ def test_coalesced_read_under_shuffle_partitions_200(spark):
     with shuffle_partitions(spark, 200):
         (df.write.format("pipelined").mode("overwrite").option("exchange", name)
            .option("partitioner", "hash").option("keys", "key").save())
-    desc = [e for e in ex.list_exchanges() if e["name"] == name][0]
+    desc = ExchangeDescription.parse([e for e in ex.list_exchanges() if e["name"] == name][0])
     assert desc.num_subpartitions == 200 and desc.coalesce and desc.sealed
     assert sum(desc.subpartition_bytes) > 0
 

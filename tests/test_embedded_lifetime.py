@@ -136,7 +136,7 @@ import json
 import numpy as np
 import pyarrow as pa
 from sparkflow_exchange import exchange as ex
-from sparkflow_exchange import streaming as st
+from sparkflow_exchange.spark import streaming as st
 from sparkflow_exchange.buffer_kinds import epoch_marker
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.service.discovery import runtime_dir

@@ -10,6 +10,7 @@ import java.util.Base64;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import org.sparkflow.exchange.contract.Contract;
 import java.util.OptionalLong;
 import org.apache.arrow.vector.ipc.ReadChannel;
 import org.apache.arrow.vector.ipc.message.MessageSerializer;
@@ -86,9 +87,14 @@ public final class ExchangeDescription implements Serializable {
         sealEnds = new ArrayList<>();
         d.path("seal_ends").forEach(x -> sealEnds.add(x.asInt()));
         JsonNode v = d.path("readable");
-        readable = new Readable(v.path("sealed").asBoolean(false), v.path("live").asBoolean(false),
-                v.path("writing").asBoolean(false), v.path("ended").asBoolean(false), v.path("code").asText(""),
-                v.path("reason").asText(""));
+        readable = v.isObject()
+                ? new Readable(v.path("sealed").asBoolean(false), v.path("live").asBoolean(false),
+                        v.path("writing").asBoolean(false), v.path("ended").asBoolean(false), v.path("code").asText(""),
+                        v.path("reason").asText(""))
+                // a description without the coordinator's verdict is not one to read from: say so, never read blind
+                : new Readable(false, false, false, true, Contract.ErrorCode.PROTOCOL, "the description of exchange '" + name
+                        + "' carries no read verdict (readable): the coordinator is older than this plugin, or the "
+                        + "description was not the coordinator's");
         rows = d.path("rows").canConvertToLong() ? OptionalLong.of(d.get("rows").asLong()) : OptionalLong.empty();
         bytes = sum(d.path("subpartition_bytes"));
         JsonNode each = d.path("subpartition_bytes");
