@@ -213,8 +213,9 @@ def _spelled_settings(text: str) -> set[str]:
 
 
 def test_the_settings_classes_spell_no_key_or_default_of_their_own():
-    """WriteSettings and ReadSettings take every key and default from the generated Contract."""
-    for name in ("org/sparkflow/exchange/write/WriteSettings.java", "org/sparkflow/exchange/read/ReadSettings.java"):
+    """WriteSettings, ReadSettings and StreamSettings take every key and default from the generated Contract."""
+    for name in ("org/sparkflow/exchange/write/WriteSettings.java", "org/sparkflow/exchange/read/ReadSettings.java",
+                 "org/sparkflow/exchange/stream/StreamSettings.java"):
         assert _spelled_settings((JAVA / name).read_text(encoding="utf-8")) == set(), name
     assert _spelled_settings('o.getOrDefault("buffersize", x); long n = 32L << 20; int t = 100_000_000;') == \
         {"buffersize", "32L << 20", "100_000_000"}
@@ -222,7 +223,8 @@ def test_the_settings_classes_spell_no_key_or_default_of_their_own():
 
 # the classes that read settings: they name every option key through the generated Contract.Option
 SETTINGS_READERS = ("catalog/ExchangeCatalog.java", "discovery/Discovery.java", "format/FormatCatalog.java",
-                    "format/PythonSource.java", "format/Route.java", "wire/Tls.java")
+                    "format/PipelinedFormat.java", "format/PythonSource.java", "format/Route.java",
+                    "stream/StreamSink.java", "stream/StreamTable.java", "wire/Tls.java")
 
 
 def _spelled_keys(text: str) -> set[str]:

@@ -538,8 +538,9 @@ def test_key_filter_keeps_exactly_the_subpartitions_the_python_writer_put_the_ke
 # ------------------------------------------------------------------ the packages' layers
 PACKAGES = Path(__file__).resolve().parent.parent / "jvm-stub/src/main/java/org/sparkflow/exchange"
 # package -> its row ("" is the plugin's own package): a package names only packages of lower rows, so the Spark
-# adapters (format, catalog) stand on the client (read, write), the client on the coordinator's model and the wire
-LAYERS = {"format": 7, "catalog": 6, "read": 5, "write": 5, "coordinator": 4, "discovery": 3, "wire": 2,
+# adapters (format, catalog) stand on the stream source and sink (stream), those on the client (read, write), the
+# client on the coordinator's model and the wire
+LAYERS = {"format": 8, "catalog": 7, "stream": 6, "read": 5, "write": 5, "coordinator": 4, "discovery": 3, "wire": 2,
           "errors": 1, "codec": 1, "functions": 1, "": 1, "contract": 0}
 NAMED = re.compile(r"org\.sparkflow\.exchange\.(?:([a-z]+)\.)?[A-Z]")  # an import, or a class named in full
 
@@ -570,3 +571,34 @@ def test_the_write_warmup_runs_the_writer_path_to_the_end(jvm):
     [answer] = jvm([{"op": "warmup"}])
     assert "error" not in answer, answer
     assert answer["ms"] >= 0
+
+
+@pytest.mark.parametrize("epoch", [0, 7, 2**40 + 3])
+def test_the_jvm_sinks_epoch_marker_is_the_one_the_python_reader_expects(jvm, epoch):
+    from sparkflow_exchange.buffer_kinds import epoch_marker
+
+    assert jvm([{"op": "epoch_marker", "epoch": epoch}])[0]["hex"] == epoch_marker(epoch).hex()
+
+
+def test_a_stream_offset_of_either_route_is_read_by_the_jvm_source(jvm):
+    python_offset = {"epochs": {"s": 5}, "group": "g"}  # what the Python source writes to its checkpoint
+    real_time = {"epochs": {"s": 4}, "group": "query-1",
+                 "subpartitions": {"0": {"epoch": 5, "rows": {"s#5.0.0-0-1.ab": 12}}, "1": {"epoch": 6, "rows": {}}}}
+    answers = jvm([{"op": "stream_offset", "stream": "s", "json": json.dumps(o)} for o in (python_offset, real_time)]
+                  + [{"op": "stream_offset", "stream": "other", "json": json.dumps(python_offset)}])
+    assert json.loads(answers[0]["json"]) == python_offset
+    assert json.loads(answers[1]["json"]) == real_time
+    assert "not one of exchange 'other'" in answers[2]["error"]
+
+
+@pytest.mark.parametrize("compression", ["none", "lz4"])
+def test_a_buffer_encoded_on_an_interrupted_thread_holds_every_row(jvm, compression):
+    """A stream writer's flush runs while its task may be interrupted: the buffer must come out whole (an
+    interruptible channel once failed it after its rows had left the vectors, and the rows were lost)."""
+    from sparkflow_exchange.buffer import decode
+
+    answers = jvm([{"op": "encode_rows", "rows": n, "compression": compression, "interrupted": interrupted}
+                   for n, interrupted in ((1000, True), (1, True), (1000, False))])
+    schema = pa.schema([("l", pa.int64())])
+    got = [decode(bytes.fromhex(a["hex"]), schema).column(0).to_pylist() if "hex" in a else a for a in answers]
+    assert got == [list(range(1000)), [0], list(range(1000))]

@@ -87,7 +87,8 @@ class Stream:
         return {
             "name": self.name, "kind": "stream", "schema": self.schema, "partitioner": self.partitioner,
             "partition_type": self.partition_type, "num_subpartitions": self.num_subpartitions,
-            "state": self.life.state, "writer_query": self.writer_query, "owner": self.owner,
+            "coalesce": self.coalesce, "state": self.life.state, "writer_query": self.writer_query,
+            "owner": self.owner,
             "last_committed": self.last_committed, "released_upto": self.released_upto,
             "retained_epochs": len(self.epochs), "retained_bytes": self.retained_bytes(),
             "retained_rows": sum(e.rows for e in self.epochs.values() if e.rows >= 0),

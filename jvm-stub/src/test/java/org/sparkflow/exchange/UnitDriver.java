@@ -39,12 +39,14 @@ import org.sparkflow.exchange.write.WriteSettings;
  *   <li>{@code {"op": "decode", "hex": "..", "chunk": k, "max_frame": m}}: the frames a {@link Frames.Decoder} fed k bytes
  *       at a time returns, or the error it throws</li>
  *   <li>{@code {"op": "spill", "index": path, "subpartition": s, "data_size": n}}: {@code SpillIndex.entries} or its error</li>
+ *   <li>{@code {"op": "epoch_marker", "epoch": e}}: the JVM stream sink's epoch marker, hex</li>
+ *   <li>{@code {"op": "stream_offset", "stream": s, "json": ".."}}: a checkpoint's offset parsed and written again</li>
  *   <li>{@code {"op": "parse", "kind": "size" | "duration", "values": [..]}}: each value as {@link WriteSettings#parseSize}
  *       (bytes) or {@link WriteSettings#parseSeconds} (seconds) reads it, or {@code {"error": ..}}</li>
  *   <li>{@code {"op": "write_options", "options": {..}}}: {@link WriteSettings#defaults} with the options applied and
  *       checked, or the error</li>
  *   <li>{@code handshake}, {@code live}, {@code key_filter}, {@code read_partitions}, {@code write_settings},
- *       {@code route}, {@code readable}: {@code Handshake}, {@code LiveProducers},
+ *       {@code route}, {@code readable}, {@code encode_rows}: {@code Handshake}, {@code LiveProducers},
  *       {@code KeyFilter}, {@code ReadLayout}, {@code WriteSettings} and {@code Route} through the probe of their
  *       package ({@code wire.WireProbe}, {@code read.ReadProbe}, {@code write.WriteProbe}, {@code format.FormatProbe}),
  *       whose javadoc gives each request's fields</li>
@@ -70,6 +72,9 @@ public final class UnitDriver {
                     case "encode" -> answer.put("hex", encode(request));
                     case "decode" -> answer.set("frames", decode(request));
                     case "spill" -> answer.set("entries", spill(request));
+                    case "epoch_marker" -> answer.put("hex", epochMarker(request.path("epoch").asLong()));
+                    case "stream_offset" -> answer.put("json", org.sparkflow.exchange.stream.StreamOffset.parse(
+                            request.path("stream").asText(), request.path("json").asText()).json());
                     case "parse" -> answer.set("results", parse(request));
                     case "write_options" -> answer.set("settings", writeSettings(request));
                     case "handshake" -> answer.set("handshake", WireProbe.handshake(request));
@@ -77,6 +82,7 @@ public final class UnitDriver {
                     case "key_filter" -> answer.set("filter", ReadProbe.keyFilter(request));
                     case "read_partitions" -> answer.set("partitions", ReadProbe.readPartitions(request));
                     case "write_settings" -> answer.set("settings", WriteProbe.settings(request));
+                    case "encode_rows" -> answer.put("hex", WriteProbe.encodeRows(request));
                     case "route" -> answer.put("python_only", FormatProbe.pythonOnly(request));
                     case "readable" -> answer.put("unreadable", FormatProbe.unreadable(request));
                     case "warmup" -> answer.put("ms", warmup());
@@ -87,6 +93,12 @@ public final class UnitDriver {
             }
             System.out.println(JSON.writeValueAsString(answer));
         }
+    }
+
+    private static String epochMarker(long epoch) throws ReflectiveOperationException {
+        Method m = Class.forName("org.sparkflow.exchange.stream.StreamSink").getDeclaredMethod("epochMarker", long.class);
+        m.setAccessible(true);
+        return HexFormat.of().formatHex((byte[]) m.invoke(null, epoch));
     }
 
     /** The write path's warm-up, which a session runs on a daemon thread that swallows its failures: here they show. */

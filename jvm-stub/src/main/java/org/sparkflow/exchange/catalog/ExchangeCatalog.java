@@ -1,5 +1,11 @@
 package org.sparkflow.exchange.catalog;
 
+import org.sparkflow.exchange.errors.ErrorCodes;
+import org.sparkflow.exchange.errors.ServiceError;
+import org.sparkflow.exchange.stream.StreamCalls;
+import org.sparkflow.exchange.stream.StreamSettings;
+import org.sparkflow.exchange.stream.StreamTable;
+
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -133,11 +139,33 @@ public class ExchangeCatalog implements StagingTableCatalog, FunctionCatalog {
         }
         long deadline = System.nanoTime() + commitTimeoutNanos;
         Endpoint found = untilFound(deadline);
-        ExchangeDescription desc = untilCommitted(new CoordinatorClient(found), ident.name(), deadline);
+        ExchangeDescription desc;
+        try {
+            desc = untilCommitted(new CoordinatorClient(found), ident.name(), deadline);
+        } catch (ServiceError e) {
+            if (!ErrorCodes.NOT_A_BATCH.equals(e.code())) {
+                throw e;
+            }
+            return streamTable(ident.name(), found); // readStream.table("<catalog>.<stream>")
+        }
         if (desc == null) {
             throw new NoSuchTableException(ident);
         }
         return new ExchangeTable(desc, readSettings(found), new CoordinatorClient(found), settings);
+    }
+
+    /** A stream as the JVM stream source reads it; refused, saying what to use, where that source cannot. */
+    private Table streamTable(String name, Endpoint found) {
+        CoordinatorClient coordinator = new CoordinatorClient(found);
+        StreamSettings stream = StreamSettings.of(name, Map.of());
+        com.fasterxml.jackson.databind.JsonNode desc = new StreamCalls(coordinator, name).describe(0);
+        String why = StreamTable.unreadable(desc);
+        if (why != null) {
+            throw new UnsupportedOperationException("stream '" + name + "' cannot be read through the catalog ("
+                    + why + "); read it with spark.readStream.format(\"pipelined\").option(\"exchange\", \"" + name
+                    + "\")");
+        }
+        return StreamTable.of(stream, readSettings(found).readingWhileWritten(), coordinator, desc);
     }
 
     /** Whether the exchange is declared now (a lost one is not): never waits (a create asks this before writing). */

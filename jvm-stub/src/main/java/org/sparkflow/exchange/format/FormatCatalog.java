@@ -30,6 +30,9 @@ import org.sparkflow.exchange.coordinator.CoordinatorClient;
 import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.errors.ExchangeNotFound;
+import org.sparkflow.exchange.stream.StreamSettings;
+import org.sparkflow.exchange.stream.StreamSink;
+import org.sparkflow.exchange.stream.StreamTable;
 import org.sparkflow.exchange.write.ExchangeWriteBuilder;
 import org.sparkflow.exchange.write.WriteSettings;
 
@@ -41,6 +44,7 @@ import org.sparkflow.exchange.write.WriteSettings;
  * (session setting) sends everything to the Python source.
  */
 public final class FormatCatalog extends ExchangeCatalog {
+    private static final org.slf4j.Logger LOG = org.slf4j.LoggerFactory.getLogger(FormatCatalog.class);
     static final String ENABLED_KEY = Contract.Option.PREFIX + Contract.Option.JVM_FORMAT;
     static final String DECLARE_TIMEOUT = Contract.Option.DECLARE_TIMEOUT;
 
@@ -93,6 +97,68 @@ public final class FormatCatalog extends ExchangeCatalog {
             options = new CaseInsensitiveStringMap(now);
         }
         return write ? PythonSource.forWrite(options) : PythonSource.forRead(options);
+    }
+
+    /**
+     * The JVM source's table of a stream read ({@code readStream.format("pipelined")}), or null when the Python
+     * source is to serve it; why is logged. {@code notDeclared} is told when no writer query declared the stream
+     * within declareTimeout (the Python source then answers at once, in its words).
+     */
+    Table streamRead(CaseInsensitiveStringMap options, boolean[] notDeclared) {
+        String exchange = options.get(Contract.Option.EXCHANGE);
+        String why = !enabled() ? ENABLED_KEY + "=false" : Route.streamPythonOnly(options);
+        if (why != null) {
+            return python(exchange, why);
+        }
+        StreamSettings stream = StreamSettings.of(exchange, options.asCaseSensitiveMap());
+        long deadline = System.nanoTime() + (long) (stream.declareTimeoutSeconds() * 1e9);
+        Endpoint found;
+        try {
+            found = untilFound(deadline);
+        } catch (RuntimeException e) {
+            return python(exchange, "no exchange service found (" + e.getMessage() + ")");
+        }
+        CoordinatorClient coordinator = new CoordinatorClient(found);
+        com.fasterxml.jackson.databind.JsonNode desc;
+        try {
+            desc = StreamTable.describe(coordinator, stream);
+        } catch (RuntimeException e) {
+            return python(exchange, e.getMessage());
+        }
+        why = StreamTable.unreadable(desc);
+        if (why != null) {
+            notDeclared[0] = desc == null;
+            return python(exchange, why);
+        }
+        LOG.info("stream {}: read by the JVM stream source", exchange);
+        return StreamTable.of(stream, readSettings(found).readingWhileWritten(), coordinator, desc);
+    }
+
+    /**
+     * The JVM stream sink for a {@code writeStream.format("pipelined")} whose options it serves (a width given,
+     * hash or rebalance), or null when the Python sink is to serve it; why is logged.
+     */
+    Table streamWrite(Map<String, String> options) {
+        String exchange = new CaseInsensitiveStringMap(options).get(Contract.Option.EXCHANGE);
+        String why = !enabled() ? ENABLED_KEY + "=false" : StreamSink.unsupported(options, Route.WRITE_OPTIONS);
+        if (why == null) {
+            try {
+                endpointStartingEmbedded(true);
+            } catch (RuntimeException e) {
+                why = "no exchange service found (" + e.getMessage() + ")";
+            }
+        }
+        if (why != null) {
+            LOG.info("stream {}: written by the Python data source ({})", exchange, why);
+            return null;
+        }
+        LOG.info("stream {}: written by the JVM stream sink", exchange);
+        return new StreamSink(exchange, options, settings());
+    }
+
+    private static Table python(String exchange, String why) {
+        LOG.info("stream {}: read by the Python data source ({})", exchange, why);
+        return null;
     }
 
     /** How long a read waits for its exchange to be declared: the option, else the session's setting, else 60 s. */

@@ -7,6 +7,7 @@ import java.util.Set;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.read.ExchangeScan;
+import org.sparkflow.exchange.stream.StreamSettings;
 import org.sparkflow.exchange.contract.Contract;
 import org.sparkflow.exchange.contract.Contract.Option;
 import org.sparkflow.exchange.write.WriteSettings;
@@ -27,6 +28,20 @@ final class Route {
     static final Set<String> READ_PARTITIONERS = Set.copyOf(Contract.Partitioner.JVM_READ); // hash, rebalance
 
     private Route() {}
+
+    /** Null when a stream read's options fit the JVM stream source, else the first reason they do not. */
+    static String streamPythonOnly(CaseInsensitiveStringMap options) {
+        String exchange = options.get(Option.EXCHANGE);
+        if (exchange == null || exchange.isEmpty()) {
+            return "no exchange option";
+        }
+        for (String key : options.keySet()) {
+            if (!StreamSettings.READ_OPTIONS.contains(key.toLowerCase(Locale.ROOT))) {
+                return "option " + key;
+            }
+        }
+        return null;
+    }
 
     private static Set<String> lower(String... keys) {
         return Arrays.stream(keys).map(k -> k.toLowerCase(Locale.ROOT)).collect(Collectors.toUnmodifiableSet());

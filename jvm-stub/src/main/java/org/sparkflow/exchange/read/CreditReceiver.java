@@ -11,9 +11,9 @@ import org.sparkflow.exchange.wire.Frames;
  * announcing {@code initialCredit} empty buffers, each received buffer checked to be the next in sequence, and one
  * credit given back for each data buffer once it is decoded. Events (end of partition, markers) need no credit.
  */
-final class CreditReceiver {
+public final class CreditReceiver {
     /** One BUFFER_RESPONSE: {@code receiver:i64 seq:i64 backlog:i32 kind:u8 flags:u8}, then the payload. */
-    record Buffer(long seq, int kind, int flags, byte[] payload) {}
+    public record Buffer(long seq, int kind, int flags, byte[] payload) {}
 
     static final int HEADER = Contract.DataHeaderSize.BUFFER_RESPONSE;
     static final int FLAG_SHARED = Contract.BufferFlag.SHARED;
@@ -23,14 +23,14 @@ final class CreditReceiver {
     private long nextSeq;
     private int credit;
 
-    CreditReceiver(long receiverId, int initialCredit) {
+    public CreditReceiver(long receiverId, int initialCredit) {
         this.receiverId = receiverId;
         this.initialCredit = initialCredit;
         this.credit = initialCredit;
     }
 
     /** The PARTITION_REQUEST for one subpartition of {@code partition}, over the socket (never shared memory). */
-    byte[] request(String partition, int subpartition) {
+    public byte[] request(String partition, int subpartition) {
         ObjectNode msg = MAPPER.createObjectNode();
         msg.put("partition", partition);
         msg.put("subpartition", subpartition);
@@ -43,7 +43,7 @@ final class CreditReceiver {
     }
 
     /** A received BUFFER_RESPONSE, checked: ours, the next in sequence, within the credit given. */
-    Buffer onBuffer(Frames.Frame frame) {
+    public Buffer onBuffer(Frames.Frame frame) {
         if (frame.header().length != HEADER) {
             throw new IllegalStateException("a buffer response with a header of " + frame.header().length + " bytes");
         }
@@ -70,13 +70,13 @@ final class CreditReceiver {
     }
 
     /** The ADD_CREDIT frame giving back one buffer the reader is done with. */
-    byte[] consumed() {
+    public byte[] consumed() {
         credit++;
         return Frames.encode(Frames.ADD_CREDIT, ByteBuffer.allocate(Contract.DataHeaderSize.ADD_CREDIT).putLong(receiverId).putInt(1).array());
     }
 
     /** The frame cancelling the request (the service then lets go of its view). */
-    byte[] cancel() {
+    public byte[] cancel() {
         ObjectNode msg = MAPPER.createObjectNode();
         msg.put("receiver_id", receiverId);
         return Frames.encode(Frames.CANCEL_PARTITION_REQUEST, msg.toString());

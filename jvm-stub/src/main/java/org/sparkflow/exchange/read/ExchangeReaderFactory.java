@@ -30,6 +30,15 @@ public final class ExchangeReaderFactory implements PartitionReaderFactory {
         return new SubpartitionReader((SubpartitionInput) partition, schemaBase64, columns, settings);
     }
 
+    /**
+     * A columnar reader of one planned read partition, for scans outside this package (a stream's micro-batch reads
+     * each epoch's sealed exchange with it).
+     */
+    public static PartitionReader<ColumnarBatch> columnarReader(SubpartitionInput input, String schemaBase64,
+                                                                int[] columns, ReadSettings settings) {
+        return new SubpartitionReader(input, schemaBase64, columns, settings);
+    }
+
     @Override
     public PartitionReader<InternalRow> createReader(InputPartition partition) {
         throw new UnsupportedOperationException("exchange '" + exchange + "' is read in columnar batches only");

@@ -3,7 +3,7 @@ package org.sparkflow.exchange.write;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.channels.Channels;
+import java.nio.channels.WritableByteChannel;
 import java.util.zip.CRC32C;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.vector.VectorSchemaRoot;
@@ -71,15 +71,22 @@ final class BufferEncoder implements AutoCloseable {
         w.write(row);
     }
 
-    /** Target {@code t}'s rows as one data buffer, in order ({@code sizeHint}: about its bytes); then empty. */
-    byte[] encode(int t, long sizeHint) {
+    /**
+     * Target {@code t}'s rows as one data buffer, in order ({@code sizeHint}: about its bytes; {@code rows}: the rows
+     * appended to it, checked); then empty.
+     */
+    byte[] encode(int t, long sizeHint, long rows) {
         ArrowWriter w = writers[t];
         VectorSchemaRoot root = roots[t];
         try {
             w.finish();
+            if (root.getRowCount() != rows) { // the buffer must hold what its end counts will say
+                throw new IllegalStateException("a buffer of target " + t + " holds " + root.getRowCount()
+                        + " rows where " + rows + " were written to it (" + Thread.currentThread().getName() + ")");
+            }
             Sink out = new Sink((int) Math.min(Integer.MAX_VALUE - 64, sizeHint + sizeHint / 8 + 4096));
             try (ArrowRecordBatch batch = new VectorUnloader(root, true, codec, true).getRecordBatch()) {
-                MessageSerializer.serialize(new WriteChannel(Channels.newChannel(out)), batch);
+                MessageSerializer.serialize(new WriteChannel(out), batch);
             }
             return out.sealed();
         } catch (IOException e) {
@@ -90,10 +97,34 @@ final class BufferEncoder implements AutoCloseable {
         }
     }
 
-    /** The serialised message, grown in place by its trailer (one copy out at the end). */
-    private static final class Sink extends ByteArrayOutputStream {
+    /**
+     * The serialised message, grown in place by its trailer (one copy out at the end). A channel of its own, not
+     * {@code Channels.newChannel}'s: that one is interruptible, and an interrupt of the encoding thread closed it
+     * mid-buffer (the rows were gone from the vectors then); memory is written whatever the thread's state.
+     */
+    private static final class Sink extends ByteArrayOutputStream implements WritableByteChannel {
         Sink(int capacity) {
             super(capacity);
+        }
+
+        @Override
+        public int write(ByteBuffer src) {
+            int n = src.remaining();
+            ensureCapacity(count + n);
+            src.get(buf, count, n);
+            count += n;
+            return n;
+        }
+
+        private void ensureCapacity(int size) {
+            if (size > buf.length) {
+                buf = java.util.Arrays.copyOf(buf, Math.max(size, buf.length * 2));
+            }
+        }
+
+        @Override
+        public boolean isOpen() {
+            return true;
         }
 
         byte[] sealed() {

@@ -27,7 +27,7 @@ import org.sparkflow.exchange.discovery.RuntimeDir;
  * coordinator. The wait is checked as rows arrive (every {@link #CLOCK_EVERY} rows): a task whose input stalls
  * holds what it has until its next rows or its end.
  */
-final class ExchangeDataWriter implements DataWriter<InternalRow> {
+public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     static final int CLOCK_EVERY = 256;
     /** A timed flush waits at least this many times what the last one took: flushing many small buffers must not
      *  become the writer's main work (the Python writer's rule, FLUSH_COST_FACTOR). */
@@ -48,8 +48,23 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
     private long rows;
     private long oldestHeldAt; // System.nanoTime() when the first row now held arrived
     private long lastTimedFlushNanos; // what the last timed flush took
+    private final byte[] marker; // a MARKER event to every subpartition before the end (a stream's epoch); null: none
+    private RuntimeException broken; // a push that failed: its rows left the encoder but not for the service
 
     ExchangeDataWriter(WriteHandle handle, int index, String attempt) {
+        this(handle, index, attempt, null);
+    }
+
+    /**
+     * A producer of a stream's epoch: {@code marker} (the epoch marker, {@code buffer_kinds.epoch_marker}) goes to
+     * every subpartition after the data, as the Python writer sends it and its reader checks it.
+     */
+    public static ExchangeDataWriter forEpoch(WriteHandle handle, int index, String attempt, byte[] marker) {
+        return new ExchangeDataWriter(handle, index, attempt, marker);
+    }
+
+    private ExchangeDataWriter(WriteHandle handle, int index, String attempt, byte[] marker) {
+        this.marker = marker;
         this.handle = handle;
         this.index = index;
         this.partition = handle.name() + "." + handle.epoch() + "." + index + "." + attempt + "."
@@ -92,6 +107,7 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
 
     @Override
     public void write(InternalRow row) {
+        refuseIfBroken();
         int target = router.target(row);
         encoder.append(target, row);
         heldRows[target]++;
@@ -117,11 +133,34 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
         }
     }
 
+    /**
+     * Push what is held when its oldest row has waited {@code bufferTimeout} (and {@link #FLUSH_COST_FACTOR} times
+     * the last timed flush): a stream's writer calls this from a timer, so rows leave while its input is idle. Not
+     * thread-safe: the caller serialises it with {@link #write}.
+     */
+    public void flushIfDue() {
+        refuseIfBroken();
+        if (totalHeld == 0) {
+            return;
+        }
+        long now = System.nanoTime();
+        if (now - oldestHeldAt >= Math.max(handle.settings().bufferTimeoutNanos(), FLUSH_COST_FACTOR * lastTimedFlushNanos)) {
+            pushAll();
+            lastTimedFlushNanos = System.nanoTime() - now;
+        }
+    }
+
     private void push(int target) {
         if (heldRows[target] == 0) {
             return;
         }
-        producer.push(router.subpartition(target), encoder.encode(target, heldBytes[target]), encoder.flags());
+        try {
+            producer.push(router.subpartition(target), encoder.encode(target, heldBytes[target], heldRows[target]),
+                    encoder.flags());
+        } catch (RuntimeException e) {
+            broken = e; // the target's rows are gone from the encoder: nothing may be committed after this
+            throw e;
+        }
         sentBuffers[target]++;
         sentRows[target] += heldRows[target];
         heldRows[target] = 0;
@@ -135,9 +174,24 @@ final class ExchangeDataWriter implements DataWriter<InternalRow> {
         }
     }
 
+    /**
+     * After a failed push the partition cannot be whole: a later push or commit would count rows that never left
+     * (end counts that match no buffer), so it fails too, saying why.
+     */
+    private void refuseIfBroken() {
+        if (broken != null) {
+            throw new IllegalStateException("partition " + partition + " of exchange '" + handle.name()
+                    + "' cannot go on: an earlier push of its rows failed (" + broken + ")", broken);
+        }
+    }
+
     @Override
     public WriterCommitMessage commit() {
+        refuseIfBroken();
         pushAll();
+        if (marker != null) {
+            producer.push(-1, marker, org.sparkflow.exchange.contract.Contract.BufferKind.MARKER, 0);
+        }
         JsonNode stats = producer.finish(sentBuffers, sentRows);
         long pushed = 0;
         List<Long> subRows = new ArrayList<>();

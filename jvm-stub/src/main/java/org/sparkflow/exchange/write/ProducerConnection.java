@@ -67,6 +67,11 @@ final class ProducerConnection implements AutoCloseable {
 
     /** Push one data buffer to {@code subpartition} (-1: every subpartition), waiting for credit ({@code flags}: buffer_kinds). */
     void push(int subpartition, byte[] payload, int flags) {
+        push(subpartition, payload, Contract.BufferKind.DATA, flags);
+    }
+
+    /** Push one buffer of {@code kind} (a MARKER event takes a credit as a data buffer does). */
+    void push(int subpartition, byte[] payload, int kind, int flags) {
         if (credit <= 0 || System.nanoTime() >= nextLook) {
             look();
         }
@@ -74,7 +79,7 @@ final class ProducerConnection implements AutoCloseable {
             onFrame(conn.receive());
         }
         credit--;
-        byte[] header = ByteBuffer.allocate(Contract.DataHeaderSize.PUSH_BUFFER).putLong(handle).putInt(subpartition).put((byte) 0).put((byte) flags)
+        byte[] header = ByteBuffer.allocate(Contract.DataHeaderSize.PUSH_BUFFER).putLong(handle).putInt(subpartition).put((byte) kind).put((byte) flags)
                 .array();
         conn.send(Frames.encode(Frames.PUSH_BUFFER, header, payload.length), payload);
     }

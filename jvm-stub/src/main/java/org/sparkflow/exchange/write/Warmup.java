@@ -63,8 +63,8 @@ public final class Warmup {
             for (int r = 0; r < ROWS; r++) {
                 encoder.append(r & 1, row(r));
             }
-            encoder.encode(0, 1 << 16);
-            encoder.encode(1, 1 << 16);
+            encoder.encode(0, 1 << 16, (ROWS + 1) / 2);
+            encoder.encode(1, 1 << 16, ROWS / 2);
         }
         Mac hmac = Mac.getInstance("HmacSHA256"); // the handshake's
         hmac.init(new SecretKeySpec("warmup".getBytes(StandardCharsets.UTF_8), "HmacSHA256"));

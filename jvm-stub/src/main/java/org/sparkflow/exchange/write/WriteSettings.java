@@ -222,7 +222,7 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
     }
 
     /** Bytes of a size setting ({@link #parseSize}), at least 1 and at most {@code max}; the refusal names the key. */
-    static long size(String key, String value, long max) {
+    public static long size(String key, String value, long max) {
         long n;
         try {
             n = parseSize(value);

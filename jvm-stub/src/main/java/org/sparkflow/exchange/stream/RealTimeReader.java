@@ -1,0 +1,510 @@
+package org.sparkflow.exchange.stream;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.Channels;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.SortedMap;
+import java.util.TreeMap;
+import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.TimeUnit;
+import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.ipc.ReadChannel;
+import org.apache.arrow.vector.ipc.message.MessageSerializer;
+import org.apache.arrow.vector.types.pojo.Schema;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.streaming.PartitionOffset;
+import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead;
+import org.apache.spark.sql.util.ArrowUtils;
+import org.apache.spark.sql.vectorized.ArrowColumnVector;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
+import org.sparkflow.exchange.coordinator.ExchangeDescription.Producer;
+import org.sparkflow.exchange.errors.ErrorCodes;
+import org.sparkflow.exchange.errors.ServiceError;
+import org.sparkflow.exchange.read.BufferDecoder;
+import org.sparkflow.exchange.read.CreditReceiver;
+import org.sparkflow.exchange.read.ExchangeReadException;
+import org.sparkflow.exchange.read.ReadSettings;
+import org.sparkflow.exchange.read.SpillIndex;
+import org.sparkflow.exchange.contract.Contract;
+import org.sparkflow.exchange.contract.Contract.ExchangeState;
+import org.sparkflow.exchange.contract.Contract.PartitionState;
+import org.sparkflow.exchange.wire.Frames;
+import org.sparkflow.exchange.wire.RpcConnection;
+
+/**
+ * A Real-time Mode read task: subpartition i of every producer of the stream, taken as the writer pushes it.
+ *
+ * <p>A feeder thread walks the epochs from the task's start position: it finds each epoch's exchange (a long poll at
+ * the coordinator, woken by its declaration), and reads subpartition i of every producer attempt of it at once, one
+ * fetcher thread per attempt, each under credit from the attempt's service: a fetcher hands a buffer to the task's
+ * bounded queue, then gives its credit back, so a task that does not keep up stops its producers' services from
+ * sending (and their writers from writing, once their buffers are full). The feeder asks the coordinator which
+ * attempts there are (every 2 ms, backing off to 50 ms while nothing changes) until the epoch is sealed; then it
+ * waits for the committed attempts' ends, checks that no attempt it took rows from lost the commit, and moves on.
+ *
+ * <p>{@link #nextWithTimeout} waits on the queue (no sleep, no polling loop); rows are decoded in the task thread.
+ * The task's offset is the epoch being read and the rows taken of each of its producers: a restart skips exactly
+ * those rows (each producer's subpartition is the same rows in the same order whenever it is read).
+ */
+final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
+    static final int QUEUE_BUFFERS = 8; // buffers decoded ahead of the task, over all its producers
+    static final int CREDIT = 4; // buffers each producer's service may send ahead
+    static final long FIRST_LOOK_MILLIS = 2;
+    static final long LONGEST_LOOK_MILLIS = 50;
+    static final double EPOCH_WAIT_SECONDS = 5.0; // one long poll for the next epoch's exchange
+    static final int CALL_TIMEOUT_MILLIS = 60_000;
+    static final int DATA_TIMEOUT_MILLIS = 24 * 3600 * 1000; // a stream may be idle for long: the writer says when it ends
+    private static final ObjectMapper MAPPER = new ObjectMapper();
+
+    /** Read task {@code index}: subpartition {@code index} from {@code start} on. */
+    record Input(String stream, int index, StreamOffset.Position start, String schemaBase64, int[] columns,
+                 ReadSettings settings) implements InputPartition {}
+
+    /** Where a task is: {@code position} of subpartition {@code index}. */
+    record SubpartitionOffset(int index, StreamOffset.Position position) implements PartitionOffset {}
+
+    private enum Kind { DATA, EPOCH_DONE, FAILED }
+
+    private record Item(Kind kind, long epoch, String producer, byte[] payload, long receivedMs, RuntimeException error) {}
+
+    private final Input input;
+    private final BlockingQueue<Item> queue = new ArrayBlockingQueue<>(QUEUE_BUFFERS);
+    private final BufferAllocator allocator;
+    private final VectorSchemaRoot root;
+    private final BufferDecoder decoder;
+    private final Feeder feeder;
+    private long epoch; // the epoch being read (every earlier one read)
+    private final SortedMap<String, Long> taken = new TreeMap<>(); // rows taken of each producer of this epoch
+    private final Map<String, Long> seen = new HashMap<>(); // rows received of each producer (skipped ones too)
+    private Map<String, Long> skip; // rows of the start epoch's producers a restart does not return again
+    private ColumnarBatch batch;
+    private String batchProducer;
+    private long batchBase; // rows of batchProducer before this batch
+    private int row = -1;
+    private int rows;
+
+    RealTimeReader(Input input) {
+        this.input = input;
+        this.epoch = input.start().epoch();
+        this.skip = new HashMap<>(input.start().rows());
+        this.allocator = ArrowUtils.rootAllocator().newChildAllocator(
+                "sparkflow-exchange stream " + input.stream() + "/" + input.index(), 0, Long.MAX_VALUE);
+        try {
+            Schema schema = MessageSerializer.deserializeSchema(new ReadChannel(
+                    Channels.newChannel(new ByteArrayInputStream(Base64.getDecoder().decode(input.schemaBase64())))));
+            this.root = VectorSchemaRoot.create(schema, allocator);
+        } catch (IOException e) {
+            allocator.close();
+            throw new ExchangeReadException("stream '" + input.stream() + "' has an unreadable schema: " + e, e);
+        }
+        this.decoder = new BufferDecoder(allocator, root);
+        this.feeder = new Feeder();
+        feeder.start();
+    }
+
+    @Override
+    public RecordStatus nextWithTimeout(Long timeoutMs) throws IOException {
+        if (batch != null && row + 1 < rows) {
+            row++;
+            taken.put(batchProducer, batchBase + row + 1);
+            return RecordStatus.newStatusWithoutArrivalTime(true);
+        }
+        long deadline = System.nanoTime() + Math.max(0, timeoutMs == null ? 0 : timeoutMs) * 1_000_000L;
+        while (true) {
+            Item item;
+            try {
+                item = queue.poll(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new ExchangeReadException("the read task of stream '" + input.stream() + "' was interrupted");
+            }
+            if (item == null) {
+                return RecordStatus.newStatusWithoutArrivalTime(false);
+            }
+            switch (item.kind()) {
+                case FAILED -> throw item.error();
+                case EPOCH_DONE -> {
+                    epoch = item.epoch() + 1;
+                    taken.clear();
+                    seen.clear();
+                    skip = Map.of();
+                    batch = null;
+                    continue;
+                }
+                case DATA -> {
+                    if (load(item)) {
+                        return RecordStatus.newStatusWithArrivalTimeMs(item.receivedMs());
+                    }
+                }
+            }
+        }
+    }
+
+    /** Decode a buffer; whether it holds a row to return (a restart skips the rows it returned before). */
+    private boolean load(Item item) {
+        int n;
+        try {
+            n = decoder.load(item.payload());
+        } catch (BufferDecoder.CorruptBuffer e) {
+            throw new ExchangeReadException("corrupt data in stream '" + input.stream() + "', epoch " + item.epoch()
+                    + ", producer " + item.producer() + ", subpartition " + input.index() + ": " + e.getMessage());
+        } catch (IOException e) {
+            throw new ExchangeReadException("stream '" + input.stream() + "': " + e.getMessage(), e);
+        }
+        long base = seen.getOrDefault(item.producer(), 0L);
+        seen.put(item.producer(), base + n);
+        long skipTo = skip.getOrDefault(item.producer(), 0L);
+        int first = (int) Math.max(0, Math.min(n, skipTo - base));
+        if (first >= n) {
+            taken.put(item.producer(), base + n);
+            batch = null;
+            return false;
+        }
+        ColumnVector[] vectors = new ColumnVector[input.columns().length];
+        for (int i = 0; i < vectors.length; i++) {
+            vectors[i] = new Column(root.getVector(input.columns()[i]));
+        }
+        batch = new ColumnarBatch(vectors, n);
+        batchProducer = item.producer();
+        batchBase = base;
+        rows = n;
+        row = first;
+        taken.put(batchProducer, batchBase + row + 1);
+        return true;
+    }
+
+    @Override
+    public boolean next() throws IOException {
+        while (true) {
+            if (nextWithTimeout(60_000L).hasRecord()) {
+                return true;
+            }
+        }
+    }
+
+    @Override
+    public InternalRow get() {
+        return batch.getRow(row);
+    }
+
+    @Override
+    public PartitionOffset getOffset() {
+        return new SubpartitionOffset(input.index(), new StreamOffset.Position(epoch, new TreeMap<>(taken)));
+    }
+
+    @Override
+    public void close() {
+        feeder.shutdown();
+        batch = null;
+        root.close();
+        allocator.close();
+    }
+
+    private String where(long e) {
+        return "stream '" + input.stream() + "', epoch " + e + ", subpartition " + input.index();
+    }
+
+    /** A column of the task's root; the root owns its vectors (Spark must not close them). */
+    private static final class Column extends ArrowColumnVector {
+        Column(org.apache.arrow.vector.ValueVector vector) {
+            super(vector);
+        }
+
+        @Override
+        public void close() {}
+    }
+
+    /** Walks the epochs, one fetcher per producer attempt of the epoch being read. */
+    private final class Feeder extends Thread {
+        private volatile boolean stopping;
+        private volatile RpcConnection coordinator;
+        private final Map<String, Fetcher> fetchers = new java.util.concurrent.ConcurrentHashMap<>();
+
+        Feeder() {
+            super("sparkflow-stream " + input.stream() + "/" + input.index());
+            setDaemon(true);
+        }
+
+        @Override
+        public void run() {
+            try {
+                for (long e = input.start().epoch(); !stopping; e++) {
+                    readEpoch(e);
+                    put(new Item(Kind.EPOCH_DONE, e, null, null, 0, null));
+                }
+            } catch (InterruptedException stopped) {
+                // the task closed
+            } catch (RuntimeException failure) {
+                if (!stopping) {
+                    queue.clear(); // room for the failure: the task sees it next
+                    queue.offer(new Item(Kind.FAILED, -1, null, null, 0, failure));
+                }
+            } finally {
+                stopFetchers();
+                if (coordinator != null) {
+                    coordinator.close();
+                }
+            }
+        }
+
+        /** From the task's thread: the feeder stops (a call it waits in ends with its connection). */
+        void shutdown() {
+            stopping = true;
+            interrupt();
+            stopFetchers();
+            RpcConnection c = coordinator;
+            if (c != null) {
+                c.close();
+            }
+            queue.clear();
+        }
+
+        private void put(Item item) throws InterruptedException {
+            queue.put(item);
+        }
+
+        private JsonNode call(String method, Map<String, Object> args) {
+            for (int attempt = 0; ; attempt++) {
+                try {
+                    if (coordinator == null) {
+                        ReadSettings s = input.settings();
+                        coordinator = new RpcConnection(s.coordinator(), s.secret(), s.hostId(), CALL_TIMEOUT_MILLIS,
+                                s.tls());
+                    }
+                    return coordinator.call(method, args);
+                } catch (ServiceError e) {
+                    if (Contract.ErrorCode.CONNECTION_LOST.equals(e.code()) && attempt == 0) {
+                        coordinator.close();
+                        coordinator = null;
+                        continue;
+                    }
+                    throw e;
+                }
+            }
+        }
+
+        /** Epoch {@code e}'s exchange now (waiting up to {@code wait} s for its declaration); null: none. */
+        private ExchangeDescription exchange(long e, double wait) {
+            try {
+                return ExchangeDescription.parse(call("get_exchange",
+                        Map.of("name", StreamCalls.epochName(input.stream(), e), "wait", wait)));
+            } catch (ServiceError err) {
+                if (ErrorCodes.NO_EXCHANGE.equals(err.code()) || ErrorCodes.EXCHANGE_LOST.equals(err.code())) {
+                    return null;
+                }
+                throw err;
+            }
+        }
+
+        /** Epoch {@code e}'s exchange once it is declared; null when the epoch was committed without one (empty). */
+        private ExchangeDescription await(long e) {
+            while (!stopping) {
+                ExchangeDescription d = exchange(e, EPOCH_WAIT_SECONDS);
+                if (d != null) {
+                    return d;
+                }
+                JsonNode st = call("stream_describe", Map.of("name", input.stream()));
+                if (st.path("last_committed").asLong(-1) >= e) {
+                    // committed and not held as an exchange: empty, or released (the plan says which)
+                    JsonNode plan = call("stream_plan", Map.of("name", input.stream(), "after", e - 1, "upto", e));
+                    if (plan.path("epochs").isEmpty()) {
+                        return null;
+                    }
+                }
+            }
+            return null;
+        }
+
+        private void readEpoch(long e) throws InterruptedException {
+            ExchangeDescription d = await(e);
+            if (d == null) {
+                return;
+            }
+            long generation = d.epoch;
+            long pause = FIRST_LOOK_MILLIS;
+            while (!stopping) {
+                boolean changed = false;
+                if (d == null || d.epoch != generation || ExchangeState.ABORTED.equals(d.state)) {
+                    String gave = gaveRows();
+                    if (gave != null) {
+                        throw new ExchangeReadException(where(e) + ": the writer's micro-batch was "
+                                + (d == null ? "dropped" : ExchangeState.ABORTED.equals(d.state) ? "aborted"
+                                : "replaced") + " after this read took rows of producer " + gave + " from it; the "
+                                + "read fails so that Spark runs it again from its last offset");
+                    }
+                    stopFetchers();
+                    d = await(e);
+                    if (d == null) {
+                        return;
+                    }
+                    generation = d.epoch;
+                    continue;
+                }
+                List<Producer> targets = d.sealed ? d.committed : d.registered;
+                for (Producer p : targets) {
+                    if (!fetchers.containsKey(p.partition()) && !PartitionState.FAILED.equals(p.state())) {
+                        Fetcher f = new Fetcher(e, p);
+                        fetchers.put(p.partition(), f);
+                        f.start();
+                        changed = true;
+                    }
+                }
+                for (Fetcher f : fetchers.values()) {
+                    if (f.error != null && !f.cancelled) {
+                        if (f.buffers > 0 || d.sealed && d.committed.stream().anyMatch(
+                                c -> c.partition().equals(f.producer.partition()))) {
+                            throw f.error;
+                        }
+                        f.cancelled = true; // an attempt that failed before giving rows: its commit will not come
+                    }
+                }
+                if (d.sealed) {
+                    finish(e, d);
+                    return;
+                }
+                Thread.sleep(changed ? FIRST_LOOK_MILLIS : pause);
+                pause = changed ? FIRST_LOOK_MILLIS : Math.min(LONGEST_LOOK_MILLIS, pause * 2);
+                d = exchange(e, 0);
+            }
+        }
+
+        /** The sealed epoch: every committed attempt read to its end, none that gave rows left out. */
+        private void finish(long e, ExchangeDescription d) throws InterruptedException {
+            List<String> committed = new ArrayList<>();
+            d.committed.forEach(p -> committed.add(p.partition()));
+            for (Fetcher f : fetchers.values()) {
+                if (!committed.contains(f.producer.partition())) {
+                    if (f.buffers > 0) {
+                        throw new ExchangeReadException(where(e) + ": this read took rows of producer attempt "
+                                + f.producer.partition() + ", which the writer's commit does not hold (another "
+                                + "attempt of its task won); the read fails so that Spark runs it again");
+                    }
+                    f.cancel();
+                }
+            }
+            for (String partition : committed) {
+                Fetcher f = fetchers.get(partition);
+                while (f.isAlive()) {
+                    f.join(LONGEST_LOOK_MILLIS);
+                    if (stopping) {
+                        return;
+                    }
+                }
+                if (f.error != null) {
+                    throw f.error;
+                }
+            }
+            stopFetchers();
+        }
+
+        private String gaveRows() {
+            return fetchers.values().stream().filter(f -> f.buffers > 0).map(f -> f.producer.partition())
+                    .findFirst().orElse(null);
+        }
+
+        private void stopFetchers() {
+            for (Fetcher f : List.copyOf(fetchers.values())) {
+                f.cancel();
+            }
+            fetchers.clear();
+        }
+    }
+
+    /** One producer attempt's subpartition from its service under credit, into the task's queue. */
+    private final class Fetcher extends Thread {
+        final long epoch;
+        final Producer producer;
+        volatile long buffers; // data buffers handed to the task
+        volatile RuntimeException error;
+        volatile boolean cancelled;
+        private volatile RpcConnection conn;
+
+        Fetcher(long epoch, Producer producer) {
+            super("sparkflow-stream " + input.stream() + "/" + input.index() + " <- " + producer.partition());
+            setDaemon(true);
+            this.epoch = epoch;
+            this.producer = producer;
+        }
+
+        void cancel() {
+            cancelled = true;
+            interrupt();
+            RpcConnection c = conn;
+            if (c != null) {
+                c.close();
+            }
+        }
+
+        @Override
+        public void run() {
+            ReadSettings s = input.settings();
+            boolean local = producer.hostId().isEmpty() || producer.hostId().equals(s.hostId());
+            String address = local && !producer.unix().isEmpty() ? producer.unix() : producer.tcp();
+            CreditReceiver credit = new CreditReceiver(1, CREDIT);
+            try {
+                if (address.isEmpty()) {
+                    throw new ExchangeReadException(where(epoch) + ", producer " + producer.partition()
+                            + ": its service left no address to read it from");
+                }
+                conn = new RpcConnection(address, s.secret(), s.hostId(), DATA_TIMEOUT_MILLIS, s.tls());
+                if (cancelled) {
+                    return;
+                }
+                conn.send(credit.request(producer.partition(), input.index()));
+                while (!cancelled) {
+                    Frames.Frame frame = conn.receive();
+                    if (frame.type() == Frames.ERROR_RESPONSE) {
+                        throw new ExchangeReadException(where(epoch) + ", producer " + producer.partition()
+                                + ": its service answered: " + MAPPER.readTree(frame.header()).path("message").asText());
+                    }
+                    if (frame.type() != Frames.BUFFER_RESPONSE) {
+                        continue;
+                    }
+                    CreditReceiver.Buffer b = credit.onBuffer(frame);
+                    if (b.kind() == SpillIndex.END_OF_PARTITION) {
+                        if (b.payload().length == Contract.Buffer.END_COUNTS_SIZE) {
+                            long stored = ByteBuffer.wrap(b.payload()).getLong(0);
+                            if (stored != buffers) {
+                                throw new ExchangeReadException("lost data in " + where(epoch) + ", producer "
+                                        + producer.partition() + ": read " + buffers + " buffers, its producer stored "
+                                        + stored);
+                            }
+                        }
+                        return;
+                    }
+                    if (b.kind() == SpillIndex.DATA) {
+                        queue.put(new Item(Kind.DATA, epoch, producer.partition(), b.payload(),
+                                System.currentTimeMillis(), null));
+                        buffers++;
+                        conn.send(credit.consumed());
+                    }
+                }
+            } catch (InterruptedException stopped) {
+                // cancelled
+            } catch (RuntimeException | IOException e) {
+                if (!cancelled) {
+                    error = e instanceof ExchangeReadException r ? r : new ExchangeReadException("lost data in "
+                            + where(epoch) + ", producer " + producer.partition() + ": " + e.getMessage(), e);
+                }
+            } finally {
+                RpcConnection c = conn;
+                if (c != null) {
+                    c.close();
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,87 @@
+package org.sparkflow.exchange.stream;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.IOException;
+import java.io.Serializable;
+import java.util.Map;
+import java.util.SortedMap;
+import java.util.TreeMap;
+import org.apache.spark.sql.connector.read.streaming.Offset;
+
+/**
+ * A reader query's offset, as the Python source writes it to the checkpoint: {@code {"epochs": {stream: n},
+ * "group": g}}, every epoch up to n read (a checkpoint of either route restarts the other). In Real-time Mode it
+ * adds where each subpartition is: {@code "subpartitions": {"i": {"epoch": e, "rows": {producer: rows}}}}, the
+ * epoch being read and the rows taken of each of its producers' subpartition i.
+ */
+public final class StreamOffset extends Offset implements Serializable {
+    private static final ObjectMapper MAPPER = new ObjectMapper();
+    public final String stream;
+    public final long epoch;
+    public final String group;
+    public final SortedMap<Integer, Position> subpartitions; // null: a micro-batch offset
+
+    /** Subpartition i's place: epochs before {@code epoch} read, of epoch {@code epoch} these rows per producer. */
+    public record Position(long epoch, SortedMap<String, Long> rows) implements Serializable {
+        public static Position start(long epoch) {
+            return new Position(epoch, new TreeMap<>());
+        }
+    }
+
+    public StreamOffset(String stream, long epoch, String group, SortedMap<Integer, Position> subpartitions) {
+        this.stream = stream;
+        this.epoch = epoch;
+        this.group = group;
+        this.subpartitions = subpartitions;
+    }
+
+    @Override
+    public String json() {
+        ObjectNode out = MAPPER.createObjectNode();
+        out.putObject("epochs").put(stream, epoch);
+        if (group == null) {
+            out.putNull("group");
+        } else {
+            out.put("group", group);
+        }
+        if (subpartitions != null) {
+            ObjectNode subs = out.putObject("subpartitions");
+            for (Map.Entry<Integer, Position> e : subpartitions.entrySet()) {
+                ObjectNode p = subs.putObject(String.valueOf(e.getKey()));
+                p.put("epoch", e.getValue().epoch());
+                ObjectNode rows = p.putObject("rows");
+                e.getValue().rows().forEach(rows::put);
+            }
+        }
+        return out.toString();
+    }
+
+    /** An offset of a checkpoint; fails naming the stream when it is not one of {@code stream}. */
+    public static StreamOffset parse(String stream, String json) {
+        JsonNode d;
+        try {
+            d = MAPPER.readTree(json);
+        } catch (IOException e) {
+            throw new IllegalStateException("the query's checkpoint holds offset " + json + ", not JSON: " + e);
+        }
+        JsonNode n = d == null ? null : d.path("epochs").get(stream);
+        if (n == null || !n.canConvertToLong()) {
+            throw new IllegalStateException("the query's checkpoint holds offset " + json + ", not one of exchange '"
+                    + stream + "': was the checkpoint made by a query reading another exchange?");
+        }
+        String group = d.path("group").isTextual() ? d.get("group").asText() : null;
+        SortedMap<Integer, Position> subs = null;
+        if (d.path("subpartitions").isObject()) {
+            subs = new TreeMap<>();
+            for (var it = d.get("subpartitions").fields(); it.hasNext(); ) {
+                var e = it.next();
+                SortedMap<String, Long> rows = new TreeMap<>();
+                e.getValue().path("rows").fields().forEachRemaining(r -> rows.put(r.getKey(), r.getValue().asLong()));
+                subs.put(Integer.parseInt(e.getKey()), new Position(e.getValue().path("epoch").asLong(), rows));
+            }
+        }
+        return new StreamOffset(stream, n.asLong(), group, subs);
+    }
+}
