@@ -97,7 +97,9 @@ class NetworkBufferPool:
         self.bookkeeping_bytes = 0  # what the partitions' subpartitions cost besides their buffers (SUBPARTITION_BYTES)
         self.used_bytes = 0  # held by buffers in memory (every pool, running or not)
         self.promised_bytes = 0  # credit granted to bounded writers and not used yet
-        self.peak_reserved_bytes = 0  # the most ever in use or promised at once: what the budget bounded
+        self.peak_used_bytes = 0  # the most buffers ever held in memory at once
+        self.peak_reserved_bytes = 0  # the most ever held or promised at once (a spilling partition's receive
+        # buffer is promised beside the budget: see PartitionMemory)
         self.pools: dict[LocalBufferPool, None] = {}  # running pools, in registration order
         self._waiting: dict[LocalBufferPool, None] = {}  # pools whose writer waits for memory
         self._seq = 0
@@ -114,7 +116,9 @@ class NetworkBufferPool:
         return self.used_bytes + self.promised_bytes
 
     def note_peak(self) -> None:
-        """After memory was taken or promised: the peak the status reports (``peak_reserved``)."""
+        """After memory was taken or promised: the peaks the status reports (``peak_used``, ``peak_reserved``)."""
+        if self.used_bytes > self.peak_used_bytes:
+            self.peak_used_bytes = self.used_bytes
         if self.used_bytes + self.promised_bytes > self.peak_reserved_bytes:
             self.peak_reserved_bytes = self.used_bytes + self.promised_bytes
 
