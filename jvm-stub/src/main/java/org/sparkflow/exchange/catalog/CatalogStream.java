@@ -13,9 +13,9 @@ import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.sparkflow.exchange.contract.Contract.Option;
-import org.sparkflow.exchange.format.Route;
 import org.sparkflow.exchange.stream.StreamSink;
 import org.sparkflow.exchange.stream.StreamTable;
+import org.sparkflow.exchange.write.WriteSettings;
 
 /**
  * A stream of the catalog: {@code readStream.table("<catalog>.<stream>")} reads it with the JVM stream source and
@@ -77,7 +77,7 @@ final class CatalogStream implements SupportsRead, SupportsWrite {
         Map<String, String> options = new HashMap<>(info.options().asCaseSensitiveMap());
         options.keySet().removeIf(k -> k.equalsIgnoreCase(Option.EXCHANGE));
         options.put(Option.EXCHANGE, name);
-        String why = StreamSink.unsupported(options, Route.WRITE_OPTIONS);
+        String why = StreamSink.unsupported(options, WriteSettings.OPTIONS);
         if (why != null) {
             throw new IllegalArgumentException("writeStream.toTable(\"<catalog>." + name + "\") writes through the "
                     + "JVM stream sink, which cannot serve this query (" + why + "): give it numSubpartitions and the "
