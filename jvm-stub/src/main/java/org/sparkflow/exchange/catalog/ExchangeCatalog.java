@@ -317,7 +317,8 @@ public class ExchangeCatalog implements StagingTableCatalog, FunctionCatalog {
 
     @Override
     public boolean dropTable(Identifier ident) {
-        return ident.namespace().length == 0 && client().drop(ident.name());
+        boolean wasCreated = created.remove(ident.name());
+        return ident.namespace().length == 0 && client().drop(ident.name()) || wasCreated;
     }
 
     @Override
