@@ -162,6 +162,38 @@ SRC, ROWS = source_files("rows")
 
 
 @only
+def to_table(d):
+    """writeStream.toTable("exchange.<stream>") is written by the JVM stream sink with the query's options: a new
+    stream (Spark creates the table first), then the existing one from its checkpoint; read back exactly with
+    readStream.table. Without numSubpartitions it is refused, naming what to give."""
+    def write(name: str, **options):
+        files = (spark.readStream.schema(ROWS.schema).option("maxFilesPerTrigger", 1)
+                 .option("recursiveFileLookup", "true").parquet(SRC).writeStream)
+        for key, value in options.items():
+            files = files.option(key, value)
+        q = files.option("checkpointLocation", str(WORK / f"{name}-wck")).trigger(availableNow=True) \
+            .toTable(f"exchange.{name}")
+        q.awaitTermination(300)
+        return q
+    q = write("tt", numSubpartitions=2, partitioner="hash", keys="p")
+    assert q.exception() is None, q.exception()
+    d["sink"] = q.lastProgress["sink"]["description"]
+    again = write("tt", numSubpartitions=2, partitioner="hash", keys="p")  # the stream exists: nothing new to write
+    assert again.exception() is None, again.exception()
+    out = WORK / "tt-read"
+    r = (spark.readStream.table("exchange.tt").writeStream.format("parquet").option("path", str(out))
+         .option("checkpointLocation", str(out) + "-ck").trigger(availableNow=True).start())
+    r.awaitTermination(300)
+    assert r.exception() is None, r.exception()
+    assert_df_equality(spark.read.parquet(str(out)), ROWS, ignore_row_order=True, ignore_nullable=True)
+    try:
+        refused = str(write("tt_unkeyed").exception())
+    except Exception as exc:  # noqa: BLE001 - refused at start or in the query: the message is what counts
+        refused = str(exc)
+    d["refused"] = refused[:2000]
+
+
+@only
 def jvm_sink_read_by_python(d):
     """Stream jv, written by the JVM sink, read exactly by the Python source; the catalog plans it in the JVM."""
     d["sink"] = write_stream(SRC, "jv", 2, "py", jvm=True)["sink"]["description"]

@@ -3,7 +3,7 @@
 the Python sink is read exactly by the JVM source in micro-batches and by a chain of two Real-time Mode queries
 through two exchanges (the second written by the JVM sink), every row in order per key; the chain's first query
 restarted from its checkpoint (offsets per subpartition) writes only the new epoch's rows; each query's route is the
-one the docs name."""
+one the docs name; writeStream.toTable through the catalog."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,3 +51,10 @@ def test_python_written_stream_is_read_exactly_by_the_jvm_source_and_a_real_time
     assert outcome["hop_sources"] == ["sparkflow-exchange stream py (JVM)", "sparkflow-exchange stream jv2 (JVM)"]
     assert outcome["chain_rows"] == 9000  # Real-time Mode reads the Python-written stream, every row in key order
     assert outcome["rows_after_restart"] == 12000  # 9000 before the restart, the new epoch's 3000, none twice
+
+
+def test_write_stream_to_table_is_served_by_the_jvm_sink_and_read_back_exactly(results):
+    outcome = passed(results, "to_table")
+    assert outcome["sink"] == "sparkflow-exchange stream tt (JVM sink)"
+    assert "cannot serve this query (no numSubpartitions): give it numSubpartitions" in outcome["refused"], \
+        outcome["refused"]

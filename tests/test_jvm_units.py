@@ -492,6 +492,18 @@ def test_route_reads_in_the_jvm_what_its_reader_reads_as_the_python_reader_does(
         [why for _, _, why in READABLE]
 
 
+def test_real_time_mode_is_refused_where_spark_lacks_its_interface_naming_the_spark_it_needs(jvm):
+    """This Spark (4.3) has Real-time Mode's source interface; one without it (an interface name it lacks stands for
+    an older Spark's classpath) is told which Spark Real-time Mode needs, and its streams run in micro-batches."""
+    here, older = jvm([{"op": "real_time", "interface": "org.apache.spark.sql.connector.read.streaming."
+                                                        "SupportsRealTimeMode"},
+                       {"op": "real_time", "interface": "org.apache.spark.sql.connector.read.streaming.Missing"}])
+    assert here["unavailable"] is None
+    assert older["unavailable"].startswith("Real-time Mode (trigger(realTime=...)) needs Spark 4.3 or later, whose "
+                                           "org.apache.spark.sql.connector.read.streaming.Missing this Spark (4.")
+    assert older["unavailable"].endswith("lacks; its stream queries read in micro-batches")
+
+
 # ------------------------------------------------------------------ pruning subpartitions by a filter on the keys
 ARROW_TYPES = {"int": pa.int32(), "long": pa.int64(), "string": pa.string(), "double": pa.float64()}
 
@@ -583,7 +595,7 @@ def test_the_jvm_sinks_epoch_marker_is_the_one_the_python_reader_expects(jvm, ep
 def test_a_stream_offset_of_either_route_is_read_by_the_jvm_source(jvm):
     python_offset = {"epochs": {"s": 5}, "group": "g"}  # what the Python source writes to its checkpoint
     real_time = {"epochs": {"s": 4}, "group": "query-1",
-                 "subpartitions": {"0": {"epoch": 5, "rows": {"s#5.0.0-0-1.ab": 12}}, "1": {"epoch": 6, "rows": {}}}}
+                 "subpartitions": {"0": {"epoch": 5, "rows": {"0": 12, "1": 3}}, "1": {"epoch": 6, "rows": {}}}}
     answers = jvm([{"op": "stream_offset", "stream": "s", "json": json.dumps(o)} for o in (python_offset, real_time)]
                   + [{"op": "stream_offset", "stream": "other", "json": json.dumps(python_offset)}])
     assert json.loads(answers[0]["json"]) == python_offset

@@ -241,6 +241,9 @@ def test_bounded_writer_waits_for_memory_and_proceeds_when_a_consumer_frees_it(t
     reader.send(PartitionRequest("mem-b", 0, 2, 4))
     msg = reader.next()
     assert (msg.receiver_id, bytes(msg.payload)) == (2, b"from b")
+    memory = svc.status()["memory"]  # the most held or promised at once: the whole budget, never more
+    assert memory["peak_reserved"] == memory["budget"] == 4 * 4096 >= memory["reserved"]
+    assert memory["peak_used"] == 4 * 4096  # A's four buffers held at once
 
 
 def test_buffer_costs_its_real_size_and_only_one_beyond_the_budget_is_refused(tmp_service):

@@ -383,3 +383,34 @@ def test_a_stream_unused_for_ttl_is_dropped_and_one_in_use_is_kept(tmp_service):
     assert all(p["exchange"].startswith("busy#") for p in status(svc)["partitions"])  # the idle one's were freed
     with pytest.raises(ServiceError, match="stream 'idle' does not exist"):
         st.join_group(config)
+
+
+def test_the_python_sink_pushes_at_the_stream_buffer_timeout_unless_buffer_timeout_is_an_option(tmp_service):
+    """A stream's write task pushes what it holds after stream.bufferTimeout (1 ms), not the batch writer's
+    bufferTimeout (here 1 h, as a session could set it), while its input is still open: a Real-time Mode reader
+    takes an epoch's rows as they are pushed. bufferTimeout given as the write's option wins, as in the JVM sink."""
+    svc = tmp_service(host_id="hostA")
+    batch_setting = client_config(svc, hostId="hostA", partitioner="hash", keys="id",
+                                  numSubpartitions="2").replace(buffer_timeout=3600.0)
+
+    def pushed_while_open(name: str, options: dict, wait: float) -> bool:
+        config, task_options = st.live_flush(batch_setting.replace(exchange=name), options)
+        handle = st.begin_epoch(st.declare_stream(config, SCHEMA), 0, QUERY)
+        seen = []
+
+        def rows_then_wait():
+            yield pa.record_batch([pa.array(np.arange(100), pa.int64())], schema=SCHEMA)
+            deadline = time.monotonic() + wait  # the task's input stays open meanwhile
+            while not seen and time.monotonic() < deadline:
+                if status(svc)["exchange_traffic"].get(f"{name}#0", {}).get("bytes_written"):
+                    seen.append(True)
+                time.sleep(0.01)
+        task = ex.ProducerTask(handle, 0, "a0")
+        task.write(rows_then_wait())
+        task.finish(epoch_marker(0))
+        return bool(seen), task_options
+
+    live, options = pushed_while_open("live", {}, wait=30)
+    assert live and options == {"bufferTimeout": "0.001"}
+    held, options = pushed_while_open("held", {"BufferTimeout": "1h"}, wait=1)
+    assert not held and options == {"BufferTimeout": "1h"}  # pushed at the task's end only

@@ -97,6 +97,9 @@ class NetworkBufferPool:
         self.bookkeeping_bytes = 0  # what the partitions' subpartitions cost besides their buffers (SUBPARTITION_BYTES)
         self.used_bytes = 0  # held by buffers in memory (every pool, running or not)
         self.promised_bytes = 0  # credit granted to bounded writers and not used yet
+        self.peak_used_bytes = 0  # the most buffers ever held in memory at once
+        self.peak_reserved_bytes = 0  # the most ever held or promised at once (a spilling partition's receive
+        # buffer is promised beside the budget: see PartitionMemory)
         self.pools: dict[LocalBufferPool, None] = {}  # running pools, in registration order
         self._waiting: dict[LocalBufferPool, None] = {}  # pools whose writer waits for memory
         self._seq = 0
@@ -111,6 +114,13 @@ class NetworkBufferPool:
     def reserved_bytes(self) -> int:
         """Bytes in use or promised (the status field ``reserved``)."""
         return self.used_bytes + self.promised_bytes
+
+    def note_peak(self) -> None:
+        """After memory was taken or promised: the peaks the status reports (``peak_used``, ``peak_reserved``)."""
+        if self.used_bytes > self.peak_used_bytes:
+            self.peak_used_bytes = self.used_bytes
+        if self.used_bytes + self.promised_bytes > self.peak_reserved_bytes:
+            self.peak_reserved_bytes = self.used_bytes + self.promised_bytes
 
     def create_pool(self, buffer_size: int, max_slots: int) -> "LocalBufferPool":
         """A running partition's pool: up to ``max_slots`` slots of ``buffer_size`` while memory is free."""
@@ -222,6 +232,7 @@ class LocalBufferPool:
     def promise(self, slots: int) -> None:
         self.promised += slots
         self.network.promised_bytes += slots * self.buffer_size
+        self.network.note_peak()
         self._promise_charge(slots * self.buffer_size)
 
     def take(self, charge: int) -> None:
@@ -233,6 +244,7 @@ class LocalBufferPool:
         self.used += 1
         self.used_bytes += charge
         self.network.used_bytes += charge
+        self.network.note_peak()
         self._charge(charge)
 
     def give(self, charge: int) -> None:

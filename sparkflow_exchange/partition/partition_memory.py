@@ -48,6 +48,7 @@ class PartitionMemory:
         # into memory before it reaches the spill file: one buffer's worth is set aside while it runs
         self._receiving = 0 if self.bounded else buffer_size
         network.promised_bytes += self._receiving
+        network.note_peak()
         if account is not None:
             account.bytes += self._receiving + self.bookkeeping
         self._slots: dict[MemorySlot, None] = {}  # slots holding buffers, oldest first (eviction order)

@@ -35,6 +35,10 @@ def render(status: dict) -> str:
     metric("memory_reserved_bytes", "gauge", "bytes held by buffers or promised as credit",
            [({}, status["memory"]["reserved"])])
     metric("memory_used_bytes", "gauge", "bytes held by buffers in partition pools", [({}, status["memory"]["used"])])
+    metric("memory_peak_used_bytes", "gauge", "the most bytes held by buffers at once, since the service started",
+           [({}, status["memory"]["peak_used"])])
+    metric("memory_peak_reserved_bytes", "gauge", "the most bytes held by buffers or promised as credit at once, "
+           "since the service started", [({}, status["memory"]["peak_reserved"])])
     metric("open_spill_files", "gauge", "read fds of finished spill files kept open (LRU)",
            [({}, status["memory"]["open_spill_reads"])])
     parts = status["partitions"]

@@ -79,6 +79,7 @@ def service_status(service: Described) -> dict[str, Any]:
         "service": service.addresses(),
         "memory": {"budget": service.budget.total_bytes, "reserved": service.budget.reserved_bytes,
                    "used": service.budget.used_bytes, "promised": service.budget.promised_bytes,
+                   "peak_used": service.budget.peak_used_bytes, "peak_reserved": service.budget.peak_reserved_bytes,
                    "bookkeeping": service.budget.bookkeeping_bytes,
                    "running_pools": len(service.budget.pools), "open_spill_reads": len(service.spill_readers)},
         "disk": _disk_status(service),

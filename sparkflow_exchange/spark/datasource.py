@@ -113,7 +113,8 @@ class PipelinedDataSource(DataSource):
         from . import streaming as st
         from .stream_sink import PipelinedStreamWriter
 
-        return PipelinedStreamWriter(st.declare_stream(self.config, _arrow_schema(schema)), dict(self.options))
+        config, options = st.live_flush(self.config, self.options)
+        return PipelinedStreamWriter(st.declare_stream(config, _arrow_schema(schema)), options)
 
     @user_errors
     def streamReader(self, schema: StructType) -> "PipelinedStreamReader":

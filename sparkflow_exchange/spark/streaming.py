@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 from ..buffer_kinds import epoch_marker
 from ..calls import call, require_name
@@ -47,6 +47,17 @@ class StreamHandle:
     @property
     def width_open(self) -> bool:
         return self.num_subpartitions is None and not self.partitioner.single_subpartition
+
+
+def live_flush(config: ExchangeConfig, options: Mapping[str, str]) -> tuple[ExchangeConfig, dict[str, str]]:
+    """The stream writer's config and options: its tasks push what they hold after ``stream.bufferTimeout`` (1 ms by
+    default), not the batch writer's ``bufferTimeout`` (100 ms), unless the write gives ``bufferTimeout`` as an
+    option, as the JVM stream sink does: a Real-time Mode reader takes an epoch's rows as they are pushed. The
+    option is named in the task's options too, so a session's batch ``bufferTimeout`` does not win in the task."""
+    if any(key.lower() == "buffertimeout" for key in options):
+        return config, dict(options)
+    seconds = config.stream_buffer_timeout
+    return config.replace(buffer_timeout=seconds), {**options, "bufferTimeout": repr(seconds)}
 
 
 def declare_stream(config: ExchangeConfig, schema: "pa.Schema") -> StreamHandle:

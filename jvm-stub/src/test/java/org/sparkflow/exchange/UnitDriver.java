@@ -85,6 +85,8 @@ public final class UnitDriver {
                     case "encode_rows" -> answer.put("hex", WriteProbe.encodeRows(request));
                     case "route" -> answer.put("python_only", FormatProbe.pythonOnly(request));
                     case "readable" -> answer.put("unreadable", FormatProbe.unreadable(request));
+                    case "real_time" -> answer.put("unavailable", org.sparkflow.exchange.stream.StreamTable
+                            .realTimeUnavailable(request.path("interface").asText()));
                     case "warmup" -> answer.put("ms", warmup());
                     default -> throw new IllegalArgumentException("unknown op " + request.path("op"));
                 }

@@ -65,6 +65,8 @@ public class ExchangeCatalog implements StagingTableCatalog, FunctionCatalog {
     private Map<String, String> settings;
     private long commitTimeoutNanos;
     private boolean readWhileWritten; // an exchange being written is read as it goes, not waited for
+    // names createTable was asked for and nothing declared yet: writeStream.toTable creates the table, then loads it
+    private final java.util.Set<String> created = java.util.concurrent.ConcurrentHashMap.newKeySet();
 
     @Override
     public void initialize(String name, CaseInsensitiveStringMap options) {
@@ -149,12 +151,18 @@ public class ExchangeCatalog implements StagingTableCatalog, FunctionCatalog {
             return streamTable(ident.name(), found); // readStream.table("<catalog>.<stream>")
         }
         if (desc == null) {
+            if (created.contains(ident.name())) { // writeStream.toTable of a new stream: the JVM stream sink declares it
+                return new CatalogStream(ident.name(), null, settings);
+            }
             throw new NoSuchTableException(ident);
         }
         return new ExchangeTable(desc, readSettings(found), new CoordinatorClient(found), settings);
     }
 
-    /** A stream as the JVM stream source reads it; refused, saying what to use, where that source cannot. */
+    /**
+     * A stream as the JVM stream source reads it and the JVM stream sink writes it; refused, saying what to use, where
+     * that source cannot read it.
+     */
     private Table streamTable(String name, Endpoint found) {
         CoordinatorClient coordinator = new CoordinatorClient(found);
         StreamSettings stream = StreamSettings.of(name, Map.of());
@@ -165,13 +173,24 @@ public class ExchangeCatalog implements StagingTableCatalog, FunctionCatalog {
                     + why + "); read it with spark.readStream.format(\"pipelined\").option(\"exchange\", \"" + name
                     + "\")");
         }
-        return StreamTable.of(stream, readSettings(found).readingWhileWritten(), coordinator, desc);
+        return new CatalogStream(name, StreamTable.of(stream, readSettings(found).readingWhileWritten(), coordinator,
+                desc), settings);
     }
 
     /** Whether the exchange is declared now (a lost one is not): never waits (a create asks this before writing). */
     @Override
     public boolean tableExists(Identifier ident) {
-        return ident.namespace().length == 0 && client().describeForWrite(ident.name()) != null;
+        if (ident.namespace().length != 0) {
+            return false;
+        }
+        try {
+            return client().describeForWrite(ident.name()) != null;
+        } catch (ServiceError e) {
+            if (ErrorCodes.NOT_A_BATCH.equals(e.code())) {
+                return true; // a stream
+            }
+            throw e;
+        }
     }
 
     /**
@@ -234,7 +253,9 @@ public class ExchangeCatalog implements StagingTableCatalog, FunctionCatalog {
     @Override
     public Table createTable(Identifier ident, Column[] columns, Transform[] partitions, Map<String, String> properties)
             throws NoSuchNamespaceException {
-        return newTable(ident, columns, partitions, properties, false);
+        NewExchangeTable table = newTable(ident, columns, partitions, properties, false);
+        created.add(ident.name());
+        return table;
     }
 
     private NewExchangeTable newTable(Identifier ident, Column[] columns, Transform[] partitions,
@@ -296,7 +317,8 @@ public class ExchangeCatalog implements StagingTableCatalog, FunctionCatalog {
 
     @Override
     public boolean dropTable(Identifier ident) {
-        return ident.namespace().length == 0 && client().drop(ident.name());
+        boolean wasCreated = created.remove(ident.name());
+        return ident.namespace().length == 0 && client().drop(ident.name()) || wasCreated;
     }
 
     @Override

@@ -21,8 +21,7 @@ final class Route {
     /** Read options the JVM reader honours (lower case, as Spark's options map keeps them). */
     static final Set<String> READ_OPTIONS = lower(Option.EXCHANGE, Option.READ_PARTITIONS, Option.DECLARE_TIMEOUT);
     /** Write options the JVM writer honours, under the Python options' names. */
-    static final Set<String> WRITE_OPTIONS = lower(Option.EXCHANGE, Option.PARTITIONER, Option.KEYS, Option.NUM_SUBPARTITIONS,
-            Option.PARTITION_TYPE, Option.BUFFER_SIZE, Option.SORT_BUFFER_SIZE, Option.BUFFERS_PER_PARTITION, Option.BUFFER_TIMEOUT, Option.COMPRESSION);
+    static final Set<String> WRITE_OPTIONS = WriteSettings.OPTIONS;
 
     /** Layouts the JVM reader reads as the Python reader does (every producer holds every subpartition). */
     static final Set<String> READ_PARTITIONERS = Set.copyOf(Contract.Partitioner.JVM_READ); // hash, rebalance

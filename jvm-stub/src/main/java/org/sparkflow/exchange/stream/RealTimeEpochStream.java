@@ -17,7 +17,7 @@ import org.sparkflow.exchange.read.ReadSettings;
  * The stream in Spark's Real-time Mode (Spark 4.3+; loaded by name only where Spark has the interface, so the jar
  * still loads on older Sparks). Read task i takes subpartition i of every producer of each epoch as the writer pushes
  * its buffers, epoch after epoch, the epoch being written included ({@link RealTimeReader}); its offset is per
- * subpartition: the epoch being read and the rows taken of each of its producers, so a restart from the checkpoint
+ * subpartition: the epoch being read and the rows taken of each of its producer tasks, so a restart from the checkpoint
  * resumes exactly there. The merged offset's epoch (every epoch before the slowest subpartition's) is the consumer
  * group's position at the batch's commit.
  */

@@ -48,16 +48,22 @@ import org.sparkflow.exchange.wire.RpcConnection;
  * A Real-time Mode read task: subpartition i of every producer of the stream, taken as the writer pushes it.
  *
  * <p>A feeder thread walks the epochs from the task's start position: it finds each epoch's exchange (a long poll at
- * the coordinator, woken by its declaration), and reads subpartition i of every producer attempt of it at once, one
- * fetcher thread per attempt, each under credit from the attempt's service: a fetcher hands a buffer to the task's
- * bounded queue, then gives its credit back, so a task that does not keep up stops its producers' services from
- * sending (and their writers from writing, once their buffers are full). The feeder asks the coordinator which
- * attempts there are (every 2 ms, backing off to 50 ms while nothing changes) until the epoch is sealed; then it
- * waits for the committed attempts' ends, checks that no attempt it took rows from lost the commit, and moves on.
+ * the coordinator, woken by its declaration), and reads subpartition i of every producer task of it at once, one
+ * fetcher thread per task (one attempt of it at a time), each under credit from the attempt's service: a fetcher
+ * hands a buffer to the task's bounded queue, then gives its credit back, so a task that does not keep up stops its
+ * producers' services from sending (and their writers from writing, once their buffers are full). The feeder asks
+ * the coordinator which attempts there are (every 2 ms, backing off to 50 ms while nothing changes) until the epoch
+ * is sealed; then it reads the committed attempts to their ends and moves on.
+ *
+ * <p>Rows are counted per producer task (its index), not per attempt: an attempt that fails (its writer died), loses
+ * the commit, or whose micro-batch the restarted writer query replays (a new generation of the epoch) is followed by
+ * the next attempt of the same task, of which the rows already taken are skipped. A writer replaying a micro-batch
+ * writes the same rows in the same order per task (a replayable source, a deterministic plan: what Spark's own
+ * exactly-once replay assumes), so each row is returned once.
  *
  * <p>{@link #nextWithTimeout} waits on the queue (no sleep, no polling loop); rows are decoded in the task thread.
- * The task's offset is the epoch being read and the rows taken of each of its producers: a restart skips exactly
- * those rows (each producer's subpartition is the same rows in the same order whenever it is read).
+ * The task's offset is the epoch being read and the rows taken of each producer task: a restart skips exactly
+ * those rows, whichever attempt or generation of the epoch it then reads.
  */
 final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
     static final int QUEUE_BUFFERS = 8; // buffers decoded ahead of the task, over all its producers
@@ -78,7 +84,9 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
 
     private enum Kind { DATA, EPOCH_DONE, FAILED }
 
-    private record Item(Kind kind, long epoch, String producer, byte[] payload, long receivedMs, RuntimeException error) {}
+    /** A buffer of producer task {@code task} (its attempt {@code producer}), an epoch's end, or the read's failure. */
+    private record Item(Kind kind, long epoch, String task, String producer, byte[] payload, long receivedMs,
+                        RuntimeException error) {}
 
     private final Input input;
     private final BlockingQueue<Item> queue = new ArrayBlockingQueue<>(QUEUE_BUFFERS);
@@ -87,9 +95,11 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
     private final BufferDecoder decoder;
     private final Feeder feeder;
     private long epoch; // the epoch being read (every earlier one read)
-    private final SortedMap<String, Long> taken = new TreeMap<>(); // rows taken of each producer of this epoch
-    private final Map<String, Long> seen = new HashMap<>(); // rows received of each producer (skipped ones too)
-    private Map<String, Long> skip; // rows of the start epoch's producers a restart does not return again
+    // rows of each producer task of this epoch returned, by this task or (from its start offset) an earlier batch's:
+    // the offset, and what a next attempt of the producer task skips
+    private final SortedMap<String, Long> taken = new TreeMap<>();
+    private final Map<String, String> attempt = new HashMap<>(); // the attempt each task's rows now come from
+    private final Map<String, Long> seen = new HashMap<>(); // rows received of that attempt (skipped ones too)
     private ColumnarBatch batch;
     private String batchProducer;
     private long batchBase; // rows of batchProducer before this batch
@@ -99,7 +109,7 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
     RealTimeReader(Input input) {
         this.input = input;
         this.epoch = input.start().epoch();
-        this.skip = new HashMap<>(input.start().rows());
+        this.taken.putAll(input.start().rows()); // a batch that takes none of them keeps them in its offset
         this.allocator = ArrowUtils.rootAllocator().newChildAllocator(
                 "sparkflow-exchange stream " + input.stream() + "/" + input.index(), 0, Long.MAX_VALUE);
         try {
@@ -139,8 +149,8 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
                 case EPOCH_DONE -> {
                     epoch = item.epoch() + 1;
                     taken.clear();
+                    attempt.clear();
                     seen.clear();
-                    skip = Map.of();
                     batch = null;
                     continue;
                 }
@@ -164,12 +174,17 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
         } catch (IOException e) {
             throw new ExchangeReadException("stream '" + input.stream() + "': " + e.getMessage(), e);
         }
-        long base = seen.getOrDefault(item.producer(), 0L);
-        seen.put(item.producer(), base + n);
-        long skipTo = skip.getOrDefault(item.producer(), 0L);
+        String task = item.task();
+        if (!item.producer().equals(attempt.get(task))) { // another attempt of the task: the same rows from its start
+            attempt.put(task, item.producer());
+            seen.put(task, 0L);
+        }
+        long base = seen.get(task);
+        seen.put(task, base + n);
+        long skipTo = taken.getOrDefault(task, 0L);
         int first = (int) Math.max(0, Math.min(n, skipTo - base));
         if (first >= n) {
-            taken.put(item.producer(), base + n);
+            taken.put(task, Math.max(taken.getOrDefault(task, 0L), base + n));
             batch = null;
             return false;
         }
@@ -178,7 +193,7 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
             vectors[i] = new Column(root.getVector(input.columns()[i]));
         }
         batch = new ColumnarBatch(vectors, n);
-        batchProducer = item.producer();
+        batchProducer = task;
         batchBase = base;
         rows = n;
         row = first;
@@ -231,7 +246,7 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
     private final class Feeder extends Thread {
         private volatile boolean stopping;
         private volatile RpcConnection coordinator;
-        private final Map<String, Fetcher> fetchers = new java.util.concurrent.ConcurrentHashMap<>();
+        private final Map<Integer, Fetcher> fetchers = new java.util.concurrent.ConcurrentHashMap<>(); // by task
 
         Feeder() {
             super("sparkflow-stream " + input.stream() + "/" + input.index());
@@ -243,17 +258,17 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
             try {
                 for (long e = input.start().epoch(); !stopping; e++) {
                     readEpoch(e);
-                    put(new Item(Kind.EPOCH_DONE, e, null, null, 0, null));
+                    put(new Item(Kind.EPOCH_DONE, e, null, null, null, 0, null));
                 }
             } catch (InterruptedException stopped) {
                 // the task closed
             } catch (RuntimeException failure) {
                 if (!stopping) {
                     queue.clear(); // room for the failure: the task sees it next
-                    queue.offer(new Item(Kind.FAILED, -1, null, null, 0, failure));
+                    queue.offer(new Item(Kind.FAILED, -1, null, null, null, 0, failure));
                 }
             } finally {
-                stopFetchers();
+                cancelFetchers();
                 if (coordinator != null) {
                     coordinator.close();
                 }
@@ -264,7 +279,7 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
         void shutdown() {
             stopping = true;
             interrupt();
-            stopFetchers();
+            cancelFetchers();
             RpcConnection c = coordinator;
             if (c != null) {
                 c.close();
@@ -335,17 +350,16 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
             }
             long generation = d.epoch;
             long pause = FIRST_LOOK_MILLIS;
+            Map<String, RuntimeException> failed = new HashMap<>(); // attempts whose read failed, and why
             while (!stopping) {
-                boolean changed = false;
                 if (d == null || d.epoch != generation || ExchangeState.ABORTED.equals(d.state)) {
-                    String gave = gaveRows();
-                    if (gave != null) {
-                        throw new ExchangeReadException(where(e) + ": the writer's micro-batch was "
-                                + (d == null ? "dropped" : ExchangeState.ABORTED.equals(d.state) ? "aborted"
-                                : "replaced") + " after this read took rows of producer " + gave + " from it; the "
-                                + "read fails so that Spark runs it again from its last offset");
-                    }
+                    // the writer's micro-batch was replaced, aborted or dropped: its replay is read, every producer
+                    // task's rows taken already skipped
                     stopFetchers();
+                    failed.clear();
+                    if (d != null && d.epoch == generation) {
+                        Thread.sleep(LONGEST_LOOK_MILLIS); // aborted, not yet replaced
+                    }
                     d = await(e);
                     if (d == null) {
                         return;
@@ -353,24 +367,7 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
                     generation = d.epoch;
                     continue;
                 }
-                List<Producer> targets = d.sealed ? d.committed : d.registered;
-                for (Producer p : targets) {
-                    if (!fetchers.containsKey(p.partition()) && !PartitionState.FAILED.equals(p.state())) {
-                        Fetcher f = new Fetcher(e, p);
-                        fetchers.put(p.partition(), f);
-                        f.start();
-                        changed = true;
-                    }
-                }
-                for (Fetcher f : fetchers.values()) {
-                    if (f.error != null && !f.cancelled) {
-                        if (f.buffers > 0 || d.sealed && d.committed.stream().anyMatch(
-                                c -> c.partition().equals(f.producer.partition()))) {
-                            throw f.error;
-                        }
-                        f.cancelled = true; // an attempt that failed before giving rows: its commit will not come
-                    }
-                }
+                boolean changed = follow(e, d, failed);
                 if (d.sealed) {
                     finish(e, d);
                     return;
@@ -381,22 +378,49 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
             }
         }
 
-        /** The sealed epoch: every committed attempt read to its end, none that gave rows left out. */
-        private void finish(long e, ExchangeDescription d) throws InterruptedException {
-            List<String> committed = new ArrayList<>();
-            d.committed.forEach(p -> committed.add(p.partition()));
+        /**
+         * One fetcher per producer task, on the attempt to read: once the epoch is sealed the committed one, before
+         * that the one being read while it lives, else another live one. Whether a fetcher started.
+         */
+        private boolean follow(long e, ExchangeDescription d, Map<String, RuntimeException> failed)
+                throws InterruptedException {
             for (Fetcher f : fetchers.values()) {
-                if (!committed.contains(f.producer.partition())) {
-                    if (f.buffers > 0) {
-                        throw new ExchangeReadException(where(e) + ": this read took rows of producer attempt "
-                                + f.producer.partition() + ", which the writer's commit does not hold (another "
-                                + "attempt of its task won); the read fails so that Spark runs it again");
-                    }
-                    f.cancel();
+                if (f.error != null && !f.cancelled) {
+                    failed.putIfAbsent(f.producer.partition(), f.error);
                 }
             }
-            for (String partition : committed) {
-                Fetcher f = fetchers.get(partition);
+            Map<Integer, List<Producer>> candidates = new TreeMap<>();
+            for (Producer p : d.sealed ? d.committed : d.registered) {
+                if (d.sealed && failed.containsKey(p.partition())) {
+                    throw failed.get(p.partition()); // the committed attempt could not be read
+                }
+                if (!PartitionState.FAILED.equals(p.state()) && !failed.containsKey(p.partition())) {
+                    candidates.computeIfAbsent(p.index(), i -> new ArrayList<>()).add(p);
+                }
+            }
+            boolean changed = false;
+            for (Map.Entry<Integer, List<Producer>> c : candidates.entrySet()) {
+                Fetcher current = fetchers.get(c.getKey());
+                if (current != null && c.getValue().stream()
+                        .anyMatch(p -> p.partition().equals(current.producer.partition()))) {
+                    continue; // the attempt being read is still one to read
+                }
+                if (current != null) {
+                    current.cancel();
+                    current.join(); // its buffers reach the queue before any of the next attempt's
+                }
+                Fetcher f = new Fetcher(e, c.getValue().get(0));
+                fetchers.put(c.getKey(), f);
+                f.start();
+                changed = true;
+            }
+            return changed;
+        }
+
+        /** The sealed epoch: every committed attempt read to its end. */
+        private void finish(long e, ExchangeDescription d) throws InterruptedException {
+            for (Producer p : d.committed) {
+                Fetcher f = fetchers.get(p.index());
                 while (f.isAlive()) {
                     f.join(LONGEST_LOOK_MILLIS);
                     if (stopping) {
@@ -410,12 +434,17 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
             stopFetchers();
         }
 
-        private String gaveRows() {
-            return fetchers.values().stream().filter(f -> f.buffers > 0).map(f -> f.producer.partition())
-                    .findFirst().orElse(null);
+        /** Cancel every fetcher and wait for each to end (the feeder: what they queued comes before what is next). */
+        private void stopFetchers() throws InterruptedException {
+            List<Fetcher> all = List.copyOf(fetchers.values());
+            cancelFetchers();
+            for (Fetcher f : all) {
+                f.join();
+            }
         }
 
-        private void stopFetchers() {
+        /** Cancel every fetcher (interrupted, its connection closed), not waiting. */
+        private void cancelFetchers() {
             for (Fetcher f : List.copyOf(fetchers.values())) {
                 f.cancel();
             }
@@ -486,8 +515,8 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
                         return;
                     }
                     if (b.kind() == SpillIndex.DATA) {
-                        queue.put(new Item(Kind.DATA, epoch, producer.partition(), b.payload(),
-                                System.currentTimeMillis(), null));
+                        queue.put(new Item(Kind.DATA, epoch, Integer.toString(producer.index()), producer.partition(),
+                                b.payload(), System.currentTimeMillis(), null));
                         buffers++;
                         conn.send(credit.consumed());
                     }

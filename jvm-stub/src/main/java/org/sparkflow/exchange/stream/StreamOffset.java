@@ -13,8 +13,9 @@ import org.apache.spark.sql.connector.read.streaming.Offset;
 /**
  * A reader query's offset, as the Python source writes it to the checkpoint: {@code {"epochs": {stream: n},
  * "group": g}}, every epoch up to n read (a checkpoint of either route restarts the other). In Real-time Mode it
- * adds where each subpartition is: {@code "subpartitions": {"i": {"epoch": e, "rows": {producer: rows}}}}, the
- * epoch being read and the rows taken of each of its producers' subpartition i.
+ * adds where each subpartition is: {@code "subpartitions": {"i": {"epoch": e, "rows": {task: rows}}}}, the
+ * epoch being read and the rows taken of subpartition i of each of its producer tasks (by the task's index, the same
+ * in every attempt of it and in a replay of the writer's micro-batch).
  */
 public final class StreamOffset extends Offset implements Serializable {
     private static final ObjectMapper MAPPER = new ObjectMapper();
@@ -23,7 +24,7 @@ public final class StreamOffset extends Offset implements Serializable {
     public final String group;
     public final SortedMap<Integer, Position> subpartitions; // null: a micro-batch offset
 
-    /** Subpartition i's place: epochs before {@code epoch} read, of epoch {@code epoch} these rows per producer. */
+    /** Subpartition i's place: epochs before {@code epoch} read, of epoch {@code epoch} these rows per producer task. */
     public record Position(long epoch, SortedMap<String, Long> rows) implements Serializable {
         public static Position start(long epoch) {
             return new Position(epoch, new TreeMap<>());

@@ -49,11 +49,22 @@ public final class StreamTable implements SupportsRead {
 
     /** Whether this Spark has Real-time Mode's source interfaces (4.3+). */
     public static boolean realTimeAvailable() {
+        return realTimeUnavailable(REAL_TIME_INTERFACE) == null;
+    }
+
+    /**
+     * Null when this JVM has {@code sourceInterface} (Real-time Mode's source interface), else why a Real-time Mode
+     * query cannot read a stream here, naming the Spark it needs: the jar loads on older Sparks, where its streams
+     * run in micro-batches.
+     */
+    public static String realTimeUnavailable(String sourceInterface) {
         try {
-            Class.forName(REAL_TIME_INTERFACE, false, StreamTable.class.getClassLoader());
-            return true;
+            Class.forName(sourceInterface, false, StreamTable.class.getClassLoader());
+            return null;
         } catch (ClassNotFoundException | LinkageError e) {
-            return false;
+            return "Real-time Mode (trigger(realTime=...)) needs Spark 4.3 or later, whose " + sourceInterface
+                    + " this Spark (" + org.apache.spark.package$.MODULE$.SPARK_VERSION() + ") lacks; its stream "
+                    + "queries read in micro-batches";
         }
     }
 
@@ -156,13 +167,17 @@ public final class StreamTable implements SupportsRead {
         }
         StreamCalls calls = new StreamCalls(coordinator, s.stream());
         String schemaBase64 = desc.path("schema").asText();
-        if (realTimeAvailable()) {
+        String unavailable = realTimeUnavailable(REAL_TIME_INTERFACE);
+        if (unavailable != null) {
+            LOG.info("stream {}: {}", s.stream(), unavailable);
+        } else {
             try {
                 return (MicroBatchStream) Class.forName(REAL_TIME_STREAM).getConstructor(StreamSettings.class,
                         ReadSettings.class, StreamCalls.class, String.class, int.class, int[].class)
                         .newInstance(s, readSettings, calls, schemaBase64, width, columns);
             } catch (ReflectiveOperationException | LinkageError e) {
-                LOG.warn("stream {}: Real-time Mode is not available ({}); micro-batches only", s.stream(), e.toString());
+                LOG.warn("stream {}: Real-time Mode is not available ({}); micro-batches only (Real-time Mode needs "
+                        + "Spark 4.3 or later)", s.stream(), e.toString());
             }
         }
         return new EpochStream(s, readSettings, calls, schemaBase64, width, columns);

@@ -30,6 +30,12 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
                             String compression)
         implements Serializable {
     public static final List<String> PARTITIONERS = Contract.Partitioner.JVM_WRITE; // hash, broadcast, forward, rebalance
+    /** The write options the JVM writer honours (lower case, as Spark's options map keeps them). */
+    public static final java.util.Set<String> OPTIONS = java.util.stream.Stream.of(Contract.Option.EXCHANGE,
+                    Contract.Option.PARTITIONER, Contract.Option.KEYS, Contract.Option.NUM_SUBPARTITIONS,
+                    Contract.Option.PARTITION_TYPE, Contract.Option.BUFFER_SIZE, Contract.Option.SORT_BUFFER_SIZE,
+                    Contract.Option.BUFFERS_PER_PARTITION, Contract.Option.BUFFER_TIMEOUT, Contract.Option.COMPRESSION)
+            .map(k -> k.toLowerCase(Locale.ROOT)).collect(java.util.stream.Collectors.toUnmodifiableSet());
     static final List<String> PARTITION_TYPES = Contract.PartitionType.ALL;
     private static final Pattern SIZE = Pattern.compile(Contract.Units.SIZE_PATTERN);
     private static final Pattern DURATION = Pattern.compile(Contract.Units.DURATION_PATTERN);
