@@ -13,9 +13,9 @@ import time
 import numpy as np
 import pyarrow as pa
 import pytest
+from harness import start_service
 
 import sparkflow_exchange as sfe
-from harness import start_service
 
 FAST = {"heartbeatInterval": "0.2s", "heartbeatTimeout": "1s"}
 SCHEMA = pa.schema([("id", pa.int64()), ("w", pa.int64())])
@@ -164,3 +164,32 @@ def test_replicas_on_one_host_fail_at_write_time_naming_why(tmp_path):
         assert not any(e["name"] == "one" for e in a.status()["exchanges"])  # nothing was declared
     finally:
         a.stop()
+
+
+def test_the_jvm_reader_goes_on_from_the_replica_of_a_dead_service(hosts, jar, tmp_path):
+    """The jar's reader (outside Spark, as a read task reads) planned before the loss: its partition's service
+    refuses, it reads the replica; the rows of each subpartition are the Python reader's, once each."""
+    import json
+    import shutil
+
+    from jvm_units import compile_driver
+
+    from sparkflow_exchange.calls import call
+    from sparkflow_exchange.client import exchange_config
+
+    if shutil.which("java") is None:
+        pytest.skip("java is not on PATH")
+    jvm = compile_driver(jar, tmp_path / "jvm")
+    a, b, c = hosts
+    _write("jrep", a, b, 0)
+    _write("jrep", a, c, 1, mode="append")
+    planned = call(exchange_config("jrep", **_settings(a)), "get_exchange", name="jrep")  # before the loss
+    python = {sub: _ids(sfe.open_reader("jrep", subpartitions=sub, **_settings(a))) for sub in (0, 1)}
+    _kill(b)
+    for sub in (0, 1):
+        [answer] = jvm([{"op": "standalone_read", "describe": json.dumps(planned), "subpartition": sub,
+                         "coordinator": a.tcp, "secret": a.secret, "host_id": "client-host", "columns": [0]}])
+        assert "error" not in answer, answer
+        ids = np.frombuffer(bytes.fromhex(answer["hex"]), dtype="<i8")
+        assert collections.Counter(ids.tolist()) == python[sub]
+    assert python[0] + python[1] == EXPECTED

@@ -50,6 +50,8 @@ import org.sparkflow.exchange.write.WriteSettings;
  *       {@code KeyFilter}, {@code ReadLayout}, {@code WriteSettings} and {@code Route} through the probe of their
  *       package ({@code wire.WireProbe}, {@code read.ReadProbe}, {@code write.WriteProbe}, {@code format.FormatProbe}),
  *       whose javadoc gives each request's fields</li>
+ *   <li>{@code {"op": "standalone_read", "describe": "..", "subpartition": s, "coordinator": a, "secret": k,
+ *       "host_id": h, "columns": [..]}}: {@code read.StandaloneRead#read} against real services, hex</li>
  * </ul>
  */
 public final class UnitDriver {
@@ -86,6 +88,7 @@ public final class UnitDriver {
                     case "route" -> answer.put("python_only", FormatProbe.pythonOnly(request));
                     case "readable" -> answer.put("unreadable", FormatProbe.unreadable(request));
                     case "warmup" -> answer.put("ms", warmup());
+                    case "standalone_read" -> answer.put("hex", standaloneRead(request));
                     default -> throw new IllegalArgumentException("unknown op " + request.path("op"));
                 }
             } catch (RuntimeException e) {
@@ -93,6 +96,17 @@ public final class UnitDriver {
             }
             System.out.println(JSON.writeValueAsString(answer));
         }
+    }
+
+    private static String standaloneRead(JsonNode r) throws java.io.IOException {
+        JsonNode cols = r.path("columns");
+        int[] columns = new int[cols.size()];
+        for (int i = 0; i < columns.length; i++) {
+            columns[i] = cols.get(i).asInt();
+        }
+        return HexFormat.of().formatHex(org.sparkflow.exchange.read.StandaloneRead.read(r.path("describe").asText(),
+                r.path("subpartition").asInt(), r.path("coordinator").asText(), r.path("secret").asText(),
+                r.path("host_id").asText(), columns));
     }
 
     private static String epochMarker(long epoch) throws ReflectiveOperationException {
