@@ -324,6 +324,10 @@ class ExchangeConfig:
         if not 0 <= self.replicas <= MAX_REPLICAS:
             raise ConfigError(f"replicas must be 0 to {MAX_REPLICAS} (copies on other hosts besides the partition's own), "
                               f"got {self.replicas}")
+        if self.replicas and self.partition_type == PartitionType.PIPELINED_BOUNDED:
+            raise ConfigError("replicas needs a partitionType read again from a buffer's sequence (HYBRID or "
+                              "BLOCKING): a PIPELINED_BOUNDED partition is consumed once, and its copy would "
+                              "fill with no reader")
         if self.num_subpartitions is not None and self.num_subpartitions < 1:
             raise ConfigError(f"numSubpartitions must be at least 1, got {self.num_subpartitions}")
         for name in ("buffers_per_channel", "buffers_per_partition", "buffer_size", "sort_buffer_size",

@@ -144,3 +144,21 @@ def test_a_dropped_replicated_exchange_releases_its_replicas_too():
     placed, released = asyncio.run(scenario())
     where = sorted((loc["service_id"], pid) for loc, pid, _ in released)
     assert where == sorted([("s1", "p0"), ("s1", "p1")] + [(r[0]["service_id"], p) for p, r in placed.items()])
+
+
+def test_replicas_of_a_partition_consumed_once_are_refused():
+    from sparkflow_exchange.config import ConfigError, ExchangeConfig
+
+    with pytest.raises(ConfigError, match="PIPELINED_BOUNDED partition is consumed once"):
+        ExchangeConfig.load({"exchange": "x", "replicas": "1", "partitionType": "PIPELINED_BOUNDED"}, spark_conf={})
+    with pytest.raises(ConfigError, match="replicas must be 0 to 3"):
+        ExchangeConfig.load({"exchange": "x", "replicas": "4"}, spark_conf={})
+
+    async def scenario() -> None:
+        coord, _ = _coordinator(["h0", "h1"])
+        await coord.declare("x", "schema", 4, {"name": "hash", "keys": ["k"]}, "PIPELINED_BOUNDED", "overwrite",
+                            replicas=1)
+
+    with pytest.raises(ServiceError, match="consumed once") as info:
+        asyncio.run(scenario())
+    assert info.value.code == ErrorCode.BAD_REQUEST

@@ -12,7 +12,7 @@ import logging
 from typing import Callable
 
 from ..errors import ErrorCode, ServiceError
-from ..kinds import ExchangeState, PartitionState
+from ..kinds import ExchangeState, PartitionState, PartitionType
 from .exchange_book import REPLACED, ExchangeBook
 from .exchange_lifecycle import Action, Event, ReplicaState, Transition
 from .exchanges import Exchange, ProducerInfo, layout_text, same_layout, same_schema, schema_text
@@ -52,6 +52,9 @@ class Writes:
         if self.book.streams.is_stream(name):
             raise ServiceError(f"exchange {name!r} is a stream written by a streaming query; a batch write cannot "
                                "write it: use another name, or drop the stream first", ErrorCode.BAD_REQUEST)
+        if replicas and partition_type == PartitionType.PIPELINED_BOUNDED:
+            raise ServiceError("replicas needs partitionType HYBRID or BLOCKING: a PIPELINED_BOUNDED partition is "
+                               "consumed once, and its copy would fill with no reader", ErrorCode.BAD_REQUEST)
         if replicas:
             self.pick_replicas(None, replicas)  # NO_REPLICA_HOST before anything is declared
         ex = self.book.exchanges.get(name)
