@@ -315,7 +315,7 @@ def replicas_go_to_the_python_writer_and_need_a_second_host(d):
     spark.conf.set("spark.sparkflow.exchange.replicas", "1")
     try:
         base.write.format("pipelined").option("exchange", "rep").option("numSubpartitions", 4) \
-            .option("keys", "id").mode("overwrite").save()
+            .option("keys", "k").mode("overwrite").save()
         raise AssertionError("replicas=1 was written on a single host")
     except Exception as exc:  # noqa: BLE001
         d["message"] = str(exc)[:2000]
