@@ -18,7 +18,7 @@ from .consumer.input_gate import InputGate
 from .description import ExchangeDescription
 from .errors import ErrorCode, ExchangeError, ExchangeNotFound, ServiceError, error_for
 from .kinds import Partitioner, PartitionType
-from .network.blocking_client import WRITER_CONNECTIONS
+from .network.blocking_client import REPLICA_UNACKED_MS, WRITER_CONNECTIONS, detect_dead_peer
 from .service.discovery import Endpoints, coordinators, no_service_message, resolve
 from .write_handle import WriteHandle
 from .writer.partition_writer import PartitionWriter, ReplicatedWriter
@@ -146,6 +146,7 @@ class ProducerTask:
             for where in replicas:
                 try:
                     conn = self.endpoints.connect(where["tcp"], config)
+                    detect_dead_peer(conn.sock, REPLICA_UNACKED_MS)  # a vanished host fails the write, not a hang
                     writers.append((PartitionWriter(conn, self.partition, num_subs, config.partition_type,
                                                     exchange=self.handle.name, attempt=attempt,
                                                     no_consumer_timeout=config.no_consumer_timeout,

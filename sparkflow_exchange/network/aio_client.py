@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import socket
 import ssl
 import threading
 from typing import Any, Callable, Protocol
@@ -19,7 +18,7 @@ from ..errors import ErrorCode, ServiceError, error_for
 from ..kinds import ExchangeState
 from . import auth
 from .address import Address, parse_address
-from .blocking_client import TLS_CUT, tls_cut, tune_socket
+from .blocking_client import TLS_CUT, detect_dead_peer, tls_cut, tune_socket
 from .connection import ClientHandshake
 from .protocol import (
     DEFAULT_MAX_FRAME,
@@ -158,30 +157,6 @@ class ClientConnection(asyncio.BufferedProtocol):
     @property
     def alive(self) -> bool:
         return self.lost_reason is None and self.transport is not None and not self.transport.is_closing()
-
-
-# A reader's connection to a host that vanished (powered off, cut off: no RST comes) is given up within about
-# 10 s instead of the kernel's minutes: keepalive probes while it waits for buffers, and a limit on how long what it
-# sent (credit) may stay unacknowledged. A live host's kernel answers both at once, however busy the service.
-DEAD_PEER_IDLE = 5  # s without traffic before the first probe
-DEAD_PEER_PROBES = (1, 5)  # s between probes, probes unanswered
-DEAD_PEER_UNACKED_MS = 10_000
-
-
-def detect_dead_peer(sock) -> None:
-    """Keepalive and a user timeout on a reader's TCP socket (Linux; elsewhere left as the system has them)."""
-    if sock is None:
-        return
-    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
-    for name, value in (("TCP_KEEPIDLE", DEAD_PEER_IDLE), ("TCP_KEEPINTVL", DEAD_PEER_PROBES[0]),
-                        ("TCP_KEEPCNT", DEAD_PEER_PROBES[1]), ("TCP_USER_TIMEOUT", DEAD_PEER_UNACKED_MS)):
-        if hasattr(socket, name):
-            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
-    for level, opt, value in options:
-        try:
-            sock.setsockopt(level, opt, value)
-        except OSError:
-            pass
 
 
 async def open_connection(address: str | Address, secret: str | None, *, host_id: str = "",
