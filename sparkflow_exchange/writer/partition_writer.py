@@ -276,6 +276,7 @@ class ReplicatedWriter:
         """``replicas``: each replica's writer and its service's location."""
         self.primary = primary
         self.replicas = replicas
+        self.order = threading.Lock()  # every copy gets the buffers in one order, whichever thread pushes
 
     def __getattr__(self, name: str):  # counters and settings: the partition's own writer's
         return getattr(self.primary, name)
@@ -297,19 +298,22 @@ class ReplicatedWriter:
                                 "replica on a live service)") from exc
 
     def push(self, subpartition: int, payload, kind: int = BufferKind.DATA, flags: int = 0) -> None:
-        self.primary.push(subpartition, payload, kind, flags)
-        self._each_replica(lambda w: w.push(subpartition, payload, kind, flags))
+        with self.order:
+            self.primary.push(subpartition, payload, kind, flags)
+            self._each_replica(lambda w: w.push(subpartition, payload, kind, flags))
 
     def push_batch(self, subpartition: int, batch: pa.RecordBatch, encoder: BatchEncoder) -> None:
         self.push_encoded(subpartition, encoder.encode(batch), encoder.flags)  # serialised once for every copy
 
     def push_encoded(self, subpartition: int, payload: pa.Buffer, flags: int) -> None:
-        self.primary.push_encoded(subpartition, payload, flags)
-        self._each_replica(lambda w: w.push_encoded(subpartition, payload, flags))
+        with self.order:
+            self.primary.push_encoded(subpartition, payload, flags)
+            self._each_replica(lambda w: w.push_encoded(subpartition, payload, flags))
 
     def push_region(self, region: Region, flags: int) -> None:
-        self.primary.push_region(region, flags)
-        self._each_replica(lambda w: w.push_region(region, flags))
+        with self.order:
+            self.primary.push_region(region, flags)
+            self._each_replica(lambda w: w.push_region(region, flags))
 
     def check(self) -> None:
         self.primary.check()
