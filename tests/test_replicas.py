@@ -162,3 +162,20 @@ def test_replicas_of_a_partition_consumed_once_are_refused():
     with pytest.raises(ServiceError, match="consumed once") as info:
         asyncio.run(scenario())
     assert info.value.code == ErrorCode.BAD_REQUEST
+
+
+def test_a_restarted_coordinator_takes_up_the_replicas_from_its_record():
+    from sparkflow_exchange.service.exchanges import Exchange
+
+    async def scenario() -> Exchange:
+        coord, _ = _coordinator(["h0", "h1", "h2"])
+        w = await _written(coord)
+        d = w["declared"]
+        await coord.commit("x", d["epoch"], d["write_id"], ["p0", "p1"])
+        return coord.exchanges["x"]
+
+    ex = asyncio.run(scenario())
+    again = Exchange.from_record(ex.record())
+    assert again.replicas == 1 and again.describe()["replication"] == ex.describe()["replication"]
+    assert [p.replicas for p in again.producers.values()] == [p.replicas for p in ex.producers.values()]
+    assert all(p.replicas[0]["state"] == ReplicaState.COMPLETE for p in again.producers.values())
