@@ -117,8 +117,13 @@ def test_a_read_goes_on_from_the_replica_when_the_service_dies_mid_read(hosts):
     assert later[0] + later[1] == EXPECTED
     assert {sub: set(ids) for sub, ids in later.items()} == {sub: set(_ids(got if sub == 0 else rest))
                                                              for sub in (0, 1)}
-    metrics = a.status()
-    assert any(e["name"] == "rep" and e["replication"]["failed_over"] == 1 for e in metrics["exchanges"])
+    from sparkflow_exchange.service.metrics import render
+
+    samples = {line.split("{")[0]: line.rsplit(" ", 1)[1] for line in render(a.status()).splitlines()
+               if line.startswith("sparkflow_exchange_partitions_") and 'exchange="rep"' in line}
+    assert samples == {"sparkflow_exchange_partitions_replicated": "0" if c_copy_lost else "1",
+                       "sparkflow_exchange_partitions_under_replicated": "2" if c_copy_lost else "1",
+                       "sparkflow_exchange_partitions_failed_over": "1"}, samples
 
 
 def test_a_write_whose_replica_dies_fails_naming_it_and_its_retry_commits(hosts):
