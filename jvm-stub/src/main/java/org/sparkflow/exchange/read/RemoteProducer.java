@@ -89,7 +89,8 @@ final class RemoteProducer implements ProducerSource {
             try {
                 return conn.receive();
             } catch (ServiceError e) {
-                if (replicas.isEmpty() || !ErrorCode.CONNECTION_LOST.equals(e.code())) {
+                boolean gone = ErrorCode.CONNECTION_LOST.equals(e.code()) || ErrorCode.TIMEOUT.equals(e.code());
+                if (replicas.isEmpty() || !gone) { // a host that vanished without a word: the read's timeout
                     throw withLeft(e);
                 }
                 conn.close();
