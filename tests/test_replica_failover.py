@@ -198,3 +198,43 @@ def test_the_jvm_reader_goes_on_from_the_replica_of_a_dead_service(hosts, jar, t
         ids = np.frombuffer(bytes.fromhex(answer["hex"]), dtype="<i8")
         assert collections.Counter(ids.tolist()) == python[sub]
     assert python[0] + python[1] == EXPECTED
+
+
+def test_the_jvm_reader_goes_on_from_the_replica_when_the_service_dies_mid_read(hosts, jar, tmp_path):
+    """The jar's RemoteProducer (what a read task reads a producer on another host with), paused after three
+    buffers while the partition's service is killed: it goes on from the replica, every value once, in order."""
+    import json
+    import shutil
+    import threading
+
+    from jvm_units import compile_driver
+
+    from sparkflow_exchange.calls import call
+    from sparkflow_exchange.client import exchange_config
+
+    if shutil.which("java") is None:
+        pytest.skip("java is not on PATH")
+    jvm = compile_driver(jar, tmp_path / "jvm")
+    a, b, _c = hosts
+    _write("jmid", a, b, 0)
+    desc = call(exchange_config("jmid", **_settings(a)), "get_exchange", name="jmid")
+    [producer] = desc["producers"]
+    python = [v for batch in sfe.open_reader("jmid", subpartitions=0, **_settings(a))
+              for v in batch.column("id").to_pylist()]
+    mid, go = tmp_path / "mid", tmp_path / "go"
+    answers: list = []
+    reader = threading.Thread(target=lambda: answers.extend(jvm([{
+        "op": "remote_read", "describe": json.dumps(desc), "partition": producer["partition"], "subpartition": 0,
+        "secret": a.secret, "host_id": "client-host", "after": 3, "mid": str(mid), "go": str(go)}])))
+    reader.start()
+    try:
+        _until("the JVM reader read three buffers", lambda: mid.exists() or not reader.is_alive(), timeout=120)
+        assert mid.exists(), answers
+        _kill(b)
+        go.write_text("go")
+    finally:
+        go.write_text("go")
+        reader.join(180)
+    [answer] = answers
+    assert "error" not in answer, answer
+    assert answer["values"] == python and len(python) > 3 * 500

@@ -52,6 +52,8 @@ import org.sparkflow.exchange.write.WriteSettings;
  *       whose javadoc gives each request's fields</li>
  *   <li>{@code {"op": "standalone_read", "describe": "..", "subpartition": s, "coordinator": a, "secret": k,
  *       "host_id": h, "columns": [..]}}: {@code read.StandaloneRead#read} against real services, hex</li>
+ *   <li>{@code remote_read}: one producer's subpartition through {@code read.RemoteProducer}, paused mid-read
+ *       ({@code read.ReadProbe#remoteRead})</li>
  * </ul>
  */
 public final class UnitDriver {
@@ -89,6 +91,7 @@ public final class UnitDriver {
                     case "readable" -> answer.put("unreadable", FormatProbe.unreadable(request));
                     case "warmup" -> answer.put("ms", warmup());
                     case "standalone_read" -> answer.put("hex", standaloneRead(request));
+                    case "remote_read" -> answer.set("values", ReadProbe.remoteRead(request));
                     default -> throw new IllegalArgumentException("unknown op " + request.path("op"));
                 }
             } catch (RuntimeException e) {

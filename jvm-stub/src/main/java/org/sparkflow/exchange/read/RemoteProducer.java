@@ -89,15 +89,30 @@ final class RemoteProducer implements ProducerSource {
             try {
                 return conn.receive();
             } catch (ServiceError e) {
-                boolean gone = ErrorCode.CONNECTION_LOST.equals(e.code()) || ErrorCode.TIMEOUT.equals(e.code());
-                if (replicas.isEmpty() || !gone) { // a host that vanished without a word: the read's timeout
-                    throw withLeft(e);
-                }
-                conn.close();
-                left.add(conn.address() + ": " + e.getMessage());
-                connect(replicas.poll(), true);
+                failOver(e);
             }
         }
+    }
+
+    /** One buffer's credit back; a lost connection goes on from the next replica (the credit announced there). */
+    private void giveBack() {
+        byte[] frame = credit.consumed();
+        try {
+            conn.send(frame);
+        } catch (ServiceError e) {
+            failOver(e);
+        }
+    }
+
+    /** Go on from the next replica after {@code e}, or throw it when it is no lost service or none is left. */
+    private void failOver(ServiceError e) {
+        boolean gone = ErrorCode.CONNECTION_LOST.equals(e.code()) || ErrorCode.TIMEOUT.equals(e.code());
+        if (replicas.isEmpty() || !gone) { // TIMEOUT: a host that vanished without a word, at the read's timeout
+            throw withLeft(e);
+        }
+        conn.close();
+        left.add(conn.address() + ": " + e.getMessage());
+        connect(replicas.poll(), true);
     }
 
     @Override
@@ -135,7 +150,7 @@ final class RemoteProducer implements ProducerSource {
                 int rows = decoder.load(buffer.payload());
                 buffersRead++;
                 rowsRead += rows;
-                conn.send(credit.consumed());
+                giveBack();
                 return rows;
             }
         }
