@@ -128,7 +128,7 @@ class ProducerTask:
             except ServiceError:
                 pass
             raise
-        replicas = (joined or {}).get("replicas") if isinstance(joined, dict) else None
+        replicas = joined.get("replicas") if isinstance(joined, dict) else None
         if replicas:
             self.writer = self._replicated(attempt, num_subs, replicas)
         self.records = RecordWriter(self.writer, handle.schema, handle.partitioner, num_subs or 1, self.index,

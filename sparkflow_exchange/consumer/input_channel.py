@@ -144,7 +144,7 @@ class InputChannel(Channel):
         # goes on when the partition's own service is lost
         self.replicas = [r["location"] for r in producer.get("replicas") or ()
                          if r.get("state") in ("writing", "complete") and isinstance(r.get("location"), dict)]
-        self.failed_over: list[str] = []  # the services this channel left, and why
+        self.failed_over: list[str] = []  # the services this channel left, and why (for a failure's message)
 
     async def request(self) -> None:
         try:
@@ -153,7 +153,8 @@ class InputChannel(Channel):
                 max_frame=self.gate.config.max_frame_size)
         except ServiceError as exc:
             if not self._fail_over(f"cannot reach it: {exc}"):
-                self.fail(f"cannot reach the service holding partition {self.partition} ({self.address}): {exc}")
+                self.fail(f"cannot reach the service holding partition {self.partition} ({self.address}): {exc}"
+                          f"{self._replicas_tried()}")
             return
         if self.state != ChannelState.PENDING:
             return
@@ -236,8 +237,11 @@ class InputChannel(Channel):
             asyncio.get_running_loop().call_later(delay, lambda: asyncio.ensure_future(self.request()))
             return
         if self.state.live:
-            self.fail(f"lost the exchange service holding partition {self.partition} at {self.address}: {reason}",
-                      code=ErrorCode.CONNECTION_LOST)
+            self.fail(f"lost the exchange service holding partition {self.partition} at {self.address}: {reason}"
+                      f"{self._replicas_tried()}", code=ErrorCode.CONNECTION_LOST)
+
+    def _replicas_tried(self) -> str:
+        return f" (the read had gone on from the partition's replicas after: {'; '.join(self.failed_over)})" if self.failed_over else ""
 
     # ------------------------------------------------------------ from the gate
     def consumed(self) -> None:
