@@ -147,7 +147,11 @@ def _print_status(status: dict) -> None:
             print(f"{head} epochs<={e['last_committed']} retained={e['retained_epochs']} "
                   f"({e['retained_bytes'] / MiB:.1f} MiB) groups: {groups}{waiting}")
         else:
-            print(f"{head} producers={len(e['producers'])} committed={len(e['committed'])}")
+            r = e.get("replication")
+            copies = "" if not r else (f" replicas={e['replicas']}: {r['replicated']} of {r['partitions']} partitions "
+                                       f"replicated, {r['under_replicated']} under-replicated, {r['failed_over']} "
+                                       "read from a replica")
+            print(f"{head} producers={len(e['producers'])} committed={len(e['committed'])}{copies}")
     if traffic:
         print(f"\nheld here, by exchange ({len(traffic)})")
         for name, t in sorted(traffic.items()):

@@ -31,6 +31,7 @@ from .kinds import PARTITION_TYPES, Partitioner, PartitionType
 PREFIX: str = contract.load()["options"]["prefix"]
 ENV_CONF = "SPARKFLOW_EXCHANGE_CONF"
 
+MAX_REPLICAS = 3  # copies of a partition on other hosts (each costs the writer a push per buffer)
 COMPRESSIONS: tuple[str, ...] = tuple(contract.load()["options"]["keys"]["compression"]["choices"])
 # partitioners that give each producer one subpartition of its own (the contract's, through the enum)
 SINGLE_SUBPARTITION = tuple(p.value for p in Partitioner if p.single_subpartition)
@@ -96,6 +97,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "bufferTimeout": ("buffer_timeout", "output flusher interval: a partly filled buffer is sent after this"),
     "sortBufferSize": ("sort_buffer_size", "a writer's sort buffer: rows grouped by subpartition before they leave (its memory bound)"),
     "compression": ("compression", "none | zstd | lz4 (Arrow IPC body compression, by the Python and the JVM writer; every reader reads it; see docs/batch-guide.md, \"Choosing compression\")"),
+    "replicas": ("replicas", "copies of each partition kept on exchange services of other hosts besides its own (0: none; 1: a read whose service or host is lost continues from the copy); the writer pushes every buffer to both, and a write commits only when every copy holds its whole partition; refused at write time when the coordinator has no service on enough other hosts (the Python writer writes it: a JVM write that asks for it, as an option or a session setting, goes to the Python data source; see docs/operations.md, \"Replicas\")"),
     "buffersPerChannel": ("buffers_per_channel", "exclusive buffers (initial credit) per input channel"),
     "floatingBuffersPerGate": ("floating_buffers_per_gate", "floating buffers shared by an input gate's channels"),
     "buffersPerPartition": ("buffers_per_partition", "most in-memory buffers of a running partition's pool (its share of memory.budget may be fewer)"),
@@ -203,7 +205,7 @@ _BY_LOWER = {k.lower(): k for k in _KEYS}
 GROUPS: dict[str, tuple[str, ...]] = {
     "required": ("exchange",),
     "common": ("partitioner", "keys", "custom", "numSubpartitions", "numProducers", "partitionType", "compression",
-               "declareTimeout", "ttl"),
+               "replicas", "declareTimeout", "ttl"),
     "tuning": ("bufferSize", "bufferTimeout", "sortBufferSize", "buffersPerChannel", "floatingBuffersPerGate",
                "buffersPerPartition", "sharedMemory", "producerTimeout", "pipelined.noConsumerTimeout",
                "readerTimeout", "advisoryPartitionSize", "splitSkewedSubpartitions", "skewedPartitionFactor",
@@ -245,6 +247,7 @@ class ExchangeConfig:
     buffer_timeout: float = _default("bufferTimeout")
     sort_buffer_size: int = _default("sortBufferSize")
     compression: str = _default("compression")
+    replicas: int = _default("replicas")
     buffers_per_channel: int = _default("buffersPerChannel")
     floating_buffers_per_gate: int = _default("floatingBuffersPerGate")
     buffers_per_partition: int = _default("buffersPerPartition")
@@ -318,6 +321,13 @@ class ExchangeConfig:
         if self.service_scope not in _OPTIONS["serviceScope"]["choices"]:
             raise ConfigError(f"unknown serviceScope {self.service_scope!r}; use "
                               f"{' or '.join(_OPTIONS['serviceScope']['choices'])}")
+        if not 0 <= self.replicas <= MAX_REPLICAS:
+            raise ConfigError(f"replicas must be 0 to {MAX_REPLICAS} (copies on other hosts besides the partition's own), "
+                              f"got {self.replicas}")
+        if self.replicas and self.partition_type == PartitionType.PIPELINED_BOUNDED:
+            raise ConfigError("replicas needs a partitionType read again from a buffer's sequence (HYBRID or "
+                              "BLOCKING): a PIPELINED_BOUNDED partition is consumed once, and its copy would "
+                              "fill with no reader")
         if self.num_subpartitions is not None and self.num_subpartitions < 1:
             raise ConfigError(f"numSubpartitions must be at least 1, got {self.num_subpartitions}")
         for name in ("buffers_per_channel", "buffers_per_partition", "buffer_size", "sort_buffer_size",

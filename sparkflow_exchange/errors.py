@@ -45,6 +45,8 @@ class ErrorCode(enum.StrEnum):
     NO_EXCHANGE = "no_exchange"
     REPLACED = "replaced"  # overwritten or dropped while a write or read used it
     EXCHANGE_LOST = "exchange_lost"
+    NO_REPLICA_HOST = "no_replica_host"  # replicas asked for, and no registered service on enough other hosts
+    REPLICA_LOST = "replica_lost"  # a replica's service failed or was lost before it held the whole partition
     ROWS_LOST = "rows_lost"  # what a writer pushed differs from what the service stored or the task committed
     # the service and the connection to it
     UNREACHABLE = "unreachable"
@@ -203,6 +205,8 @@ _CLASS_OF: dict[ErrorCode, type[ServiceError]] = {
     ErrorCode.SCHEMA_MISMATCH: SchemaMismatch,
     ErrorCode.NO_EXCHANGE: ExchangeNotFound,
     ErrorCode.EXCHANGE_LOST: ExchangeLost,
+    ErrorCode.NO_REPLICA_HOST: InvalidRequest,
+    ErrorCode.REPLICA_LOST: ServiceUnavailable,
     ErrorCode.REPLACED: ExchangeReplaced,
     ErrorCode.RELEASED: PartitionReleasedError,
     ErrorCode.ROWS_LOST: DataLost,

@@ -16,12 +16,12 @@ from .calls import call, describe, require_name
 from .config import ConfigError, ExchangeConfig
 from .consumer.input_gate import InputGate
 from .description import ExchangeDescription
-from .errors import ExchangeError, ExchangeNotFound, ServiceError, error_for
+from .errors import ErrorCode, ExchangeError, ExchangeNotFound, ServiceError, error_for
 from .kinds import Partitioner, PartitionType
-from .network.blocking_client import WRITER_CONNECTIONS
+from .network.blocking_client import REPLICA_UNACKED_MS, WRITER_CONNECTIONS, detect_dead_peer
 from .service.discovery import Endpoints, coordinators, no_service_message, resolve
 from .write_handle import WriteHandle
-from .writer.partition_writer import PartitionWriter
+from .writer.partition_writer import PartitionWriter, ReplicatedWriter
 from .writer.record_writer import RecordWriter
 from .writer.selectors import SelectorError, make_selector
 
@@ -65,7 +65,8 @@ def declare_write(config: ExchangeConfig, schema: pa.Schema, overwrite: bool) ->
                               # one subpartition read by every consumer (a broadcast of unknown width)
                               "shared": partitioner is Partitioner.BROADCAST and config.num_subpartitions is None},
                  partition_type=config.partition_type, mode="overwrite" if overwrite else "append",
-                 coalesce=config.num_subpartitions is None and not partitioner.single_subpartition)
+                 coalesce=config.num_subpartitions is None and not partitioner.single_subpartition,
+                 **({"replicas": config.replicas} if config.replicas else {}))
     desc = ExchangeDescription.parse(reply)  # the declared exchange, and this write's id
     return WriteHandle(config, name, desc.epoch, reply["write_id"], desc.schema, desc.num_subpartitions, partitioner)
 
@@ -118,20 +119,49 @@ class ProducerTask:
                                       shared_memory=config.shared_memory)
         extra = {} if width is None else {"num_subpartitions": width}
         try:
-            self._coordinator_call("register_producer", name=handle.name, epoch=handle.epoch, write_id=handle.write_id,
-                                   index=self.index, attempt=attempt, partition=self.partition, location=self.location,
-                                   **extra)
+            joined = self._coordinator_call("register_producer", name=handle.name, epoch=handle.epoch,
+                                            write_id=handle.write_id, index=self.index, attempt=attempt,
+                                            partition=self.partition, location=self.location, **extra)
         except ExchangeError:  # refused (another width, a closed write): the partition never joined, free it
             try:
                 self.conn.call("release_partitions", partitions=[self.partition])
             except ServiceError:
                 pass
             raise
+        replicas = joined.get("replicas") if isinstance(joined, dict) else None
+        if replicas:
+            self.writer = self._replicated(attempt, num_subs, replicas)
         self.records = RecordWriter(self.writer, handle.schema, handle.partitioner, num_subs or 1, self.index,
                                     keys=config.keys, buffer_size=config.buffer_size,
                                     buffer_timeout=config.buffer_timeout, compression=config.compression,
                                     sort_buffer_size=config.sort_buffer_size,
                                     num_producers=config.num_producers, custom=config.custom)
+
+    def _replicated(self, attempt: str, num_subs: int | None, replicas: list[dict]) -> ReplicatedWriter:
+        """The same partition registered with each replica's service (another host's, chosen by the
+        coordinator), written over TCP beside the partition's own."""
+        config = self.config
+        writers: list[tuple[PartitionWriter, dict]] = []
+        try:
+            for where in replicas:
+                try:
+                    conn = self.endpoints.connect(where["tcp"], config)
+                    detect_dead_peer(conn.sock, REPLICA_UNACKED_MS)  # a vanished host fails the write, not a hang
+                    writers.append((PartitionWriter(conn, self.partition, num_subs, config.partition_type,
+                                                    exchange=self.handle.name, attempt=attempt,
+                                                    no_consumer_timeout=config.no_consumer_timeout,
+                                                    buffer_size=config.buffer_size,
+                                                    buffers=config.buffers_per_partition, shared_memory=False),
+                                    where))
+                except ServiceError as exc:
+                    raise error_for(ErrorCode.REPLICA_LOST, f"the replica of partition {self.partition} could not "
+                                    f"be placed on exchange service {where.get('service_id')} (host "
+                                    f"{where.get('host_id')}, {where.get('tcp')}): {exc}") from exc
+        except BaseException:
+            for writer, _ in writers:
+                writer.conn.close()
+            raise
+        return ReplicatedWriter(self.writer, writers)
 
     def _coordinator_call(self, method: str, **args: Any) -> Any:
         if self.endpoints.coordinator == self.endpoints.service:
@@ -145,6 +175,10 @@ class ProducerTask:
         """``marker``: a MARKER event to every subpartition after the data (a stream's epoch marker)."""
         stats = self.records.close(marker)  # DataLost when buffers were lost on the way (the message names what)
         self.finished = True  # the service has let go of the partition's handle on this connection
+        replicas = []
+        if isinstance(self.writer, ReplicatedWriter):  # each confirmed every buffer (close waited for it)
+            replicas = [where["service_id"] for _, where in self.writer.replicas]
+            self.writer.close_replicas()
         if self.writer.backpressure_seconds:
             self.conn.call("report_backpressure", partition=self.partition, seconds=self.writer.backpressure_seconds)
         self._coordinator_call("producer_finished", name=self.handle.name, epoch=self.handle.epoch,
@@ -152,7 +186,8 @@ class ProducerTask:
                                subpartition_bytes=stats.get("subpartition_bytes"),
                                subpartition_rows=self.records.sent_rows.tolist(),
                                rows=int(self.records.sent_rows.sum()), bytes=int(stats.get("bytes", 0)),
-                               raw_bytes=int(stats.get("raw_bytes", stats.get("bytes", 0))))
+                               raw_bytes=int(stats.get("raw_bytes", stats.get("bytes", 0))),
+                               **({"replicas": replicas} if replicas else {}))
         WRITER_CONNECTIONS.give(self.conn)  # clean: kept for this worker's next task
         return {"partition": self.partition, "index": self.index, "rows": self.records.rows,
                 "bytes": stats.get("bytes", 0)}
@@ -167,6 +202,8 @@ class ProducerTask:
             pass
         finally:
             self.conn.close()
+            if isinstance(getattr(self, "writer", None), ReplicatedWriter):
+                self.writer.close_replicas()
 
 
 def describe_exchange(config: ExchangeConfig, *, wait: bool = True, allow_stream: bool = False) -> ExchangeDescription:

@@ -309,6 +309,27 @@ def bad_options_fail_at_planning(d):
 
 
 @check
+def replicas_go_to_the_python_writer_and_need_a_second_host(d):
+    """replicas as a session setting: the JVM writer does not push copies, so the write is the Python writer's,
+    which refuses it on this one-host application naming why, before any task runs."""
+    import sparkflow_exchange  # noqa: PLC0415
+
+    spark.conf.set("spark.sparkflow.exchange.replicas", "1")
+    sparkflow_exchange.register(spark)  # planning reads it (not a task's setting)
+    try:
+        base.write.format("pipelined").option("exchange", "rep").option("numSubpartitions", 4) \
+            .option("keys", "k").mode("overwrite").save()
+        raise AssertionError("replicas=1 was written on a single host")
+    except Exception as exc:  # noqa: BLE001
+        d["message"] = str(exc)[:2000]
+    finally:
+        spark.conf.unset("spark.sparkflow.exchange.replicas")
+        sparkflow_exchange.register(spark)
+    assert "replicas=1 needs live exchange services on 2 hosts" in d["message"], d["message"]
+    assert "rep" not in [e["name"] for e in list_exchanges(ExchangeConfig.load())]
+
+
+@check
 def a_write_in_progress_is_read_as_it_goes(d):
     """A reader of a JVM write still running gets rows before the write ends: a partly filled buffer leaves once
     its rows have waited bufferTimeout. The one task below trickles 100,000 rows, then waits for a marker: its

@@ -327,9 +327,13 @@ def test_a_read_plan_carries_each_service_location_once_and_only_what_gates_read
 
     producers = [{"index": i, "attempt": f"{i}-0-{i}", "partition": f"x.1.{i}", "location": location(i % 2),
                   "write_id": "w1", "state": "finished", "reason": "", "spill": f"/spill/x.1.{i}.data",
-                  "rows": 1000, "bytes": 40000} for i in range(200)]
+                  "rows": 1000, "bytes": 40000, "failed_over": 0,
+                  # a partition's copies travel with it (a gate goes on from them); none: nothing to carry
+                  "replicas": [{"location": location(2), "state": "complete"}] if i % 50 == 0 else []}
+                 for i in range(200)]
     compact = compact_producers(producers)
-    assert [set(p) for p in compact] == [set(GATE_FIELDS)] * 200
-    assert all(c[k] == p[k] for c, p in zip(compact, producers) for k in GATE_FIELDS)
+    assert [set(p) for p in compact] == [set(GATE_FIELDS) - (set() if p["replicas"] else {"replicas"})
+                                         for p in producers]
+    assert all(c[k] == p[k] for c, p in zip(compact, producers) for k in GATE_FIELDS if k in c)
     assert len({id(p["location"]) for p in compact}) == 2  # one object per service: pickled once each
     assert len(pickle.dumps(compact)) < len(pickle.dumps(producers)) / 2

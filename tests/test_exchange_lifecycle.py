@@ -22,11 +22,11 @@ LIVE_EVENTS = {E.FINISH, E.FAIL, E.ABORT, E.RELEASE, E.OVERWRITE}
 # the specification, written out: what each kind may take in each state (everything else is refused)
 EXPECTED = {
     (Kind.BATCH, S.OPEN): set(E) - {E.RESTORE},
-    (Kind.BATCH, S.COMMITTED): LIVE_EVENTS | {E.OPEN_WRITE, E.LOSE, E.EXPIRE},
+    (Kind.BATCH, S.COMMITTED): LIVE_EVENTS | {E.OPEN_WRITE, E.LOSE, E.FAIL_OVER, E.EXPIRE},
     (Kind.BATCH, S.ABORTED): LIVE_EVENTS | {E.LOSE, E.EXPIRE},
     (Kind.BATCH, S.DROPPED): set(),
     (Kind.BATCH, S.LOST): set(),
-    (Kind.EPOCH, S.OPEN): set(E) - {E.RESTORE, E.LOSE, E.EXPIRE},
+    (Kind.EPOCH, S.OPEN): set(E) - {E.RESTORE, E.LOSE, E.FAIL_OVER, E.EXPIRE},
     (Kind.EPOCH, S.COMMITTED): LIVE_EVENTS,
     (Kind.EPOCH, S.ABORTED): LIVE_EVENTS,
     (Kind.EPOCH, S.DROPPED): set(),

@@ -81,6 +81,11 @@ def test_a_missing_key_fails_at_planning_and_declares_nothing(results):
     passed(results, "bad_options_fail_at_planning")
 
 
+def test_replicas_as_a_session_setting_go_to_the_python_writer_which_refuses_one_host(results):
+    message = passed(results, "replicas_go_to_the_python_writer_and_need_a_second_host")["message"]
+    assert "on 1 host" in message and "replicas=0" in message, message
+
+
 def test_a_reader_gets_the_rows_of_a_write_still_running(results):
     outcome = passed(results, "a_write_in_progress_is_read_as_it_goes")
     assert outcome["rows"] == 100_000 and outcome["writing_at_first_rows"]

@@ -140,6 +140,11 @@ class InputChannel(Channel):
         self.next_seq = 0
         self.resumable = gate.exchange.partition_type.re_readable
         self.reconnects = 0
+        # copies of the partition on other hosts' services (same buffers, same sequence numbers): where the read
+        # goes on when the partition's own service is lost
+        self.replicas = [r["location"] for r in producer.get("replicas") or ()
+                         if r.get("state") in ("writing", "complete") and isinstance(r.get("location"), dict)]
+        self.failed_over: list[str] = []  # the services this channel left, and why (for a failure's message)
 
     async def request(self) -> None:
         try:
@@ -147,7 +152,9 @@ class InputChannel(Channel):
                 self.address, self.gate.secret, host_id=self.gate.host_id, ssl_ctx=self.gate.ssl_for(self.address),
                 max_frame=self.gate.config.max_frame_size)
         except ServiceError as exc:
-            self.fail(f"cannot reach the service holding partition {self.partition} ({self.address}): {exc}")
+            if not self._fail_over(f"cannot reach it: {exc}"):
+                self.fail(f"cannot reach the service holding partition {self.partition} ({self.address}): {exc}"
+                          f"{self._replicas_tried()}")
             return
         if self.state != ChannelState.PENDING:
             return
@@ -205,7 +212,23 @@ class InputChannel(Channel):
         self.conn.send(SharedBuffersRead(self.receiver_id, 1))
         return dataclasses.replace(msg, flags=msg.flags & ~FLAG_SHARED, payload=payload)
 
+    def _fail_over(self, why: str) -> bool:
+        """Go on from the next replica at the sequence reached (no buffer lost or repeated); False: none left."""
+        if not self.resumable or not self.replicas or self.state.done:
+            return False
+        where = self.replicas.pop(0)
+        local = where.get("host_id") == self.gate.host_id and bool(where.get("unix"))
+        self.failed_over.append(f"{self.address}: {why}")
+        self._detach()
+        self.address = where["unix"] if local else where.get("tcp", "")
+        self.shared = self.shared and local  # shared-memory slots are readable on the replica's host only
+        self.state = ChannelState.PENDING
+        asyncio.ensure_future(self.request())
+        return True
+
     def on_connection_lost(self, reason: str) -> None:
+        if self.state == ChannelState.REQUESTED and self._fail_over(f"lost the connection: {reason}"):
+            return
         if self.state == ChannelState.REQUESTED and self.resumable and self.reconnects < self.MAX_RECONNECTS:
             self.reconnects += 1
             self._detach()
@@ -214,8 +237,11 @@ class InputChannel(Channel):
             asyncio.get_running_loop().call_later(delay, lambda: asyncio.ensure_future(self.request()))
             return
         if self.state.live:
-            self.fail(f"lost the exchange service holding partition {self.partition} at {self.address}: {reason}",
-                      code=ErrorCode.CONNECTION_LOST)
+            self.fail(f"lost the exchange service holding partition {self.partition} at {self.address}: {reason}"
+                      f"{self._replicas_tried()}", code=ErrorCode.CONNECTION_LOST)
+
+    def _replicas_tried(self) -> str:
+        return f" (the read had gone on from the partition's replicas after: {'; '.join(self.failed_over)})" if self.failed_over else ""
 
     # ------------------------------------------------------------ from the gate
     def consumed(self) -> None:
@@ -407,7 +433,10 @@ def make_channel(gate: Gate, producer: dict, subpartition: int,
     spill = producer.get("spill")
     if end is not None and end == subpartition + 1:
         end = None
-    if local and spill and producer.get("state") == PartitionState.FINISHED:
+    pid = location.get("pid")
+    if local and spill and producer.get("state") == PartitionState.FINISHED and not (
+            producer.get("replicas") and isinstance(pid, int) and not gate.service_alive(pid)):
+        # (a replicated partition whose service here is gone is read from a replica, through a service channel)
         index = index_path_of(spill)
         if OPEN_FILES.cached(spill) or os.path.exists(index):  # no index (yet): served by its service
             return LocalFileInputChannel(gate, producer, subpartition, end, index)

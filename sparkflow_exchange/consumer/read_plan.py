@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ..description import ExchangeDescription
 
 # what an input gate reads of a producer; the rest of the coordinator's entry stays on the driver
-GATE_FIELDS = ("index", "partition", "state", "reason", "spill", "location")
+GATE_FIELDS = ("index", "partition", "state", "reason", "spill", "location", "replicas")  # replicas: where to go on
 
 SMALL_PARTITION_FACTOR = 0.2  # Spark: a partition below 20% of the target is merged into a neighbour...
 MERGED_PARTITION_FACTOR = 1.2  # ...when the merged partition stays within 120% of it
@@ -146,7 +146,7 @@ def compact_producers(producers: list[dict]) -> list[dict]:
     locations: dict[tuple, dict] = {}
     out = []
     for producer in producers:
-        entry = {k: producer[k] for k in GATE_FIELDS if k in producer}
+        entry = {k: producer[k] for k in GATE_FIELDS if k in producer and (k != "replicas" or producer[k])}
         location = entry.get("location")
         if isinstance(location, dict):
             key = tuple(sorted((k, repr(v)) for k, v in location.items()))

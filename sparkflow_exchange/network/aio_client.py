@@ -18,7 +18,7 @@ from ..errors import ErrorCode, ServiceError, error_for
 from ..kinds import ExchangeState
 from . import auth
 from .address import Address, parse_address
-from .blocking_client import TLS_CUT, tls_cut, tune_socket
+from .blocking_client import TLS_CUT, detect_dead_peer, tls_cut, tune_socket
 from .connection import ClientHandshake
 from .protocol import (
     DEFAULT_MAX_FRAME,
@@ -61,7 +61,10 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        tune_socket(transport.get_extra_info("socket"))
+        sock = transport.get_extra_info("socket")
+        tune_socket(sock)
+        if not self.address.is_unix:
+            detect_dead_peer(sock)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.decoder.get_buffer(sizehint)

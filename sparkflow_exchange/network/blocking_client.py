@@ -36,6 +36,32 @@ def tune_socket(sock: socket.socket | None) -> None:
             pass
 
 
+# A connection to a host that vanished (powered off, cut off: no reset comes) is given up within seconds instead of
+# the kernel's minutes: keepalive probes while it is idle, and a limit on how long what was sent may stay
+# unacknowledged. A live host's kernel answers both at once, however busy its service. Readers give up after about
+# 10 s (they send only credit); a writer's replica connection after a minute (a stalled service's full window).
+DEAD_PEER_IDLE = 5  # s without traffic before the first probe
+DEAD_PEER_PROBES = (1, 5)  # s between probes, probes unanswered
+READER_UNACKED_MS = 10_000
+REPLICA_UNACKED_MS = 60_000
+
+
+def detect_dead_peer(sock: socket.socket | None, unacked_ms: int = READER_UNACKED_MS) -> None:
+    """Keepalive and a user timeout on a TCP socket (Linux; elsewhere left as the system has them)."""
+    if sock is None:
+        return
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (("TCP_KEEPIDLE", DEAD_PEER_IDLE), ("TCP_KEEPINTVL", DEAD_PEER_PROBES[0]),
+                        ("TCP_KEEPCNT", DEAD_PEER_PROBES[1]), ("TCP_USER_TIMEOUT", unacked_ms)):
+        if hasattr(socket, name):
+            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+    for level, opt, value in options:
+        try:
+            sock.setsockopt(level, opt, value)
+        except OSError:
+            pass
+
+
 # the service closed the connection before the TLS handshake finished: it had no room for another handshake
 # (or the handshake's deadline passed); asked again like a plaintext refusal (network/retry.py)
 TLS_CUT = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionResetError, BrokenPipeError)

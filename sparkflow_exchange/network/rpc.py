@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import MAX_REPLICAS
 from ..errors import ErrorCode, InvalidRequest
 from ..kinds import PartitionType
 
@@ -189,14 +190,15 @@ RPCS: dict[str, Rpc] = {
     "subscribe": Rpc(Who.ANY, "exchanges.subscribe", {"name": TEXT, "topic": TEXT, "seal": _opt(COUNT, True)}),
     "unsubscribe": Rpc(Who.ANY, "exchanges.unsubscribe", {"topic": TEXT}),
     "list_exchanges": Rpc(Who.ANY, "exchanges.list_exchanges", {}),
-    "declare": Rpc(Who.OWNER, "coordinator.declare", {**_DECLARE, "mode": TEXT}, "writing"),
+    "declare": Rpc(Who.OWNER, "coordinator.declare", {**_DECLARE, "mode": TEXT,
+                                                      "replicas": _opt(Arg(int, low=0, high=MAX_REPLICAS))}, "writing"),
     "register_producer": Rpc(Who.OWNER, "coordinator.register_producer", {
         "name": TEXT, "epoch": INT, "write_id": TEXT, "index": COUNT, "attempt": TEXT, "partition": TEXT,
         "location": OBJECT, "num_subpartitions": _opt(INT, True)}, "writing"),
     "producer_finished": Rpc(Who.OWNER, "coordinator.producer_finished", {
         "name": TEXT, "epoch": INT, "partition": TEXT, "spill": _opt(TEXT), "subpartition_bytes": _opt(COUNTS, True),
         "subpartition_rows": _opt(COUNTS, True), "rows": _opt(COUNT, True), "bytes": _opt(COUNT, True),
-        "raw_bytes": _opt(COUNT, True)}, "writing"),
+        "raw_bytes": _opt(COUNT, True), "replicas": _opt(NAMES, True)}, "writing"),
     "producer_failed": Rpc(Who.OWNER, "coordinator.producer_failed",
                            {"name": TEXT, "epoch": _null(INT), "partition": TEXT, "reason": REASON}, "writing"),
     "commit": Rpc(Who.OWNER, "coordinator.commit", {"name": TEXT, "epoch": INT, "write_id": TEXT, "partitions": NAMES,

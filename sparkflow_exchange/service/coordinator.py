@@ -33,7 +33,8 @@ class Coordinator:
         (maxExchangesPerCredential; 0: no cap; the operator has none)."""
         self.subscriptions = Subscriptions()
         self.book = ExchangeBook(release, self.subscriptions, max_exchanges_per_owner)
-        self.writes = Writes(self.book, lambda location: self.roster.registered_location(location), partition_owner)
+        self.writes = Writes(self.book, lambda location: self.roster.registered_location(location), partition_owner,
+                             lambda location, n: self.roster.pick_replicas(location, n))
         self.roster = ServiceRoster(self.book, self.writes.producer_failed, heartbeat_timeout, lost_retention)
         self.reads = Reads(self.book)
         self.expiry = Expiry(self.book, self.writes, ttl)

@@ -11,7 +11,7 @@ import time
 from typing import Callable, Protocol
 
 from ..errors import ErrorCode, ServiceError
-from .exchange_lifecycle import Action, Event
+from .exchange_lifecycle import Action, Event, ReplicaState
 from .exchanges import Exchange, ProducerInfo
 from .journal import Journal
 from .subscriptions import Subscriptions
@@ -91,7 +91,10 @@ class ExchangeBook:
     def release_producers(self, producers: list[ProducerInfo], reason: str, code: ErrorCode = RELEASED) -> None:
         """Free the producers' partitions; their connected readers and running writers get ``reason`` at once."""
         if producers:
-            self.release([(p.location, p.partition, p.owner) for p in producers], reason, code)
+            # a partition's replicas (same id, other services) go with it
+            self.release([(where, p.partition, p.owner) for p in producers
+                          for where in [p.location, *(r["location"] for r in p.replicas
+                                                      if r.get("state") != ReplicaState.LOST)]], reason, code)
 
     def release_previous(self, name: str, reason: str) -> None:
         """The version an overwrite set aside goes: the overwrite committed, or the name was dropped or lost."""

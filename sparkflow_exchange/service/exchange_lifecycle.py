@@ -45,6 +45,7 @@ class Event(enum.StrEnum):
     RESTORE = "restore"  # the overwrite failed: the version set aside is the exchange again
     RELEASE = "release"  # dropped, or the overwrite that set it aside committed
     LOSE = "lose"  # a service holding committed data of it was lost
+    FAIL_OVER = "fail over to replicas"  # ... and a complete replica of every such partition takes its place
     EXPIRE = "expire"  # unused for ttl
 
 
@@ -69,13 +70,13 @@ _GONE: frozenset[Event] = frozenset()
 # the one table: what each kind may take in each state (everything else is refused)
 LEGAL: dict[tuple[Kind, ExchangeState], frozenset[Event]] = {
     (Kind.BATCH, ExchangeState.OPEN): frozenset(Event) - {Event.RESTORE},
-    (Kind.BATCH, ExchangeState.COMMITTED): _REPORTS | {Event.OPEN_WRITE, Event.LOSE, Event.EXPIRE},
+    (Kind.BATCH, ExchangeState.COMMITTED): _REPORTS | {Event.OPEN_WRITE, Event.LOSE, Event.FAIL_OVER, Event.EXPIRE},
     (Kind.BATCH, ExchangeState.ABORTED): _REPORTS | {Event.LOSE, Event.EXPIRE},
     (Kind.BATCH, ExchangeState.DROPPED): _GONE,
     (Kind.BATCH, ExchangeState.LOST): _GONE,
     # an epoch is not expired nor lost by itself: its stream releases it (retention, ttl, a lost service's
     # producers fail and its micro-batch is replayed)
-    (Kind.EPOCH, ExchangeState.OPEN): frozenset(Event) - {Event.RESTORE, Event.LOSE, Event.EXPIRE},
+    (Kind.EPOCH, ExchangeState.OPEN): frozenset(Event) - {Event.RESTORE, Event.LOSE, Event.FAIL_OVER, Event.EXPIRE},
     (Kind.EPOCH, ExchangeState.COMMITTED): _REPORTS,
     (Kind.EPOCH, ExchangeState.ABORTED): _REPORTS,
     (Kind.EPOCH, ExchangeState.DROPPED): _GONE,
@@ -191,6 +192,10 @@ class Lifecycle:
     def _expire(self, write_id: str, reason: str) -> Transition:
         return self._gone(ExchangeState.DROPPED, reason or "expired")
 
+    def _fail_over(self, write_id: str, reason: str) -> Transition:
+        """The lost partitions' replicas hold every row: the exchange stays as it is, read from them."""
+        return Transition(self.state, (Action.PERSIST, Action.NOTIFY))
+
     def _lose(self, write_id: str, reason: str) -> Transition:
         return self._gone(ExchangeState.LOST, reason or "lost")
 
@@ -221,6 +226,42 @@ class Lifecycle:
             return LifecycleError(f"{what}: its write {write_id} is not open (state {self.state})",
                                   ErrorCode.WRITE_CLOSED)
         return LifecycleError(f"{what} in state {self.state}", ErrorCode.BAD_REQUEST)
+
+
+class ReplicaState(enum.StrEnum):
+    """A replica of a producer's partition, as the coordinator knows it."""
+
+    WRITING = "writing"  # its producer is pushing to it
+    COMPLETE = "complete"  # its service confirmed every buffer (the producer finished both)
+    LOST = "lost"  # its service was lost (or the write to it failed): it holds nothing to read
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """What a lost service means for an exchange holding committed partitions there: ``event`` is
+    :attr:`Event.FAIL_OVER` when each of them has a complete replica on a live service (``moves``: partition ->
+    index of the replica that takes its place), else :attr:`Event.LOSE` (``missing``: the partitions without)."""
+
+    event: Event
+    moves: dict[str, int] = field(default_factory=dict)
+    missing: tuple[str, ...] = ()
+
+
+def after_loss(lost_partitions: dict[str, list[tuple[str, bool]]]) -> Takeover:
+    """``lost_partitions``: each committed partition the lost service held -> its replicas as (state, whether
+    their service is alive). The first complete replica on a live service takes a partition's place; one
+    partition without any loses the exchange (its rows are gone for good)."""
+    moves: dict[str, int] = {}
+    missing: list[str] = []
+    for partition, replicas in lost_partitions.items():
+        usable = [i for i, (state, alive) in enumerate(replicas) if state == ReplicaState.COMPLETE and alive]
+        if usable:
+            moves[partition] = usable[0]
+        else:
+            missing.append(partition)
+    if missing:
+        return Takeover(Event.LOSE, missing=tuple(missing))
+    return Takeover(Event.FAIL_OVER, moves)
 
 
 @dataclass(frozen=True)

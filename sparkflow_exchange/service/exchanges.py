@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..kinds import ExchangeState, Partitioner, PartitionState
 from .clock import wall_time
-from .exchange_lifecycle import Kind, Lifecycle, read_verdict
+from .exchange_lifecycle import Kind, Lifecycle, ReplicaState, read_verdict
 
 if TYPE_CHECKING:
     import numpy as np  # imported where sizes arrive: the service is ready about 45 ms sooner without it
@@ -35,6 +35,9 @@ class ProducerInfo:
     bytes: int = -1  # bytes it wrote, reported at finish (-1: not reported); a stream's retention counts them
     raw_bytes: int = -1  # those bytes as they would be uncompressed (-1: not reported)
     owner: str = ""  # the credential that joined it to the exchange: releasing it frees only a partition it registered
+    # copies of its partition (same partition id) on services of other hosts: {"location": ..., "state": ReplicaState}
+    replicas: list[dict] = field(default_factory=list)
+    failed_over: int = 0  # times a replica took the place of its partition (its service was lost)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,6 +67,7 @@ class Exchange:
     committed_rows: int | None = 0  # rows of the committed producers (None once one did not report its rows)
     stream: str = ""  # the stream this exchange is an epoch of (service/streams.py), "" for a batch exchange
     owner: str = ""  # the credential that declared it (service/owners.py); a stream's epoch: the stream's
+    replicas: int = 0  # copies of each partition on other hosts' services (the replicas option)
     # len(committed) at each seal (no write open any more, after a commit or an abort): the states a read
     # planned while writes were open may see; such a read reads the first seal after its planning
     seal_ends: list[int] = field(default_factory=list)
@@ -136,7 +140,7 @@ class Exchange:
             "row_counts": {k: v.tolist() for k, v in self.row_counts.items()},
             "committed_bytes": listed(self.committed_bytes), "committed_sub_rows": listed(self.committed_sub_rows),
             "sizes_complete": self.sizes_complete, "committed_rows": self.committed_rows, "owner": self.owner,
-            "seal_ends": list(self.seal_ends), "created": self.created,
+            "seal_ends": list(self.seal_ends), "created": self.created, "replicas": self.replicas,
         }
 
     @classmethod
@@ -153,7 +157,7 @@ class Exchange:
                  row_counts={k: array(v) for k, v in r["row_counts"].items()},
                  committed_bytes=array(r["committed_bytes"]), committed_sub_rows=array(r["committed_sub_rows"]),
                  sizes_complete=bool(r["sizes_complete"]), committed_rows=r["committed_rows"], owner=r["owner"],
-                 seal_ends=list(r["seal_ends"]))
+                 seal_ends=list(r["seal_ends"]), replicas=int(r.get("replicas", 0)))
         ex.created = float(r.get("created", ex.created))  # a record without it: the restart's time
         for p in r["producers"]:
             ex.set_producer(ProducerInfo(**{**p, "state": PartitionState(p["state"])}))
@@ -181,9 +185,27 @@ class Exchange:
             "rows": self.committed_rows,
             "subpartition_rows": self.subpartition_rows(),
             "owner": self.owner,
+            "replicas": self.replicas,
+            "replication": self.replication(),
             "created_at": self.created,
             "last_used_at": wall_time(self.last_used),
         }
+
+    def replication(self) -> dict[str, int] | None:
+        """Its committed partitions' copies, for status and the metrics: how many have every replica asked for
+        complete (``replicated``), fewer (``under_replicated``: a replica's service was lost), and how many are read
+        from a replica that took a lost partition's place (``failed_over``). None without replicas."""
+        if not self.replicas:
+            return None
+        out = {"partitions": 0, "replicated": 0, "under_replicated": 0, "failed_over": 0}
+        for p in map(self.producers.get, self.committed):
+            if p is None:
+                continue
+            out["partitions"] += 1
+            complete = sum(1 for r in p.replicas if r.get("state") == ReplicaState.COMPLETE)
+            out["replicated" if complete >= self.replicas else "under_replicated"] += 1
+            out["failed_over"] += bool(p.failed_over)
+        return out
 
     def header(self) -> dict[str, Any]:
         """What every notification carries besides its change: state, epoch, width, seal."""

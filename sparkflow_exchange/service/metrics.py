@@ -70,6 +70,13 @@ def render(status: dict) -> str:
     metric("connections_refused_total", "counter", "connections refused for want of room (a cap full, no fds)",
            [({}, status.get("refused_connections", 0))])
     metric("exchanges", "gauge", "exchanges known to the coordinator", [({}, len(status["exchanges"]))])
+    replicated = [(e["name"], e["replication"]) for e in status["exchanges"] if e.get("replication")]
+    for state, help_text in (("replicated", "with every replica the exchange's replicas option asks for complete"),
+                             ("under_replicated", "with fewer complete replicas than asked (a replica's service was "
+                                                  "lost): read from their own service, with no copy left"),
+                             ("failed_over", "read from a replica since their own service was lost")):
+        metric(f"exchange_partitions_{state}", "gauge", f"committed partitions of a replicated exchange {help_text}",
+               [({"exchange": name}, r[state]) for name, r in replicated])
     if "disk" in status:
         metric("disk_used_bytes", "gauge", "bytes of spill files the service holds", [({}, status["disk"]["used"])])
         metric("disk_limit_bytes", "gauge", "maxDiskBytes: most bytes of spill files the service holds",

@@ -12,9 +12,9 @@ import logging
 from typing import Callable
 
 from ..errors import ErrorCode, ServiceError
-from ..kinds import ExchangeState, PartitionState
+from ..kinds import ExchangeState, PartitionState, PartitionType
 from .exchange_book import REPLACED, ExchangeBook
-from .exchange_lifecycle import Action, Event, Transition
+from .exchange_lifecycle import Action, Event, ReplicaState, Transition
 from .exchanges import Exchange, ProducerInfo, layout_text, same_layout, same_schema, schema_text
 from .write_checks import add_sizes, check_rows, check_tasks_covered, fix_width, record_sizes
 
@@ -23,22 +23,28 @@ log = logging.getLogger(__name__)
 # (location, partition id) -> the credential that registered the partition, when the location is this process's
 # service ("" when it holds no such partition); None for a location elsewhere
 PartitionOwner = Callable[[dict, str], "str | None"]
+# (the location of the partition to copy, or None to only check there are enough hosts; how many copies) -> the
+# locations of registered services on other hosts that keep them (ServiceRoster.pick_replicas)
+PickReplicas = Callable[["dict | None", int], list[dict]]
 
 
 class Writes:
-    def __init__(self, book: ExchangeBook, locate: Callable[[dict], dict], partition_owner: PartitionOwner) -> None:
+    def __init__(self, book: ExchangeBook, locate: Callable[[dict], dict], partition_owner: PartitionOwner,
+                 pick_replicas: PickReplicas = lambda location, n: []) -> None:
         """``locate``: a producer's location as the service registry holds it (refused when no live registered
-        service gave it)."""
+        service gave it); ``pick_replicas``: the services of other hosts that keep a partition's copies."""
         self.book = book
         self.locate = locate
         self.partition_owner = partition_owner
+        self.pick_replicas = pick_replicas
 
     async def declare(self, name: str, schema: str, num_subpartitions: int | None, partitioner: dict,
-                      partition_type: str, mode: str, coalesce: bool = False, owner: str = "") -> dict:
+                      partition_type: str, mode: str, coalesce: bool = False, owner: str = "", replicas: int = 0) -> dict:
         """Start a write: create (overwrite) or extend (append) an exchange; returns its description + write id.
 
         ``coalesce``: the width was not given (hash, rebalance, rescale, custom): the first producer fixes it
-        when it registers, and reads of the sealed exchange may group adjacent subpartitions."""
+        when it registers, and reads of the sealed exchange may group adjacent subpartitions. ``replicas``:
+        copies of each partition on other hosts; refused now when the coordinator has services on too few."""
         if not name:
             raise ServiceError("the 'exchange' option is required (the name of the exchange)", ErrorCode.BAD_REQUEST)
         if mode not in ("overwrite", "append"):
@@ -46,13 +52,23 @@ class Writes:
         if self.book.streams.is_stream(name):
             raise ServiceError(f"exchange {name!r} is a stream written by a streaming query; a batch write cannot "
                                "write it: use another name, or drop the stream first", ErrorCode.BAD_REQUEST)
+        if replicas and partition_type == PartitionType.PIPELINED_BOUNDED:
+            raise ServiceError("replicas needs partitionType HYBRID or BLOCKING: a PIPELINED_BOUNDED partition is "
+                               "consumed once, and its copy would fill with no reader", ErrorCode.BAD_REQUEST)
+        if replicas:
+            self.pick_replicas(None, replicas)  # NO_REPLICA_HOST before anything is declared
         ex = self.book.exchanges.get(name)
         if ex is not None and mode == "append" and ex.state != ExchangeState.ABORTED:
             self._check_append(ex, schema, partitioner, partition_type, num_subpartitions)
+            if replicas != ex.replicas:
+                raise ServiceError(f"append to exchange {name!r} with replicas={replicas}: the exchange keeps "
+                                   f"replicas={ex.replicas}, the count it was created with; write it with "
+                                   "mode('overwrite') to change it", ErrorCode.LAYOUT_MISMATCH)
         else:
             if ex is None or ex.owner != owner:
                 self.book.check_room(owner, name)
             ex = self._new_version(name, schema, num_subpartitions, partitioner, partition_type, coalesce, owner)
+            ex.replicas = replicas
         return await self._open_write(ex)
 
     async def declare_epoch(self, stream: str, name: str, schema: str, num_subpartitions: int | None,
@@ -171,8 +187,12 @@ class Writes:
         if num_subpartitions is not None:
             fix_width(ex, num_subpartitions)
         info = ProducerInfo(index, attempt, partition, location, write_id, owner=owner)
+        if ex.replicas:  # the writer pushes every buffer to these too, under the same partition id
+            info.replicas = [{"location": where, "state": ReplicaState.WRITING}
+                             for where in self.pick_replicas(location, ex.replicas)]
         await self._carry_out(ex, ex.life.on(Event.REGISTER, write_id), changed=[ex.set_producer(info)])
-        return {"ok": True, "num_subpartitions": ex.num_subpartitions}
+        return {"ok": True, "num_subpartitions": ex.num_subpartitions,
+                "replicas": [r["location"] for r in info.replicas]}
 
     def _check_partition(self, ex: Exchange, partition: str, location: dict, owner: str) -> None:
         """Refuse a partition held by another exchange, or registered by another credential (see above)."""
@@ -199,11 +219,11 @@ class Writes:
     async def producer_finished(self, name: str, epoch: int, partition: str, spill: str = "",
                                 subpartition_bytes: list[int] | None = None, rows: int | None = None,
                                 bytes: int | None = None, subpartition_rows: list[int] | None = None,
-                                raw_bytes: int | None = None) -> dict:
+                                raw_bytes: int | None = None, replicas: list[str] | None = None) -> dict:
         """A producer finished; ``subpartition_bytes`` (bytes per subpartition) feed coalesced reads, ``rows``
         (what it pushed) is checked against its commit message; ``subpartition_rows`` (rows per subpartition)
         are summed at commit for readers that plan by rows; ``raw_bytes``: its bytes as they would be
-        uncompressed."""
+        uncompressed; ``replicas``: the services whose replica confirmed every buffer (the writer finished it)."""
         ex = self.book.get(name, epoch)
         p = ex.producers.get(partition)
         if p is not None:
@@ -213,6 +233,9 @@ class Writes:
                 p.raw_bytes = raw_bytes
             p.state = PartitionState.FINISHED
             p.spill = spill
+            for r in p.replicas:
+                if r["location"].get("service_id") in (replicas or ()) and r["state"] == ReplicaState.WRITING:
+                    r["state"] = ReplicaState.COMPLETE
             await self._carry_out(ex, ex.life.on(Event.FINISH), changed=[ex.set_producer(p)])
         return {"ok": True}
 
@@ -238,6 +261,8 @@ class Writes:
         if missing:
             raise ServiceError(f"commit names partitions that never registered: {missing}", ErrorCode.BAD_REQUEST)
         check_rows(ex, partitions, rows)
+        if ex.replicas:
+            self._check_replicated(ex, partitions)
         winners = set(partitions)
         of_write = [p for p in ex.producers.values() if p.write_id == write_id]
         check_tasks_covered(ex, of_write, winners)
@@ -259,6 +284,21 @@ class Writes:
         await self._carry_out(ex, t, losers, "another attempt of its task won the commit",
                               committed=list(ex.committed), removed=[p.partition for p in losers])
         return ex.describe()
+
+    @staticmethod
+    def _check_replicated(ex: Exchange, partitions: list[str]) -> None:
+        """A replicated write commits only when every replica of every partition holds all of it."""
+        for pid in partitions:
+            p = ex.producers[pid]
+            complete = [r for r in p.replicas if r["state"] == ReplicaState.COMPLETE]
+            if len(complete) < ex.replicas:
+                states = ", ".join(f"{r['location'].get('service_id')} on host {r['location'].get('host_id')}: "
+                                   f"{r['state']}" for r in p.replicas) or "none placed"
+                raise ServiceError(
+                    f"commit of exchange {ex.name!r} is refused: partition {pid} (producer {p.index}) has "
+                    f"{len(complete)} of replicas={ex.replicas} complete copies ({states}); a replicated write "
+                    "commits only when every copy holds the whole partition: write it again",
+                    ErrorCode.REPLICA_LOST)
 
     async def abort(self, name: str, epoch: int, write_id: str, reason: str = "") -> dict:
         """Release a failed write's producers. Commit wins: an abort of a write that is no longer open

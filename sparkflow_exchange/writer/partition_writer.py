@@ -260,3 +260,79 @@ class PartitionWriter:
         """Seconds waited for credit per second of writing (Flink's backPressuredTimeMsPerSecond / 1000)."""
         elapsed = max(time.monotonic() - self.started, 1e-9)
         return self.backpressure_seconds / elapsed
+
+
+class ReplicatedWriter:
+    """A partition written to its own service and, buffer for buffer, to replicas on other hosts' services.
+
+    Each replica is the same partition (same id, same buffers in the same order, so the same sequence numbers)
+    in another service, pushed as the buffers are written: a reader that loses the partition's service goes on
+    from a replica at the sequence it reached. ``finish`` returns only when every replica confirmed every
+    buffer (its counts checked like the partition's own), so a write whose replica failed never commits. A
+    failing replica fails the write with ``ReplicaLost`` naming its service (a retry places its replica anew).
+    """
+
+    def __init__(self, primary: PartitionWriter, replicas: list[tuple[PartitionWriter, dict]]) -> None:
+        """``replicas``: each replica's writer and its service's location."""
+        self.primary = primary
+        self.replicas = replicas
+        self.order = threading.Lock()  # every copy gets the buffers in one order, whichever thread pushes
+
+    def __getattr__(self, name: str):  # counters and settings: the partition's own writer's
+        return getattr(self.primary, name)
+
+    @property
+    def backpressure_seconds(self) -> float:
+        return self.primary.backpressure_seconds + sum(w.backpressure_seconds for w, _ in self.replicas)
+
+    def _each_replica(self, act) -> None:
+        for writer, where in self.replicas:
+            try:
+                act(writer)
+            except ServiceError as exc:
+                if exc.code in (ErrorCode.REPLACED, ErrorCode.RELEASED):
+                    raise  # the exchange or this attempt went: the partition's own writer says so too
+                raise error_for(ErrorCode.REPLICA_LOST, f"the replica of partition {writer.partition} on exchange "
+                                f"service {where.get('service_id')} (host {where.get('host_id')}, {where.get('tcp')}) "
+                                f"failed: {exc}; the write cannot commit without it (a retry of the task places its "
+                                "replica on a live service)") from exc
+
+    def push(self, subpartition: int, payload, kind: int = BufferKind.DATA, flags: int = 0) -> None:
+        with self.order:
+            self.primary.push(subpartition, payload, kind, flags)
+            self._each_replica(lambda w: w.push(subpartition, payload, kind, flags))
+
+    def push_batch(self, subpartition: int, batch: pa.RecordBatch, encoder: BatchEncoder) -> None:
+        self.push_encoded(subpartition, encoder.encode(batch), encoder.flags)  # serialised once for every copy
+
+    def push_encoded(self, subpartition: int, payload: pa.Buffer, flags: int) -> None:
+        with self.order:
+            self.primary.push_encoded(subpartition, payload, flags)
+            self._each_replica(lambda w: w.push_encoded(subpartition, payload, flags))
+
+    def push_region(self, region: Region, flags: int) -> None:
+        with self.order:
+            self.primary.push_region(region, flags)
+            self._each_replica(lambda w: w.push_region(region, flags))
+
+    def check(self) -> None:
+        self.primary.check()
+        self._each_replica(lambda w: w.check())
+
+    def finish(self, counts: dict | None = None) -> dict:
+        """Every replica's service confirmed every buffer, then the partition's own: its stats."""
+        self._each_replica(lambda w: w.finish(counts))
+        return self.primary.finish(counts)
+
+    def abandon(self, reason: str) -> None:
+        for writer in [self.primary, *(w for w, _ in self.replicas)]:
+            writer.abandon(reason)
+
+    def fail(self, reason: str) -> None:
+        for writer in [self.primary, *(w for w, _ in self.replicas)]:
+            writer.fail(reason)
+
+    def close_replicas(self) -> None:
+        """The replicas' connections (each used by this partition alone) are closed."""
+        for writer, _ in self.replicas:
+            writer.conn.close()

@@ -50,6 +50,10 @@ import org.sparkflow.exchange.write.WriteSettings;
  *       {@code KeyFilter}, {@code ReadLayout}, {@code WriteSettings} and {@code Route} through the probe of their
  *       package ({@code wire.WireProbe}, {@code read.ReadProbe}, {@code write.WriteProbe}, {@code format.FormatProbe}),
  *       whose javadoc gives each request's fields</li>
+ *   <li>{@code {"op": "standalone_read", "describe": "..", "subpartition": s, "coordinator": a, "secret": k,
+ *       "host_id": h, "columns": [..]}}: {@code read.StandaloneRead#read} against real services, hex</li>
+ *   <li>{@code remote_read}: one producer's subpartition through {@code read.RemoteProducer}, paused mid-read
+ *       ({@code read.ReadProbe#remoteRead})</li>
  * </ul>
  */
 public final class UnitDriver {
@@ -88,6 +92,8 @@ public final class UnitDriver {
                     case "real_time" -> answer.put("unavailable", org.sparkflow.exchange.stream.StreamTable
                             .realTimeUnavailable(request.path("interface").asText()));
                     case "warmup" -> answer.put("ms", warmup());
+                    case "standalone_read" -> answer.put("hex", standaloneRead(request));
+                    case "remote_read" -> answer.set("values", ReadProbe.remoteRead(request));
                     default -> throw new IllegalArgumentException("unknown op " + request.path("op"));
                 }
             } catch (RuntimeException e) {
@@ -95,6 +101,17 @@ public final class UnitDriver {
             }
             System.out.println(JSON.writeValueAsString(answer));
         }
+    }
+
+    private static String standaloneRead(JsonNode r) throws java.io.IOException {
+        JsonNode cols = r.path("columns");
+        int[] columns = new int[cols.size()];
+        for (int i = 0; i < columns.length; i++) {
+            columns[i] = cols.get(i).asInt();
+        }
+        return HexFormat.of().formatHex(org.sparkflow.exchange.read.StandaloneRead.read(r.path("describe").asText(),
+                r.path("subpartition").asInt(), r.path("coordinator").asText(), r.path("secret").asText(),
+                r.path("host_id").asText(), columns));
     }
 
     private static String epochMarker(long epoch) throws ReflectiveOperationException {

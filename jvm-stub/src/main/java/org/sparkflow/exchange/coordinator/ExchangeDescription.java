@@ -23,7 +23,19 @@ import org.apache.spark.sql.util.ArrowUtils;
 public final class ExchangeDescription implements Serializable {
     /** One committed producer: where its finished spill file is and which host and service wrote it. */
     public record Producer(int index, String partition, String state, String spill, String hostId, long servicePid,
-                           String unix, String tcp, boolean tls) implements Serializable {}
+                           String unix, String tcp, boolean tls, List<Replica> replicas) implements Serializable {
+        public Producer(int index, String partition, String state, String spill, String hostId, long servicePid,
+                        String unix, String tcp, boolean tls) {
+            this(index, partition, state, spill, hostId, servicePid, unix, tcp, tls, List.of());
+        }
+    }
+
+    /**
+     * A copy of a producer's partition (the same partition id, the same buffers in the same order) on another host's
+     * service (the {@code replicas} write option): where a read goes on, at the sequence it reached, when the
+     * partition's own service is lost.
+     */
+    public record Replica(String hostId, String unix, String tcp) implements Serializable {}
 
     /**
      * The coordinator's verdict on reading it (its lifecycle's, decided once for every reader): {@code sealed}, its
@@ -110,9 +122,19 @@ public final class ExchangeDescription implements Serializable {
 
     private static Producer producer(JsonNode x) {
         JsonNode loc = x.path("location");
+        List<Replica> replicas = new ArrayList<>();
+        for (JsonNode r : x.path("replicas")) { // "writing" (a live read) or "complete": it holds what is read
+            String state = r.path("state").asText("");
+            JsonNode at = r.path("location");
+            if (state.equals("writing") || state.equals("complete")) {
+                replicas.add(new Replica(at.path("host_id").asText(""), at.path("unix").asText(""),
+                        at.path("tcp").asText("")));
+            }
+        }
         return new Producer(x.path("index").asInt(), x.path("partition").asText(), x.path("state").asText(),
                 x.path("spill").asText(""), loc.path("host_id").asText(""), loc.path("pid").asLong(-1),
-                loc.path("unix").asText(""), loc.path("tcp").asText(""), loc.path("tls").asBoolean(false));
+                loc.path("unix").asText(""), loc.path("tcp").asText(""), loc.path("tls").asBoolean(false),
+                List.copyOf(replicas));
     }
 
     /**

@@ -24,6 +24,8 @@ public final class ErrorCodes extends Contract.ErrorCode {
             Map.entry(SCHEMA_MISMATCH, "SchemaMismatch"),
             Map.entry(NO_EXCHANGE, "ExchangeNotFound"),
             Map.entry(EXCHANGE_LOST, "ExchangeLost"),
+            Map.entry(NO_REPLICA_HOST, "InvalidRequest"),
+            Map.entry(REPLICA_LOST, "ServiceUnavailable"),
             Map.entry(REPLACED, "ExchangeReplaced"),
             Map.entry(RELEASED, "PartitionReleasedError"),
             Map.entry(ROWS_LOST, "DataLost"),

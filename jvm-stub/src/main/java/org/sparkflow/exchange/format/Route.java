@@ -4,6 +4,7 @@ import java.util.Arrays;
 import java.util.stream.Collectors;
 import java.util.Locale;
 import java.util.Set;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.read.ExchangeScan;
@@ -59,6 +60,9 @@ final class Route {
             }
         }
         if (write) {
+            if (!"0".equals(sessionReplicas().trim())) { // the Python writer pushes each partition's copies
+                return Option.REPLICAS + " (session setting)";
+            }
             if (!options.containsKey(Option.NUM_SUBPARTITIONS)) { // the Python writer's coalesced layout: its own
                 return "no numSubpartitions";
             }
@@ -68,6 +72,13 @@ final class Route {
             }
         }
         return null;
+    }
+
+    /** {@code spark.sparkflow.exchange.replicas} of the active session (the option itself routes as any option). */
+    static String sessionReplicas() {
+        scala.Option<SparkSession> session = SparkSession.getActiveSession();
+        String value = session.isDefined() ? session.get().conf().get(Option.PREFIX + Option.REPLICAS, null) : null;
+        return value == null ? String.valueOf(Contract.OptionDefault.REPLICAS) : value;
     }
 
     /**

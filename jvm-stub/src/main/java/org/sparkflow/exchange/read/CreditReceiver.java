@@ -42,6 +42,22 @@ public final class CreditReceiver {
         return Frames.encode(Frames.PARTITION_REQUEST, msg.toString());
     }
 
+    /**
+     * The PARTITION_REQUEST that goes on from the next buffer due, on another connection (a replica's service): the
+     * credit not in use is announced again, so no buffer is lost or repeated.
+     */
+    public byte[] resume(String partition, int subpartition) {
+        ObjectNode msg = MAPPER.createObjectNode();
+        msg.put("partition", partition);
+        msg.put("subpartition", subpartition);
+        msg.put("receiver_id", receiverId);
+        msg.put("initial_credit", credit);
+        msg.put("resume_from", nextSeq);
+        msg.put("shared", false);
+        msg.putNull("subpartition_end");
+        return Frames.encode(Frames.PARTITION_REQUEST, msg.toString());
+    }
+
     /** A received BUFFER_RESPONSE, checked: ours, the next in sequence, within the credit given. */
     public Buffer onBuffer(Frames.Frame frame) {
         if (frame.header().length != HEADER) {

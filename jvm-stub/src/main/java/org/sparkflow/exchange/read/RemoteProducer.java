@@ -4,7 +4,14 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.nio.ByteBuffer;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.List;
+import org.sparkflow.exchange.contract.Contract.ErrorCode;
+import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.coordinator.ExchangeDescription.Producer;
+import org.sparkflow.exchange.errors.ErrorCodes;
+import org.sparkflow.exchange.errors.ServiceError;
 import org.sparkflow.exchange.wire.Frames;
 import org.sparkflow.exchange.wire.RpcConnection;
 import org.sparkflow.exchange.wire.Tls;
@@ -12,14 +19,22 @@ import org.sparkflow.exchange.wire.Tls;
 /**
  * One producer's subpartition read from its exchange service under credit: a partition request on an
  * authenticated connection, buffers in sequence, one credit back per decoded data buffer, then the end of
- * partition with its counts. For producers whose spill file is not readable here (another host).
+ * partition with its counts. For producers whose spill file is not readable here (another host). A partition with
+ * replicas (the {@code replicas} write option) is read on from the next replica, at the buffer due, when its service
+ * cannot be reached or the connection to it is lost: no buffer is lost or repeated.
  */
 final class RemoteProducer implements ProducerSource {
     static final int INITIAL_CREDIT = 4;
     static final int TIMEOUT_MILLIS = 300_000; // a service under load may take long for the next buffer
     private static final ObjectMapper MAPPER = new ObjectMapper();
     private final Producer producer;
-    private final RpcConnection conn;
+    private final int subpartition;
+    private final String secret;
+    private final String hostId;
+    private final Tls tls;
+    private final ArrayDeque<String> replicas = new ArrayDeque<>(); // where to go on when the service is lost
+    private final List<String> left = new ArrayList<>(); // the services this read left, and why
+    private RpcConnection conn;
     private final CreditReceiver credit = new CreditReceiver(1, INITIAL_CREDIT);
     private boolean ended;
     private long buffersRead;
@@ -29,13 +44,75 @@ final class RemoteProducer implements ProducerSource {
 
     RemoteProducer(Producer producer, String address, int subpartition, String secret, String hostId, Tls tls) {
         this.producer = producer;
-        this.conn = new RpcConnection(address, secret, hostId, TIMEOUT_MILLIS, tls);
-        try {
-            conn.send(credit.request(producer.partition(), subpartition));
-        } catch (RuntimeException e) {
-            conn.close();
-            throw e;
+        this.subpartition = subpartition;
+        this.secret = secret;
+        this.hostId = hostId;
+        this.tls = tls;
+        for (ExchangeDescription.Replica r : producer.replicas()) {
+            replicas.add(r.hostId().equals(hostId) && !r.unix().isEmpty() ? r.unix() : r.tcp());
         }
+        connect(address, false);
+    }
+
+    /** Ask {@code address} for the partition, from the start or ({@code resume}) from the next buffer due. */
+    private void connect(String address, boolean resume) {
+        while (true) {
+            RpcConnection c = null;
+            try {
+                c = new RpcConnection(address, secret, hostId, TIMEOUT_MILLIS, tls);
+                c.send(resume ? credit.resume(producer.partition(), subpartition)
+                        : credit.request(producer.partition(), subpartition));
+                conn = c;
+                return;
+            } catch (ServiceError e) {
+                if (c != null) {
+                    c.close();
+                }
+                if (replicas.isEmpty()) {
+                    throw withLeft(e);
+                }
+                left.add(address + ": " + e.getMessage());
+                address = replicas.poll();
+                resume = true;
+            }
+        }
+    }
+
+    private ServiceError withLeft(ServiceError e) {
+        return left.isEmpty() ? e : ErrorCodes.error(e.code(), e.getMessage() + " (after the partition's replicas "
+                + "were tried: " + String.join("; ", left) + ")", e);
+    }
+
+    /** The next frame; when the connection is lost, the same from the next replica, at the sequence reached. */
+    private Frames.Frame receive() {
+        while (true) {
+            try {
+                return conn.receive();
+            } catch (ServiceError e) {
+                failOver(e);
+            }
+        }
+    }
+
+    /** One buffer's credit back; a lost connection goes on from the next replica (the credit announced there). */
+    private void giveBack() {
+        byte[] frame = credit.consumed();
+        try {
+            conn.send(frame);
+        } catch (ServiceError e) {
+            failOver(e);
+        }
+    }
+
+    /** Go on from the next replica after {@code e}, or throw it when it is no lost service or none is left. */
+    private void failOver(ServiceError e) {
+        boolean gone = ErrorCode.CONNECTION_LOST.equals(e.code()) || ErrorCode.TIMEOUT.equals(e.code());
+        if (replicas.isEmpty() || !gone) { // TIMEOUT: a host that vanished without a word, at the read's timeout
+            throw withLeft(e);
+        }
+        conn.close();
+        left.add(conn.address() + ": " + e.getMessage());
+        connect(replicas.poll(), true);
     }
 
     @Override
@@ -46,7 +123,7 @@ final class RemoteProducer implements ProducerSource {
     @Override
     public int next(BufferDecoder decoder) throws IOException, BufferDecoder.CorruptBuffer {
         while (!ended) {
-            Frames.Frame frame = conn.receive();
+            Frames.Frame frame = receive();
             if (frame.type() == Frames.ERROR_RESPONSE) {
                 JsonNode error = MAPPER.readTree(frame.header());
                 throw new IOException("its service at " + conn.address() + " answered: " + error.path("message").asText());
@@ -73,7 +150,7 @@ final class RemoteProducer implements ProducerSource {
                 int rows = decoder.load(buffer.payload());
                 buffersRead++;
                 rowsRead += rows;
-                conn.send(credit.consumed());
+                giveBack();
                 return rows;
             }
         }

@@ -197,6 +197,9 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
             return remote(p, local);
         }
         if (p.servicePid() > 0 && !ProcessHandle.of(p.servicePid()).map(ProcessHandle::isAlive).orElse(false)) {
+            if (!p.replicas().isEmpty()) {
+                return remote(p, local); // its replicas' services serve it (after the dead one's socket refuses)
+            }
             throw new ExchangeReadException("lost " + where(p) + ": the exchange service that held it (process "
                     + p.servicePid() + ") is gone, its spill files are no longer served; re-run the write to recover");
         }

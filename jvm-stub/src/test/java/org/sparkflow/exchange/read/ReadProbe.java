@@ -172,4 +172,50 @@ public final class ReadProbe {
         }
         return out;
     }
+
+    /**
+     * {@code {"describe": json, "partition": p, "subpartition": s, "secret": k, "host_id": h, "after": n, "mid": path,
+     * "go": path}}: one producer's subpartition read by {@link RemoteProducer} (what a read task does with a producer on
+     * another host), column 0 as longs; after {@code after} data buffers it creates the file {@code mid} and waits (at
+     * most two minutes) for the file {@code go} before it reads on. Answers the values read, in order.
+     */
+    public static ArrayNode remoteRead(JsonNode r) throws Exception {
+        ExchangeDescription desc = ExchangeDescription.parse(JSON.readTree(r.path("describe").asText()));
+        Producer p = desc.registered.stream().filter(x -> x.partition().equals(r.path("partition").asText()))
+                .findFirst().orElseThrow();
+        ArrayNode out = JSON.createArrayNode();
+        try (org.apache.arrow.memory.BufferAllocator allocator = new org.apache.arrow.memory.RootAllocator()) {
+            org.apache.arrow.vector.types.pojo.Schema schema = org.apache.arrow.vector.ipc.message.MessageSerializer
+                    .deserializeSchema(new org.apache.arrow.vector.ipc.ReadChannel(java.nio.channels.Channels.newChannel(
+                            new java.io.ByteArrayInputStream(java.util.Base64.getDecoder().decode(desc.schemaBase64)))));
+            try (org.apache.arrow.vector.VectorSchemaRoot root = org.apache.arrow.vector.VectorSchemaRoot.create(schema,
+                    allocator)) {
+                BufferDecoder decoder = new BufferDecoder(allocator, root);
+                java.nio.file.Path mid = java.nio.file.Path.of(r.path("mid").asText());
+                java.nio.file.Path go = java.nio.file.Path.of(r.path("go").asText());
+                try (RemoteProducer source = new RemoteProducer(p, p.tcp(), r.path("subpartition").asInt(),
+                        r.path("secret").asText(), r.path("host_id").asText(), null)) {
+                    int buffers = 0;
+                    for (int rows = source.next(decoder); rows >= 0; rows = source.next(decoder)) {
+                        org.apache.arrow.vector.BigIntVector ids = (org.apache.arrow.vector.BigIntVector) root.getVector(0);
+                        for (int i = 0; i < rows; i++) {
+                            out.add(ids.get(i));
+                        }
+                        if (++buffers == r.path("after").asInt()) {
+                            java.nio.file.Files.writeString(mid, "reading");
+                            long deadline = System.nanoTime() + 120_000_000_000L;
+                            while (!java.nio.file.Files.exists(go) && System.nanoTime() < deadline) {
+                                Thread.sleep(20);
+                            }
+                        }
+                    }
+                    String mismatch = source.countsMismatch();
+                    if (mismatch != null) {
+                        throw new IllegalStateException(mismatch);
+                    }
+                }
+            }
+        }
+        return out;
+    }
 }
