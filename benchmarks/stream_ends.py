@@ -61,7 +61,7 @@ def produce(args) -> None:
         out.mkdir(parents=True, exist_ok=True)
         print("ready", flush=True)
         sys.stdin.readline()
-        start = time.monotonic()
+        start, wall = time.monotonic(), time.time()
         held: list[pa.RecordBatch] = []
         last = time.monotonic()
         n = 0
@@ -80,14 +80,14 @@ def produce(args) -> None:
             if time.monotonic() - last >= args.epoch_ms / 1000:
                 write_file()
         write_file()
-        print(f"sent {counter[0]} {time.monotonic() - start:.3f}", flush=True)
+        print(f"sent {counter[0]} {time.monotonic() - start:.3f} {wall:.3f}", flush=True)
         return
     handle = st.declare_stream(config(args.stream), SCHEMA)
     epoch = 0
     write = st.begin_epoch(handle, epoch, "hop-producer")
     print("ready", flush=True)
     sys.stdin.readline()
-    start = time.monotonic()
+    start, wall = time.monotonic(), time.time()
     per_epoch = args.epoch_ms / 1000 if args.epoch_ms else args.seconds
     while True:
         elapsed = time.monotonic() - start
@@ -100,7 +100,7 @@ def produce(args) -> None:
         epoch += 1
         if time.monotonic() - start < args.seconds:
             write = st.begin_epoch(handle, epoch, "hop-producer")
-    print(f"sent {counter[0]} {time.monotonic() - start:.3f}", flush=True)
+    print(f"sent {counter[0]} {time.monotonic() - start:.3f} {wall:.3f}", flush=True)
 
 
 def batches_until(rate: int, start: float, until: float, counter: list[int]):

@@ -20,7 +20,8 @@ Cases:
    written); for ``files`` it writes a parquet file every ``--epoch-ms`` instead. One Spark query reads A (the
    route's source) and writes stream B with the route's sink (``files``: the JVM sink), one subpartition; a
    consumer process outside Spark reads B as it is written and stamps each batch's arrival. Latency = arrival -
-   stamp; p50/p99/p99.9 over the rows after ``--warmup-seconds``; every row must arrive once (checked). At each
+   stamp; p50/p99/p99.9 over the rows handed over from ``--warmup-seconds`` after the first row arrived (a new
+   query's first rows run cold code); every row must arrive once (checked). At each
    rate of ``--rates``, then at the highest sustained rate, searched by doubling (halving) from the highest
    fixed rate: the hop keeps up when the producer holds its rate (95 %), every row arrives within
    ``--grace`` s of the producer's end, and the latency of the window's last fifth is at most twice its first
@@ -107,7 +108,8 @@ def main() -> None:
     # latency (rate source)
     parser.add_argument("--seconds", type=float, default=60.0, help="latency: measured window per route")
     parser.add_argument("--warmup-seconds", type=float, default=5.0,
-                        help="hop, latency: left out of the percentiles at the start")
+                        help="hop: rows handed over this long after the first row arrived are counted (the producer "
+                             "runs 2x this + the window); latency: left out after the reader starts")
     parser.add_argument("--latency-warmup", type=float, default=4.0,
                         help="latency: an untimed run of this many seconds per route first (0: none)")
     parser.add_argument("--rate", type=int, default=1000, help="latency: rows per second")
@@ -125,8 +127,9 @@ def main() -> None:
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra Spark setting for the session (repeatable)")
     parser.add_argument("--driver-java-options", default="",
-                        help="the driver JVM's options, e.g. '-Xlog:gc*:file=/tmp/gc.log' or "
+                        help="the driver JVM's options (give them with '='), e.g. --driver-java-options=-Xlog:gc:file=/tmp/gc.log or "
                              "'-XX:StartFlightRecording=filename=/tmp/hop.jfr'")
+    parser.add_argument("--arrivals-dir", default="", help="hop: keep each run's (id, latency µs) arrays here")
     parser.add_argument("--jar", default=str(JAR), help="the plugin jar (default: the one setup builds)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "streaming-latest.json"))
     args = parser.parse_args()
@@ -462,7 +465,7 @@ def hop(spark, route: str, rate: int, seconds: float, args) -> dict:
     settle(spark)
     tag = f"h{uuid.uuid4().hex[:8]}"
     a, b = f"{tag}-a", f"{tag}-b"
-    total_seconds = args.warmup_seconds + seconds
+    total_seconds = 2 * args.warmup_seconds + seconds  # the query's first rows may take a while (cold code)
     files = TMP / f"{tag}-files"
     out = TMP / f"{tag}-arrivals.npy"
     producer = _end("producer", ["--stream", a, "--rate", str(rate), "--seconds", str(total_seconds),
@@ -492,6 +495,7 @@ def hop(spark, route: str, rate: int, seconds: float, args) -> dict:
         sent_line = producer.stdout.readline().split()
         producer_cpu = _reap(producer)
         total, took = int(sent_line[1]), float(sent_line[2])
+        went = float(sent_line[3]) if len(sent_line) > 3 else 0.0
         consumer.stdin.write(f"total {total}\n")
         consumer.stdin.flush()
         consumer.stdout.readline()
@@ -507,10 +511,15 @@ def hop(spark, route: str, rate: int, seconds: float, args) -> dict:
                 proc.kill()
                 proc.wait()
     ids, lat = np.load(out)
+    if args.arrivals_dir:
+        shutil.copy(out, Path(args.arrivals_dir) / f"{route}-{rate}-{tag}.npy")
     unique = len(np.unique(ids))
     if unique != len(ids):
         raise AssertionError(f"{route} at {rate} rows/s: {len(ids) - unique} rows arrived twice")
-    keep = ids >= int(rate * args.warmup_seconds)
+    # counted: rows handed over from warmup s after the first row arrived (a row's stamp is about id / rate s
+    # after the start; its arrival that + its latency)
+    first_arrival = float(np.min(ids / rate + lat / 1e6)) if len(ids) else 0.0
+    keep = ids >= int(rate * (first_arrival + args.warmup_seconds))
     ms = lat[keep] / 1000.0
     order = np.argsort(ids[keep])
     fifth = max(1, len(order) // 5)
@@ -520,6 +529,7 @@ def hop(spark, route: str, rate: int, seconds: float, args) -> dict:
     kept_up = arrived and held_rate and last <= 2 * first + 50
     result = {"route": route, "rate": rate, "rows": int(keep.sum()), "sent": total, "arrived": int(len(ids)),
               "producer_rate": round(total / took), "kept_up": bool(kept_up),
+              "first_arrival_s": round(first_arrival, 2), "producer_start_epoch_s": went,
               "first_fifth_p50_ms": round(first, 2), "last_fifth_p50_ms": round(last, 2),
               "cpu_s_per_m_rows": round(cpu / total * 1e6, 2),
               "ends_cpu_s_per_m_rows": round((producer_cpu + consumer_cpu) / total * 1e6, 2),
