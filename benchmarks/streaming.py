@@ -366,6 +366,8 @@ def through(spark, route: str, src: Path, args, rows: int | None = None) -> dict
 
     settle(spark)
     tag = f"tp{uuid.uuid4().hex[:6]}"
+    jvm = [int(spark._jvm.java.lang.ProcessHandle.current().pid())]
+    cpu0 = spark_cpu(jvm), spark_cpu(service_pids(TMP / "runtime"))
     start = time.perf_counter()
     frame = spark.readStream.schema(SCHEMA).parquet(str(src))
     writer, source = start_route(spark, route, frame, "key", {"availableNow": True}, args, tag)
@@ -379,12 +381,14 @@ def through(spark, route: str, src: Path, args, rows: int | None = None) -> dict
     n, ids = sum(t[0] for t in totals), sum(t[1] for t in totals)
     if (n, ids) != (rows, rows * (rows - 1) // 2):
         raise AssertionError(f"throughput {route}: read {n} rows (sum of ids {ids}), wrote {rows}")
+    cpu = spark_cpu(jvm) - cpu0[0], spark_cpu(service_pids(TMP / "runtime")) - cpu0[1]
     result = {"seconds": seconds, "writer_seconds": written, "reader_seconds": seconds - written,
+              "cpu_s_per_m_rows": {"spark": round(cpu[0] / rows * 1e6, 2), "service": round(cpu[1] / rows * 1e6, 2)},
               "writer_durations_ms": durations(writer), "reader_durations_ms": durations(reader)}
     if rows != args.rows:
         return result
     print(f"throughput {route:9s}: {seconds:6.2f} s (writer query {written:.2f} s, reader query "
-          f"{seconds - written:.2f} s)")
+          f"{seconds - written:.2f} s); CPU s per M rows {result['cpu_s_per_m_rows']}")
     print(f"    writer {result['writer_durations_ms']}")
     print(f"    reader {result['reader_durations_ms']}")
     return result
@@ -393,17 +397,19 @@ def through(spark, route: str, src: Path, args, rows: int | None = None) -> dict
 def print_throughput(results: dict, routes: list[str], base: str) -> None:
     """The throughput table, ready for RESULTS.md."""
     print(f"\nthroughput, {results['rows']:,} rows (writer query, then reader query; best of {len(results[routes[0]]['rounds'])}):")
-    print("| route | best s (writer / reader query) | median s | rounds |")
-    print("|---|---|---:|---|")
+    print("| route | best s (writer / reader query) | median s | rounds | CPU s / M rows (Spark; service) |")
+    print("|---|---|---:|---|---:|")
     for route in routes:
         r = results[route]
+        cpu = r.get("cpu_s_per_m_rows", {})
         print(f"| {route} | {r['seconds']:.2f} ({r['writer_seconds']:.2f} / {r['reader_seconds']:.2f}) | "
-              f"{r['median_seconds']:.2f} | {' '.join(f'{x:.2f}' for x in r['rounds'])} |")
+              f"{r['median_seconds']:.2f} | {' '.join(f'{x:.2f}' for x in r['rounds'])} | "
+              f"{cpu.get('spark', '-')}; {cpu.get('service', '-')} |")
     for route in routes:
         key = f"speedup_{base}_over_{route}"
         if key in results:
             print(f"| **{base} speedup over {route}** (its seconds / {base}'s) | **{results[key]['best']:.2f}x** | "
-                  f"**{results[key]['median']:.2f}x** | |")
+                  f"**{results[key]['median']:.2f}x** | | |")
 
 
 # ------------------------------------------------------------------ 3. one hop, producer and consumer outside Spark
