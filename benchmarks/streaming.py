@@ -99,7 +99,8 @@ def main() -> None:
     parser.add_argument("--rates", default="1000,10000,100000", help="hop: rows/s, each measured")
     parser.add_argument("--hop-seconds", type=float, default=20.0, help="hop: measured window per rate")
     parser.add_argument("--search-seconds", type=float, default=10.0, help="hop: window of each sustained-rate probe")
-    parser.add_argument("--max-rate", type=int, default=3_200_000, help="hop: the search's highest probe")
+    parser.add_argument("--max-rate", type=int, default=1_600_000,
+                        help="hop: the search's highest probe (about what the Python producer can hand over)")
     parser.add_argument("--hop-rounds", type=int, default=1, help="hop: rounds per fixed rate (the median kept)")
     parser.add_argument("--epoch-ms", type=float, default=100.0,
                         help="hop: the producer commits an epoch (writes a file) this often (micro-batch routes)")
