@@ -494,7 +494,7 @@ def hop(spark, route: str, rate: int, seconds: float, args) -> dict:
     try:
         # running: the Real-time Mode task declared B's first epoch; a micro-batch query waits for data
         wait_for(lambda: query.exception() is not None or (
-            _declared(f"{b}#0") if route == "rtm" else "Waiting" in query.status.get("message", "")),
+            _declared(f"{b}#0") if route == "rtm" else not query.status.get("message", "").startswith("Initializing")),
             120, f"the {route} query to start")
         jvm, services = [int(spark._jvm.java.lang.ProcessHandle.current().pid())], service_pids(TMP / "runtime")
         cpu0 = spark_cpu(jvm), spark_cpu(services)
