@@ -1,36 +1,49 @@
-"""Structured Streaming benchmark: the exchange between two streaming queries vs the file-stream route.
+"""Structured Streaming benchmark: the routes between two queries, measured in ONE SparkSession (the plugin jar on
+``spark.jars``), ratios in one run.
 
-Two routes, measured in ONE SparkSession, one after the other:
+Routes:
 
-* pipelined: ``writeStream.format("pipelined")`` (hash on the first column, 2 subpartitions) ->
-  ``readStream.format("pipelined")``;
-* files (the baseline): ``writeStream.format("parquet")`` -> ``readStream.format("parquet")`` with the
-  schema given (it reads the sink's ``_spark_metadata`` log, so it sees committed files only).
+* ``rtm``: Spark's Real-time Mode (``trigger(realTime=...)``), the JVM stream source and sink (hop case only);
+* ``jvm``: micro-batches through the JVM stream source and sink (``format("pipelined")`` with the jar);
+* ``python``: micro-batches through the Python data source and sink (``spark.sparkflow.exchange.jvmFormat=false``,
+  as without the jar);
+* ``files`` (the baseline): parquet files between the two sides (``readStream.parquet`` of a directory);
+* ``floor`` (throughput only): a no-op Python stream sink and a Python stream source of the same rows prepared as
+  Arrow files (``spark_common.StreamFloor``): what PySpark charges any Python streaming source and sink.
 
 Cases:
 
-1. latency of a trickle: a rate source (``--rate`` rows/s, one partition) written by one query, read by
-   another whose ``foreachBatch`` sink stamps ``time.time()`` when the batch's rows are in the driver
-   (``toArrow``; per batch, no per-row Python). A row's latency = that stamp - its ``timestamp`` column
-   (when the rate source made it). The rate source's offsets are whole seconds, so a row is handed to
-   the writer query only at the end of its second: a floor of 0.5 s median (1 s at worst) in every
-   route; ``from_available`` is the same latency counted from that moment (the route's own). Rows are counted from ``--warmup-seconds`` after the reader's first
-   batch, for ``--seconds``; both queries run with the same trigger (``--trigger``, default
-   ``processingTime=0``: a batch starts as soon as the previous one ended and there is data).
-   Every row of the window must arrive exactly once (checked).
-2. throughput (``--repeat`` interleaved rounds, best and median): ``--rows`` rows (long id, long key, 16-char string, double) prepared as parquet (2
-   files) before timing; a writer query reads them with ``trigger(availableNow=True)`` into the route,
-   then a reader query with ``availableNow`` aggregates every column in ``foreachBatch``. Time from the
-   writer's start to the reader having everything; count and sum(id) checked exactly. Route ``floor``
-   (throughput only): the same two queries through a no-op Python stream sink and a Python stream
-   source of the same rows prepared as Arrow files (``spark_common.StreamFloor``): what PySpark
-   charges any Python streaming source and sink, nothing of the exchange.
+1. ``hop``: one hop's latency, a row's push into the route to its arrival in the next query's sink. A producer
+   process outside Spark (``stream_ends.py``, the Python client) writes stream A at a fixed rate, a batch every
+   2 ms, each row stamped with the wall clock when it is handed over (1 ms buffer timeout); it commits an epoch
+   every ``--epoch-ms`` (micro-batch readers read committed epochs; for ``rtm`` one epoch, read as it is
+   written); for ``files`` it writes a parquet file every ``--epoch-ms`` instead. One Spark query reads A (the
+   route's source) and writes stream B with the route's sink (``files``: the JVM sink), one subpartition; a
+   consumer process outside Spark reads B as it is written and stamps each batch's arrival. Latency = arrival -
+   stamp; p50/p99/p99.9 over the rows handed over from ``--warmup-seconds`` after the first row arrived (a new
+   query's first rows run cold code); every row must arrive once (checked). At each
+   rate of ``--rates``, then at the highest sustained rate, searched by doubling (halving) from the highest
+   fixed rate: the hop keeps up when the producer holds its rate (95 %), every row arrives within
+   ``--grace`` s of the producer's end, and the median latency of the window's last fifth is at most twice its
+   first fifth's + 50 ms and twice the route's median at its lowest rate + 50 ms (no backlog that grows, nor one
+   that built up and drains). CPU seconds per million rows from ``/proc``: the Spark JVM and its Python workers plus the
+   exchange service ("Spark + service"), and the producer and consumer processes ("ends").
+2. ``throughput`` (``--repeat`` interleaved rounds, best and median): ``--rows`` rows (long id, long key, 16-char
+   string, double) prepared as parquet (2 files) before timing; a writer query reads them with
+   ``trigger(availableNow=True)`` into the route, then a reader query with ``availableNow`` aggregates every
+   column in ``foreachBatch``. Time from the writer's start to the reader having everything; count and sum(id)
+   checked exactly.
+3. ``latency`` (the older case, micro-batch routes): a rate source (``--rate`` rows/s) written by one query, read
+   by another whose ``foreachBatch`` sink stamps when the batch's rows are in the driver; the rate source's
+   whole-second offsets put a 0.5 s floor under every route (``from_available`` counts from when it hands a row
+   over).
 
-Per-batch durations (``durationMs`` of every progress of both queries, median per phase) are kept in
-the JSON (``streaming-latest.json`` next to this file) to show where time goes.
-The embedded exchange service runs from a temp runtime dir; it is stopped by pid and the dir removed.
+Per-batch durations (``durationMs``, median per phase) are kept in the JSON (``streaming-latest.json`` next to this
+file). The embedded exchange service runs from a temp runtime dir; it is stopped by pid and the dir removed. The
+load average at the start and end is printed and kept: on a shared machine the tail percentiles are the
+scheduler's as much as the route's.
 
-Run: .venv/bin/python benchmarks/streaming.py [--quick] [--seconds 60] [--rows 10000000]
+Run: .venv/bin/python benchmarks/streaming.py [--quick] [--only hop,throughput] [--routes rtm,jvm,python,files]
 """
 from __future__ import annotations
 
@@ -39,6 +52,8 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -50,55 +65,96 @@ TMP = bench_environment("streaming")  # before Spark starts: its workers and emb
 import numpy as np  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
-from spark_common import SCHEMA, StreamFloor, bench_rows, prepare_floor_files, settle, stop_embedded_services  # noqa: E402
+from spark_common import (  # noqa: E402
+    SCHEMA,
+    StreamFloor,
+    bench_rows,
+    prepare_floor_files,
+    service_pids,
+    settle,
+    stop_embedded_services,
+)
 
 SLOTS = 4
 N_SUB = 2
 FLOOR_PARTS = 2  # the floor route's prepared Arrow files: one read partition each, as the source's 2 parquet files
-ROUTES = ("pipelined", "files")
-EXTRA_ROUTES = {"pipelined-nopoll": ["stream.pollWait=0"],  # pipelined with the reader's long poll off
-                "pipelined-8": ["numSubpartitions=8"]}  # pipelined read by 8 tasks
+ROUTES = ("rtm", "jvm", "python", "files")
+MICRO_BATCH_ROUTES = ("jvm", "python", "files", "floor")
+EXTRA_ROUTES = {"python-nopoll": ["stream.pollWait=0"],  # the Python route with the reader's long poll off
+                "python-8": ["numSubpartitions=8"]}  # the Python route read by 8 tasks
+JAR = Path(__file__).resolve().parent.parent / "sparkflow_exchange" / "jars" / "sparkflow-exchange-plugin.jar"
+JVM_FORMAT = "spark.sparkflow.exchange.jvmFormat"
+ENDS = Path(__file__).resolve().parent / "stream_ends.py"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="--seconds 15 --rows 1000000")
+    parser.add_argument("--quick", action="store_true",
+                        help="hop: --hop-seconds 8 --search-seconds 6; throughput: --rows 1000000; latency: --seconds 15")
+    parser.add_argument("--only", default="hop,throughput", help="comma separated: hop, throughput, latency")
+    parser.add_argument("--routes", default=",".join(ROUTES),
+                        help="comma separated: rtm (hop only), jvm, python, files, floor (throughput only), "
+                             "python-nopoll (stream.pollWait=0), python-8 (8 subpartitions)")
+    # hop
+    parser.add_argument("--rates", default="1000,10000,100000", help="hop: rows/s, each measured")
+    parser.add_argument("--hop-seconds", type=float, default=20.0, help="hop: measured window per rate")
+    parser.add_argument("--search-seconds", type=float, default=10.0, help="hop: window of each sustained-rate probe")
+    parser.add_argument("--max-rate", type=int, default=1_600_000,
+                        help="hop: the search's highest probe (about what the Python producer can hand over)")
+    parser.add_argument("--hop-rounds", type=int, default=1, help="hop: rounds per fixed rate (the median kept)")
+    parser.add_argument("--epoch-ms", type=float, default=100.0,
+                        help="hop: the producer commits an epoch (writes a file) this often (micro-batch routes)")
+    parser.add_argument("--rtm-batch", default="5 minutes",
+                        help="hop: the Real-time Mode trigger (its checkpoint interval: tasks end and restart then)")
+    parser.add_argument("--grace", type=float, default=20.0, help="hop: seconds the last rows may take to arrive")
+    # latency (rate source)
     parser.add_argument("--seconds", type=float, default=60.0, help="latency: measured window per route")
-    parser.add_argument("--warmup-seconds", type=float, default=5.0, help="latency: left out after the reader starts")
+    parser.add_argument("--warmup-seconds", type=float, default=5.0,
+                        help="hop: rows handed over this long after the first row arrived are counted (the producer "
+                             "runs 2x this + the window); latency: left out after the reader starts")
     parser.add_argument("--latency-warmup", type=float, default=4.0,
                         help="latency: an untimed run of this many seconds per route first (0: none)")
     parser.add_argument("--rate", type=int, default=1000, help="latency: rows per second")
-    parser.add_argument("--rows", type=int, default=10_000_000, help="throughput: rows")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="throughput: rounds, every route once per round (interleaved); best and median kept")
-    parser.add_argument("--warmup-rows", type=int, default=100_000,
-                        help="throughput: an untimed round of this many rows first (0: none)")
     parser.add_argument("--trigger", default="0",
                         help="latency: processingTime of both queries ('0' = as fast as possible; 'default' = "
                              "no trigger() call, which Spark runs as processingTime 0 too)")
-    parser.add_argument("--only", default="", help="latency | throughput (default: both)")
-    parser.add_argument("--routes", default=",".join(ROUTES),
-                        help="comma separated: pipelined, files, pipelined-nopoll (stream.pollWait=0), pipelined-8 (8 subpartitions), "
-                             "floor (throughput only: a no-op Python stream sink, then a Python stream source of prepared Arrow files)")
+    # throughput
+    parser.add_argument("--rows", type=int, default=10_000_000, help="throughput: rows")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="throughput: rounds, every route once per round (interleaved); best and median kept")
+    parser.add_argument("--warmup-rows", type=int, default=100_000,
+                        help="throughput: an untimed round of this many rows first (0: none)")
     parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                         help="extra option for the pipelined writer and reader (repeatable)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra Spark setting for the session (repeatable)")
+    parser.add_argument("--driver-java-options", default="",
+                        help="the driver JVM's options (give them with '='), e.g. --driver-java-options=-Xlog:gc:file=/tmp/gc.log or "
+                             "'-XX:StartFlightRecording=filename=/tmp/hop.jfr'")
+    parser.add_argument("--arrivals-dir", default="", help="hop: keep each run's (id, latency µs) arrays here")
+    parser.add_argument("--jar", default=str(JAR), help="the plugin jar (default: the one setup builds)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "streaming-latest.json"))
     args = parser.parse_args()
     if args.quick:
-        args.seconds, args.rows = 15.0, 1_000_000
+        args.seconds, args.rows, args.hop_seconds, args.search_seconds = 15.0, 1_000_000, 8.0, 6.0
+        args.repeat = min(args.repeat, 1)
     routes = [r.strip() for r in args.routes.split(",") if r.strip()]
+    cases = [c.strip() for c in args.only.split(",") if c.strip()]
     spark = None
     results: dict = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(), "master": f"local[{SLOTS}]",
-                     "trigger": args.trigger, "opts": args.opt, "conf": args.conf,
-                     "loadavg_start": os.getloadavg()}
+                     "argv": sys.argv[1:], "loadavg_start": os.getloadavg()}
+    print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores",
+          flush=True)
     try:
         builder = (SparkSession.builder.master(f"local[{SLOTS}]").appName("sparkflow-bench-streaming")
                    .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                    .config("spark.sql.shuffle.partitions", str(N_SUB)).config("spark.sql.session.timeZone", "UTC")
                    .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
+                   .config("spark.sql.streaming.realTimeMode.allowlistCheck", "false")
+                   .config("spark.jars", args.jar)
                    .config("spark.driver.memory", "3g"))
+        if args.driver_java_options:
+            builder = builder.config("spark.driver.extraJavaOptions", args.driver_java_options)
         from sparkflow_exchange.spark.session_tuning import SPARK_SETTINGS
 
         for item in [*(f"{k}={v}" for k, v in SPARK_SETTINGS.items()), *args.conf]:  # the recommended settings, then the user's
@@ -106,15 +162,18 @@ def main() -> None:
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
-        if args.only in ("", "latency"):
+        if "hop" in cases:
+            results["hop"] = hops(spark, routes, args)
+        if "latency" in cases:
+            mb = [r for r in routes if r in MICRO_BATCH_ROUTES and r != "floor" or r in EXTRA_ROUTES]
             if args.latency_warmup:  # untimed, every route once: the first query in a session runs cold
                 short = argparse.Namespace(**{**vars(args), "seconds": args.latency_warmup, "warmup_seconds": 1.0})
-                for r in routes:
+                for r in mb:
                     latency(spark, r, short, quiet=True)
-            results["latency"] = {r: latency(spark, r, args) for r in routes}
+            results["latency"] = {r: latency(spark, r, args) for r in mb}
             report_latency(results["latency"])
-        if args.only in ("", "throughput"):
-            results["throughput"] = throughput(spark, routes, args)
+        if "throughput" in cases:
+            results["throughput"] = throughput(spark, [r for r in routes if r != "rtm"], args)
     finally:
         if spark is not None:
             spark.stop()
@@ -124,6 +183,12 @@ def main() -> None:
     print(f"(stopped exchange service pid(s) {stopped}; removed {TMP}); load average "
           f"{results['loadavg_start'][0]:.1f} at start, {results['loadavg_end'][0]:.1f} at end")
     Path(args.out).write_text(json.dumps(results, indent=2, default=float))
+
+
+def set_route(spark, route: str) -> None:
+    """The session's route for the queries started next: the Python data source for ``python`` (as without the
+    jar), the jar's JVM source and sink otherwise."""
+    spark.conf.set(JVM_FORMAT, "false" if route.startswith("python") else "true")
 
 
 # ------------------------------------------------------------------ the two routes
@@ -142,7 +207,8 @@ def start_route(spark, route: str, frame, key: str, trigger: dict, args, tag: st
         source = (spark.readStream.format("floor_stream").option("dir", str(args.floor_dir))
                   .option("parts", FLOOR_PARTS).load())
         return query, source
-    if route.startswith("pipelined"):
+    set_route(spark, route)
+    if route in ("jvm", "python") or route in EXTRA_ROUTES:
         opts = [*EXTRA_ROUTES.get(route, []), *args.opt]
         name = f"bench-{tag}-{uuid.uuid4().hex[:8]}"
         writer = _opts(frame.writeStream.format("pipelined").option("exchange", name).option("keys", key)
@@ -243,11 +309,12 @@ def latency(spark, route: str, args, quiet: bool = False) -> dict:
 
 
 def report_latency(lat: dict) -> None:
-    if "pipelined" in lat and "files" in lat:
-        for p in ("p50_ms", "p99_ms", "from_available_p50_ms", "from_available_p99_ms"):
-            ratio = lat["pipelined"][p] / lat["files"][p]
-            lat[f"ratio_{p[:-3]}"] = ratio
-            print(f"latency {p[:-3]} pipelined / files = {ratio:.2f}")
+    for route in [r for r in lat if r != "files"]:
+        if "files" in lat:
+            for p in ("p50_ms", "p99_ms", "from_available_p50_ms", "from_available_p99_ms"):
+                ratio = lat[route][p] / lat["files"][p]
+                lat[f"ratio_{route}_{p[:-3]}"] = ratio
+                print(f"latency {p[:-3]} {route} / files = {ratio:.2f}")
 
 
 # ------------------------------------------------------------------ 2. throughput
@@ -280,19 +347,13 @@ def throughput(spark, routes: list[str], args) -> dict:
             print(f"throughput {route:9s}: best {best['seconds']:.2f} s (writer {best['writer_seconds']:.2f}, reader "
                   f"{best['reader_seconds']:.2f}), median {results[route]['median_seconds']:.2f} s, rounds "
                   + " ".join(f"{r['seconds']:.2f}" for r in runs))
-    if "pipelined" in results and "files" in results:
-        results["ratio"] = results["pipelined"]["seconds"] / results["files"]["seconds"]
-        results["ratio_median"] = results["pipelined"]["median_seconds"] / results["files"]["median_seconds"]
-        print(f"throughput pipelined / files = {results['ratio']:.2f} best, {results['ratio_median']:.2f} median of "
-              "rounds")
-        for route in routes:
-            if route.startswith("pipelined-") or route == "floor":
-                print(f"throughput {route} / files = {results[route]['seconds'] / results['files']['seconds']:.2f} best, "
-                      f"{results[route]['median_seconds'] / results['files']['median_seconds']:.2f} median")
-    if "pipelined" in results and "floor" in results:
-        results["ratio_to_floor"] = results["pipelined"]["seconds"] / results["floor"]["seconds"]
-        print(f"throughput pipelined / floor = {results['ratio_to_floor']:.2f} best, "
-              f"{results['pipelined']['median_seconds'] / results['floor']['median_seconds']:.2f} median")
+    base = "jvm" if "jvm" in results else "python"
+    for other in [r for r in routes if r != base]:
+        if base in results and other in results:
+            best = results[other]["seconds"] / results[base]["seconds"]
+            median = results[other]["median_seconds"] / results[base]["median_seconds"]
+            results[f"speedup_{base}_over_{other}"] = {"best": best, "median": median}
+    print_throughput(results, routes, base)
     return results
 
 
@@ -307,6 +368,8 @@ def through(spark, route: str, src: Path, args, rows: int | None = None) -> dict
 
     settle(spark)
     tag = f"tp{uuid.uuid4().hex[:6]}"
+    jvm = [int(spark._jvm.java.lang.ProcessHandle.current().pid())]
+    cpu0 = spark_cpu(jvm), spark_cpu(service_pids(TMP / "runtime"))
     start = time.perf_counter()
     frame = spark.readStream.schema(SCHEMA).parquet(str(src))
     writer, source = start_route(spark, route, frame, "key", {"availableNow": True}, args, tag)
@@ -320,15 +383,240 @@ def through(spark, route: str, src: Path, args, rows: int | None = None) -> dict
     n, ids = sum(t[0] for t in totals), sum(t[1] for t in totals)
     if (n, ids) != (rows, rows * (rows - 1) // 2):
         raise AssertionError(f"throughput {route}: read {n} rows (sum of ids {ids}), wrote {rows}")
+    cpu = spark_cpu(jvm) - cpu0[0], spark_cpu(service_pids(TMP / "runtime")) - cpu0[1]
     result = {"seconds": seconds, "writer_seconds": written, "reader_seconds": seconds - written,
+              "cpu_s_per_m_rows": {"spark": round(cpu[0] / rows * 1e6, 2), "service": round(cpu[1] / rows * 1e6, 2)},
               "writer_durations_ms": durations(writer), "reader_durations_ms": durations(reader)}
     if rows != args.rows:
         return result
     print(f"throughput {route:9s}: {seconds:6.2f} s (writer query {written:.2f} s, reader query "
-          f"{seconds - written:.2f} s)")
+          f"{seconds - written:.2f} s); CPU s per M rows {result['cpu_s_per_m_rows']}")
     print(f"    writer {result['writer_durations_ms']}")
     print(f"    reader {result['reader_durations_ms']}")
     return result
+
+
+def print_throughput(results: dict, routes: list[str], base: str) -> None:
+    """The throughput table, ready for RESULTS.md."""
+    print(f"\nthroughput, {results['rows']:,} rows (writer query, then reader query; best of {len(results[routes[0]]['rounds'])}):")
+    print("| route | best s (writer / reader query) | median s | rounds | CPU s / M rows (Spark; service) |")
+    print("|---|---|---:|---|---:|")
+    for route in routes:
+        r = results[route]
+        cpu = r.get("cpu_s_per_m_rows", {})
+        print(f"| {route} | {r['seconds']:.2f} ({r['writer_seconds']:.2f} / {r['reader_seconds']:.2f}) | "
+              f"{r['median_seconds']:.2f} | {' '.join(f'{x:.2f}' for x in r['rounds'])} | "
+              f"{cpu.get('spark', '-')}; {cpu.get('service', '-')} |")
+    for route in routes:
+        key = f"speedup_{base}_over_{route}"
+        if key in results:
+            print(f"| **{base} speedup over {route}** (its seconds / {base}'s) | **{results[key]['best']:.2f}x** | "
+                  f"**{results[key]['median']:.2f}x** | | |")
+
+
+# ------------------------------------------------------------------ 3. one hop, producer and consumer outside Spark
+HOP_SCHEMA = "id long, ts_us long"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_table() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds of it and its reaped children) of every process now."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        table[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / CLK_TCK)
+    return table
+
+
+def spark_cpu(roots: list[int]) -> float:
+    """CPU seconds so far of ``roots`` and their descendants (the JVM's Python workers, reaped ones included)."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo, seen = 0.0, list(roots), set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen or pid not in table:
+            continue
+        seen.add(pid)
+        total += table[pid][1]
+        todo.extend(children.get(pid, []))
+    return total
+
+
+def _end(role: str, args: list[str]) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, str(ENDS), role, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    line = proc.stdout.readline()
+    if line.strip() != "ready":
+        proc.kill()
+        raise RuntimeError(f"the hop's {role} did not start: {line!r}")
+    return proc
+
+
+def _reap(proc: subprocess.Popen) -> float:
+    """Wait for an end's exit; its CPU seconds."""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
+
+
+def hop(spark, route: str, rate: int, seconds: float, args) -> dict:
+    """One hop at ``rate`` rows/s for ``warmup + seconds``: latency percentiles, whether it kept up, CPU."""
+    settle(spark)
+    tag = f"h{uuid.uuid4().hex[:8]}"
+    a, b = f"{tag}-a", f"{tag}-b"
+    total_seconds = 2 * args.warmup_seconds + seconds  # the query's first rows may take a while (cold code)
+    files = TMP / f"{tag}-files"
+    out = TMP / f"{tag}-arrivals.npy"
+    producer = _end("producer", ["--stream", a, "--rate", str(rate), "--seconds", str(total_seconds),
+                                 "--epoch-ms", "0" if route == "rtm" else str(args.epoch_ms),
+                                 *(["--files", str(files)] if route == "files" else [])])
+    consumer = _end("consumer", ["--stream", b, "--out", str(out), "--grace", str(args.grace)])
+    set_route(spark, route)
+    source = (spark.readStream.schema(HOP_SCHEMA).parquet(str(files)) if route == "files"
+              else spark.readStream.format("pipelined").option("exchange", a).option("declareTimeout", "60s").load())
+    writer = (source.writeStream.format("pipelined").option("exchange", b).option("numSubpartitions", 1)
+              .option("partitioner", "rebalance").option("checkpointLocation", str(TMP / f"{tag}-ck")))
+    if route == "rtm":
+        writer = (writer.option("_asyncProgressTrackingOverrideSinkSupportCheck", "true").outputMode("update")
+                  .trigger(realTime=args.rtm_batch))
+    else:
+        writer = writer.trigger(processingTime="0 seconds")
+    query = writer.start()
+    try:
+        # running: the Real-time Mode task declared B's first epoch; a micro-batch query waits for data
+        wait_for(lambda: query.exception() is not None or (
+            _declared(f"{b}#0") if route == "rtm" else not query.status.get("message", "").startswith("Initializing")),
+            120, f"the {route} query to start")
+        jvm, services = [int(spark._jvm.java.lang.ProcessHandle.current().pid())], service_pids(TMP / "runtime")
+        cpu0 = spark_cpu(jvm), spark_cpu(services)
+        producer.stdin.write("go\n")
+        producer.stdin.flush()
+        sent_line = producer.stdout.readline().split()
+        producer_cpu = _reap(producer)
+        total, took = int(sent_line[1]), float(sent_line[2])
+        went = float(sent_line[3]) if len(sent_line) > 3 else 0.0
+        consumer.stdin.write(f"total {total}\n")
+        consumer.stdin.flush()
+        consumer.stdout.readline()
+        jvm_cpu, service_cpu = spark_cpu(jvm) - cpu0[0], spark_cpu(services) - cpu0[1]
+        cpu = jvm_cpu + service_cpu
+        consumer_cpu = _reap(consumer)
+        if query.exception() is not None:
+            raise RuntimeError(f"{route}: the query failed: {query.exception()}")
+    finally:
+        query.stop()
+        for proc in (producer, consumer):
+            if proc.returncode is None:
+                proc.kill()
+                proc.wait()
+    ids, lat = np.load(out)
+    if args.arrivals_dir:
+        shutil.copy(out, Path(args.arrivals_dir) / f"{route}-{rate}-{tag}.npy")
+    unique = len(np.unique(ids))
+    if unique != len(ids):
+        raise AssertionError(f"{route} at {rate} rows/s: {len(ids) - unique} rows arrived twice")
+    # counted: rows handed over from warmup s after the first row arrived (a row's stamp is about id / rate s
+    # after the start; its arrival that + its latency)
+    first_arrival = float(np.min(ids / rate + lat / 1e6)) if len(ids) else 0.0
+    keep = ids >= int(rate * (first_arrival + args.warmup_seconds))
+    ms = lat[keep] / 1000.0
+    order = np.argsort(ids[keep])
+    fifth = max(1, len(order) // 5)
+    first, last = (float(np.median(ms[order[:fifth]])), float(np.median(ms[order[-fifth:]]))) if len(ms) else (0, 0)
+    arrived = len(ids) == total
+    held_rate = total / took >= 0.95 * rate
+    kept_up = arrived and held_rate and last <= 2 * first + 50
+    result = {"route": route, "rate": rate, "rows": int(keep.sum()), "sent": total, "arrived": int(len(ids)),
+              "producer_rate": round(total / took), "kept_up": bool(kept_up),
+              "first_arrival_s": round(first_arrival, 2), "producer_start_epoch_s": went,
+              "first_fifth_p50_ms": round(first, 2), "last_fifth_p50_ms": round(last, 2),
+              "cpu_s_per_m_rows": round(cpu / total * 1e6, 2),
+              "ends_cpu_s_per_m_rows": round((producer_cpu + consumer_cpu) / total * 1e6, 2),
+              "cpu_s_per_m_rows_by_process": {k: round(v / total * 1e6, 2) for k, v in (
+                  ("spark", jvm_cpu), ("service", service_cpu), ("producer", producer_cpu),
+                  ("consumer", consumer_cpu))},
+              "loadavg": round(os.getloadavg()[0], 1)}
+    if len(ms):
+        result.update({f"p{q}_ms".replace(".", ""): round(float(np.percentile(ms, q)), 2) for q in (50, 99, 99.9)})
+        result["max_ms"] = round(float(ms.max()), 2)
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def _declared(exchange: str) -> bool:
+    from sparkflow_exchange import exchange as ex
+    from sparkflow_exchange.config import ExchangeConfig
+
+    try:
+        ex.describe_exchange(ExchangeConfig.load().replace(exchange=exchange, declare_timeout=0.2))
+        return True
+    except Exception:  # noqa: BLE001 - not declared yet
+        return False
+
+
+def hops(spark, routes: list[str], args) -> dict:
+    """Every hop route at each fixed rate (median of ``--hop-rounds`` by p99), then its highest sustained rate."""
+    rates = [int(r) for r in args.rates.split(",") if r]
+    out: dict = {}
+    for route in [r for r in routes if r in ("rtm", "jvm", "python", "files")]:
+        hop(spark, route, 1000, 2.0, argparse.Namespace(**{**vars(args), "warmup_seconds": 1.0}))  # untimed: warm
+        fixed = {}
+        for rate in rates:
+            runs = sorted((hop(spark, route, rate, args.hop_seconds, args) for _ in range(args.hop_rounds)),
+                          key=lambda r: r.get("p99_ms", float("inf")))
+            fixed[rate] = {**runs[len(runs) // 2], "rounds_p99_ms": [r.get("p99_ms") for r in runs]}
+        # keeping up also means staying near the route's latency at its lowest rate (a backlog that builds at
+        # the start and drains later is not a sustained rate)
+        floor = fixed[min(rates)].get("p50_ms", 0.0)
+
+        def sustained(r: dict, floor: float = floor) -> bool:
+            r["kept_up"] = r["kept_up"] and r["last_fifth_p50_ms"] <= 2 * floor + 50
+            return r["kept_up"]
+
+        kept = [r for r in rates if sustained(fixed[r])]
+        best = fixed[max(kept)] if kept else None
+        rate = max(kept) * 2 if kept else min(rates) // 2
+        while 0 < rate <= args.max_rate and (best is None or rate > best["rate"]):
+            probe = hop(spark, route, rate, args.search_seconds, args)
+            if sustained(probe):
+                best = probe
+                if not kept:  # searching downwards: the first rate that keeps up is the answer
+                    break
+                rate *= 2
+            elif kept:
+                break
+            else:
+                rate //= 2
+        out[route] = {"fixed": fixed, "sustained": best}
+    print_hops(out, rates, args)
+    return out
+
+
+def print_hops(out: dict, rates: list[int], args) -> None:
+    """The hop table, ready for RESULTS.md."""
+    print(f"\none hop (producer -> route -> next query's sink), window {args.hop_seconds:g} s per rate "
+          f"({args.search_seconds:g} s per probe), rtm trigger {args.rtm_batch!r}, epochs every {args.epoch_ms:g} ms, "
+          f"load average now {os.getloadavg()[0]:.1f}:")
+    print("| route | rows/s | p50 ms | p99 ms | p99.9 ms | max ms | kept up | CPU s / M rows (Spark + service; ends) |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|")
+    for route, r in out.items():
+        rows = [r["fixed"][x] for x in rates]
+        if r["sustained"] is not None and r["sustained"]["rate"] not in rates:
+            rows.append(r["sustained"])
+        for x in rows:
+            mark = " (highest sustained)" if r["sustained"] is not None and x["rate"] == r["sustained"]["rate"] else ""
+            print(f"| {route} | {x['rate']:,}{mark} | {x.get('p50_ms', '-')} | {x.get('p99_ms', '-')} | "
+                  f"{x.get('p999_ms', '-')} | {x.get('max_ms', '-')} | {'yes' if x['kept_up'] else 'no'} | "
+                  f"{x['cpu_s_per_m_rows']}; {x['ends_cpu_s_per_m_rows']} |")
 
 
 if __name__ == "__main__":

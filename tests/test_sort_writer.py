@@ -189,6 +189,45 @@ def test_sort_buffer_flushes_a_trickle_within_the_buffer_timeout(tmp_service):
     assert not reader.is_alive()
 
 
+def test_a_timed_flush_that_waited_does_not_hold_the_next_one_back(tmp_service):
+    """A timed flush waits ten times what the last one cost in the flusher's CPU, not in wall time: a flush whose
+    push waited a second (for credit, or for a core on a loaded machine) lets the next rows leave within
+    bufferTimeout, not ten seconds later."""
+    svc = tmp_service()
+    cfg = client_config(svc, exchange="waited-flush", partitioner="hash", keys="key", numSubpartitions=1000,
+                        partitionType="PIPELINED_BOUNDED", bufferTimeout="50ms", hostId="elsewhere")
+    handle = ex.declare_write(cfg, SCHEMA, overwrite=True)
+    task = ex.ProducerTask(handle, 0, "a0")
+    records = task.records
+    assert records.sorting
+    waits = [1.0]
+    for name in ("push_encoded", "push_region"):  # the first push waits a second, as one held back by credit
+        real = getattr(task.writer, name)
+
+        def waiting(*args, _real=real, **kwargs):
+            if waits:
+                time.sleep(waits.pop())
+            return _real(*args, **kwargs)
+
+        setattr(task.writer, name, waiting)
+    first, second = batches_of(0, 20, batch_rows=10)
+    task.write([first])
+    deadline = time.monotonic() + 30
+    while records.sort_flushes < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert records.sort_flushes == 1 and not waits, "the first timed flush did not happen"
+    with records._lock:  # the first flush is over (it holds the lock while it pushes)
+        pass
+    task.write([second])
+    sent = time.monotonic()
+    while records.sort_flushes < 2 and time.monotonic() - sent < 30:
+        time.sleep(0.01)
+    assert records.sort_flushes == 2
+    assert time.monotonic() - sent < 4.0, "the flush after one that waited 1 s was held back ~10 s"
+    wh.commit_write(handle, [task.finish()["partition"]])
+    ex.drop_exchange(cfg.exchange, cfg)
+
+
 @pytest.mark.parametrize("partition_type,shared", [("HYBRID", True), ("HYBRID", False), ("BLOCKING", False),
                                                    ("PIPELINED_BOUNDED", True)])
 def test_4000_subpartitions_every_row_back_in_its_subpartition(tmp_service, partition_type, shared):

@@ -32,6 +32,8 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     /** A timed flush waits at least this many times what the last one took: flushing many small buffers must not
      *  become the writer's main work (the Python writer's rule, FLUSH_COST_FACTOR). */
     static final int FLUSH_COST_FACTOR = 10;
+    private static final java.lang.management.ThreadMXBean THREADS =
+            java.lang.management.ManagementFactory.getThreadMXBean();
     private final WriteHandle handle;
     private final int index;
     private final String partition;
@@ -47,7 +49,7 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     private long totalHeld;
     private long rows;
     private long oldestHeldAt; // System.nanoTime() when the first row now held arrived
-    private long lastTimedFlushNanos; // what the last timed flush took
+    private long lastTimedFlushNanos; // the CPU time the last timed flush took
     private final byte[] marker; // a MARKER event to every subpartition before the end (a stream's epoch); null: none
     private RuntimeException broken; // a push that failed: its rows left the encoder but not for the service
 
@@ -124,12 +126,7 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
         if (totalHeld >= handle.settings().sortBufferSize()) {
             pushAll();
         } else if (rows % CLOCK_EVERY == 0 && totalHeld > 0) {
-            long now = System.nanoTime();
-            if (now - oldestHeldAt >= Math.max(handle.settings().bufferTimeoutNanos(),
-                    FLUSH_COST_FACTOR * lastTimedFlushNanos)) {
-                pushAll();
-                lastTimedFlushNanos = System.nanoTime() - now;
-            }
+            flushIfOlderThanDue();
         }
     }
 
@@ -143,11 +140,30 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
         if (totalHeld == 0) {
             return;
         }
-        long now = System.nanoTime();
-        if (now - oldestHeldAt >= Math.max(handle.settings().bufferTimeoutNanos(), FLUSH_COST_FACTOR * lastTimedFlushNanos)) {
+        flushIfOlderThanDue();
+    }
+
+    /**
+     * The timed flush: everything held leaves once its oldest row waited {@code bufferTimeout} and
+     * {@link #FLUSH_COST_FACTOR} times the last timed flush's cost. The cost is the flushing thread's CPU time, not
+     * the wall clock: a flush that waited for credit or for a core (a loaded machine preempts threads for tens of
+     * ms) cost the writer nothing, and counting that wait would hold the next flush back ten times as long, which
+     * set a stream hop's tail.
+     */
+    private void flushIfOlderThanDue() {
+        if (System.nanoTime() - oldestHeldAt >= Math.max(handle.settings().bufferTimeoutNanos(),
+                FLUSH_COST_FACTOR * lastTimedFlushNanos)) {
+            long before = threadCpuNanos();
+            long wallBefore = System.nanoTime();
             pushAll();
-            lastTimedFlushNanos = System.nanoTime() - now;
+            long cpu = threadCpuNanos();
+            lastTimedFlushNanos = before >= 0 && cpu >= 0 ? cpu - before : System.nanoTime() - wallBefore;
         }
+    }
+
+    /** This thread's CPU time in ns, or -1 where the JVM does not measure it. */
+    static long threadCpuNanos() {
+        return THREADS.isCurrentThreadCpuTimeSupported() ? THREADS.getCurrentThreadCpuTime() : -1;
     }
 
     private void push(int target) {
