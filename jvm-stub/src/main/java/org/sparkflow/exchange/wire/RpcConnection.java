@@ -338,6 +338,10 @@ public final class RpcConnection implements AutoCloseable {
         try {
             while (true) {
                 Frames.Frame frame = next(waitMillis);
+                if (frame.type() != Frames.RPC_RESPONSE && frame.type() != Frames.ERROR_RESPONSE) {
+                    others.accept(frame); // notifications, a producer's credit: not this call's (nor all JSON)
+                    continue;
+                }
                 JsonNode header = Handshake.parse(frame);
                 if (frame.type() == Frames.RPC_RESPONSE && header.path("call_id").asLong() == id) {
                     JsonNode error = header.get("error");
@@ -350,7 +354,7 @@ public final class RpcConnection implements AutoCloseable {
                     throw ErrorCodes.error(header.path("code").asText(ErrorCode.ERROR), "exchange coordinator at " + address + ": "
                             + header.path("message").asText());
                 }
-                others.accept(frame); // notifications and anything else not asked for: not this call's
+                others.accept(frame); // another call's answer, an error that is not fatal: not this call's
             }
         } catch (IOException e) {
             throw ErrorCodes.error(ErrorCode.CONNECTION_LOST, method + " on the exchange coordinator at " + address + " failed: " + e);
