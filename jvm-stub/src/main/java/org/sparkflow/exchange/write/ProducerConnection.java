@@ -159,7 +159,9 @@ final class ProducerConnection implements AutoCloseable {
             }
             case Frames.PARTITION_RELEASED -> {
                 JsonNode m = json(f);
-                if (m.path("handle").asLong() == handle) {
+                // once finished, its rows are whole: a release then (heard during the task's last coordinator call
+                // on this connection) is the partition's ordinary end, not the write's failure
+                if (m.path("handle").asLong() == handle && !finished) {
                     String replaced = ErrorCode.REPLACED.equals(m.path("code").asText())
                             ? "; the write cannot be committed: write the exchange again" : "";
                     throw ErrorCodes.error(m.path("code").asText(ErrorCodes.RELEASED), m.path("message").asText() + replaced);
