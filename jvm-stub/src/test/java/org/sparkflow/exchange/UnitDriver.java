@@ -87,6 +87,8 @@ public final class UnitDriver {
                     case "read_partitions" -> answer.set("partitions", ReadProbe.readPartitions(request));
                     case "write_settings" -> answer.set("settings", WriteProbe.settings(request));
                     case "encode_rows" -> answer.put("hex", WriteProbe.encodeRows(request));
+                    case "encode_typed" -> answer.setAll((ObjectNode) WriteProbe.encodeTyped(request));
+                    case "route_keys" -> answer.set("routed", WriteProbe.routeKeys(request));
                     case "route" -> answer.put("python_only", FormatProbe.pythonOnly(request));
                     case "readable" -> answer.put("unreadable", FormatProbe.unreadable(request));
                     case "real_time" -> answer.put("unavailable", org.sparkflow.exchange.stream.StreamTable

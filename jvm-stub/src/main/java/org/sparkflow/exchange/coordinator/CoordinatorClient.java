@@ -15,7 +15,7 @@ import org.sparkflow.exchange.wire.RpcConnection;
  * fresh connection (planning is rare, connections cheap).
  */
 public final class CoordinatorClient {
-    static final int TIMEOUT_MILLIS = 30_000;
+    public static final int TIMEOUT_MILLIS = 30_000;
     private final Endpoint endpoint;
 
     public CoordinatorClient(Endpoint endpoint) {

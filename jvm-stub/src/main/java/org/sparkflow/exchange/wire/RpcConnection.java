@@ -17,6 +17,7 @@ import java.nio.channels.SocketChannel;
 import java.security.cert.CertificateException;
 import java.util.ArrayDeque;
 import java.util.Map;
+import java.util.function.Consumer;
 import javax.net.ssl.SSLEngine;
 import javax.net.ssl.SSLEngineResult;
 import javax.net.ssl.SSLException;
@@ -307,6 +308,14 @@ public final class RpcConnection implements AutoCloseable {
 
     /** Call {@code method} with {@code args}; its result, or a {@link ServiceError} with the service's message and code. */
     public JsonNode call(String method, Map<String, Object> args) {
+        return response(request(method, args), method, frame -> { }, timeoutMillis);
+    }
+
+    /**
+     * Send the request of {@code method} without waiting for its answer (read later with {@link #response}), so a
+     * caller can send what does not depend on it before the round trip; its call id.
+     */
+    public long request(String method, Map<String, Object> args) {
         long id = nextCall++;
         ObjectNode request = MAPPER.createObjectNode();
         request.put("call_id", id);
@@ -314,8 +323,25 @@ public final class RpcConnection implements AutoCloseable {
         request.set("args", MAPPER.valueToTree(args));
         try {
             write(Frames.encode(Frames.RPC_REQUEST, request.toString()));
+        } catch (IOException e) {
+            throw ErrorCodes.error(ErrorCode.CONNECTION_LOST, method + " on the exchange coordinator at " + address + " failed: " + e);
+        }
+        return id;
+    }
+
+    /**
+     * The answer to request {@code id} (of {@code method}), waiting up to {@code waitMillis} for each frame; every
+     * other frame that arrives meanwhile goes to {@code others} in order (a producer's credit and partition news on
+     * its own connection), except a fatal error, which fails the call.
+     */
+    public JsonNode response(long id, String method, Consumer<Frames.Frame> others, int waitMillis) {
+        try {
             while (true) {
-                Frames.Frame frame = next();
+                Frames.Frame frame = next(waitMillis);
+                if (frame.type() != Frames.RPC_RESPONSE && frame.type() != Frames.ERROR_RESPONSE) {
+                    others.accept(frame); // notifications, a producer's credit: not this call's (nor all JSON)
+                    continue;
+                }
                 JsonNode header = Handshake.parse(frame);
                 if (frame.type() == Frames.RPC_RESPONSE && header.path("call_id").asLong() == id) {
                     JsonNode error = header.get("error");
@@ -328,7 +354,7 @@ public final class RpcConnection implements AutoCloseable {
                     throw ErrorCodes.error(header.path("code").asText(ErrorCode.ERROR), "exchange coordinator at " + address + ": "
                             + header.path("message").asText());
                 }
-                // notifications and anything else not asked for: not this caller's
+                others.accept(frame); // another call's answer, an error that is not fatal: not this call's
             }
         } catch (IOException e) {
             throw ErrorCodes.error(ErrorCode.CONNECTION_LOST, method + " on the exchange coordinator at " + address + " failed: " + e);
@@ -378,8 +404,12 @@ public final class RpcConnection implements AutoCloseable {
     }
 
     private Frames.Frame next() throws IOException {
+        return next(timeoutMillis);
+    }
+
+    private Frames.Frame next(int waitMillis) throws IOException {
         while (inbox.isEmpty()) {
-            int n = readSome();
+            int n = readSome(waitMillis);
             if (n < 0) {
                 throw ErrorCodes.error(ErrorCode.CONNECTION_LOST, "the exchange service at " + address + " closed the connection");
             }
@@ -388,11 +418,11 @@ public final class RpcConnection implements AutoCloseable {
         return inbox.poll();
     }
 
-    private int readSome() throws IOException {
+    private int readSome(int waitMillis) throws IOException {
         ByteBuffer in = ByteBuffer.wrap(readBuffer);
         int n = readRaw(in);
         while (n == 0) {
-            await(SelectionKey.OP_READ, "an answer");
+            await(SelectionKey.OP_READ, "an answer", waitMillis);
             n = readRaw(in);
         }
         return n;
@@ -411,11 +441,15 @@ public final class RpcConnection implements AutoCloseable {
     }
 
     private void await(int op, String what) throws IOException {
+        await(op, what, timeoutMillis);
+    }
+
+    private void await(int op, String what, int waitMillis) throws IOException {
         SelectionKey key = channel.register(selector, op);
         try {
-            if (selector.select(timeoutMillis) == 0) {
+            if (selector.select(waitMillis) == 0) {
                 throw ErrorCodes.error(ErrorCode.TIMEOUT, "the exchange service at " + address + " gave no " + what + " within "
-                        + timeoutMillis / 1000.0 + " s");
+                        + waitMillis / 1000.0 + " s");
             }
             selector.selectedKeys().clear();
         } finally {

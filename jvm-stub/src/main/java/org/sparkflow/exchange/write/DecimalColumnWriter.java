@@ -38,7 +38,8 @@ final class DecimalColumnWriter extends ArrowFieldWriter {
     }
 
     /**
-     * Spark's ArrowWriter for {@code root}, with this writer for its decimal columns; {@code rows}: the rows' schema;
+     * Spark's ArrowWriter for {@code root}, with this writer for its decimal columns and
+     * {@link FixedWidthColumnWriter}'s for its fixed-width ones; {@code rows}: the rows' schema;
      * {@code initialRows}: the rows the vectors are first made for.
      */
     static ArrowWriter create(VectorSchemaRoot root, StructType rows, int initialRows) {
@@ -47,9 +48,10 @@ final class DecimalColumnWriter extends ArrowFieldWriter {
             FieldVector v = root.getFieldVectors().get(i);
             v.setInitialCapacity(initialRows);
             v.allocateNew(); // as ArrowWriter.create does
+            ArrowFieldWriter fixed = FixedWidthColumnWriter.of(v);
             fields[i] = v instanceof DecimalVector d ? new DecimalColumnWriter(d,
                     i < rows.fields().length ? rows.fields()[i].dataType() : null)
-                    : ArrowWriter$.MODULE$.createFieldWriter(v);
+                    : fixed != null ? fixed : ArrowWriter$.MODULE$.createFieldWriter(v);
         }
         return new ArrowWriter(root, fields);
     }
@@ -81,14 +83,28 @@ final class DecimalColumnWriter extends ArrowFieldWriter {
                 vector.setSafe(count(), value.toJavaBigDecimal());
                 return;
             }
-            vector.setSafe(count(), unscaled);
+            setLong(unscaled);
         }
+    }
+
+    /**
+     * An unscaled value that fits a long, as {@code setSafe(index, long)} stores it (the long, then its sign over the
+     * high 8 bytes), straight into the vector's memory ({@link FixedWidthColumnWriter#slot}).
+     */
+    private void setLong(long unscaled) {
+        if (!FixedWidthColumnWriter.NATIVE_LITTLE_ENDIAN) {
+            vector.setSafe(count(), unscaled);
+            return;
+        }
+        long at = FixedWidthColumnWriter.slot(vector, count(), DecimalVector.TYPE_WIDTH);
+        Platform.putLong(null, at, unscaled);
+        Platform.putLong(null, at + 8, unscaled < 0 ? -1L : 0L);
     }
 
     /** The value as {@code UnsafeRowWriter} wrote it (never null here: the caller checked). */
     private void setFromRow(UnsafeRow row, int ordinal) {
         if (precision <= Decimal.MAX_LONG_DIGITS()) {
-            vector.setSafe(count(), row.getLong(ordinal));
+            setLong(row.getLong(ordinal));
             return;
         }
         long offsetAndSize = row.getLong(ordinal); // BigInteger.toByteArray() of the unscaled value, at most 16 bytes
@@ -103,6 +119,6 @@ final class DecimalColumnWriter extends ArrowFieldWriter {
         for (int i = 1; i < size; i++) {
             unscaled = (unscaled << 8) | (Platform.getByte(base, at + i) & 0xFF);
         }
-        vector.setSafe(count(), unscaled);
+        setLong(unscaled);
     }
 }

@@ -5,6 +5,7 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 import java.util.UUID;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
@@ -41,6 +42,7 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     private final BufferEncoder encoder;
     private final CoordinatorClient coordinator;
     private final ProducerConnection producer;
+    private final boolean coordinatorIsService; // the coordinator's calls go on the producer's connection
     private final long[] heldRows;
     private final long[] heldBytes;
     private final long rowEstimate; // bytes counted for a row that is not an UnsafeRow
@@ -80,7 +82,9 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
         sentRows = new long[width];
         RuntimeDir runtime = RuntimeDir.standard();
         Endpoint service = Discovery.service(handle.discovery(), runtime);
-        coordinator = new CoordinatorClient(Discovery.find(handle.discovery(), runtime));
+        Endpoint coordinatorAt = Discovery.find(handle.discovery(), runtime);
+        coordinator = new CoordinatorClient(coordinatorAt);
+        coordinatorIsService = sameService(service, coordinatorAt);
         WriteSettings s = handle.settings();
         encoder = new BufferEncoder(ExchangeDescription.arrowSchema(handle.name(), handle.schemaBase64()), handle.schema(),
                 width, Codecs.forName(s.compression()));
@@ -96,7 +100,11 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
             args.put("attempt", attempt);
             args.put("partition", partition);
             args.put("location", conn.location());
-            coordinator.call("register_producer", args);
+            if (coordinatorIsService) {
+                conn.call("register_producer", args, CoordinatorClient.TIMEOUT_MILLIS);
+            } else {
+                coordinator.call("register_producer", args);
+            }
         } catch (RuntimeException e) {
             if (conn != null) {
                 conn.close();
@@ -105,6 +113,17 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
             throw e;
         }
         producer = conn;
+    }
+
+    /**
+     * The service this task pushes to is the coordinator itself (local mode's embedded service, or a service with
+     * the coordinator role named as both): its calls need no connection of their own.
+     */
+    static boolean sameService(Endpoint service, Endpoint coordinator) {
+        return service.coordinator().equals(coordinator.coordinator())
+                && Objects.equals(service.secret(), coordinator.secret())
+                && Objects.equals(service.hostId(), coordinator.hostId())
+                && Objects.equals(service.tls(), coordinator.tls());
     }
 
     @Override
@@ -225,7 +244,11 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
         args.put("rows", pushed);
         args.put("bytes", stats.path("bytes").asLong(0));
         args.put("raw_bytes", stats.path("raw_bytes").asLong(stats.path("bytes").asLong(0))); // uncompressed, as counted by the service
-        coordinator.call("producer_finished", args);
+        if (coordinatorIsService) {
+            producer.call("producer_finished", args, CoordinatorClient.TIMEOUT_MILLIS);
+        } else {
+            coordinator.call("producer_finished", args);
+        }
         return new ProducerCommit(partition, index, rows);
     }
 

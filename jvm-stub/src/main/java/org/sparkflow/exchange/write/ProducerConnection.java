@@ -39,7 +39,8 @@ final class ProducerConnection implements AutoCloseable {
         this.conn = new RpcConnection(service.coordinator(), service.secret(), service.hostId(), TIMEOUT_MILLIS,
                 service.tls());
         try {
-            location = conn.call("ping", Map.of()); // where readers find this partition (before any partition news)
+            // where readers find this partition, asked before the registration and answered with it: one round trip
+            long ping = conn.request("ping", Map.of());
             ObjectNode msg = MAPPER.createObjectNode();
             msg.put("partition", partition);
             msg.put("num_subpartitions", numSubpartitions);
@@ -52,6 +53,7 @@ final class ProducerConnection implements AutoCloseable {
             msg.put("shm_slots", 0);
             msg.put("shm_slot_size", 0);
             conn.send(Frames.encode(Frames.REGISTER_PARTITION, msg.toString()));
+            location = conn.response(ping, "ping", this::onFrame, TIMEOUT_MILLIS);
             while (handle == 0) {
                 onFrame(conn.receive());
             }
@@ -63,6 +65,15 @@ final class ProducerConnection implements AutoCloseable {
 
     JsonNode location() {
         return location;
+    }
+
+    /**
+     * A coordinator call on this connection (the service is the coordinator: local mode's embedded service), waiting
+     * up to {@code waitMillis} for its answer; credit and partition news arriving meanwhile are taken as a push
+     * takes them. Saves the task a connection and its handshake per call.
+     */
+    JsonNode call(String method, Map<String, Object> args, int waitMillis) {
+        return conn.response(conn.request(method, args), method, this::onFrame, waitMillis);
     }
 
     /** Push one data buffer to {@code subpartition} (-1: every subpartition), waiting for credit ({@code flags}: buffer_kinds). */
@@ -148,7 +159,9 @@ final class ProducerConnection implements AutoCloseable {
             }
             case Frames.PARTITION_RELEASED -> {
                 JsonNode m = json(f);
-                if (m.path("handle").asLong() == handle) {
+                // once finished, its rows are whole: a release then (heard during the task's last coordinator call
+                // on this connection) is the partition's ordinary end, not the write's failure
+                if (m.path("handle").asLong() == handle && !finished) {
                     String replaced = ErrorCode.REPLACED.equals(m.path("code").asText())
                             ? "; the write cannot be committed: write the exchange again" : "";
                     throw ErrorCodes.error(m.path("code").asText(ErrorCodes.RELEASED), m.path("message").asText() + replaced);

@@ -62,4 +62,121 @@ public final class WriteProbe {
             }
         }
     }
+
+    /** The Spark type of a probe's type name. */
+    private static org.apache.spark.sql.types.DataType type(String name) {
+        return org.apache.spark.sql.types.DataType.fromDDL(name);
+    }
+
+    /**
+     * A value of {@code type} from the seed {@code v} (about a third of them null), as a row holds it: both ends of
+     * each type's range and values around zero appear.
+     */
+    private static Object value(org.apache.spark.sql.types.DataType type, long v) {
+        if (Math.floorMod(v, 3) == 0) {
+            return null;
+        }
+        long x = v % 5 == 1 ? Long.MIN_VALUE + v : v % 5 == 2 ? Long.MAX_VALUE - v : v * 7919 - 50_000;
+        String t = type.typeName();
+        if (t.startsWith("decimal")) {
+            org.apache.spark.sql.types.DecimalType d = (org.apache.spark.sql.types.DecimalType) type;
+            long bound = (long) Math.pow(10, Math.min(d.precision(), 18)) - 1;
+            return new org.apache.spark.sql.types.Decimal().set(x % bound, d.precision(), d.scale());
+        }
+        return switch (t) {
+            case "byte" -> (byte) x;
+            case "short" -> (short) x;
+            case "integer", "date" -> (int) x;
+            case "double" -> x * 0.25;
+            case "float" -> (float) (x * 0.25);
+            case "string" -> org.apache.spark.unsafe.types.UTF8String.fromString("s" + x);
+            default -> x; // long, timestamp, timestamp_ntz
+        };
+    }
+
+    /**
+     * {@code {"types": [...], "rows": n, "width": w}}: rows of the key columns {@code k0..} of those types (nulls
+     * among them), each routed by {@link RowRouter} as a hash write on every key routes it and by Spark's own
+     * {@code HashPartitioning(keys, w).partitionIdExpression}, from UnsafeRows; {"rows", "differ": rows routed
+     * differently, "direct": the router hashed without a projection}.
+     */
+    public static JsonNode routeKeys(JsonNode r) {
+        org.apache.spark.sql.types.StructType schema = new org.apache.spark.sql.types.StructType();
+        List<String> keys = new ArrayList<>();
+        for (JsonNode t : r.path("types")) {
+            keys.add("k" + keys.size());
+            schema = schema.add(keys.get(keys.size() - 1), type(t.asText()));
+        }
+        int width = r.path("width").asInt();
+        WriteSettings s = WriteSettings.defaults().withLayout("hash", keys, width, "HYBRID");
+        RowRouter router = new RowRouter(new WriteHandle("probe", 0, "", "", schema, width, s, new java.util.HashMap<>()), 0);
+        List<org.apache.spark.sql.catalyst.expressions.Expression> refs = new ArrayList<>();
+        for (int i = 0; i < keys.size(); i++) {
+            refs.add(new org.apache.spark.sql.catalyst.expressions.BoundReference(i, schema.fields()[i].dataType(), true));
+        }
+        org.apache.spark.sql.catalyst.expressions.UnsafeProjection spark = org.apache.spark.sql.catalyst.expressions
+                .UnsafeProjection.create(new org.apache.spark.sql.catalyst.plans.physical.HashPartitioning(
+                        scala.jdk.javaapi.CollectionConverters.asScala(refs).toList(), width).partitionIdExpression());
+        org.apache.spark.sql.catalyst.expressions.UnsafeProjection toUnsafe = org.apache.spark.sql.catalyst.expressions
+                .UnsafeProjection.create(schema);
+        int n = r.path("rows").asInt();
+        int differ = 0;
+        java.util.Set<Integer> targets = new java.util.HashSet<>();
+        for (int row = 0; row < n; row++) {
+            Object[] values = new Object[keys.size()];
+            for (int i = 0; i < values.length; i++) {
+                values[i] = value(schema.fields()[i].dataType(), row * 31L + i * 17L);
+            }
+            org.apache.spark.sql.catalyst.expressions.UnsafeRow unsafe = toUnsafe.apply(
+                    new org.apache.spark.sql.catalyst.expressions.GenericInternalRow(values));
+            int got = router.target(unsafe);
+            targets.add(got);
+            if (got != spark.apply(unsafe).getInt(0)) {
+                differ++;
+            }
+        }
+        ObjectNode out = JSON.createObjectNode();
+        out.put("rows", n);
+        out.put("differ", differ);
+        out.put("targets", targets.size());
+        out.put("direct", router.direct());
+        return out;
+    }
+
+    /**
+     * {@code {"types": [...], "rows": n, "compression": c}}: one buffer of rows of columns {@code c0..} of those
+     * types (nulls among them, UnsafeRows as a task's), hex, and the values as Python reads them
+     * ({@code "values"}: per column, the row's value as text, or null).
+     */
+    public static JsonNode encodeTyped(JsonNode r) {
+        org.apache.spark.sql.types.StructType schema = new org.apache.spark.sql.types.StructType();
+        int c = 0;
+        for (JsonNode t : r.path("types")) {
+            schema = schema.add("c" + c++, type(t.asText()));
+        }
+        org.apache.spark.sql.catalyst.expressions.UnsafeProjection toUnsafe = org.apache.spark.sql.catalyst.expressions
+                .UnsafeProjection.create(schema);
+        int n = r.path("rows").asInt();
+        ObjectNode out = JSON.createObjectNode();
+        com.fasterxml.jackson.databind.node.ArrayNode values = out.putArray("values");
+        try (BufferEncoder encoder = new BufferEncoder(
+                org.apache.spark.sql.util.ArrowUtils.toArrowSchema(schema, "UTC", false, false, false), schema, 1,
+                org.sparkflow.exchange.codec.Codecs.forName(r.path("compression").asText("none")))) {
+            for (int row = 0; row < n; row++) {
+                Object[] v = new Object[schema.fields().length];
+                com.fasterxml.jackson.databind.node.ArrayNode texts = values.addArray();
+                for (int i = 0; i < v.length; i++) {
+                    v[i] = value(schema.fields()[i].dataType(), row * 13L + i * 5L);
+                    if (v[i] == null) {
+                        texts.addNull();
+                    } else {
+                        texts.add(String.valueOf(v[i]));
+                    }
+                }
+                encoder.append(0, toUnsafe.apply(new org.apache.spark.sql.catalyst.expressions.GenericInternalRow(v)).copy());
+            }
+            out.put("hex", java.util.HexFormat.of().formatHex(encoder.encode(0, 64L * n, n)));
+        }
+        return out;
+    }
 }
