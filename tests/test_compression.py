@@ -120,7 +120,7 @@ def test_every_python_writer_and_reader_moves_compressed_exchanges_exactly(tmp_s
 
 def test_a_column_that_did_not_shrink_is_tried_again_after_a_while():
     """Incompressible bytes cost no compression attempt on the next batches; the column is tried again later."""
-    from sparkflow_exchange.buffer import _RETRY_AFTER
+    from sparkflow_exchange.buffer import RETRY_AFTER
 
     schema = pa.schema([pa.field("v", pa.int64(), nullable=False)])
     noise = pa.record_batch([pa.array(np.random.default_rng(5).integers(-2**63, 2**63 - 1, ROWS, dtype=np.int64))],
@@ -128,8 +128,8 @@ def test_a_column_that_did_not_shrink_is_tried_again_after_a_while():
     zeros = pa.record_batch([pa.array(np.zeros(ROWS, dtype=np.int64))], schema=schema)
     encoder = BatchEncoder(schema, "lz4")
     sizes = []
-    for b in [noise] + [zeros] * (_RETRY_AFTER + 1):
+    for b in [noise] + [zeros] * (RETRY_AFTER + 1):
         payload = encoder.encode(b)
         assert decode(payload, schema).equals(b)
         sizes.append(compressed_buffers(verify(payload))[0][1])
-    assert sizes == [-1] * (_RETRY_AFTER + 1) + [8 * ROWS], sizes  # stored as they are, then compressed again
+    assert sizes == [-1] * (RETRY_AFTER + 1) + [8 * ROWS], sizes  # stored as they are, then compressed again

@@ -46,7 +46,7 @@ import org.sparkflow.exchange.write.WriteSettings;
  *   <li>{@code {"op": "write_options", "options": {..}}}: {@link WriteSettings#defaults} with the options applied and
  *       checked, or the error</li>
  *   <li>{@code handshake}, {@code live}, {@code key_filter}, {@code read_partitions}, {@code write_settings},
- *       {@code route}, {@code readable}, {@code encode_rows}: {@code Handshake}, {@code LiveProducers},
+ *       {@code route}, {@code readable}, {@code encode_rows}, {@code encode_batches}: {@code Handshake}, {@code LiveProducers},
  *       {@code KeyFilter}, {@code ReadLayout}, {@code WriteSettings} and {@code Route} through the probe of their
  *       package ({@code wire.WireProbe}, {@code read.ReadProbe}, {@code write.WriteProbe}, {@code format.FormatProbe}),
  *       whose javadoc gives each request's fields</li>
@@ -83,6 +83,7 @@ public final class UnitDriver {
                     case "read_partitions" -> answer.set("partitions", ReadProbe.readPartitions(request));
                     case "write_settings" -> answer.set("settings", WriteProbe.settings(request));
                     case "encode_rows" -> answer.put("hex", WriteProbe.encodeRows(request));
+                    case "encode_batches" -> answer.setAll(WriteProbe.encodeBatches(request));
                     case "route" -> answer.put("python_only", FormatProbe.pythonOnly(request));
                     case "readable" -> answer.put("unreadable", FormatProbe.unreadable(request));
                     case "warmup" -> answer.put("ms", warmup());
