@@ -264,6 +264,7 @@ def test_pythons_compression_option_is_the_contracts():
     assert config.ExchangeConfig().compression == codecs["default"] in config.COMPRESSIONS
     assert buffer.MIN_SAVING_PERCENT == C["compression"]["min_saving_percent"]
     assert buffer.RETRY_AFTER == C["compression"]["retry_after"]
+    assert buffer.SKIP_MIN_BYTES == C["compression"]["skip_min_bytes"]
 
 
 def _expected_contract_class() -> dict:
@@ -306,7 +307,8 @@ def _expected_contract_class() -> dict:
         "Compression": {"DEFAULT": C["options"]["keys"]["compression"]["default"],
                         "CODECS": C["options"]["keys"]["compression"]["choices"]},
         "CompressionSaving": {"MIN_PERCENT": C["compression"]["min_saving_percent"],
-                              "RETRY_AFTER": C["compression"]["retry_after"]},
+                              "RETRY_AFTER": C["compression"]["retry_after"],
+                              "SKIP_MIN_BYTES": C["compression"]["skip_min_bytes"]},
     }
 
 

@@ -618,8 +618,9 @@ def _split_mix64(x: int) -> int:
 def test_the_jvm_writer_skips_compressing_a_column_that_did_not_shrink_then_tries_again(jvm, compression):
     """The contract's compression.retry_after, as the Python writer follows it: a buffer position that saved too
     little is stored as it is, untried, for the next retry_after batches of the writer; a column that still does not
-    shrink is skipped again; one that does is compressed from then on. Every buffer holds its rows exactly."""
-    from sparkflow_exchange.buffer import RETRY_AFTER, compressed_buffers, decode, verify
+    shrink is skipped again; one that does is compressed from then on; a small buffer starts no skipping. Every
+    buffer holds its rows exactly."""
+    from sparkflow_exchange.buffer import RETRY_AFTER, SKIP_MIN_BYTES, compressed_buffers, decode, verify
 
     rows = 2000
     kinds = ["noise"] * (RETRY_AFTER + 2) + ["count"] * (RETRY_AFTER + 2)
@@ -639,3 +640,9 @@ def test_the_jvm_writer_skips_compressing_a_column_that_did_not_shrink_then_trie
     assert data_sizes == [-1] * (2 * r + 2) + [8 * rows] * 2, data_sizes
     data_attempts = [after - before - 1 for before, after in zip([0] + answer["attempts"], answer["attempts"])]
     assert [i for i, a in enumerate(data_attempts) if a] == [0, r + 1, 2 * r + 2, 2 * r + 3], data_attempts
+    # a buffer under compression.skip_min_bytes that did not shrink starts no skipping: the next one is tried
+    small = SKIP_MIN_BYTES // 8 - 1
+    answer = jvm([{"op": "encode_batches", "compression": compression, "batches": [["noise", small], ["count", rows]]}])[0]
+    buffers = [compressed_buffers(verify(bytes.fromhex(h)))[1] for h in answer["hex"]]
+    assert [size for _, size in buffers] == [-1, 8 * rows], buffers
+    assert decode(bytes.fromhex(answer["hex"][1]), schema).column(0).to_pylist() == list(range(rows))

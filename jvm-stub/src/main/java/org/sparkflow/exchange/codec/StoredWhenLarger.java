@@ -16,7 +16,8 @@ import org.sparkflow.exchange.contract.Contract;
  * <p>It also skips what will not shrink, the rule of the Python writer ({@code buffer._BufferCompressor}) with the
  * contract's {@code compression.retry_after}: a buffer position of the record batch (one column's validity, offsets
  * or data buffer) that saved too little is stored as it is without being compressed for the next
- * {@link #RETRY_AFTER} record batches, then tried again. An incompressible column costs one compression in
+ * {@link #RETRY_AFTER} record batches, then tried again, if it had at least {@link #SKIP_MIN_BYTES} (what a smaller
+ * buffer saves is mostly the codec's framing, not the column's). An incompressible column costs one compression in
  * {@code RETRY_AFTER + 1}. The writer calls {@link #nextBatch} before each record batch's buffers (Arrow's
  * {@code VectorUnloader} compresses them in the batch's order); one instance per writer, one thread at a time.
  */
@@ -24,6 +25,8 @@ public final class StoredWhenLarger implements CompressionCodec {
     static final int MIN_SAVING_PERCENT = Contract.CompressionSaving.MIN_PERCENT;
     /** Record batches a position that did not shrink is stored as it is, untried (the contract's). */
     public static final int RETRY_AFTER = Contract.CompressionSaving.RETRY_AFTER;
+    /** Only a buffer of at least this many bytes starts the skipping: a smaller one's saving is mostly framing. */
+    public static final int SKIP_MIN_BYTES = Contract.CompressionSaving.SKIP_MIN_BYTES;
     private final CompressionCodec codec;
     private int[] skip = new int[16];
     private int position;
@@ -70,7 +73,9 @@ public final class StoredWhenLarger implements CompressionCodec {
             if (!raw && kept * 100 <= size * (100 - MIN_SAVING_PERCENT)) {
                 return compressed;
             }
-            skip[at] = RETRY_AFTER;
+            if (size >= SKIP_MIN_BYTES) {
+                skip[at] = RETRY_AFTER;
+            }
             if (raw) {
                 return compressed;
             }
