@@ -10,7 +10,7 @@ import org.sparkflow.exchange.contract.Contract;
 
 /**
  * Arrow IPC body compression for the JVM writer and reader, the codecs {@code buffer.BatchEncoder} writes:
- * ZSTD through {@link ZstdCodec} (native zstd-jni, contexts reused per thread) at pyarrow's default level, LZ4_FRAME through
+ * ZSTD through Arrow's own codec (native, zstd-jni) at pyarrow's default level, LZ4_FRAME through
  * {@link Lz4FrameCodec} (native lz4-java blocks; Arrow Java's own LZ4 codec is pure Java and very slow).
  * The option's names live here for the JVM, as {@code config.COMPRESSIONS} for Python (tests check they agree).
  */
@@ -55,7 +55,7 @@ public final class Codecs implements CompressionCodec.Factory {
     @Override
     public CompressionCodec createCodec(CodecType type, int level) {
         return switch (type) {
-            case ZSTD -> level == ZSTD_LEVEL ? ZstdCodec.INSTANCE : new ZstdCompressionCodec(level);
+            case ZSTD -> new ZstdCompressionCodec(level);
             case LZ4_FRAME -> Lz4FrameCodec.INSTANCE;
             case NO_COMPRESSION -> NoCompressionCodec.INSTANCE;
         };
