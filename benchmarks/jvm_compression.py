@@ -2,7 +2,8 @@
 
 One application (``local[2]``, ``SPARK_SETTINGS``, the plugin jar and its catalog). The table is cached first, so
 the times are the exchange's, not parquet's: TPC-H ``lineitem`` (``tpchgen-cli``, all 16 columns; ``--data tpch``)
-or, for the incompressible case, rows of random longs and doubles (``--data random``). Each round writes it with
+or, for the incompressible case, rows of random longs and doubles (``--data random`` with a sequential long
+column, ``--data noise`` without). Each round writes it with
 every codec through ``df.writeTo("exchange.<name>")`` hashed on the first column into 8 subpartitions, then reads
 it back whole through the JVM reader (``spark.table(...)`` into Spark's ``noop`` sink: every column decoded).
 Reported per codec: the exchange's bytes (what the service holds and a reader moves), their ratio to the
@@ -43,7 +44,9 @@ def lineitem(sf: float) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", choices=("tpch", "random"), default="tpch")
+    parser.add_argument("--data", choices=("tpch", "random", "noise"), default="tpch",
+                        help="random: a sequential long, two 64-bit hashes, two random doubles; noise: no sequential "
+                             "column (three hashes, two random doubles), what no codec shrinks")
     parser.add_argument("--sf", type=float, default=0.5, help="TPC-H scale factor of lineitem (--data tpch)")
     parser.add_argument("--rows", type=int, default=3_000_000, help="rows (--data random)")
     parser.add_argument("--rounds", type=int, default=3)
@@ -70,7 +73,8 @@ def main() -> None:
         df = spark.read.parquet(str(source))
         parquet_bytes = sum(p.stat().st_size for p in source.glob("**/*.parquet"))
     else:
-        df = spark.range(0, args.rows, 1, 4).selectExpr("id", "xxhash64(id) AS a", "xxhash64(id, 1) AS b",
+        first = "id" if args.data == "random" else "xxhash64(id, 2) AS c"
+        df = spark.range(0, args.rows, 1, 4).selectExpr(first, "xxhash64(id) AS a", "xxhash64(id, 1) AS b",
                                                         "rand(7) AS d", "rand(8) AS e")
         parquet_bytes = None
     jvm_stat = Path(f"/proc/{spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()}/stat")
