@@ -26,7 +26,15 @@ import pyarrow.ipc as ipc
 from .arrow_numpy import empty_batch  # noqa: E402
 from .buffer_kinds import FLAG_COMPRESSED  # noqa: E402
 from .ipc_body import (  # noqa: F401
-    _ARROW_BUFFER, _I32, _I64, MIN_SAVING_PERCENT, RETRY_AFTER, SKIP_MIN_BYTES, compressed_buffers, raw_size)
+    _ARROW_BUFFER,
+    _I32,
+    _I64,
+    MIN_SAVING_PERCENT,
+    RETRY_AFTER,
+    SKIP_MIN_BYTES,
+    compressed_buffers,
+    raw_size,
+)
 from .ipc_body import _field as _field_at
 from .ipc_body import body_buffers as _body_buffers
 
@@ -160,8 +168,9 @@ class _BufferCompressor:
     pyarrow compresses every buffer of a message (and only then can a buffer be put back raw): on incompressible
     columns that is the whole cost. Here a buffer position (a column's validity, offsets or data) whose bytes did
     not shrink by ``MIN_SAVING_PERCENT`` is stored as it is, without trying, for the next :data:`RETRY_AFTER`
-    batches (if it had at least :data:`SKIP_MIN_BYTES`: a smaller buffer's saving is mostly the codec's framing). The message is the batch's own uncompressed serialisation (Arrow's layout of its nodes and buffers)
-    under the metadata pyarrow writes for a compressed batch of this schema (the same fields, patched in place:
+    batches (if it had at least :data:`SKIP_MIN_BYTES`: a smaller buffer's saving is mostly the codec's framing).
+    The message is the batch's own uncompressed serialisation (Arrow's layout of its nodes and buffers) under the
+    metadata pyarrow writes for a compressed batch of this schema (the same fields, patched in place:
     length, nodes, buffers, bodyLength). The JVM writer follows the same rule (``codec.StoredWhenLarger``).
     Schemas whose buffer count varies per batch (view types, dictionaries) use pyarrow's path (:meth:`usable`).
     """
