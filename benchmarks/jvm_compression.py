@@ -2,12 +2,14 @@
 
 One application (``local[2]``, ``SPARK_SETTINGS``, the plugin jar and its catalog). The table is cached first, so
 the times are the exchange's, not parquet's: TPC-H ``lineitem`` (``tpchgen-cli``, all 16 columns; ``--data tpch``)
-or, for the incompressible case, rows of random longs and doubles (``--data random``). Each round writes it with
+or, for the incompressible case, rows of random longs and doubles (``--data random`` with a sequential long
+column, ``--data noise`` without). Each round writes it with
 every codec through ``df.writeTo("exchange.<name>")`` hashed on the first column into 8 subpartitions, then reads
 it back whole through the JVM reader (``spark.table(...)`` into Spark's ``noop`` sink: every column decoded).
 Reported per codec: the exchange's bytes (what the service holds and a reader moves), their ratio to the
 uncompressed exchange and to the parquet files, the write's and the read's seconds (median of ``--rounds``,
-codecs interleaved within a round), and the pair's time against ``none``.
+codecs interleaved within a round), and the pair's time against ``none``; the same for the application JVM's CPU
+seconds (``/proc``: what the codecs cost, less moved by other load on the machine than wall time).
 
 Run: .venv/bin/python benchmarks/jvm_compression.py [--data tpch] [--sf 0.5] [--rows 3000000] [--rounds 3]
 Writes benchmarks/jvm_compression-latest.json.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -41,7 +44,9 @@ def lineitem(sf: float) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", choices=("tpch", "random"), default="tpch")
+    parser.add_argument("--data", choices=("tpch", "random", "noise"), default="tpch",
+                        help="random: a sequential long, two 64-bit hashes, two random doubles; noise: no sequential "
+                             "column (three hashes, two random doubles), what no codec shrinks")
     parser.add_argument("--sf", type=float, default=0.5, help="TPC-H scale factor of lineitem (--data tpch)")
     parser.add_argument("--rows", type=int, default=3_000_000, help="rows (--data random)")
     parser.add_argument("--rounds", type=int, default=3)
@@ -68,44 +73,61 @@ def main() -> None:
         df = spark.read.parquet(str(source))
         parquet_bytes = sum(p.stat().st_size for p in source.glob("**/*.parquet"))
     else:
-        df = spark.range(0, args.rows, 1, 4).selectExpr("id", "xxhash64(id) AS a", "xxhash64(id, 1) AS b",
+        first = "id" if args.data == "random" else "xxhash64(id, 2) AS c"
+        df = spark.range(0, args.rows, 1, 4).selectExpr(first, "xxhash64(id) AS a", "xxhash64(id, 1) AS b",
                                                         "rand(7) AS d", "rand(8) AS e")
         parquet_bytes = None
+    jvm_stat = Path(f"/proc/{spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()}/stat")
+
+    def jvm_cpu() -> float:
+        """The application JVM's CPU seconds so far (user + system)."""
+        fields = jvm_stat.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     df = df.repartition(4).cache()
     rows = df.count()
     key = df.columns[0]
-    times: dict[str, dict[str, list[float]]] = {c: {"write": [], "read": []} for c in CODECS}
+    times: dict[str, dict[str, list[float]]] = {c: {"write": [], "read": [], "write_cpu": [], "read_cpu": []}
+                                                for c in CODECS}
     held: dict[str, int] = {}
     for r in range(args.rounds):
         for codec in (CODECS if r % 2 == 0 else CODECS[::-1]):
             name = f"z_{codec}"
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), jvm_cpu()
             df.writeTo(f"exchange.{name}").tableProperty("keys", key).tableProperty("numSubpartitions", "8") \
                 .tableProperty("compression", codec).createOrReplace()
             times[codec]["write"].append(time.perf_counter() - started)
-            started = time.perf_counter()
+            times[codec]["write_cpu"].append(jvm_cpu() - cpu)
+            started, cpu = time.perf_counter(), jvm_cpu()
             spark.table(f"exchange.{name}").write.format("noop").mode("overwrite").save()
             times[codec]["read"].append(time.perf_counter() - started)
+            times[codec]["read_cpu"].append(jvm_cpu() - cpu)
             summary = next(s for s in sparkflow_exchange.list_exchanges() if s.name == name)
             assert summary.rows == rows, (summary.rows, rows)
             held[codec] = summary.bytes
             print(f"round {r} {codec}: {summary.bytes / 2**20:.1f} MiB, write {times[codec]['write'][-1]:.2f} s, "
-                  f"read {times[codec]['read'][-1]:.2f} s", flush=True)
+                  f"read {times[codec]['read'][-1]:.2f} s, cpu {times[codec]['write_cpu'][-1]:.2f} + "
+                  f"{times[codec]['read_cpu'][-1]:.2f} s", flush=True)
     end_run(spark, tmp)
     out = {"data": args.data, "sf": args.sf if source else None, "rows": rows, "rounds": args.rounds,
            "parquet_bytes": parquet_bytes, "codecs": {}}
-    base = statistics.median(times["none"]["write"]) + statistics.median(times["none"]["read"])
+    med = {c: {k: statistics.median(v) for k, v in t.items()} for c, t in times.items()}
+    base = med["none"]["write"] + med["none"]["read"]
+    base_cpu = med["none"]["write_cpu"] + med["none"]["read_cpu"]
     print(f"\n{rows:,} rows ({args.data}), median of {args.rounds}")
-    print("| codec | exchange MiB | vs none | vs parquet | write s | read s | pair vs none |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| codec | exchange MiB | vs none | vs parquet | write s | read s | pair vs none | write CPU s | read CPU s |"
+          " pair CPU vs none |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for codec in CODECS:
-        w, rd = statistics.median(times[codec]["write"]), statistics.median(times[codec]["read"])
-        entry = {"bytes": held[codec], "write_s": w, "read_s": rd, "writes": times[codec]["write"],
-                 "reads": times[codec]["read"]}
+        m = med[codec]
+        w, rd = m["write"], m["read"]
+        entry = {"bytes": held[codec], "write_s": w, "read_s": rd, "write_cpu_s": m["write_cpu"],
+                 "read_cpu_s": m["read_cpu"], **times[codec]}
         out["codecs"][codec] = entry
         vs_parquet = f"{held[codec] / parquet_bytes:.2f}" if parquet_bytes else "-"
         print(f"| {codec} | {held[codec] / 2**20:,.1f} | {held[codec] / held['none']:.2f} | {vs_parquet} | "
-              f"{w:.2f} | {rd:.2f} | {(w + rd) / base:.2f} |")
+              f"{w:.2f} | {rd:.2f} | {(w + rd) / base:.2f} | {m['write_cpu']:.2f} | {m['read_cpu']:.2f} | "
+              f"{(m['write_cpu'] + m['read_cpu']) / base_cpu:.2f} |")
     (HERE / "jvm_compression-latest.json").write_text(json.dumps(out, indent=1))
 
 

@@ -25,7 +25,16 @@ import pyarrow.ipc as ipc
 
 from .arrow_numpy import empty_batch  # noqa: E402
 from .buffer_kinds import FLAG_COMPRESSED  # noqa: E402
-from .ipc_body import _ARROW_BUFFER, _I32, _I64, MIN_SAVING_PERCENT, compressed_buffers, raw_size  # noqa: F401
+from .ipc_body import (  # noqa: F401
+    _ARROW_BUFFER,
+    _I32,
+    _I64,
+    MIN_SAVING_PERCENT,
+    RETRY_AFTER,
+    SKIP_MIN_BYTES,
+    compressed_buffers,
+    raw_size,
+)
 from .ipc_body import _field as _field_at
 from .ipc_body import body_buffers as _body_buffers
 
@@ -153,19 +162,17 @@ def store_raw_where_larger(message: pa.Buffer, codec: str) -> pa.Buffer:
     return pa.py_buffer(b"".join((view[:8], new_meta, *parts)))
 
 
-_RETRY_AFTER = 16  # a buffer position whose bytes did not shrink is stored as it is for this many batches
-
-
 class _BufferCompressor:
     """Compressed IPC messages of one schema, each Arrow buffer compressed on its own or stored as it is.
 
     pyarrow compresses every buffer of a message (and only then can a buffer be put back raw): on incompressible
     columns that is the whole cost. Here a buffer position (a column's validity, offsets or data) whose bytes did
-    not shrink by ``MIN_SAVING_PERCENT`` is stored as it is, without trying, for the next :data:`_RETRY_AFTER`
-    batches. The message is the batch's own uncompressed serialisation (Arrow's layout of its nodes and buffers)
-    under the metadata pyarrow writes for a compressed batch of this schema (the same fields, patched in place:
-    length, nodes, buffers, bodyLength). Schemas whose buffer count varies per batch (view types, dictionaries)
-    use pyarrow's path (:meth:`usable`).
+    not shrink by ``MIN_SAVING_PERCENT`` is stored as it is, without trying, for the next :data:`RETRY_AFTER`
+    batches (if it had at least :data:`SKIP_MIN_BYTES`: a smaller buffer's saving is mostly the codec's framing).
+    The message is the batch's own uncompressed serialisation (Arrow's layout of its nodes and buffers) under the
+    metadata pyarrow writes for a compressed batch of this schema (the same fields, patched in place:
+    length, nodes, buffers, bodyLength). The JVM writer follows the same rule (``codec.StoredWhenLarger``).
+    Schemas whose buffer count varies per batch (view types, dictionaries) use pyarrow's path (:meth:`usable`).
     """
 
     def __init__(self, schema: pa.Schema, codec: str, template: pa.Buffer) -> None:
@@ -226,8 +233,8 @@ class _BufferCompressor:
                 packed = self.codec.compress(data)
                 if len(packed) * 100 <= length * (100 - MIN_SAVING_PERCENT):
                     stored = (_I64.pack(length), packed)
-                else:
-                    self.skip[i] = _RETRY_AFTER
+                elif length >= SKIP_MIN_BYTES:
+                    self.skip[i] = RETRY_AFTER
             if stored is None:
                 stored = (_NOT_COMPRESSED, data)
             n = 8 + len(stored[1])

@@ -189,7 +189,9 @@ def contract_java(contract: dict) -> str:
                             "TRAILER_SIZE": _size(buffer["trailer"]), "END_COUNTS_SIZE": _size(buffer["end_counts"])})
     codecs = contract["options"]["keys"]["compression"]
     out += _strings("Compression", {"DEFAULT": codecs["default"]}, {"CODECS": codecs["choices"]})
-    out += _ints("CompressionSaving", {"MIN_PERCENT": contract["compression"]["min_saving_percent"]})
+    out += _ints("CompressionSaving", {"MIN_PERCENT": contract["compression"]["min_saving_percent"],
+                                       "RETRY_AFTER": contract["compression"]["retry_after"],
+                                       "SKIP_MIN_BYTES": contract["compression"]["skip_min_bytes"]})
     out += ["    public static final class SpillIndex {", "        private SpillIndex() {}",
             f"        public static final String MAGIC = {json.dumps(spill['magic'])};",
             f"        public static final int VERSION = {int(spill['version'])};",

@@ -13,6 +13,11 @@ from . import contract
 # a compressed Arrow buffer is kept only if it saves this share of its bytes; else it is stored as it is (the IPC
 # format's per-buffer "uncompressed" length, -1), as the JVM writer does: reading it costs no decompression
 MIN_SAVING_PERCENT = contract.load()["compression"]["min_saving_percent"]
+# a buffer position (one column's validity, offsets or data) that saved less is then stored as it is, untried, for a
+# writer's next RETRY_AFTER record batches: incompressible columns cost one attempt in RETRY_AFTER + 1 (both writers)
+RETRY_AFTER = contract.load()["compression"]["retry_after"]
+# only a buffer of at least this many bytes starts that skipping: a smaller one's saving is mostly the codec's framing
+SKIP_MIN_BYTES = contract.load()["compression"]["skip_min_bytes"]
 _I32, _U16, _I64 = struct.Struct("<i"), struct.Struct("<H"), struct.Struct("<q")
 _ARROW_BUFFER = struct.Struct("<qq")  # flatbuffers' Buffer struct: offset, length in the body
 _TRAILER_SIZE = contract.load()["buffer"]["trailer_size"]

@@ -883,7 +883,7 @@ def compressed_exchanges_round_trip_on_every_path(d):
     rows.writeTo("exchange.zc_none").tableProperty("keys", "k").tableProperty("numSubpartitions", "4") \
         .tableProperty("compression", "none").create()
     d["bytes_none"] = held("zc_none")
-    # with nothing set both writers compress with the contract's default (lz4)
+    # with nothing set both writers compress with the contract's default (zstd)
     rows.writeTo("exchange.zc_default").tableProperty("keys", "k").tableProperty("numSubpartitions", "4").create()
     d["bytes_default"] = held("zc_default")
     assert d["bytes_default"] < 0.8 * d["bytes_none"], d

@@ -120,7 +120,7 @@ def test_every_python_writer_and_reader_moves_compressed_exchanges_exactly(tmp_s
 
 def test_a_column_that_did_not_shrink_is_tried_again_after_a_while():
     """Incompressible bytes cost no compression attempt on the next batches; the column is tried again later."""
-    from sparkflow_exchange.buffer import _RETRY_AFTER
+    from sparkflow_exchange.buffer import RETRY_AFTER
 
     schema = pa.schema([pa.field("v", pa.int64(), nullable=False)])
     noise = pa.record_batch([pa.array(np.random.default_rng(5).integers(-2**63, 2**63 - 1, ROWS, dtype=np.int64))],
@@ -128,8 +128,29 @@ def test_a_column_that_did_not_shrink_is_tried_again_after_a_while():
     zeros = pa.record_batch([pa.array(np.zeros(ROWS, dtype=np.int64))], schema=schema)
     encoder = BatchEncoder(schema, "lz4")
     sizes = []
-    for b in [noise] + [zeros] * (_RETRY_AFTER + 1):
+    for b in [noise] + [zeros] * (RETRY_AFTER + 1):
         payload = encoder.encode(b)
         assert decode(payload, schema).equals(b)
         sizes.append(compressed_buffers(verify(payload))[0][1])
-    assert sizes == [-1] * (_RETRY_AFTER + 1) + [8 * ROWS], sizes  # stored as they are, then compressed again
+    assert sizes == [-1] * (RETRY_AFTER + 1) + [8 * ROWS], sizes  # stored as they are, then compressed again
+
+
+def test_a_small_buffer_that_did_not_shrink_starts_no_skipping():
+    """What a buffer under compression.skip_min_bytes saves is mostly the codec's framing: it says nothing of the
+    column, so the next batch is tried (a writer flushing a few rows to one target must not turn off a column's
+    compression for its larger buffers)."""
+    from sparkflow_exchange.buffer import SKIP_MIN_BYTES
+
+    schema = pa.schema([pa.field("v", pa.int64(), nullable=False)])
+    rows = SKIP_MIN_BYTES // 8 - 1
+    noise = pa.record_batch([pa.array(np.random.default_rng(6).integers(-2**63, 2**63 - 1, rows, dtype=np.int64))],
+                            schema=schema)
+    zeros = pa.record_batch([pa.array(np.zeros(ROWS, dtype=np.int64))], schema=schema)
+    for codec in ("lz4", "zstd"):
+        encoder = BatchEncoder(schema, codec)
+        sizes = []
+        for b in (noise, zeros):
+            payload = encoder.encode(b)
+            assert decode(payload, schema).equals(b)
+            sizes.append(compressed_buffers(verify(payload))[0][1])
+        assert sizes == [-1, 8 * ROWS], (codec, sizes)

@@ -263,6 +263,8 @@ def test_pythons_compression_option_is_the_contracts():
     assert config.COMPRESSIONS == tuple(codecs["choices"]) and config.COMPRESSIONS[0] == "none"
     assert config.ExchangeConfig().compression == codecs["default"] in config.COMPRESSIONS
     assert buffer.MIN_SAVING_PERCENT == C["compression"]["min_saving_percent"]
+    assert buffer.RETRY_AFTER == C["compression"]["retry_after"]
+    assert buffer.SKIP_MIN_BYTES == C["compression"]["skip_min_bytes"]
 
 
 def _expected_contract_class() -> dict:
@@ -304,7 +306,9 @@ def _expected_contract_class() -> dict:
                                          else spec["choices"]) for k, spec in jvm.items() if spec["type"] == "choice"},
         "Compression": {"DEFAULT": C["options"]["keys"]["compression"]["default"],
                         "CODECS": C["options"]["keys"]["compression"]["choices"]},
-        "CompressionSaving": {"MIN_PERCENT": C["compression"]["min_saving_percent"]},
+        "CompressionSaving": {"MIN_PERCENT": C["compression"]["min_saving_percent"],
+                              "RETRY_AFTER": C["compression"]["retry_after"],
+                              "SKIP_MIN_BYTES": C["compression"]["skip_min_bytes"]},
     }
 
 

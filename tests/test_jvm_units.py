@@ -669,3 +669,47 @@ def test_fixed_width_columns_come_out_of_the_writer_as_the_rows_held_them(jvm, c
             else:
                 assert value == int(want), (types[i], row)
     assert got.num_rows == 1000 and 0 < nulls < 1000 * len(types)
+
+
+def _split_mix64(x: int) -> int:
+    """WriteProbe.splitMix64: well-mixed (incompressible) longs both languages compute."""
+    m = (1 << 64) - 1
+    z = x * 0x9E3779B97F4A7C15 & m
+    z = (z ^ z >> 30) * 0xBF58476D1CE4E5B9 & m
+    z = (z ^ z >> 27) * 0x94D049BB133111EB & m
+    z ^= z >> 31
+    return z - (1 << 64) if z >> 63 else z
+
+
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_the_jvm_writer_skips_compressing_a_column_that_did_not_shrink_then_tries_again(jvm, compression):
+    """The contract's compression.retry_after, as the Python writer follows it: a buffer position that saved too
+    little is stored as it is, untried, for the next retry_after batches of the writer; a column that still does not
+    shrink is skipped again; one that does is compressed from then on; a small buffer starts no skipping. Every
+    buffer holds its rows exactly."""
+    from sparkflow_exchange.buffer import RETRY_AFTER, SKIP_MIN_BYTES, compressed_buffers, decode, verify
+
+    rows = 2000
+    kinds = ["noise"] * (RETRY_AFTER + 2) + ["count"] * (RETRY_AFTER + 2)
+    answer = jvm([{"op": "encode_batches", "compression": compression, "batches": [[k, rows] for k in kinds]}])[0]
+    schema = pa.schema([("l", pa.int64())])
+    data_sizes = []
+    for index, (kind, hexed) in enumerate(zip(kinds, answer["hex"])):
+        payload = bytes.fromhex(hexed)
+        want = [_split_mix64(1_000_003 * index + i) for i in range(rows)] if kind == "noise" else list(range(rows))
+        assert decode(payload, schema).column(0).to_pylist() == want, index
+        validity, data = compressed_buffers(verify(payload))
+        assert validity[1] > 0, index  # all valid (ones): it shrinks, so it is compressed every time
+        data_sizes.append(data[1])
+    r = RETRY_AFTER
+    # tried at 0 and r + 1 (noise: stored as they are), untried in between and for the r count batches after;
+    # tried again at 2r + 2, where the counting column shrinks, and compressed from then on
+    assert data_sizes == [-1] * (2 * r + 2) + [8 * rows] * 2, data_sizes
+    data_attempts = [after - before - 1 for before, after in zip([0] + answer["attempts"], answer["attempts"])]
+    assert [i for i, a in enumerate(data_attempts) if a] == [0, r + 1, 2 * r + 2, 2 * r + 3], data_attempts
+    # a buffer under compression.skip_min_bytes that did not shrink starts no skipping: the next one is tried
+    small = SKIP_MIN_BYTES // 8 - 1
+    answer = jvm([{"op": "encode_batches", "compression": compression, "batches": [["noise", small], ["count", rows]]}])[0]
+    buffers = [compressed_buffers(verify(bytes.fromhex(h)))[1] for h in answer["hex"]]
+    assert [size for _, size in buffers] == [-1, 8 * rows], buffers
+    assert decode(bytes.fromhex(answer["hex"][1]), schema).column(0).to_pylist() == list(range(rows))

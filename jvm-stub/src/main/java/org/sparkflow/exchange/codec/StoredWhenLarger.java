@@ -1,5 +1,6 @@
 package org.sparkflow.exchange.codec;
 
+import java.util.Arrays;
 import org.apache.arrow.memory.ArrowBuf;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.vector.compression.CompressionCodec;
@@ -7,31 +8,75 @@ import org.apache.arrow.vector.compression.CompressionUtil;
 import org.sparkflow.exchange.contract.Contract;
 
 /**
- * A codec whose buffers that shrink too little are stored as they are: the IPC format's per-buffer uncompressed
- * length -1, which every reader takes without decompressing. Arrow Java stores a buffer raw only when compressing
- * made it larger; this keeps a buffer compressed only if it saves at least {@code compression.min_saving_percent}
- * of the contract, as the Python writer does ({@code buffer.store_raw_where_larger}).
+ * A writer's codec whose buffers that shrink too little are stored as they are: the IPC format's per-buffer
+ * uncompressed length -1, which every reader takes without decompressing. Arrow Java stores a buffer raw only when
+ * compressing made it larger; this keeps a buffer compressed only if it saves at least
+ * {@code compression.min_saving_percent} of the contract, as the Python writer does.
+ *
+ * <p>It also skips what will not shrink, the rule of the Python writer ({@code buffer._BufferCompressor}) with the
+ * contract's {@code compression.retry_after}: a buffer position of the record batch (one column's validity, offsets
+ * or data buffer) that saved too little is stored as it is without being compressed for the next
+ * {@link #RETRY_AFTER} record batches, then tried again, if it had at least {@link #SKIP_MIN_BYTES} (what a smaller
+ * buffer saves is mostly the codec's framing, not the column's). An incompressible column costs one compression in
+ * {@code RETRY_AFTER + 1}. The writer calls {@link #nextBatch} before each record batch's buffers (Arrow's
+ * {@code VectorUnloader} compresses them in the batch's order); one instance per writer, one thread at a time.
  */
-final class StoredWhenLarger implements CompressionCodec {
+public final class StoredWhenLarger implements CompressionCodec {
     static final int MIN_SAVING_PERCENT = Contract.CompressionSaving.MIN_PERCENT;
+    /** Record batches a position that did not shrink is stored as it is, untried (the contract's). */
+    public static final int RETRY_AFTER = Contract.CompressionSaving.RETRY_AFTER;
+    /** Only a buffer of at least this many bytes starts the skipping: a smaller one's saving is mostly framing. */
+    public static final int SKIP_MIN_BYTES = Contract.CompressionSaving.SKIP_MIN_BYTES;
     private final CompressionCodec codec;
+    private int[] skip = new int[16];
+    private int position;
+    private long attempts;
 
     StoredWhenLarger(CompressionCodec codec) {
         this.codec = codec;
     }
 
+    /** The next buffers are a new record batch's, from its first. */
+    public void nextBatch() {
+        position = 0;
+    }
+
+    /** Buffers compressed so far (those stored untried not counted): what the skipping saved is visible in tests. */
+    public long attempts() {
+        return attempts;
+    }
+
     @Override
     public ArrowBuf compress(BufferAllocator allocator, ArrowBuf uncompressed) {
+        int at = position++;
         long size = uncompressed.writerIndex();
         if (size == 0) {
             return codec.compress(allocator, uncompressed);
         }
+        if (at >= skip.length) {
+            skip = Arrays.copyOf(skip, Math.max(at + 1, 2 * skip.length));
+        }
+        if (skip[at] > 0) { // did not shrink lately: stored as it is, no compression tried
+            skip[at]--;
+            try {
+                return CompressionUtil.packageRawBuffer(allocator, uncompressed);
+            } finally {
+                uncompressed.close();
+            }
+        }
+        attempts++;
         uncompressed.getReferenceManager().retain(); // the codec releases it; kept for a raw copy
         try {
             ArrowBuf compressed = codec.compress(allocator, uncompressed);
             long kept = compressed.writerIndex() - CompressionUtil.SIZE_OF_UNCOMPRESSED_LENGTH;
             boolean raw = compressed.getLong(0) == CompressionUtil.NO_COMPRESSION_LENGTH;
-            if (raw || kept * 100 <= size * (100 - MIN_SAVING_PERCENT)) {
+            if (!raw && kept * 100 <= size * (100 - MIN_SAVING_PERCENT)) {
+                return compressed;
+            }
+            if (size >= SKIP_MIN_BYTES) {
+                skip[at] = RETRY_AFTER;
+            }
+            if (raw) {
                 return compressed;
             }
             compressed.close();

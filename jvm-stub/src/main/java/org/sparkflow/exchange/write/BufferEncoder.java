@@ -18,6 +18,7 @@ import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.execution.arrow.ArrowWriter;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.ArrowUtils;
+import org.sparkflow.exchange.codec.StoredWhenLarger;
 import org.sparkflow.exchange.contract.Contract;
 
 /**
@@ -85,6 +86,9 @@ final class BufferEncoder implements AutoCloseable {
                         + " rows where " + rows + " were written to it (" + Thread.currentThread().getName() + ")");
             }
             Sink out = new Sink((int) Math.min(Integer.MAX_VALUE - 64, sizeHint + sizeHint / 8 + 4096));
+            if (codec instanceof StoredWhenLarger adaptive) {
+                adaptive.nextBatch(); // its positions count this batch's buffers from the first
+            }
             try (ArrowRecordBatch batch = new VectorUnloader(root, true, codec, true).getRecordBatch()) {
                 MessageSerializer.serialize(new WriteChannel(out), batch);
             }

@@ -10,7 +10,7 @@ import java.util.Map;
 
 /**
  * {@link WriteSettings}' parsing, for {@code UnitDriver}'s {@code write_settings}; {@link BufferEncoder}'s buffers,
- * for its {@code encode_rows}.
+ * for its {@code encode_rows} and {@code encode_batches}.
  */
 public final class WriteProbe {
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -35,6 +35,46 @@ public final class WriteProbe {
         ObjectNode out = JSON.valueToTree(s);
         out.put("single", s.single());
         return out;
+    }
+
+    /**
+     * {@code {"compression": c, "batches": [[kind, rows], ...]}}: one writer's buffers of a long column {@code l}, in
+     * order, through one {@link BufferEncoder} (as a write task encodes them), hex each; kind {@code "noise"}:
+     * SplitMix64 of {@code 1000003 * batch index + row} (incompressible), {@code "count"}: 0..rows-1. With {@code "attempts"}: the codec's
+     * compressions after each buffer.
+     */
+    public static ObjectNode encodeBatches(JsonNode r) {
+        org.apache.spark.sql.types.StructType rows = new org.apache.spark.sql.types.StructType()
+                .add("l", org.apache.spark.sql.types.DataTypes.LongType);
+        org.apache.arrow.vector.compression.CompressionCodec codec =
+                org.sparkflow.exchange.codec.Codecs.forName(r.path("compression").asText("none"));
+        ObjectNode out = JSON.createObjectNode();
+        com.fasterxml.jackson.databind.node.ArrayNode hex = out.putArray("hex");
+        com.fasterxml.jackson.databind.node.ArrayNode attempts = out.putArray("attempts");
+        try (BufferEncoder encoder = new BufferEncoder(
+                org.apache.spark.sql.util.ArrowUtils.toArrowSchema(rows, "UTC", false, false, false), rows, 1, codec)) {
+            int index = 0;
+            for (JsonNode b : r.path("batches")) {
+                String kind = b.get(0).asText();
+                int n = b.get(1).asInt();
+                long seed = 1_000_003L * index++;
+                for (long i = 0; i < n; i++) {
+                    long v = kind.equals("noise") ? splitMix64(seed + i) : i;
+                    encoder.append(0, new org.apache.spark.sql.catalyst.expressions.GenericInternalRow(new Object[]{v}));
+                }
+                hex.add(java.util.HexFormat.of().formatHex(encoder.encode(0, 8L * n, n)));
+                attempts.add(codec instanceof org.sparkflow.exchange.codec.StoredWhenLarger s ? s.attempts() : 0);
+            }
+        }
+        return out;
+    }
+
+    /** SplitMix64's output for {@code x}: well-mixed bits a test can compute too. */
+    static long splitMix64(long x) {
+        long z = x * 0x9E3779B97F4A7C15L;
+        z = (z ^ (z >>> 30)) * 0xBF58476D1CE4E5B9L;
+        z = (z ^ (z >>> 27)) * 0x94D049BB133111EBL;
+        return z ^ (z >>> 31);
     }
 
     /**
