@@ -28,7 +28,7 @@ def write(cfg, rows: int) -> None:
 
 def test_spill_files_beyond_max_disk_bytes_fail_the_write_naming_it(tmp_service):
     svc = tmp_service(conf={"maxDiskBytes": "300k"})
-    cfg = dict(keys="a", numSubpartitions=2, bufferSize="32k")
+    cfg = dict(keys="a", numSubpartitions=2, bufferSize="32k", compression="none")  # sizes below are raw bytes
     write(client_config(svc, exchange="small", **cfg), 10_000)  # ~80 KB
     with pytest.raises((ExchangeError, ServiceError), match=r"maxDiskBytes=307200"):
         write(client_config(svc, exchange="large", **cfg), 100_000)  # ~800 KB
