@@ -206,7 +206,7 @@ def test_a_write_the_disk_has_no_room_for_fails_clearly_and_others_go_on(tmp_ser
     disk): the write that needs more fails naming the spill files; smaller writes and reads go on."""
     svc = tmp_service(fsize=1 << 20)
     big = client_config(svc, exchange="big", partitioner="hash", keys="id", numSubpartitions="2",
-                        partitionType="BLOCKING")
+                        partitionType="BLOCKING", compression="none")  # 3.2 MB on disk, not what zstd makes of it
     handle = ex.declare_write(big, SCHEMA, overwrite=True)
     task = ex.ProducerTask(handle, 0, "a0")
     with pytest.raises((ServiceError, ex.ExchangeError), match="no room left for spill files") as failed:

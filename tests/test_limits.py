@@ -44,7 +44,8 @@ def capped(tmp_path):
 def as_(svc, who: str, name: str = "orders", **kw):
     secret = svc.secret if who == "operator" else SECRETS[who]
     opts = dict(exchange=name, partitioner="hash", keys="id", numSubpartitions=2, partitionType="HYBRID",
-                secret=secret, hostId="elsewhere", readerTimeout="20s", bufferSize="32k")
+                secret=secret, hostId="elsewhere", readerTimeout="20s", bufferSize="32k",
+                compression="none")  # the shares below are counted in raw bytes
     opts.update(kw)
     return client_config(svc, **opts)
 
