@@ -62,6 +62,7 @@ def start_writer():
     return (files.mapInArrow(gate_batches, schema).writeStream.format("pipelined").option("exchange", "a")
             .option("numSubpartitions", 2).option("partitioner", "hash").option("keys", "p")
             .option("stream.consumerGroups", "rt,mb").option("stream.maxRetainedBytes", os.environ["KILL_MAX_RETAINED"])
+            .option("compression", "none")  # maxRetainedBytes counts what is held: raw, so the writer must wait
             .option("checkpointLocation", str(WORK / "w-ck")).trigger(availableNow=True).start())
 
 
