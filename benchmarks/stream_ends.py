@@ -41,17 +41,7 @@ def config(stream: str) -> ExchangeConfig:
 
 def batches(rate: int, seconds: float, counter: list[int]):
     """Batches due every 2 ms at ``rate`` rows/s for ``seconds``; ``counter[0]``: rows handed over."""
-    per_batch = max(1, int(rate * BATCH_EVERY))
-    start = time.monotonic()
-    while time.monotonic() - start < seconds:
-        pause = start + counter[0] / rate - time.monotonic()
-        if pause > 0:
-            time.sleep(pause)
-        sent = counter[0]
-        counter[0] += per_batch
-        yield pa.RecordBatch.from_arrays(
-            [pa.array(np.arange(sent, sent + per_batch, dtype=np.int64)),
-             pa.array(np.full(per_batch, time.time_ns() // 1000, dtype=np.int64))], schema=SCHEMA)
+    yield from batches_until(rate, time.monotonic(), seconds, counter)  # the schedule begins at the first batch
 
 
 def produce(args) -> None:
