@@ -10,11 +10,11 @@ import json
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from app_checks import check, results
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
@@ -27,21 +27,6 @@ START = time.time() - 3600  # the first source file's date
 FILES = 3
 ALLOWLIST = "spark.sql.streaming.realTimeMode.allowlistCheck"
 JVM_FORMAT = "spark.sparkflow.exchange.jvmFormat"
-results: dict[str, dict] = {}
-
-
-def check(fn):
-    """Run one check now; a failure is recorded with its message, and the other checks still run."""
-    details: dict = {}
-    started = time.monotonic()
-    try:
-        fn(details)
-        results[fn.__name__] = {"ok": True, **details}
-    except Exception as exc:  # noqa: BLE001 - the test asserts on the message
-        results[fn.__name__] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:6000],
-                                "trace": traceback.format_exc()[-3000:], **details}
-    results[fn.__name__]["seconds"] = round(time.monotonic() - started, 2)
-    return fn
 
 
 resolve(ExchangeConfig.load())  # the embedded service, started by this driver process (no Spark worker)

@@ -17,11 +17,11 @@ import os
 import sys
 import threading
 import time
-import traceback
 from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
+from app_checks import check, results
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -37,21 +37,6 @@ from sparkflow_exchange.service.discovery import resolve
 
 N = 3000
 JVM_FORMAT = "spark.sparkflow.exchange.jvmFormat"
-results: dict[str, dict] = {}
-
-
-def check(fn):
-    """Run one check now; a failure is recorded with its message, and the other checks still run."""
-    details: dict = {}
-    started = time.monotonic()
-    try:
-        fn(details)
-        results[fn.__name__] = {"ok": True, **details}
-    except Exception as exc:  # noqa: BLE001 - the test asserts on the message
-        results[fn.__name__] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:6000],
-                                "trace": traceback.format_exc()[-3000:], **details}
-    results[fn.__name__]["seconds"] = round(time.monotonic() - started, 2)
-    return fn
 
 
 def same(actual, expected) -> None:
