@@ -1,7 +1,7 @@
 """A separate Spark application for tests/test_memory.py: Spark's ordinary width with default settings.
 
 A wide exchange as a user meets it: ``local[2]``, nothing configured but the exchange's name, its
-keys and its width. Three exchanges of 200 write tasks x 16 subpartitions are written and stay alive
+keys and its width. Two exchanges of 200 write tasks x 16 subpartitions are written and stay alive
 together (more partitions than a 1 GiB budget has room for at 16 MiB each), then each is
 read back and compared with chispa, placement included (``spark_partition_id()`` of every row is the
 one Spark's ``repartition(16, k)`` gives it). (1,000 producers x 4 subpartitions are written and read
@@ -52,7 +52,7 @@ def held() -> dict[str, dict]:
 report: dict = {"exchanges": {}}
 start = time.monotonic()
 wide = rows(64_000, 200)
-names = [f"width-200x16-{i}" for i in range(3)]
+names = [f"width-200x16-{i}" for i in range(2)]
 for name in names:
     write(wide, name, 16)
 report["alive_together"] = held()

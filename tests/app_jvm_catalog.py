@@ -1,9 +1,10 @@
 """A Spark application reading exchanges through the JVM catalog (``ExchangeCatalog``), run by
 tests/test_jvm_catalog.py with the plugin jar as argv[1].
 
-It writes exchanges with the Python data source and the same rows as parquet, then runs the checks of the group
-named by $JVM_CATALOG_CHECKS ("plans": plans, partitions, sizes; "layouts": other layouts and types;
-"failures": drops, damaged files, remote reads, secrets) and prints
+It writes exchanges with the Python data source and the same rows as parquet, then runs the checks of the groups
+named by $JVM_CATALOG_CHECKS, comma-separated, all by default ("plans": plans, partitions, sizes; "layouts": other
+layouts and types; "failures": drops, damaged files, remote reads, secrets; one application for all saves a session
+start per group) and prints
 one JSON line: check name -> {"ok": bool, "error": text, ...details}. A check compares the catalog's answer
 with parquet's (chispa) or with the Python reader's, and records the plans it looked at.
 """
@@ -26,7 +27,7 @@ from sparkflow_exchange.exchange import list_exchanges as coordinator_records
 from sparkflow_exchange.partition.spill import read_index
 
 N = 3000
-GROUP = os.environ.get("JVM_CATALOG_CHECKS", "plans")
+GROUPS = set(os.environ.get("JVM_CATALOG_CHECKS", "plans,layouts,failures").split(","))
 results: dict[str, dict] = {}
 
 
@@ -34,7 +35,7 @@ def check(group: str):
     """Run one check of ``group`` (when that group runs); a failure is recorded with its message, and the
     other checks still run."""
     def run(fn):
-        if group != GROUP:
+        if group not in GROUPS:
             return fn
         details: dict = {}
         try:
@@ -102,9 +103,9 @@ def described(name: str) -> dict:
 
 
 write(base, "t8a", "k", 8)
-if GROUP in ("plans", "layouts"):
+if GROUPS & {"plans", "layouts"}:
     write(base.withColumn("v", F.col("v") * 2), "t8b", "k", 8)
-if GROUP == "layouts":
+if "layouts" in GROUPS:
     write(base.withColumn("v", F.col("v") + 1), "t4", "k", 4)
     write(base, "two_keys", "k,j", 8)
     write(base, "coalesced", "k", None)

@@ -1,8 +1,8 @@
 """Exchanges read through the JVM catalog (``spark.sql.catalog.exchange=...ExchangeCatalog``) in a real local
 application with the plugin jar: Spark plans groupBy and same-width joins on the hash key without a shuffle, every
 answer equals parquet's, partitions equal the Python reader's, and damaged or missing spill files fail naming the
-exchange, producer and subpartition. Each group of checks is one application (tests/app_jvm_catalog.py);
-builds the plugin jar; 1-5 min per group on a busy 2-core machine."""
+exchange, producer and subpartition. The checks run in one application (tests/app_jvm_catalog.py);
+builds the plugin jar; 1-5 min on a busy 2-core machine."""
 from __future__ import annotations
 
 import re
@@ -16,11 +16,12 @@ pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 APP = (Path(__file__).parent / "app_jvm_catalog.py").read_text()
 
 
-def run_group(group: str, tmp_path_factory, jar: Path, monkeypatch_env) -> dict:
-    monkeypatch_env.setenv("JVM_CATALOG_CHECKS", group)
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, jar) -> dict:
+    """Every group of checks, in one application."""
     from sparkflow_exchange.service.process import stop_embedded
 
-    work = tmp_path_factory.mktemp(f"jvm-catalog-{group}")
+    work = tmp_path_factory.mktemp("jvm-catalog")
     try:
         result, _proc = run_app_with_jar(work, APP, jar, timeout=1200)
     finally:
@@ -29,24 +30,18 @@ def run_group(group: str, tmp_path_factory, jar: Path, monkeypatch_env) -> dict:
 
 
 @pytest.fixture(scope="module")
-def module_env():
-    with pytest.MonkeyPatch.context() as mp:
-        yield mp
+def plans(results) -> dict:
+    return results
 
 
 @pytest.fixture(scope="module")
-def plans(tmp_path_factory, jar, module_env) -> dict:
-    return run_group("plans", tmp_path_factory, jar, module_env)
+def layouts(results) -> dict:
+    return results
 
 
 @pytest.fixture(scope="module")
-def layouts(tmp_path_factory, jar, module_env) -> dict:
-    return run_group("layouts", tmp_path_factory, jar, module_env)
-
-
-@pytest.fixture(scope="module")
-def failures(tmp_path_factory, jar, module_env) -> dict:
-    return run_group("failures", tmp_path_factory, jar, module_env)
+def failures(results) -> dict:
+    return results
 
 
 def passed(results: dict, name: str) -> dict:

@@ -274,9 +274,9 @@ def test_buffer_costs_its_real_size_and_only_one_beyond_the_budget_is_refused(tm
 
 
 @pytest.mark.spark
-def test_spark_default_settings_local2_three_exchanges_of_200_producers_by_16_alive_at_once(tmp_path):
+def test_spark_default_settings_local2_two_exchanges_of_200_producers_by_16_alive_at_once(tmp_path):
     """Wide exchanges as a user meets them, in its own application (``local[2]``, default settings,
-    its own embedded service): three exchanges of 200 write tasks x 16 subpartitions alive together,
+    its own embedded service): two exchanges of 200 write tasks x 16 subpartitions alive together,
     each read back exactly (chispa, placement included): more partitions than a 1 GiB budget has room for
     at 16 MiB each. (1,000 producers x 4: test_a_thousand_producers_of_four_subpartitions.)"""
     import json
@@ -294,7 +294,8 @@ def test_spark_default_settings_local2_three_exchanges_of_200_producers_by_16_al
         stop_embedded(tmp_path / "runtime")  # it keeps the application's exchanges for later readers
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    for i in range(3):
+    assert len(report["alive_together"]) == 2, report["alive_together"]
+    for i in range(2):
         assert report["alive_together"][f"width-200x16-{i}"] == {"producers": 200, "width": 16, "sealed": True,
                                                                  "rows": 64_000}
         assert report["exchanges"][f"width-200x16-{i}"] == 64_000
