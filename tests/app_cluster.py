@@ -1,9 +1,11 @@
-"""A local-cluster application for tests/test_cluster.py, configured only through spark-defaults.conf.
+"""A local-cluster application for tests/test_cluster.py, configured only through spark-defaults.conf. It runs
+both checks in one application (a local-cluster's two executors take a while to start) and prints one JSON line,
+{"exact": ..., "kill": ...}; a check that raises is recorded as {"failed": message}.
 
-mode "exact": 1M rows hash-exchanged by 4 writer tasks over both executors (the JVM writer: the jar serves
+"exact": 1M rows hash-exchanged by 4 writer tasks over both executors (the JVM writer: the jar serves
 format("pipelined")), read by 4 tasks of the JVM reader and then of the Python reader, compared with chispa; prints
 the services' traffic by locality.
-mode "kill": a BLOCKING exchange is read slowly while one executor's service is killed with SIGKILL;
+"kill", after it: a BLOCKING exchange is read slowly while one executor's service is killed with SIGKILL;
 prints the error and how long the read took to fail.
 """
 import json
@@ -12,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -46,67 +49,79 @@ def wait_for_executors(spark, n: int) -> None:
                      f"{executor_services()}")
 
 
-def main(mode: str) -> None:
-    spark = SparkSession.builder.master("local-cluster[2,1,1024]").appName(f"cluster-{mode}").getOrCreate()
+def exact(spark) -> dict:
+    from chispa import assert_df_equality
+
+    df = spark.range(0, 1_000_000, 1, 4).selectExpr("id", "id % 1000 AS key")
+    (df.write.format("pipelined").mode("overwrite").option("exchange", "cluster-exact")
+       .option("partitioner", "hash").option("keys", "key").option("numSubpartitions", "4")
+       .option("bufferSize", "64k").save())
+    # with the plugin jar, format("pipelined") is served by the JVM path: its writer above, then its reader
+    got = spark.read.format("pipelined").option("exchange", "cluster-exact").load()
+    plan = got._jdf.queryExecution().executedPlan().toString()
+    assert "sparkflow-exchange cluster-exact" in plan, plan
+    assert got.rdd.getNumPartitions() == 4
+    assert_df_equality(df, got, ignore_row_order=True)
+    # the Python reader, whose channels to the two services are counted below
+    spark.conf.set("spark.sparkflow.exchange.jvmFormat", "false")
+    got = spark.read.format("pipelined").option("exchange", "cluster-exact").load()
+    assert "(Python)" in got._jdf.queryExecution().executedPlan().toString()
+    assert got.rdd.getNumPartitions() == 4
+    assert_df_equality(df, got, ignore_row_order=True)
+    spark.conf.unset("spark.sparkflow.exchange.jvmFormat")  # the next check as the defaults serve it
+    deadline = time.monotonic() + 10  # readers report their spill-file reads as they close
+    while True:
+        traffic = [status(info)["traffic"] for info in executor_services()]
+        if sum(t["local"] + t["local_file"] for t in traffic) > 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    return {"ok": True, "services": len(traffic), "traffic": traffic}
+
+
+def kill(spark) -> dict:
+    df = spark.range(0, 400_000, 1, 4).selectExpr("id", "id % 1000 AS key")
+    (df.write.format("pipelined").mode("overwrite").option("exchange", "cluster-kill")
+       .option("partitioner", "hash").option("keys", "key").option("numSubpartitions", "4")
+       .option("partitionType", "BLOCKING").option("bufferSize", "8k").save())
+    victim = executor_services()[0]
+    services = [{"pid": s["pid"], "spill_dir": status(s)["service"]["spill_dir"]} for s in executor_services()]
+
+    def slow(iterator):
+        for batch in iterator:
+            time.sleep(0.1)
+            yield batch
+
+    def killer():
+        time.sleep(4)
+        os.kill(victim["pid"], signal.SIGKILL)
+
+    threading.Thread(target=killer, daemon=True).start()
+    started = time.monotonic()
+    error = ""
+    try:
+        got = (spark.read.format("pipelined").option("exchange", "cluster-kill")
+               .option("readerTimeout", "900s").option("producerTimeout", "900s").load())
+        got.mapInArrow(slow, got.schema).write.format("noop").mode("overwrite").save()
+    except Exception as exc:  # noqa: BLE001 - the test inspects the message
+        error = str(exc)
+    failed_after = time.monotonic() - started - 4
+    return {"error": error[:4000], "failed_after": failed_after, "victim": victim["tcp"],
+            "victim_unix": victim["unix"], "services": services}
+
+
+def main() -> None:
+    spark = SparkSession.builder.master("local-cluster[2,1,1024]").appName("cluster").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     wait_for_executors(spark, 2)
-    if mode == "exact":
-        from chispa import assert_df_equality
-
-        df = spark.range(0, 1_000_000, 1, 4).selectExpr("id", "id % 1000 AS key")
-        (df.write.format("pipelined").mode("overwrite").option("exchange", "cluster-exact")
-           .option("partitioner", "hash").option("keys", "key").option("numSubpartitions", "4")
-           .option("bufferSize", "64k").save())
-        # with the plugin jar, format("pipelined") is served by the JVM path: its writer above, then its reader
-        got = spark.read.format("pipelined").option("exchange", "cluster-exact").load()
-        plan = got._jdf.queryExecution().executedPlan().toString()
-        assert "sparkflow-exchange cluster-exact" in plan, plan
-        assert got.rdd.getNumPartitions() == 4
-        assert_df_equality(df, got, ignore_row_order=True)
-        # the Python reader, whose channels to the two services are counted below
-        spark.conf.set("spark.sparkflow.exchange.jvmFormat", "false")
-        got = spark.read.format("pipelined").option("exchange", "cluster-exact").load()
-        assert "(Python)" in got._jdf.queryExecution().executedPlan().toString()
-        assert got.rdd.getNumPartitions() == 4
-        assert_df_equality(df, got, ignore_row_order=True)
-        deadline = time.monotonic() + 10  # readers report their spill-file reads as they close
-        while True:
-            traffic = [status(info)["traffic"] for info in executor_services()]
-            if sum(t["local"] + t["local_file"] for t in traffic) > 0 or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        print(json.dumps({"ok": True, "services": len(traffic), "traffic": traffic}), flush=True)
-    else:
-        df = spark.range(0, 400_000, 1, 4).selectExpr("id", "id % 1000 AS key")
-        (df.write.format("pipelined").mode("overwrite").option("exchange", "cluster-kill")
-           .option("partitioner", "hash").option("keys", "key").option("numSubpartitions", "4")
-           .option("partitionType", "BLOCKING").option("bufferSize", "8k").save())
-        victim = executor_services()[0]
-        services = [{"pid": s["pid"], "spill_dir": status(s)["service"]["spill_dir"]} for s in executor_services()]
-
-        def slow(iterator):
-            for batch in iterator:
-                time.sleep(0.1)
-                yield batch
-
-        def killer():
-            time.sleep(4)
-            os.kill(victim["pid"], signal.SIGKILL)
-
-        threading.Thread(target=killer, daemon=True).start()
-        started = time.monotonic()
-        error = ""
+    results: dict = {}
+    for check in (exact, kill):
         try:
-            got = (spark.read.format("pipelined").option("exchange", "cluster-kill")
-                   .option("readerTimeout", "900s").option("producerTimeout", "900s").load())
-            got.mapInArrow(slow, got.schema).write.format("noop").mode("overwrite").save()
-        except Exception as exc:  # noqa: BLE001 - the test inspects the message
-            error = str(exc)
-        failed_after = time.monotonic() - started - 4
-        print(json.dumps({"error": error[:4000], "failed_after": failed_after, "victim": victim["tcp"],
-                          "victim_unix": victim["unix"], "services": services}), flush=True)
+            results[check.__name__] = check(spark)
+        except Exception:  # noqa: BLE001 - the test reports it
+            results[check.__name__] = {"failed": traceback.format_exc()[-4000:]}
+    print(json.dumps(results), flush=True)
     spark.stop()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main()

@@ -20,7 +20,10 @@ def _jar() -> str:
     return sparkflow_exchange.plugin_jar()
 
 
-def _run(tmp_path: Path, mode: str) -> tuple[dict, Path]:
+@pytest.fixture(scope="module")
+def cluster_run(tmp_path_factory) -> tuple[dict, Path]:
+    """One local-cluster application runs both checks (its executors take a while to start): results, runtime."""
+    tmp_path = tmp_path_factory.mktemp("cluster")
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "spark-defaults.conf").write_text(
@@ -32,7 +35,7 @@ def _run(tmp_path: Path, mode: str) -> tuple[dict, Path]:
         "spark.sparkflow.exchange.serviceScope executor\n")
     runtime = tmp_path / "runtime"
     env = {**os.environ, "SPARK_CONF_DIR": str(conf), "SPARKFLOW_EXCHANGE_RUNTIME_DIR": str(runtime)}
-    proc = subprocess.run([sys.executable, str(HERE / "app_cluster.py"), mode], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(HERE / "app_cluster.py")], capture_output=True, text=True,
                           timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     # the plugin's launcher calls (the real launcher's answers) end without a warning of ours
@@ -51,8 +54,14 @@ def _services_gone(runtime: Path, services: list[dict], timeout: float = 30.0) -
         assert not Path(s["spill_dir"]).exists(), f"spill directory {s['spill_dir']} left behind"
 
 
-def test_hash_exchange_over_two_executors_is_exact_and_uses_local_and_remote_channels(tmp_path):
-    result, _ = _run(tmp_path, "exact")
+def _result(cluster_run, check: str) -> dict:
+    result = cluster_run[0][check]
+    assert "failed" not in result, result["failed"]
+    return result
+
+
+def test_hash_exchange_over_two_executors_is_exact_and_uses_local_and_remote_channels(cluster_run):
+    result = _result(cluster_run, "exact")
     assert result["ok"] and result["services"] == 2
     local = sum(t["local"] + t["local_file"] for t in result["traffic"])
     remote = sum(t["remote"] for t in result["traffic"])
@@ -60,8 +69,8 @@ def test_hash_exchange_over_two_executors_is_exact_and_uses_local_and_remote_cha
     assert remote > 0, result
 
 
-def test_killed_service_fails_the_read_naming_it_and_nothing_remains(tmp_path):
-    result, runtime = _run(tmp_path, "kill")
+def test_killed_service_fails_the_read_naming_it_and_nothing_remains(cluster_run):
+    result, runtime = _result(cluster_run, "kill"), cluster_run[1]
     assert result["error"], "the read did not fail although a service holding its partitions was killed"
     assert result["victim"] in result["error"] or result["victim_unix"] in result["error"], result["error"][:2000]
     # nothing arrives from the killed service: with readerTimeout 900 s, failing well before that is the
