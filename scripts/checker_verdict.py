@@ -203,8 +203,11 @@ class History:
             e.created_lo = min(e.created_lo, w.t_begin)
             e.created_ack = min(e.created_ack, w.t_declared)
         for (name, number), e in self.epochs.items():
-            for w in self.writes.values():  # a declare that got a later epoch of the name: this one had ended
-                if w.name == name and w.epoch is not None and w.epoch > number and w.t_declared < e.end:
+            # a declare that got a later epoch of the name ended this one, unless that write never committed: a
+            # failed overwrite changes nothing (the service restores the version it was to replace)
+            for w in self.writes.values():
+                if (w.name == name and w.epoch is not None and w.epoch > number and w.t_declared < e.end
+                        and w.fate != "absent"):
                     e.end, e.end_cause = w.t_declared, f"{w.mode} {wid_text(w.wid)} got epoch {w.epoch}"
             for d in self.drops:  # a drop sent after the epoch surely existed ended it (or a later one)
                 if d["name"] == name and d.get("ok") and d["t_begin"] > e.created_ack and d["t"] < e.end:

@@ -172,6 +172,22 @@ def test_rows_of_another_epoch_are_mixed_epochs(tmp_path):
     assert v.counts == {"mixed_epochs": 1}
 
 
+def test_an_overwrite_that_never_commits_leaves_the_version_it_was_to_replace(tmp_path):
+    """The service restores the version a failed overwrite was to replace: reading it after the failure is a
+    committed state; after an overwrite that committed, it is not."""
+    s = Story(tmp_path)
+    a = s.write(0, "n0", 1, [3000], (1, 1.1, 2, 2.1))
+    s.write(1, "n0", 2, [500], (3, 3.1))  # an overwrite declared (epoch 2), aborted before its commit
+    s.read(0, "n0", 1, (5, 5.1, 6), [whole(a, 0, 3000)], mode="sealed")
+    assert s.verdict().summary()["violations"] == {}
+    s.write(1, "n1", 2, [500], (7, 7.1, 7.2, 7.3))  # "n1": its epoch 1 written next, then overwritten for good
+    b = s.write(0, "n1", 1, [3000], (6.5, 6.6, 6.7, 6.8))
+    s.read(1, "n1", 1, (8, 8.1, 9), [whole(b, 0, 3000)], mode="sealed")
+    v = s.verdict()
+    assert v.counts == {"not_a_committed_state": 1}
+    assert "got epoch 2" in v.examples["not_a_committed_state"][0]
+
+
 def test_a_read_that_returns_long_after_its_exchange_was_dropped_is_named(tmp_path):
     s = Story(tmp_path)
     a = s.write(0, "n0", 1, [3000], (1, 1.1, 2, 2.1))
@@ -240,7 +256,7 @@ def test_a_writer_that_learns_of_an_overwrite_late_or_vaguely_is_named(tmp_path)
 def test_short_run_against_a_real_service(tmp_path):
     out = tmp_path / "summary.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "checker.py"), "--duration", "25", "--min-reads", "4",
+        [sys.executable, str(ROOT / "scripts" / "checker.py"), "--duration", "20", "--min-reads", "4",
          "--max-duration", "300", "--writers", "3", "--readers", "3", "--kill-every", "8", "--seed", "7",
          "--names", "4", "--slack", "20", "--workdir", str(tmp_path / "run"), "--json", str(out)],
         capture_output=True, text=True, timeout=600)
@@ -258,7 +274,7 @@ def test_short_run_with_readers_through_the_jvm_reader(tmp_path, jar):
     named as such)."""
     out = tmp_path / "summary.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "checker.py"), "--duration", "25", "--min-reads", "6",
+        [sys.executable, str(ROOT / "scripts" / "checker.py"), "--duration", "20", "--min-reads", "6",
          "--min-jvm-reads", "2", "--max-duration", "300", "--writers", "3", "--readers", "4", "--jvm-readers", "2", "--kill-every", "10",
          "--seed", "11", "--names", "8", "--slack", "20", "--workdir", str(tmp_path / "run"), "--json", str(out)],
         capture_output=True, text=True, timeout=600)
