@@ -14,27 +14,14 @@ from __future__ import annotations
 
 import json
 import sys
-import traceback
 
+from app_checks import check, results
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 CATALOG = "org.sparkflow.exchange.catalog.ExchangeCatalog"
 N = 200_000  # rows: many buffers (and TLS records) on every connection, beyond a reader's first credit of 4
 setup = json.loads(sys.argv[2])
-results: dict[str, dict] = {}
-
-
-def check(fn):
-    """Run one check now; a failure is recorded with its message, and the other checks still run."""
-    details: dict = {}
-    try:
-        fn(details)
-        results[fn.__name__] = {"ok": True, **details}
-    except Exception as exc:  # noqa: BLE001 - the test asserts on the message
-        results[fn.__name__] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:6000],
-                                "trace": traceback.format_exc()[-3000:], **details}
-    return fn
 
 
 def executed(df) -> str:
