@@ -86,6 +86,16 @@ def _strings(name: str, values: dict[str, str], lists: dict[str, list[str]] | No
     return lines + ["    }"]
 
 
+def _class_of(codes: dict[str, str], classes: dict[str, str]) -> list[str]:
+    """``ErrorClass.OF``: code -> the class of its meaning (a code not listed is a plain ServiceError)."""
+    unknown = sorted(set(classes) - set(codes))
+    if unknown:
+        raise KeyError(f"error_classes names codes that error_codes lacks: {unknown}")
+    entries = ",\n".join(f"                Map.entry(ErrorCode.{name}, {json.dumps(cls)})" for name, cls in classes.items())
+    return ["    public static final class ErrorClass {", "        private ErrorClass() {}",
+            f"        public static final Map<String, String> OF = Map.ofEntries(\n{entries});", "    }"]
+
+
 def _ints(name: str, values: dict[str, int]) -> list[str]:
     lines = [f"    public static final class {name} {{", f"        private {name}() {{}}"]
     lines += [f"        public static final int {key} = {int(value)};" for key, value in values.items()]
@@ -178,6 +188,7 @@ def contract_java(contract: dict) -> str:
     out += _ints("MessageType", contract["message_types"])
     out += _ints("DataHeaderSize", {name: _size(fields) for name, fields in contract["data_headers"].items()})
     out += _strings("ErrorCode", contract["error_codes"], extendable=True)  # errors.ErrorCodes extends it
+    out += _class_of(contract["error_codes"], contract["error_classes"])
     out += _strings("PartitionType", {name: name for name in contract["partition_types"]}, props["PARTITION_TYPES"])
     out += _strings("Partitioner", {name.upper(): name for name in contract["partitioners"]}, props["PARTITIONERS"])
     out += _strings("ExchangeState", contract["exchange_states"])

@@ -1,6 +1,6 @@
 """The contract between the Python package and the JVM plugin, read from ``contract.json`` beside this file.
 
-Frame and message numbers, error codes, partition types, partitioners and their properties, exchange and
+Frame and message numbers, error codes and the class of each code's meaning, partition types, partitioners and their properties, exchange and
 partition states, buffer kinds and flags, the buffer trailer and the spill index layout, how sizes and durations
 are read (with cases both parsers run), and every option key with its type, unit, default and where it applies:
 what both languages must agree on, written once as data. The JVM plugin's ``org.sparkflow.exchange.contract.Contract`` is generated

@@ -7,7 +7,8 @@ the user's to fix are :class:`UserFacing`: the Spark glue prints them without a 
 
 The service and its clients share one vocabulary: an :class:`ErrorCode` travels on the wire with
 every refusal, and :func:`error_for` turns it back into the class below that carries its meaning.
-That table (``_CLASS_OF``) is the only place where codes meet classes. Standard library only.
+That table (``_CLASS_OF``) is made from the contract's ``error_classes``, which the jar reads too. Standard library
+only.
 
 Failures on the JVM path (the plugin jar's reader, writer and catalog) are Java exceptions of the same
 names (``org.sparkflow.exchange.errors.ExchangeLost``...) whose message begins with a marker,
@@ -21,6 +22,8 @@ import enum
 import errno
 import re
 from typing import Iterator
+
+from sparkflow_exchange import contract as _contract
 
 
 class ErrorCode(enum.StrEnum):
@@ -191,37 +194,10 @@ PUBLIC = (UserFacing, ConfigError, ExchangeError, ServiceError, ServiceUnavailab
 for _cls in PUBLIC:
     _cls.__module__ = "sparkflow_exchange"
 
-# the one table from codes to classes; codes not listed are a plain ServiceError
+# codes -> classes, from the contract (the jar's ErrorCodes reads the same table); codes not listed are a plain
+# ServiceError
 _CLASS_OF: dict[ErrorCode, type[ServiceError]] = {
-    ErrorCode.BAD_REQUEST: InvalidRequest,
-    ErrorCode.NOT_COORDINATOR: InvalidRequest,
-    ErrorCode.WRITE_CLOSED: InvalidRequest,
-    ErrorCode.WIDTH_MISMATCH: InvalidRequest,
-    ErrorCode.LAYOUT_MISMATCH: InvalidRequest,
-    ErrorCode.FORWARD_PARALLELISM: InvalidRequest,
-    ErrorCode.NOT_A_BATCH: InvalidRequest,
-    ErrorCode.NOT_A_STREAM: InvalidRequest,
-    ErrorCode.UNREGISTERED_SERVICE: InvalidRequest,
-    ErrorCode.SCHEMA_MISMATCH: SchemaMismatch,
-    ErrorCode.NO_EXCHANGE: ExchangeNotFound,
-    ErrorCode.EXCHANGE_LOST: ExchangeLost,
-    ErrorCode.NO_REPLICA_HOST: InvalidRequest,
-    ErrorCode.REPLICA_LOST: ServiceUnavailable,
-    ErrorCode.REPLACED: ExchangeReplaced,
-    ErrorCode.RELEASED: PartitionReleasedError,
-    ErrorCode.ROWS_LOST: DataLost,
-    ErrorCode.UNREACHABLE: ServiceUnavailable,
-    ErrorCode.NO_SERVICE: ServiceUnavailable,
-    ErrorCode.CONNECTION_LOST: ServiceUnavailable,
-    ErrorCode.TIMEOUT: ServiceUnavailable,
-    ErrorCode.TOO_MANY_CONNECTIONS: ServiceUnavailable,
-    ErrorCode.AUTH: AuthenticationFailed,
-    ErrorCode.TLS: AuthenticationFailed,
-    ErrorCode.FORBIDDEN: NotPermitted,
-    ErrorCode.LIMIT: LimitReached,
-    ErrorCode.STORAGE: StorageError,
-    ErrorCode.OUT_OF_MEMORY: ServiceUnavailable,
-}
+    ErrorCode[name]: globals()[cls] for name, cls in _contract.load()["error_classes"].items()}
 
 
 def _code(code: ErrorCode | str) -> ErrorCode:

@@ -287,6 +287,7 @@ def _expected_contract_class() -> dict:
         "MessageType": C["message_types"],
         "DataHeaderSize": {name: contract.layout(fields).size for name, fields in C["data_headers"].items()},
         "ErrorCode": C["error_codes"],
+        "ErrorClass": {"OF": {C["error_codes"][name]: cls for name, cls in C["error_classes"].items()}},
         "PartitionType": {**{n: n for n in C["partition_types"]}, **flags(C["partition_types"])},
         "Partitioner": {**{n.upper(): n for n in C["partitioners"]}, **flags(C["partitioners"])},
         "ExchangeState": C["exchange_states"],

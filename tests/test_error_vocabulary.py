@@ -35,21 +35,22 @@ def java_codes() -> dict[str, str]:
     return dict(contract.load()["error_codes"])
 
 
-def java_table() -> dict[str, str]:
+def test_codes_meet_classes_in_the_contract_only():
+    """Both languages take the table from a code to its class from contract.json's ``error_classes`` (the jar's
+    generated ``Contract.ErrorClass.OF``, whose values tests/test_contract.py checks): neither spells it."""
+    assert {code.name: cls.__name__ for code, cls in errors._CLASS_OF.items()} == contract.load()["error_classes"]
     text = (ERRORS_JAVA / "ErrorCodes.java").read_text()
-    codes = java_codes()
-    return {codes[name]: cls for name, cls in re.findall(r'Map\.entry\((\w+), "(\w+)"\)', text)}
+    assert "CLASS_OF = Contract.ErrorClass.OF;" in text and not re.findall(r"Map\.entry\(", text)
+    assert set(contract.load()["error_classes"].values()) <= {c.__name__ for c in SERVICE_CLASSES}
 
 
 def test_java_codes_are_the_python_codes():
     assert java_codes() == {code.name: code.value for code in errors.ErrorCode}
 
 
-def test_java_table_from_codes_to_classes_is_the_python_table():
-    assert java_table() == {code.value: cls.__name__ for code, cls in errors._CLASS_OF.items()}
-    # and the factory makes each class the table names
+def test_the_java_factory_makes_each_class_the_table_names():
     factory = (ERRORS_JAVA / "ErrorCodes.java").read_text()
-    for cls in {c.__name__ for c in errors._CLASS_OF.values()}:
+    for cls in set(contract.load()["error_classes"].values()):
         assert f'case "{cls}" -> new {cls}(message, c, cause);' in factory, cls
 
 

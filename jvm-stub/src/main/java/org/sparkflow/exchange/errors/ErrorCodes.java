@@ -4,42 +4,14 @@ import java.util.Map;
 import org.sparkflow.exchange.contract.Contract;
 
 /**
- * The error codes the service sends with every refusal, and the one table from a code to the class of its meaning
- * (Python's {@code errors._CLASS_OF}). The codes themselves ({@code ErrorCodes.NO_EXCHANGE}...) are inherited from
- * the generated {@link Contract.ErrorCode}, made from {@code sparkflow_exchange/contract.json} as Python's
- * {@code ErrorCode} is checked against it: a code is written once. tests/test_error_vocabulary.py checks the table.
+ * The error codes the service sends with every refusal, and the table from a code to the class of its meaning. Both
+ * are generated from {@code sparkflow_exchange/contract.json} ({@code error_codes}, {@code error_classes}), which
+ * Python's {@code ErrorCode} and {@code errors._CLASS_OF} are made from too: a code and its class are written once.
+ * The codes ({@code ErrorCodes.NO_EXCHANGE}...) are inherited from {@link Contract.ErrorCode}.
  */
 public final class ErrorCodes extends Contract.ErrorCode {
     /** code -> the class of its meaning; a code not listed is a plain {@link ServiceError}. */
-    static final Map<String, String> CLASS_OF = Map.ofEntries(
-            Map.entry(BAD_REQUEST, "InvalidRequest"),
-            Map.entry(NOT_COORDINATOR, "InvalidRequest"),
-            Map.entry(WRITE_CLOSED, "InvalidRequest"),
-            Map.entry(WIDTH_MISMATCH, "InvalidRequest"),
-            Map.entry(LAYOUT_MISMATCH, "InvalidRequest"),
-            Map.entry(FORWARD_PARALLELISM, "InvalidRequest"),
-            Map.entry(NOT_A_BATCH, "InvalidRequest"),
-            Map.entry(NOT_A_STREAM, "InvalidRequest"),
-            Map.entry(UNREGISTERED_SERVICE, "InvalidRequest"),
-            Map.entry(SCHEMA_MISMATCH, "SchemaMismatch"),
-            Map.entry(NO_EXCHANGE, "ExchangeNotFound"),
-            Map.entry(EXCHANGE_LOST, "ExchangeLost"),
-            Map.entry(NO_REPLICA_HOST, "InvalidRequest"),
-            Map.entry(REPLICA_LOST, "ServiceUnavailable"),
-            Map.entry(REPLACED, "ExchangeReplaced"),
-            Map.entry(RELEASED, "PartitionReleasedError"),
-            Map.entry(ROWS_LOST, "DataLost"),
-            Map.entry(UNREACHABLE, "ServiceUnavailable"),
-            Map.entry(NO_SERVICE, "ServiceUnavailable"),
-            Map.entry(CONNECTION_LOST, "ServiceUnavailable"),
-            Map.entry(TIMEOUT, "ServiceUnavailable"),
-            Map.entry(TOO_MANY_CONNECTIONS, "ServiceUnavailable"),
-            Map.entry(AUTH, "AuthenticationFailed"),
-            Map.entry(TLS, "AuthenticationFailed"),
-            Map.entry(FORBIDDEN, "NotPermitted"),
-            Map.entry(LIMIT, "LimitReached"),
-            Map.entry(STORAGE, "StorageError"),
-            Map.entry(OUT_OF_MEMORY, "ServiceUnavailable"));
+    static final Map<String, String> CLASS_OF = Contract.ErrorClass.OF;
 
     private ErrorCodes() {}
 
