@@ -54,6 +54,7 @@ import org.sparkflow.exchange.write.WriteSettings;
  *       "host_id": h, "columns": [..]}}: {@code read.StandaloneRead#read} against real services, hex</li>
  *   <li>{@code remote_read}: one producer's subpartition through {@code read.RemoteProducer}, paused mid-read
  *       ({@code read.ReadProbe#remoteRead})</li>
+ *   <li>{@code real_time_read}: a Real-time Mode read task against real services ({@code stream.StreamProbe})</li>
  *   <li>{@code partition_request}: a {@code read.CreditReceiver}'s request, a resumed one included, and the buffers
  *       it accepts after it ({@link #partitionRequest})</li>
  * </ul>
@@ -100,6 +101,7 @@ public final class UnitDriver {
                     case "standalone_read" -> answer.put("hex", standaloneRead(request));
                     case "remote_read" -> answer.set("values", ReadProbe.remoteRead(request));
                     case "partition_request" -> answer.setAll(partitionRequest(request));
+                    case "real_time_read" -> answer.setAll(org.sparkflow.exchange.stream.StreamProbe.realTimeRead(request));
                     default -> throw new IllegalArgumentException("unknown op " + request.path("op"));
                 }
             } catch (RuntimeException e) {
