@@ -159,6 +159,12 @@ def _units(units: dict) -> list[str]:
             "    }"]
 
 
+def json_header_fields(contract: dict) -> dict[str, list[str]]:
+    """The Java class of each JSON header's field names (``PARTITION_REQUEST`` -> ``PartitionRequestField``)."""
+    return {"".join(w.capitalize() for w in message.split("_")) + "Field": [name for name, _ in fields]
+            for message, fields in contract["json_headers"].items() if message != "about"}
+
+
 def contract_java(contract: dict) -> str:
     """The Java source of ``org.sparkflow.exchange.contract.Contract``: the contract's constants, made at build time."""
     frame, buffer, spill = contract["frame"], contract["buffer"], contract["spill_index"]
@@ -187,6 +193,8 @@ def contract_java(contract: dict) -> str:
            "    }"]
     out += _ints("MessageType", contract["message_types"])
     out += _ints("DataHeaderSize", {name: _size(fields) for name, fields in contract["data_headers"].items()})
+    for message, fields in json_header_fields(contract).items():
+        out += _strings(message, {name.upper(): name for name in fields})
     out += _strings("ErrorCode", contract["error_codes"], extendable=True)  # errors.ErrorCodes extends it
     out += _class_of(contract["error_codes"], contract["error_classes"])
     out += _strings("PartitionType", {name: name for name in contract["partition_types"]}, props["PARTITION_TYPES"])

@@ -131,6 +131,54 @@ def test_unknown_partition_and_subpartition_out_of_range(svc):
     healthy(svc)
 
 
+def test_a_resume_position_the_partition_does_not_hold_is_refused_at_once(svc):
+    """A partition request that resumes (``resume_at``) gets the buffers from that position; one beyond what the
+    subpartition holds, negative, or mixed with a range read is refused (InvalidRequest) without waiting, and a
+    malformed one ends the connection naming the field."""
+    import json
+
+    import pyarrow as pa
+
+    from sparkflow_exchange import exchange as ex
+    from sparkflow_exchange.errors import InvalidRequest, error_for
+    from sparkflow_exchange.network.protocol import AddCredit, BufferResponse
+
+    cfg = client_config(svc, exchange="resume", partitioner="hash", keys="a", numSubpartitions=1)
+    schema = pa.schema([pa.field("a", pa.int64())])
+    task = ex.ProducerTask(ex.declare_write(cfg, schema, overwrite=True), 0, "a0")
+    task.write([pa.record_batch([pa.array([1, 2, 3])], schema=schema)])
+    pid = task.finish()["partition"]
+    client = RawClient(svc)
+    client.send(PartitionRequest(pid, 0, 1, 4))  # from the start: its buffers and their sequence numbers
+    whole = []
+    while not whole or whole[-1].kind != 1:
+        whole.append(client.next())
+    assert all(isinstance(m, BufferResponse) for m in whole) and [m.seq for m in whole] == list(range(len(whole)))
+    end = len(whole) - 1  # the end event's position: the last one a reader may resume at
+    client.send(PartitionRequest(pid, 0, 2, 4, resume_at=end))
+    resumed = client.next()
+    assert (resumed.receiver_id, resumed.seq, bytes(resumed.payload)) == (2, end, bytes(whole[-1].payload))
+    for rid, request, message in [
+        (3, PartitionRequest(pid, 0, 3, 4, resume_at=end + 1),
+         f"resume position {end + 1} is beyond subpartition 0 of partition {pid}"),
+        (4, PartitionRequest(pid, 0, 4, 4, resume_at=1 << 40), f"resume position {1 << 40} is beyond"),
+        (5, PartitionRequest(pid, 0, 5, 4, resume_at=-1), "resume position -1 is beyond"),
+        (6, PartitionRequest(pid, 0, 6, 4, subpartition_end=1, resume_at=0), "resumes one subpartition"),
+        (7, PartitionRequest(pid, 0, 7, 4, resume_from=1, resume_at=0), "no resume_from (1)"),
+    ]:
+        client.send(request)
+        client.send(AddCredit(rid, 1))  # credit for a channel that was never opened changes nothing
+        error = client.next(timeout=10)
+        assert isinstance(error, ErrorResponse) and error.receiver_id == rid and not error.fatal, error
+        assert message in error.message and error.code == "bad_request"
+        assert isinstance(error_for(error.code, error.message), InvalidRequest)
+    header = {"partition": pid, "subpartition": 0, "receiver_id": 9, "initial_credit": 4, "resume_at": "1"}
+    client.sock.sendall(frame(10, json.dumps(header).encode()))
+    error = client.error_then_close()
+    assert error.fatal and "malformed PARTITION_REQUEST frame: field 'resume_at' is str" in error.message
+    healthy(svc)
+
+
 @pytest.mark.parametrize("secret, message", [(None, "authentication required"), ("wrong", "wrong secret")])
 def test_missing_or_wrong_secret_is_refused(svc, secret, message):
     client = RawClient(svc, authenticate=False)

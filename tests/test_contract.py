@@ -73,6 +73,23 @@ def test_python_frames_and_message_types_are_the_contracts():
         {name: contract.layout(fields).format for name, fields in C["data_headers"].items()}
 
 
+def test_python_json_headers_are_the_contracts():
+    """Each JSON header the JVM writes field by field: Python's dataclass has the contract's fields, in its order,
+    with its types (``?``: may be null)."""
+    import typing
+
+    python_types = {"string": (str,), "int": (int,), "bool": (bool,)}
+    messages = {"PARTITION_REQUEST": protocol.PartitionRequest}
+    declared = {name: fields for name, fields in C["json_headers"].items() if name != "about"}
+    assert set(declared) == set(messages)
+    for name, cls in messages.items():
+        hints = typing.get_type_hints(cls)
+        assert [f for f, _ in declared[name]] == list(hints), name
+        for field, kind in declared[name]:
+            allowed = set(python_types[kind.rstrip("?")]) | ({type(None)} if kind.endswith("?") else set())
+            assert set(typing.get_args(hints[field]) or (hints[field],)) == allowed, (name, field)
+
+
 def test_python_error_codes_are_the_contracts():
     assert members(ErrorCode) == C["error_codes"]
 
@@ -268,7 +285,7 @@ def test_pythons_compression_option_is_the_contracts():
 
 
 def _expected_contract_class() -> dict:
-    from sparkflow_exchange.build_plugin import java_name
+    from sparkflow_exchange.build_plugin import java_name, json_header_fields
 
     def flags(group: dict) -> dict:
         out = {"ALL": list(group)}
@@ -286,6 +303,7 @@ def _expected_contract_class() -> dict:
                   "MAX_FRAME": f["max_frame"]},
         "MessageType": C["message_types"],
         "DataHeaderSize": {name: contract.layout(fields).size for name, fields in C["data_headers"].items()},
+        **{cls: {n.upper(): n for n in fields} for cls, fields in json_header_fields(C).items()},
         "ErrorCode": C["error_codes"],
         "ErrorClass": {"OF": {C["error_codes"][name]: cls for name, cls in C["error_classes"].items()}},
         "PartitionType": {**{n: n for n in C["partition_types"]}, **flags(C["partition_types"])},

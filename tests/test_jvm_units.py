@@ -597,11 +597,22 @@ def test_a_stream_offset_of_either_route_is_read_by_the_jvm_source(jvm):
     python_offset = {"epochs": {"s": 5}, "group": "g"}  # what the Python source writes to its checkpoint
     real_time = {"epochs": {"s": 4}, "group": "query-1",
                  "subpartitions": {"0": {"epoch": 5, "rows": {"0": 12, "1": 3}}, "1": {"epoch": 6, "rows": {}}}}
-    answers = jvm([{"op": "stream_offset", "stream": "s", "json": json.dumps(o)} for o in (python_offset, real_time)]
+    # where each producer task's read goes on: buffer seq of that attempt, after its rows before it
+    resumable = {"epochs": {"s": 4}, "group": "query-1",
+                 "subpartitions": {"0": {"epoch": 5, "rows": {"0": 12, "1": 3},
+                                         "buffers": {"0": {"attempt": "p-a0", "seq": 2, "rows": 10},
+                                                     "1": {"attempt": "p-a1", "seq": 1, "rows": 3}}}}}
+    broken = json.loads(json.dumps(resumable))  # a place that cannot be one is left out: read from the start
+    broken["subpartitions"]["0"]["buffers"]["1"] = {"attempt": "p-a1", "seq": -4, "rows": 3}
+    answers = jvm([{"op": "stream_offset", "stream": "s", "json": json.dumps(o)}
+                   for o in (python_offset, real_time, resumable, broken)]
                   + [{"op": "stream_offset", "stream": "other", "json": json.dumps(python_offset)}])
     assert json.loads(answers[0]["json"]) == python_offset
     assert json.loads(answers[1]["json"]) == real_time
-    assert "not one of exchange 'other'" in answers[2]["error"]
+    assert json.loads(answers[2]["json"]) == resumable
+    kept = json.loads(answers[3]["json"])["subpartitions"]["0"]["buffers"]
+    assert kept == {"0": {"attempt": "p-a0", "seq": 2, "rows": 10}}
+    assert "not one of exchange 'other'" in answers[4]["error"]
 
 
 @pytest.mark.parametrize("compression", ["none", "lz4"])
@@ -713,3 +724,92 @@ def test_the_jvm_writer_skips_compressing_a_column_that_did_not_shrink_then_trie
     buffers = [compressed_buffers(verify(bytes.fromhex(h)))[1] for h in answer["hex"]]
     assert [size for _, size in buffers] == [-1, 8 * rows], buffers
     assert decode(bytes.fromhex(answer["hex"][1]), schema).column(0).to_pylist() == list(range(rows))
+
+
+def test_the_jvm_asks_for_a_subpartition_as_python_does_a_resumed_one_included(jvm):
+    """The JVM reader's partition requests are byte for byte Python's, the resumed one (``resume_at``) too; after a
+    resume it takes buffers from that sequence number on and refuses an earlier or a later one."""
+    from sparkflow_exchange.network.protocol import PartitionRequest
+
+    def response(seq: int) -> str:
+        return encode_bytes(BufferResponse(1, seq, 0, DATA, 0, b"rows")).hex()
+
+    answers = jvm([
+        {"op": "partition_request", "partition": "p-1", "subpartition": 3, "receiver": 1, "credit": 4},
+        {"op": "partition_request", "partition": "p-1", "subpartition": 3, "receiver": 1, "credit": 4,
+         "resume_at": 17, "buffers": [response(17), response(18), response(18), response(20)]},
+        {"op": "partition_request", "partition": "p-1", "subpartition": 3, "receiver": 1, "credit": 4,
+         "resume_at": 0, "buffers": [response(1)]},
+        {"op": "partition_request", "partition": "p-1", "subpartition": 3, "receiver": 1, "credit": 4,
+         "resume_at": -1},
+    ])
+    assert answers[0]["hex"] == encode_bytes(PartitionRequest("p-1", 3, 1, 4)).hex()
+    assert answers[1]["hex"] == encode_bytes(PartitionRequest("p-1", 3, 1, 4, resume_at=17)).hex()
+    decoded = FrameDecoder().feed(bytes.fromhex(answers[1]["hex"]))
+    assert decoded == [PartitionRequest("p-1", 3, 1, 4, 0, False, None, 17)]
+    assert answers[1]["buffers"][:2] == [17, 18]
+    assert "buffer 18 arrived where buffer 19 was due" in answers[1]["buffers"][2]  # duplicated
+    assert "buffer 20 arrived where buffer 19 was due" in answers[1]["buffers"][3]  # lost
+    assert "buffer 1 arrived where buffer 0 was due" in answers[2]["buffers"][0]
+    assert answers[3]["error"] == "IllegalArgumentException: a resume position is a buffer sequence number, not -1"
+
+
+def test_a_real_time_read_task_goes_on_at_the_buffer_the_last_one_stopped_at(jvm, tmp_service):
+    """Real-time Mode ends its read tasks at every batch's end; the next task starts from the offset. It asks the
+    producer attempt's service for the buffer holding its next row, not the epoch again from its start: every row
+    once, and only the buffers from there are sent. An offset naming another attempt (a retry, a replay), a place
+    the service does not hold, or none (an older checkpoint), reads the attempt from its start, skipping the rows
+    taken: the same rows."""
+    from harness import client_config
+
+    from sparkflow_exchange import exchange as ex
+    from sparkflow_exchange.buffer import schema_to_b64
+    from sparkflow_exchange.spark import streaming as st
+
+    svc = tmp_service()
+    schema = pa.schema([("id", pa.int64())])
+    cfg = client_config(svc, exchange="rt", numSubpartitions=1, partitioner="rebalance", bufferSize=1024,
+                        compression="none")
+    handle = st.declare_stream(cfg, schema)
+    task = ex.ProducerTask(st.begin_epoch(handle, 0, "writer"), 0, "0-0-0")
+    task.write([pa.record_batch([pa.array(range(i, i + 100), pa.int64())], schema=schema) for i in range(0, 1000, 100)])
+    pid = task.finish()["partition"]  # the epoch stays open: the reader reads it as it is written
+
+    def part() -> dict:
+        [p] = [p for p in svc.status()["partitions"] if p["partition"] == pid]
+        return p
+
+    entries = part()["buffers"] + 1  # its data buffers, then the end event
+    assert entries > 6, "small buffers: a resume must be able to skip some"
+
+    def read(offset: dict, rows: int) -> tuple[list[int], dict, int]:
+        before = part()["buffers_read"]
+        [answer] = jvm([{"op": "real_time_read", "stream": "rt", "schema": schema_to_b64(schema),
+                         "offset": json.dumps(offset), "rows": rows, "coordinator": svc.tcp, "secret": svc.secret,
+                         "host_id": "", "timeout_ms": 60_000}])
+        assert "error" not in answer, answer
+        return answer["ids"], json.loads(answer["offset"]), part()["buffers_read"] - before
+
+    first, offset, _ = read({"epochs": {"rt": -1}, "group": "g"}, 350)
+    assert first == list(range(350))
+    place = offset["subpartitions"]["0"]
+    assert place["epoch"] == 0 and place["rows"] == {"0": 350}
+    at = place["buffers"]["0"]
+    assert at["attempt"] == pid and 0 < at["rows"] < 350 and at["seq"] >= 1
+
+    rest, after, sent = read(offset, 650)
+    assert rest == list(range(350, 1000))
+    assert sent <= entries - at["seq"], f"{sent} buffers sent of {entries}: the task should resume at {at['seq']}"
+    assert after["subpartitions"]["0"]["rows"] == {"0": 1000}
+
+    def variant(change) -> dict:
+        o = json.loads(json.dumps(offset))
+        change(o["subpartitions"]["0"])
+        return o
+
+    for name, o in [("another attempt", variant(lambda p: p["buffers"]["0"].update(attempt="an-earlier-attempt"))),
+                    ("beyond what the service holds", variant(lambda p: p["buffers"]["0"].update(seq=10**9))),
+                    ("no place (an older checkpoint)", variant(lambda p: p.pop("buffers")))]:
+        again, _, sent = read(o, 650)
+        assert again == list(range(350, 1000)), name
+        assert sent >= entries - 1, f"{name}: read from the start, {sent} buffers sent of {entries}"

@@ -274,6 +274,42 @@ def test_hybrid_readable_while_running_and_resumable(tmp_path):
     assert again.next_is_event() is None
 
 
+@pytest.mark.parametrize("spilled", [False, True])
+def test_a_resumed_view_starts_at_a_held_buffer_and_refuses_any_other(tmp_path, spilled):
+    """A reader going on where an earlier read stopped gets the buffers from there (from memory or from the spill
+    file), and a position the subpartition does not hold is refused at once, never waited for."""
+    part = make(tmp_path, "HYBRID", slots=2 if spilled else 8, budget=2 * BUF if spilled else 1 << 20)
+    for i in range(5):
+        part.add(0, DATA, 0, payload(i))
+    if spilled:
+        assert part.pool.used < 5 * len(payload(4)), "the small budget should have spilled buffers"
+    got = [(seq, p) for _, p, seq, _ in read_all(part.create_view(0, 3, Listener(), resumed=True))]
+    assert got == [(3, payload(3)), (4, payload(4))]
+    waiting = part.create_view(0, 5, Listener(), resumed=True)  # the next buffer the writer appends
+    assert waiting.next_is_event() is None
+    part.add(0, DATA, 0, payload(5))
+    assert [(seq, p) for _, p, seq, _ in read_all(waiting)] == [(5, payload(5))]
+    for pos in (7, -1):
+        with pytest.raises(ValueError, match=f"resume position {pos} is beyond subpartition 0 of partition p0: "
+                                             r"it holds buffers 0\.\.5 \(being written"):
+            part.create_view(0, pos, Listener(), resumed=True)
+    part.finish()
+    assert read_all(part.create_view(0, 6, Listener(), resumed=True))[0][0] == EOP  # the end event is held
+    with pytest.raises(ValueError, match=r"resume position 7 is beyond .* 0\.\.6 \(finished"):
+        part.create_view(0, 7, Listener(), resumed=True)  # after the end: nothing would ever come
+
+
+def test_a_resumed_view_of_a_consumed_once_partition_refuses_released_buffers(tmp_path):
+    part = make(tmp_path, "PIPELINED_BOUNDED", slots=4)
+    for i in range(3):
+        part.add(0, DATA, 0, payload(i))
+    view = part.create_view(0, 0, Listener())
+    view.take(), view.take()
+    view.release()
+    with pytest.raises(ValueError, match="resume position 1 .* is gone: buffers before 2 were released"):
+        part.create_view(0, 1, Listener(), resumed=True)
+
+
 # ------------------------------------------------------------------ broadcast
 @pytest.mark.parametrize("ptype", ["HYBRID", "BLOCKING"])
 def test_broadcast_reaches_every_subpartition_stored_once(tmp_path, ptype):

@@ -52,7 +52,13 @@ class Consumers:
             raise ProtocolError(f"receiver id {rid} is already in use on this connection")
         try:
             listener = lambda: on_available(rid)  # noqa: E731
-            if msg.subpartition_end is None:
+            if msg.resume_at is not None:  # going on where an earlier read stopped: that position must be held
+                if msg.subpartition_end is not None or msg.resume_from:
+                    raise ValueError(f"a partition request with resume_at {msg.resume_at} resumes one subpartition: "
+                                     f"it takes no subpartition_end ({msg.subpartition_end}) and no resume_from "
+                                     f"({msg.resume_from})")
+                view = part.create_view(msg.subpartition, msg.resume_at, listener, resumed=True)
+            elif msg.subpartition_end is None:
                 view = part.create_view(msg.subpartition, msg.resume_from, listener)
             else:  # a coalesced read: subpartitions [subpartition, subpartition_end) in order, one channel
                 view = RangeView(part, msg.subpartition, msg.subpartition_end, msg.resume_from, listener)

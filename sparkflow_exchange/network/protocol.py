@@ -112,6 +112,10 @@ class PartitionRequest:
     resume_from: int = 0
     shared: bool = False  # a reader on the service's host: send buffers in shared memory by reference
     subpartition_end: int | None = None  # read subpartitions [subpartition, end) of a finished partition as one
+    # a reader going on where an earlier read of this partition (this producer attempt) stopped: the view starts at
+    # buffer ``resume_at``, which must exist (or, while the partition is written, be the next one it appends);
+    # anything else is refused (bad_request), never waited for. None: not a resume (``resume_from`` applies)
+    resume_at: int | None = None
 
 
 @dataclass(frozen=True)

@@ -255,14 +255,15 @@ class ResultPartition:
     def released_message(self) -> str:
         return f"partition {self.pid} of exchange {self.exchange!r} was released: {self.release_reason or 'released'}"
 
-    def create_view(self, subpartition: int, resume_from: int, listener: Callable[[], None]) -> SubpartitionView:
+    def create_view(self, subpartition: int, resume_from: int, listener: Callable[[], None], *,
+                    resumed: bool = False) -> SubpartitionView:
         if self.released:
             raise PartitionStateError(self.released_message())
         if not 0 <= subpartition < self.num_subpartitions:
             raise IndexError(
                 f"subpartition index {subpartition} is out of range: partition {self.pid} has {self.num_subpartitions} subpartitions"
             )
-        return self.subpartitions[subpartition].create_view(resume_from, listener)
+        return self.subpartitions[subpartition].create_view(resume_from, listener, resumed=resumed)
 
     def read_spilled(self, buf: StoredBuffer) -> bytes:
         if buf.spill is None or self.spill is None:

@@ -74,8 +74,13 @@ class Subpartition:
     def entry(self, pos: int) -> StoredBuffer:
         return self.entries[pos - self.base]
 
-    def create_view(self, resume_from: int, listener: Callable[[], None]) -> "SubpartitionView":
+    def create_view(self, resume_from: int, listener: Callable[[], None], *, resumed: bool = False) -> "SubpartitionView":
+        """A cursor from ``resume_from``. ``resumed``: the position is one a reader reached before, so it must be
+        held now (a buffer still stored, or the next one a running partition appends): a position beyond that, or
+        behind what a consume-once partition dropped, is refused instead of waited for."""
         part = self.partition
+        if resumed:
+            self._check_resume(resume_from)
         if part.consume_once:
             if self.views or self.streamed > 0 and resume_from < self.streamed:
                 raise ConsumeOnceError(
@@ -89,6 +94,19 @@ class Subpartition:
         view = SubpartitionView(self, resume_from, listener)
         self.views.append(view)
         return view
+
+    def _check_resume(self, pos: int) -> None:
+        part = self.partition
+        if part.failure is not None:
+            return  # the view's first item says why the partition failed
+        last = self.end - 1 if part.finished else self.end  # a finished partition's last entry is its end event
+        if pos < 0 or pos > last:
+            state = "finished, its end event" if part.finished else "being written, the next buffer"
+            raise ValueError(f"resume position {pos} is beyond subpartition {self.index} of partition {part.pid}: "
+                             f"it holds buffers 0..{self.end - 1} ({state} is the last position to resume at)")
+        if pos < self.base:
+            raise ValueError(f"resume position {pos} of subpartition {self.index} of partition {part.pid} is gone: "
+                             f"buffers before {self.base} were released once sent (consume once)")
 
     def on_taken(self, pos: int, buf: StoredBuffer) -> None:
         """A view took position pos: release memory that every target has now streamed."""

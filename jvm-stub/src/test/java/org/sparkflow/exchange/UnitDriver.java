@@ -54,6 +54,9 @@ import org.sparkflow.exchange.write.WriteSettings;
  *       "host_id": h, "columns": [..]}}: {@code read.StandaloneRead#read} against real services, hex</li>
  *   <li>{@code remote_read}: one producer's subpartition through {@code read.RemoteProducer}, paused mid-read
  *       ({@code read.ReadProbe#remoteRead})</li>
+ *   <li>{@code real_time_read}: a Real-time Mode read task against real services ({@code stream.StreamProbe})</li>
+ *   <li>{@code partition_request}: a {@code read.CreditReceiver}'s request, a resumed one included, and the buffers
+ *       it accepts after it ({@link #partitionRequest})</li>
  * </ul>
  */
 public final class UnitDriver {
@@ -97,6 +100,8 @@ public final class UnitDriver {
                     case "warmup" -> answer.put("ms", warmup());
                     case "standalone_read" -> answer.put("hex", standaloneRead(request));
                     case "remote_read" -> answer.set("values", ReadProbe.remoteRead(request));
+                    case "partition_request" -> answer.setAll(partitionRequest(request));
+                    case "real_time_read" -> answer.setAll(org.sparkflow.exchange.stream.StreamProbe.realTimeRead(request));
                     default -> throw new IllegalArgumentException("unknown op " + request.path("op"));
                 }
             } catch (RuntimeException e) {
@@ -104,6 +109,31 @@ public final class UnitDriver {
             }
             System.out.println(JSON.writeValueAsString(answer));
         }
+    }
+
+    /**
+     * {@code {"op": "partition_request", "partition": p, "subpartition": s, "receiver": r, "credit": c,
+     * "resume_at": n (optional), "buffers": ["hex", ..]}}: the {@code CreditReceiver}'s request (a resume at n when
+     * given), hex, then what it makes of each BUFFER_RESPONSE frame: its sequence number, or the error.
+     */
+    private static ObjectNode partitionRequest(JsonNode r) {
+        var receiver = new org.sparkflow.exchange.read.CreditReceiver(r.path("receiver").asLong(),
+                r.path("credit").asInt());
+        String partition = r.path("partition").asText();
+        int sub = r.path("subpartition").asInt();
+        ObjectNode out = JSON.createObjectNode();
+        out.put("hex", HexFormat.of().formatHex(r.has("resume_at")
+                ? receiver.resumeAt(partition, sub, r.path("resume_at").asLong()) : receiver.request(partition, sub)));
+        ArrayNode got = out.putArray("buffers");
+        for (JsonNode b : r.path("buffers")) {
+            byte[] bytes = HexFormat.of().parseHex(b.asText());
+            try {
+                got.add(receiver.onBuffer(new Frames.Decoder(Contract.Frame.MAX_FRAME).feed(bytes, bytes.length).get(0)).seq());
+            } catch (RuntimeException e) {
+                got.add(e.getClass().getSimpleName() + ": " + e.getMessage());
+            }
+        }
+        return out;
     }
 
     private static String standaloneRead(JsonNode r) throws java.io.IOException {

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.nio.ByteBuffer;
 import org.sparkflow.exchange.contract.Contract;
+import org.sparkflow.exchange.contract.Contract.PartitionRequestField;
 import org.sparkflow.exchange.wire.Frames;
 
 /**
@@ -31,15 +32,8 @@ public final class CreditReceiver {
 
     /** The PARTITION_REQUEST for one subpartition of {@code partition}, over the socket (never shared memory). */
     public byte[] request(String partition, int subpartition) {
-        ObjectNode msg = MAPPER.createObjectNode();
-        msg.put("partition", partition);
-        msg.put("subpartition", subpartition);
-        msg.put("receiver_id", receiverId);
-        msg.put("initial_credit", initialCredit);
-        msg.put("resume_from", 0);
-        msg.put("shared", false);
-        msg.putNull("subpartition_end");
-        return Frames.encode(Frames.PARTITION_REQUEST, msg.toString());
+        return Frames.encode(Frames.PARTITION_REQUEST,
+                header(partition, subpartition, initialCredit, 0, null).toString());
     }
 
     /**
@@ -47,15 +41,39 @@ public final class CreditReceiver {
      * credit not in use is announced again, so no buffer is lost or repeated.
      */
     public byte[] resume(String partition, int subpartition) {
+        return Frames.encode(Frames.PARTITION_REQUEST,
+                header(partition, subpartition, credit, nextSeq, null).toString());
+    }
+
+    /**
+     * The PARTITION_REQUEST of a new read going on where an earlier one of the same partition (producer attempt)
+     * stopped: its first buffer is {@code seq}, which the service must hold (else it refuses the request as a bad
+     * one, at once); the buffers before it are not sent again.
+     */
+    public byte[] resumeAt(String partition, int subpartition, long seq) {
+        if (seq < 0) {
+            throw new IllegalArgumentException("a resume position is a buffer sequence number, not " + seq);
+        }
+        nextSeq = seq;
+        return Frames.encode(Frames.PARTITION_REQUEST, header(partition, subpartition, credit, 0, seq).toString());
+    }
+
+    private ObjectNode header(String partition, int subpartition, int initialCredit, long resumeFrom,
+                              Long resumeAt) {
         ObjectNode msg = MAPPER.createObjectNode();
-        msg.put("partition", partition);
-        msg.put("subpartition", subpartition);
-        msg.put("receiver_id", receiverId);
-        msg.put("initial_credit", credit);
-        msg.put("resume_from", nextSeq);
-        msg.put("shared", false);
-        msg.putNull("subpartition_end");
-        return Frames.encode(Frames.PARTITION_REQUEST, msg.toString());
+        msg.put(PartitionRequestField.PARTITION, partition);
+        msg.put(PartitionRequestField.SUBPARTITION, subpartition);
+        msg.put(PartitionRequestField.RECEIVER_ID, receiverId);
+        msg.put(PartitionRequestField.INITIAL_CREDIT, initialCredit);
+        msg.put(PartitionRequestField.RESUME_FROM, resumeFrom);
+        msg.put(PartitionRequestField.SHARED, false);
+        msg.putNull(PartitionRequestField.SUBPARTITION_END);
+        if (resumeAt == null) {
+            msg.putNull(PartitionRequestField.RESUME_AT);
+        } else {
+            msg.put(PartitionRequestField.RESUME_AT, resumeAt);
+        }
+        return msg;
     }
 
     /** A received BUFFER_RESPONSE, checked: ours, the next in sequence, within the credit given. */

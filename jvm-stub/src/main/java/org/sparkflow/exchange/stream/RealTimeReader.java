@@ -29,6 +29,8 @@ import org.apache.spark.sql.util.ArrowUtils;
 import org.apache.spark.sql.vectorized.ArrowColumnVector;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.coordinator.ExchangeDescription.Producer;
 import org.sparkflow.exchange.errors.ErrorCodes;
@@ -63,7 +65,11 @@ import org.sparkflow.exchange.wire.RpcConnection;
  *
  * <p>{@link #nextWithTimeout} waits on the queue (no sleep, no polling loop); rows are decoded in the task thread.
  * The task's offset is the epoch being read and the rows taken of each producer task: a restart skips exactly
- * those rows, whichever attempt or generation of the epoch it then reads.
+ * those rows, whichever attempt or generation of the epoch it then reads. With them it keeps where in the attempt it
+ * read each task's next row is (the buffer's sequence number and the attempt's rows before it): the next batch's task
+ * (Real-time Mode ends the tasks at every batch's end) asks that attempt's service for the subpartition from that
+ * buffer on, so a batch boundary costs no read of the epoch again. Another attempt (a retry, a replay), an offset
+ * without that place, or a service that no longer holds it, is read from its start, skipping the rows taken.
  */
 final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
     static final int QUEUE_BUFFERS = 8; // buffers decoded ahead of the task, over all its producers
@@ -74,6 +80,7 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
     static final int CALL_TIMEOUT_MILLIS = 60_000;
     static final int DATA_TIMEOUT_MILLIS = 24 * 3600 * 1000; // a stream may be idle for long: the writer says when it ends
     private static final ObjectMapper MAPPER = new ObjectMapper();
+    private static final Logger LOG = LoggerFactory.getLogger(RealTimeReader.class);
 
     /** Read task {@code index}: subpartition {@code index} from {@code start} on. */
     record Input(String stream, int index, StreamOffset.Position start, String schemaBase64, int[] columns,
@@ -84,9 +91,21 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
 
     private enum Kind { DATA, EPOCH_DONE, FAILED }
 
-    /** A buffer of producer task {@code task} (its attempt {@code producer}), an epoch's end, or the read's failure. */
-    private record Item(Kind kind, long epoch, String task, String producer, byte[] payload, long receivedMs,
-                        RuntimeException error) {}
+    /**
+     * A buffer of producer task {@code task} (its attempt {@code producer}, sequence number {@code seq}), an epoch's
+     * end, or the read's failure. {@code fromRows}: on the first buffer a fetcher hands over, the attempt's rows
+     * before it (0 from the start, more when the read resumed), else -1.
+     */
+    private record Item(Kind kind, long epoch, String task, String producer, long seq, long fromRows, byte[] payload,
+                        long receivedMs, RuntimeException error) {
+        static Item end(long epoch) {
+            return new Item(Kind.EPOCH_DONE, epoch, null, null, -1, -1, null, 0, null);
+        }
+
+        static Item failed(RuntimeException error) {
+            return new Item(Kind.FAILED, -1, null, null, -1, -1, null, 0, error);
+        }
+    }
 
     private final Input input;
     private final BlockingQueue<Item> queue = new ArrayBlockingQueue<>(QUEUE_BUFFERS);
@@ -100,8 +119,12 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
     private final SortedMap<String, Long> taken = new TreeMap<>();
     private final Map<String, String> attempt = new HashMap<>(); // the attempt each task's rows now come from
     private final Map<String, Long> seen = new HashMap<>(); // rows received of that attempt (skipped ones too)
+    // where each producer task's next row is, for a next batch's task to go on from (the offset keeps it)
+    private final SortedMap<String, StreamOffset.Resume> resume = new TreeMap<>();
     private ColumnarBatch batch;
     private String batchProducer;
+    private String batchAttempt;
+    private long batchSeq;
     private long batchBase; // rows of batchProducer before this batch
     private int row = -1;
     private int rows;
@@ -110,6 +133,7 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
         this.input = input;
         this.epoch = input.start().epoch();
         this.taken.putAll(input.start().rows()); // a batch that takes none of them keeps them in its offset
+        this.resume.putAll(input.start().buffers());
         this.allocator = ArrowUtils.rootAllocator().newChildAllocator(
                 "sparkflow-exchange stream " + input.stream() + "/" + input.index(), 0, Long.MAX_VALUE);
         try {
@@ -151,6 +175,7 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
                     taken.clear();
                     attempt.clear();
                     seen.clear();
+                    resume.clear();
                     batch = null;
                     continue;
                 }
@@ -174,8 +199,15 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
         } catch (IOException e) {
             throw new ExchangeReadException("stream '" + input.stream() + "': " + e.getMessage(), e);
         }
+        if (batch != null) { // every row of the last batch was returned: its task goes on after it
+            resume.put(batchProducer, new StreamOffset.Resume(batchAttempt, batchSeq + 1, batchBase + rows));
+            batch = null;
+        }
         String task = item.task();
-        if (!item.producer().equals(attempt.get(task))) { // another attempt of the task: the same rows from its start
+        if (item.fromRows() >= 0) { // a fetcher's first buffer: from the attempt's start, or where a resume began
+            attempt.put(task, item.producer());
+            seen.put(task, item.fromRows());
+        } else if (!item.producer().equals(attempt.get(task))) { // another attempt: the same rows from its start
             attempt.put(task, item.producer());
             seen.put(task, 0L);
         }
@@ -185,7 +217,7 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
         int first = (int) Math.max(0, Math.min(n, skipTo - base));
         if (first >= n) {
             taken.put(task, Math.max(taken.getOrDefault(task, 0L), base + n));
-            batch = null;
+            resume.put(task, new StreamOffset.Resume(item.producer(), item.seq() + 1, base + n));
             return false;
         }
         ColumnVector[] vectors = new ColumnVector[input.columns().length];
@@ -194,6 +226,8 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
         }
         batch = new ColumnarBatch(vectors, n);
         batchProducer = task;
+        batchAttempt = item.producer();
+        batchSeq = item.seq();
         batchBase = base;
         rows = n;
         row = first;
@@ -217,7 +251,12 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
 
     @Override
     public PartitionOffset getOffset() {
-        return new SubpartitionOffset(input.index(), new StreamOffset.Position(epoch, new TreeMap<>(taken)));
+        SortedMap<String, StreamOffset.Resume> buffers = new TreeMap<>(resume);
+        if (batch != null) { // rows of this buffer not returned yet: the next task starts at it, else after it
+            buffers.put(batchProducer, row + 1 < rows ? new StreamOffset.Resume(batchAttempt, batchSeq, batchBase)
+                    : new StreamOffset.Resume(batchAttempt, batchSeq + 1, batchBase + rows));
+        }
+        return new SubpartitionOffset(input.index(), new StreamOffset.Position(epoch, new TreeMap<>(taken), buffers));
     }
 
     @Override
@@ -247,6 +286,8 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
         private volatile boolean stopping;
         private volatile RpcConnection coordinator;
         private final Map<Integer, Fetcher> fetchers = new java.util.concurrent.ConcurrentHashMap<>(); // by task
+        // where the task's start offset says each producer task's read of its start epoch goes on (used once)
+        private final Map<String, StreamOffset.Resume> resumes = new HashMap<>(input.start().buffers());
 
         Feeder() {
             super("sparkflow-stream " + input.stream() + "/" + input.index());
@@ -258,14 +299,14 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
             try {
                 for (long e = input.start().epoch(); !stopping; e++) {
                     readEpoch(e);
-                    put(new Item(Kind.EPOCH_DONE, e, null, null, null, 0, null));
+                    put(Item.end(e));
                 }
             } catch (InterruptedException stopped) {
                 // the task closed
             } catch (RuntimeException failure) {
                 if (!stopping) {
                     queue.clear(); // room for the failure: the task sees it next
-                    queue.offer(new Item(Kind.FAILED, -1, null, null, null, 0, failure));
+                    queue.offer(Item.failed(failure));
                 }
             } finally {
                 cancelFetchers();
@@ -409,7 +450,19 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
                     current.cancel();
                     current.join(); // its buffers reach the queue before any of the next attempt's
                 }
-                Fetcher f = new Fetcher(e, c.getValue().get(0));
+                Producer chosen = c.getValue().get(0);
+                StreamOffset.Resume r = e == input.start().epoch() ? resumes.remove(Integer.toString(c.getKey())) : null;
+                if (r != null) { // the attempt an earlier batch read: go on where it stopped
+                    for (Producer p : c.getValue()) {
+                        if (p.partition().equals(r.attempt())) {
+                            chosen = p;
+                        }
+                    }
+                    if (!chosen.partition().equals(r.attempt())) {
+                        r = null; // that attempt is gone (failed, replaced): this one is read from its start
+                    }
+                }
+                Fetcher f = new Fetcher(e, chosen, r);
                 fetchers.put(c.getKey(), f);
                 f.start();
                 changed = true;
@@ -452,20 +505,25 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
         }
     }
 
-    /** One producer attempt's subpartition from its service under credit, into the task's queue. */
+    /**
+     * One producer attempt's subpartition from its service under credit, into the task's queue: from its start, or
+     * from buffer {@code from.seq()} when an earlier batch's task read this attempt up to there.
+     */
     private final class Fetcher extends Thread {
         final long epoch;
         final Producer producer;
+        final StreamOffset.Resume from;
         volatile long buffers; // data buffers handed to the task
         volatile RuntimeException error;
         volatile boolean cancelled;
         private volatile RpcConnection conn;
 
-        Fetcher(long epoch, Producer producer) {
+        Fetcher(long epoch, Producer producer, StreamOffset.Resume from) {
             super("sparkflow-stream " + input.stream() + "/" + input.index() + " <- " + producer.partition());
             setDaemon(true);
             this.epoch = epoch;
             this.producer = producer;
+            this.from = from;
         }
 
         void cancel() {
@@ -483,6 +541,7 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
             boolean local = producer.hostId().isEmpty() || producer.hostId().equals(s.hostId());
             String address = local && !producer.unix().isEmpty() ? producer.unix() : producer.tcp();
             CreditReceiver credit = new CreditReceiver(1, CREDIT);
+            long fromRows = from == null ? 0 : from.rows(); // the attempt's rows before the first buffer to come
             try {
                 if (address.isEmpty()) {
                     throw new ExchangeReadException(where(epoch) + ", producer " + producer.partition()
@@ -492,19 +551,35 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
                 if (cancelled) {
                     return;
                 }
-                conn.send(credit.request(producer.partition(), input.index()));
+                conn.send(from == null ? credit.request(producer.partition(), input.index())
+                        : credit.resumeAt(producer.partition(), input.index(), from.seq()));
+                boolean resuming = from != null;
                 while (!cancelled) {
                     Frames.Frame frame = conn.receive();
                     if (frame.type() == Frames.ERROR_RESPONSE) {
+                        JsonNode answer = MAPPER.readTree(frame.header());
+                        if (resuming && buffers == 0 && ErrorCodes.BAD_REQUEST.equals(answer.path("code").asText())) {
+                            // the service does not hold that place (any more): read the attempt from its start
+                            LOG.warn("{}, producer {}: its service cannot resume at buffer {} ({}); reading it from "
+                                    + "its start, skipping the rows taken", where(epoch), producer.partition(),
+                                    from.seq(), answer.path("message").asText());
+                            resuming = false;
+                            credit = new CreditReceiver(2, CREDIT);
+                            fromRows = 0;
+                            conn.send(credit.request(producer.partition(), input.index()));
+                            continue;
+                        }
                         throw new ExchangeReadException(where(epoch) + ", producer " + producer.partition()
-                                + ": its service answered: " + MAPPER.readTree(frame.header()).path("message").asText());
+                                + ": its service answered: " + answer.path("message").asText());
                     }
                     if (frame.type() != Frames.BUFFER_RESPONSE) {
                         continue;
                     }
                     CreditReceiver.Buffer b = credit.onBuffer(frame);
                     if (b.kind() == SpillIndex.END_OF_PARTITION) {
-                        if (b.payload().length == Contract.Buffer.END_COUNTS_SIZE) {
+                        // a resumed read has not seen the buffers before its start: the producer's count is checked
+                        // by reads from the start
+                        if (b.payload().length == Contract.Buffer.END_COUNTS_SIZE && !resuming) {
                             long stored = ByteBuffer.wrap(b.payload()).getLong(0);
                             if (stored != buffers) {
                                 throw new ExchangeReadException("lost data in " + where(epoch) + ", producer "
@@ -516,7 +591,7 @@ final class RealTimeReader implements SupportsRealTimeRead<InternalRow> {
                     }
                     if (b.kind() == SpillIndex.DATA) {
                         queue.put(new Item(Kind.DATA, epoch, Integer.toString(producer.index()), producer.partition(),
-                                b.payload(), System.currentTimeMillis(), null));
+                                b.seq(), buffers == 0 ? fromRows : -1, b.payload(), System.currentTimeMillis(), null));
                         buffers++;
                         conn.send(credit.consumed());
                     }
