@@ -187,6 +187,25 @@ def test_big_frames_fed_in_pieces_and_too_short_frames_alike_in_both_languages(j
         FrameDecoder().feed(short)
 
 
+def test_payloads_land_in_the_readers_memory_fed_in_pieces_or_read_straight_in(jvm):
+    """A reader receives a data buffer's payload into its own memory (no byte array between the socket and the
+    decoder): fed in pieces of any size or read straight into place, every frame is what Python encoded, only the
+    frames asked for land, and a frame cut off mid-payload lets go of the memory it had (the driver fails on any
+    landing left open)."""
+    big = encode_bytes(BufferResponse(1, 2, 0, DATA, 0, bytes(range(256)) * 1000))
+    data = big + encode_bytes(AddCredit(7, 3)) + encode_bytes(BufferResponse(1, 3, 0, DATA, 0, b"x")) + big
+    expected = split_frames(data)
+    land = int(protocol.MsgType.BUFFER_RESPONSE)
+    answers = jvm([{"op": "decode", "hex": data.hex(), "chunk": chunk, "land": land, "direct": direct}
+                   for chunk, direct in ((1, 0), (7000, 0), (7000, 1), (65536, 4096), (len(data), 1))])
+    for answer in answers:
+        assert [{k: f[k] for k in ("type", "header_hex", "payload")} for f in answer["frames"]] == expected, answer
+        assert [f["landed"] for f in answer["frames"]] == [True, False, True, True]
+    [cut] = jvm([{"op": "decode", "hex": (big + big[:len(big) // 2]).hex(), "chunk": 5000, "land": land, "direct": 1}])
+    assert "error" not in cut, cut
+    assert [f["payload"] for f in cut["frames"]] == [expected[0]["payload"]]
+
+
 def test_a_spill_index_without_the_subpartition_or_with_a_negative_offset_is_refused(jvm, tmp_path):
     f = write_spill(tmp_path, ENTRIES)
     negative = tmp_path / "negative.index"

@@ -9,6 +9,7 @@ import java.io.InputStreamReader;
 import java.lang.reflect.Field;
 import java.lang.reflect.Method;
 import java.lang.reflect.Modifier;
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -36,8 +37,9 @@ import org.sparkflow.exchange.write.WriteSettings;
  *   <li>{@code {"op": "fields", "fields": ["pkg.Class#FIELD", ...]}}: the values of static fields (any visibility,
  *       or public and inherited)</li>
  *   <li>{@code {"op": "encode", "type": n, "header": "text" | "header_hex": "..", "payload_length": k}}: {@link Frames#encode}</li>
- *   <li>{@code {"op": "decode", "hex": "..", "chunk": k, "max_frame": m}}: the frames a {@link Frames.Decoder} fed k bytes
- *       at a time returns, or the error it throws</li>
+ *   <li>{@code {"op": "decode", "hex": "..", "chunk": k, "max_frame": m, "land": t, "direct": d}}: the frames a
+ *       {@link Frames.Decoder} fed k bytes at a time returns, or the error it throws (payloads of frames of type t
+ *       landed in direct memory; payloads with at least d bytes due read straight into their target)</li>
  *   <li>{@code {"op": "spill", "index": path, "subpartition": s, "data_size": n}}: {@code SpillIndex.entries} or its error</li>
  *   <li>{@code {"op": "epoch_marker", "epoch": e}}: the JVM stream sink's epoch marker, hex</li>
  *   <li>{@code {"op": "stream_offset", "stream": s, "json": ".."}}: a checkpoint's offset parsed and written again</li>
@@ -218,18 +220,59 @@ public final class UnitDriver {
         byte[] data = HexFormat.of().parseHex(r.path("hex").asText());
         int chunk = Math.max(1, r.path("chunk").asInt(data.length == 0 ? 1 : data.length));
         Frames.Decoder decoder = new Frames.Decoder(r.path("max_frame").asInt(Contract.Frame.MAX_FRAME));
+        int[] open = {0}; // landings made and not closed
+        int direct = r.path("direct").asInt(0); // payloads with at least this many bytes due are read straight in
+        if (r.path("land").asInt(-1) >= 0) { // payloads of frames of this type land in direct memory
+            int type = r.path("land").asInt();
+            decoder.sink((t, header, length) -> t != type ? null : new Frames.Landing() {
+                private final ByteBuffer bytes = ByteBuffer.allocateDirect(length);
+                { open[0]++; }
+
+                @Override
+                public ByteBuffer bytes() {
+                    return bytes.duplicate().clear();
+                }
+
+                @Override
+                public void close() {
+                    open[0]--;
+                }
+            });
+        }
         List<Frames.Frame> frames = new ArrayList<>();
-        for (int pos = 0; pos < data.length; pos += chunk) {
+        for (int pos = 0; pos < data.length; ) {
             int n = Math.min(chunk, data.length - pos);
-            byte[] piece = new byte[n];
-            System.arraycopy(data, pos, piece, 0, n);
-            frames.addAll(decoder.feed(piece, n));
+            ByteBuffer target = direct > 0 ? decoder.payloadTarget(direct) : null;
+            if (target != null) { // as a connection reads the socket into it: n bytes or what is due
+                n = Math.min(n, target.remaining());
+                target.put(data, pos, n);
+                Frames.Frame done = decoder.filled(n);
+                if (done != null) {
+                    frames.add(done);
+                }
+            } else {
+                byte[] piece = new byte[n];
+                System.arraycopy(data, pos, piece, 0, n);
+                frames.addAll(decoder.feed(piece, n));
+            }
+            pos += n;
         }
         ArrayNode out = JSON.createArrayNode();
         for (Frames.Frame f : frames) {
+            byte[] payload = f.payload();
+            if (f.landed() != null) {
+                ByteBuffer b = f.landed().bytes();
+                payload = new byte[b.remaining()];
+                b.get(payload);
+                f.landed().close();
+            }
             out.addObject().put("type", f.type()).put("header", f.headerText())
                     .put("header_hex", HexFormat.of().formatHex(f.header()))
-                    .put("payload", HexFormat.of().formatHex(f.payload()));
+                    .put("payload", HexFormat.of().formatHex(payload)).put("landed", f.landed() != null);
+        }
+        decoder.release();
+        if (open[0] != 0) {
+            throw new IllegalStateException(open[0] + " landings left open");
         }
         return out;
     }

@@ -16,6 +16,7 @@ import org.apache.arrow.vector.ipc.message.MessageMetadataResult;
 import org.apache.arrow.vector.ipc.message.MessageSerializer;
 import org.sparkflow.exchange.codec.Codecs;
 import org.sparkflow.exchange.contract.Contract;
+import org.sparkflow.exchange.wire.Frames;
 
 /**
  * Data buffers into a {@link VectorSchemaRoot} ({@code buffer.py}): each is an Arrow IPC record-batch message
@@ -68,6 +69,46 @@ public final class BufferDecoder {
         try (ArrowBuf buf = allocator.buffer(payload.length)) {
             buf.setBytes(0, payload);
             return decode(buf, payload.length);
+        }
+    }
+
+    /**
+     * Arrow memory for a data buffer of {@code length} bytes to be received into ({@link Frames.PayloadSink}): the
+     * socket's bytes land where they are decoded, with no copy through a byte array.
+     */
+    public Frames.Landing landing(int length) {
+        return new Landed(allocator.buffer(length), length);
+    }
+
+    /** Load a buffer received into a {@link #landing} into the root; its row count. The caller closes the landing. */
+    public int load(Frames.Landing landed) throws IOException, CorruptBuffer {
+        if (!(landed instanceof Landed ours)) {
+            throw new IllegalArgumentException("a landing this decoder did not make");
+        }
+        if (ours.length < TRAILER) {
+            throw new CorruptBuffer("a data buffer of " + ours.length + " bytes is too short to hold its checksum");
+        }
+        return decode(ours.buf, ours.length);
+    }
+
+    /** A data buffer's Arrow memory, received into. */
+    private static final class Landed implements Frames.Landing {
+        final ArrowBuf buf;
+        final int length;
+
+        Landed(ArrowBuf buf, int length) {
+            this.buf = buf;
+            this.length = length;
+        }
+
+        @Override
+        public ByteBuffer bytes() {
+            return buf.nioBuffer(0, length);
+        }
+
+        @Override
+        public void close() {
+            buf.close();
         }
     }
 

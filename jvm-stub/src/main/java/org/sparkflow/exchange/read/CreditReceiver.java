@@ -13,8 +13,16 @@ import org.sparkflow.exchange.wire.Frames;
  * credit given back for each data buffer once it is decoded. Events (end of partition, markers) need no credit.
  */
 public final class CreditReceiver {
-    /** One BUFFER_RESPONSE: {@code receiver:i64 seq:i64 backlog:i32 kind:u8 flags:u8}, then the payload. */
-    public record Buffer(long seq, int kind, int flags, byte[] payload) {}
+    /**
+     * One BUFFER_RESPONSE: {@code receiver:i64 seq:i64 backlog:i32 kind:u8 flags:u8}, then the payload;
+     * {@code landed}: the payload's memory when the connection received it into a {@link Frames.PayloadSink}'s (then
+     * {@code payload} is empty), else null.
+     */
+    public record Buffer(long seq, int kind, int flags, byte[] payload, Frames.Landing landed) {
+        public Buffer(long seq, int kind, int flags, byte[] payload) {
+            this(seq, kind, flags, payload, null);
+        }
+    }
 
     static final int HEADER = Contract.DataHeaderSize.BUFFER_RESPONSE;
     static final int FLAG_SHARED = Contract.BufferFlag.SHARED;
@@ -100,7 +108,7 @@ public final class CreditReceiver {
             throw new IllegalStateException("the service sent a data buffer without credit");
         }
         nextSeq++;
-        return new Buffer(seq, kind, flags, frame.payload());
+        return new Buffer(seq, kind, flags, frame.payload(), frame.landed());
     }
 
     /** The ADD_CREDIT frame giving back one buffer the reader is done with. */

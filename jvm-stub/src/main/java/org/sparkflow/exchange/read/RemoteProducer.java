@@ -36,6 +36,7 @@ final class RemoteProducer implements ProducerSource {
     private final List<String> left = new ArrayList<>(); // the services this read left, and why
     private RpcConnection conn;
     private final CreditReceiver credit = new CreditReceiver(1, INITIAL_CREDIT);
+    private BufferDecoder landingFor; // the decoder whose Arrow memory data buffers are received into
     private boolean ended;
     private long buffersRead;
     private long rowsRead;
@@ -62,6 +63,9 @@ final class RemoteProducer implements ProducerSource {
                 c = new RpcConnection(address, secret, hostId, TIMEOUT_MILLIS, tls);
                 c.send(resume ? credit.resume(producer.partition(), subpartition)
                         : credit.request(producer.partition(), subpartition));
+                if (landingFor != null) {
+                    c.payloadSink(sink(landingFor));
+                }
                 conn = c;
                 return;
             } catch (ServiceError e) {
@@ -120,8 +124,18 @@ final class RemoteProducer implements ProducerSource {
         return producer;
     }
 
+    /** Data buffers land in {@code decoder}'s Arrow memory, straight from the socket; anything else in byte arrays. */
+    private static Frames.PayloadSink sink(BufferDecoder decoder) {
+        return (type, header, length) -> type == Frames.BUFFER_RESPONSE && header.length == CreditReceiver.HEADER
+                && (header[20] & 0xff) == SpillIndex.DATA ? decoder.landing(length) : null;
+    }
+
     @Override
     public int next(BufferDecoder decoder) throws IOException, BufferDecoder.CorruptBuffer {
+        if (landingFor != decoder) {
+            landingFor = decoder;
+            conn.payloadSink(sink(decoder));
+        }
         while (!ended) {
             Frames.Frame frame = receive();
             if (frame.type() == Frames.ERROR_RESPONSE) {
@@ -131,30 +145,47 @@ final class RemoteProducer implements ProducerSource {
             if (frame.type() != Frames.BUFFER_RESPONSE) {
                 continue; // nothing else is for this reader
             }
-            CreditReceiver.Buffer buffer;
             try {
-                buffer = credit.onBuffer(frame);
-            } catch (IllegalStateException e) {
-                throw new IOException(e.getMessage());
-            }
-            if (buffer.kind() == SpillIndex.END_OF_PARTITION) {
-                ended = true;
-                if (buffer.payload().length == ProducerFile.END_COUNTS) {
-                    ByteBuffer counts = ByteBuffer.wrap(buffer.payload());
-                    buffersStored = counts.getLong(0);
-                    rowsStored = counts.getLong(8);
+                int rows = take(frame, decoder);
+                if (rows != NOT_DATA) {
+                    return rows;
                 }
-                return -1;
-            }
-            if (buffer.kind() == SpillIndex.DATA) {
-                int rows = decoder.load(buffer.payload());
-                buffersRead++;
-                rowsRead += rows;
-                giveBack();
-                return rows;
+            } finally {
+                if (frame.landed() != null) {
+                    frame.landed().close(); // the decoded vectors hold what they need of it
+                }
             }
         }
         return -1;
+    }
+
+    private static final int NOT_DATA = -2;
+
+    /** One BUFFER_RESPONSE: a data buffer's rows, -1 at the end of the partition, {@link #NOT_DATA} for a marker. */
+    private int take(Frames.Frame frame, BufferDecoder decoder) throws IOException, BufferDecoder.CorruptBuffer {
+        CreditReceiver.Buffer buffer;
+        try {
+            buffer = credit.onBuffer(frame);
+        } catch (IllegalStateException e) {
+            throw new IOException(e.getMessage());
+        }
+        if (buffer.kind() == SpillIndex.END_OF_PARTITION) {
+            ended = true;
+            if (buffer.payload().length == ProducerFile.END_COUNTS) {
+                ByteBuffer counts = ByteBuffer.wrap(buffer.payload());
+                buffersStored = counts.getLong(0);
+                rowsStored = counts.getLong(8);
+            }
+            return -1;
+        }
+        if (buffer.kind() != SpillIndex.DATA) {
+            return NOT_DATA;
+        }
+        int rows = buffer.landed() != null ? decoder.load(buffer.landed()) : decoder.load(buffer.payload());
+        buffersRead++;
+        rowsRead += rows;
+        giveBack();
+        return rows;
     }
 
     @Override

@@ -403,23 +403,38 @@ public final class RpcConnection implements AutoCloseable {
         return address;
     }
 
+    /**
+     * Payloads received from now on land where {@code sink} says (a reader's Arrow memory) instead of new byte
+     * arrays; frames already received keep theirs. The connection closes what landed and was never taken.
+     */
+    public void payloadSink(Frames.PayloadSink sink) {
+        decoder.sink(sink);
+    }
+
     private Frames.Frame next() throws IOException {
         return next(timeoutMillis);
     }
 
     private Frames.Frame next(int waitMillis) throws IOException {
         while (inbox.isEmpty()) {
-            int n = readSome(waitMillis);
+            ByteBuffer direct = decoder.payloadTarget(readBuffer.length); // a large payload: read straight into it
+            int n = readSome(direct != null ? direct : ByteBuffer.wrap(readBuffer), waitMillis);
             if (n < 0) {
                 throw ErrorCodes.error(ErrorCode.CONNECTION_LOST, "the exchange service at " + address + " closed the connection");
             }
-            inbox.addAll(decoder.feed(readBuffer, n));
+            if (direct != null) {
+                Frames.Frame done = decoder.filled(n);
+                if (done != null) {
+                    inbox.add(done);
+                }
+            } else {
+                inbox.addAll(decoder.feed(readBuffer, n));
+            }
         }
         return inbox.poll();
     }
 
-    private int readSome(int waitMillis) throws IOException {
-        ByteBuffer in = ByteBuffer.wrap(readBuffer);
+    private int readSome(ByteBuffer in, int waitMillis) throws IOException {
         int n = readRaw(in);
         while (n == 0) {
             await(SelectionKey.OP_READ, "an answer", waitMillis);
@@ -460,6 +475,13 @@ public final class RpcConnection implements AutoCloseable {
 
     @Override
     public void close() {
+        decoder.release();
+        for (Frames.Frame f : inbox) {
+            if (f.landed() != null) {
+                f.landed().close();
+            }
+        }
+        inbox.clear();
         try {
             if (selector != null) {
                 selector.close();
