@@ -583,7 +583,9 @@ def test_the_write_warmup_runs_the_writer_path_to_the_end(jvm):
     failure shows, so a change to the writer that breaks it cannot go unnoticed."""
     [answer] = jvm([{"op": "warmup"}])
     assert "error" not in answer, answer
-    assert answer["ms"] >= 0
+    assert answer["rows"] == 40_000  # every row it made came out of a buffer
+    # 200 targets, a buffer whenever one holds 100 rows, then each target's rest: a task's many small buffers
+    assert 200 < answer["buffers"] < 40_000 // 100 + 200, answer
 
 
 @pytest.mark.parametrize("epoch", [0, 7, 2**40 + 3])
