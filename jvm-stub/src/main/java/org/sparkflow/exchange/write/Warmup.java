@@ -1,6 +1,11 @@
 package org.sparkflow.exchange.write;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.ObjectInputStream;
+import java.io.ObjectOutputStream;
 import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import java.util.HashMap;
@@ -33,7 +38,7 @@ import org.sparkflow.exchange.wire.RpcConnection;
  * finds it done. Best effort: a failure here changes nothing but the first write's time.
  */
 public final class Warmup {
-    static final int ROWS = 40_000; // past the optimising compiler's thresholds (tiered: some 15,000 calls) for a row's methods
+    static final int ROWS = 100_000; // past the optimising compiler's thresholds for a row's methods, which a busy compile queue at start raises
     static final int TARGETS = 200; // spark.sql.shuffle.partitions' default: a write's common width
     static final int ROWS_PER_BUFFER = 100;
     static final int CONNECT_MILLIS = 10_000;
@@ -76,8 +81,14 @@ public final class Warmup {
         Schema schema = ExchangeDescription.arrowSchema("warmup", declared); // as a task reads it back
         WriteSettings settings = WriteSettings.defaults()
                 .withLayout(Contract.Partitioner.HASH, List.of("l"), TARGETS, Contract.OptionDefault.PARTITION_TYPE);
-        RowRouter router = new RowRouter(new WriteHandle("warmup", 0, "", declared, rows, TARGETS, settings,
-                new HashMap<>()), 0);
+        WriteHandle handle = new WriteHandle("warmup", 0, "", declared, rows, TARGETS, settings, new HashMap<>());
+        // a task gets its write's handle, and the driver each task's commit, by Java serialization, whose first
+        // use of a record class builds the method handles of its constructor (classes spun and compiled)
+        ProducerCommit commit = new ProducerCommit("warmup", 0, ROWS);
+        if (!handle.equals(roundTrip(handle)) || !commit.equals(roundTrip(commit))) {
+            throw new IllegalStateException("the warm-up's write handle or commit changed in serialization");
+        }
+        RowRouter router = new RowRouter(handle, 0);
         long[] held = new long[TARGETS];
         long buffers = 0;
         long encoded = 0;
@@ -132,6 +143,16 @@ public final class Warmup {
                 CONNECT_MILLIS, service.tls())) {
             conn.call("ping", Map.of());
         } catch (RuntimeException ignored) { // NOPMD - best effort: the first write connects and says what fails
+        }
+    }
+
+    private static Object roundTrip(Object value) throws IOException, ClassNotFoundException {
+        ByteArrayOutputStream bytes = new ByteArrayOutputStream();
+        try (ObjectOutputStream out = new ObjectOutputStream(bytes)) {
+            out.writeObject(value);
+        }
+        try (ObjectInputStream in = new ObjectInputStream(new ByteArrayInputStream(bytes.toByteArray()))) {
+            return in.readObject();
         }
     }
 
