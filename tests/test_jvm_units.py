@@ -592,13 +592,11 @@ def test_the_layer_check_finds_an_import_and_a_class_named_in_full():
 def test_the_write_warmup_runs_the_writer_path_to_the_end(jvm):
     """A session runs the warm-up on a daemon thread that swallows its failures (it is only a speed-up): here a
     failure shows, so a change to the writer that breaks it cannot go unnoticed."""
-    [answer, _, after_write] = jvm([{"op": "warmup"}, {"op": "write_started"}, {"op": "warmup"}])
+    [answer] = jvm([{"op": "warmup"}])
     assert "error" not in answer, answer
     assert answer["rows"] == 100_000  # every row it made came out of a buffer
     # 200 targets, a buffer whenever one holds 100 rows, then each target's rest: a task's many small buffers
     assert 200 < answer["buffers"] < 100_000 // 100 + 200, answer
-    # once a write of the JVM is planned, the warm-up makes no more rows: it would take a core from that write
-    assert (after_write["rows"], after_write["buffers"]) == (0, 0), after_write
 
 
 @pytest.mark.parametrize("epoch", [0, 7, 2**40 + 3])

@@ -95,7 +95,6 @@ public final class UnitDriver {
                     case "real_time" -> answer.put("unavailable", org.sparkflow.exchange.stream.StreamTable
                             .realTimeUnavailable(request.path("interface").asText()));
                     case "warmup" -> warmup(answer);
-                    case "write_started" -> org.sparkflow.exchange.write.Warmup.writeStarted();
                     case "standalone_read" -> answer.put("hex", standaloneRead(request));
                     case "remote_read" -> answer.set("values", ReadProbe.remoteRead(request));
                     default -> throw new IllegalArgumentException("unknown op " + request.path("op"));

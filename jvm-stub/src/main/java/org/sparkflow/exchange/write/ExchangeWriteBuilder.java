@@ -62,7 +62,6 @@ public final class ExchangeWriteBuilder implements SupportsTruncate, Write {
 
     @Override
     public Write build() {
-        Warmup.writeStarted();
         WriteSettings s = base.with(List.of(options)).checked();
         if (declaredSchema != null && (!s.partitioner().equals(base.partitioner()) || !s.keys().equals(base.keys())
                 || !Objects.equals(s.numSubpartitions(), base.numSubpartitions()))) {

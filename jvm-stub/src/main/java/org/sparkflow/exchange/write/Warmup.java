@@ -43,7 +43,6 @@ public final class Warmup {
     static final int ROWS_PER_BUFFER = 100;
     static final int CONNECT_MILLIS = 10_000;
     private static final AtomicBoolean STARTED = new AtomicBoolean();
-    private static final AtomicBoolean WRITING = new AtomicBoolean();
 
     private Warmup() {
     }
@@ -71,8 +70,7 @@ public final class Warmup {
      * specialised for them, undone at the first real rows), hashed into {@link #TARGETS} targets, a buffer encoded
      * with the default codec whenever a target holds {@link #ROWS_PER_BUFFER} rows. {@link #ROWS} rows: enough
      * for the JIT's optimising compiler to compile the row loop, the vectors' allocation and the encoding here, not
-     * in the first write. What it made: its buffers, their rows (checked: a warm-up that lost rows says so); fewer
-     * rows once a write started ({@link #writeStarted}).
+     * in the first write. What it made: its buffers, their rows (checked: a warm-up that lost rows says so).
      */
     public static long[] warm() throws Exception {
         StructType rows = new StructType().add("l", DataTypes.LongType).add("i", DataTypes.IntegerType)
@@ -92,25 +90,35 @@ public final class Warmup {
         }
         RowRouter router = new RowRouter(handle, 0);
         long[] held = new long[TARGETS];
-        long[] made = new long[2]; // buffers, rows encoded
-        int rowsMade = 0;
+        long buffers = 0;
+        long encoded = 0;
         UnsafeRowWriter writer = new UnsafeRowWriter(rows.size(), 32);
+        byte[] header = new byte[Contract.DataHeaderSize.PUSH_BUFFER];
         try (BufferEncoder encoder = new BufferEncoder(schema, rows, TARGETS, Codecs.forName(Codecs.DEFAULT))) {
-            // a write that starts meanwhile is not kept waiting for a core: the warm-up ends its rows there
-            for (; rowsMade < ROWS && (rowsMade % 1024 != 0 || !WRITING.get()); rowsMade++) {
-                UnsafeRow row = row(writer, rowsMade);
-                int t = router.target(row);
-                encoder.append(t, row);
-                if (++held[t] == ROWS_PER_BUFFER) {
-                    encode(encoder, t, held, made);
+            for (int r = 0; r < ROWS + TARGETS * ROWS_PER_BUFFER; r++) { // the tail: every target's last buffer
+                int t;
+                if (r < ROWS) {
+                    UnsafeRow row = row(writer, r);
+                    t = router.target(row);
+                    encoder.append(t, row);
+                    if (++held[t] < ROWS_PER_BUFFER) {
+                        continue;
+                    }
+                } else {
+                    t = r % TARGETS;
+                    if (held[t] == 0) {
+                        continue;
+                    }
                 }
-            }
-            for (int t = 0; t < TARGETS; t++) { // every target's last buffer
-                encode(encoder, t, held, made);
+                byte[] payload = encoder.encode(t, held[t] * 64, held[t]);
+                Frames.encode(Frames.PUSH_BUFFER, header, payload.length); // as a push frames it
+                buffers++;
+                encoded += held[t];
+                held[t] = 0;
             }
         }
-        if (made[1] != rowsMade) {
-            throw new IllegalStateException("the warm-up encoded " + made[1] + " of its " + rowsMade + " rows");
+        if (encoded != ROWS) {
+            throw new IllegalStateException("the warm-up encoded " + encoded + " of its " + ROWS + " rows");
         }
         Mac hmac = Mac.getInstance("HmacSHA256"); // the handshake's
         hmac.init(new SecretKeySpec("warmup".getBytes(StandardCharsets.UTF_8), "HmacSHA256"));
@@ -122,27 +130,7 @@ public final class Warmup {
                 ProducerCommit.class, ExchangeDataWriterFactory.class)) {
             Class.forName(c.getName(), true, c.getClassLoader());
         }
-        return made;
-    }
-
-    /** Target {@code t}'s held rows as one buffer, framed as a push frames it (none held: nothing). */
-    private static void encode(BufferEncoder encoder, int t, long[] held, long[] made) {
-        if (held[t] == 0) {
-            return;
-        }
-        byte[] payload = encoder.encode(t, held[t] * 64, held[t]);
-        Frames.encode(Frames.PUSH_BUFFER, new byte[Contract.DataHeaderSize.PUSH_BUFFER], payload.length);
-        made[0]++;
-        made[1] += held[t];
-        held[t] = 0;
-    }
-
-    /**
-     * A write of this JVM is being planned: a warm-up still running ends its rows at once (it would take a core from
-     * the write it prepares).
-     */
-    public static void writeStarted() {
-        WRITING.set(true);
+        return new long[] {buffers, encoded};
     }
 
     /**
