@@ -254,8 +254,11 @@ def build(jar: Path = DEFAULT_JAR, sources: Path | None = None, *, force: bool =
     with tempfile.TemporaryDirectory(prefix="sparkflow-jvm-stub-") as out, \
             tempfile.TemporaryDirectory(prefix="sparkflow-jvm-gen-") as generated:
         java_files = [*java_files, generate_contract(Path(generated))]
-        proc = subprocess.run([javac, "--release", "17", "-nowarn", "-encoding", "UTF-8", "-cp", classpath,
-                               "-d", out, *map(str, java_files)], capture_output=True, text=True)
+        # -XDstringConcat=inline: a string concatenation compiles to a StringBuilder, not to an invokedynamic
+        # call site whose first run builds its method handles (class spinning and its compilation): a JVM's first
+        # write ran dozens of those sites
+        proc = subprocess.run([javac, "--release", "17", "-nowarn", "-XDstringConcat=inline", "-encoding", "UTF-8",
+                               "-cp", classpath, "-d", out, *map(str, java_files)], capture_output=True, text=True)
         if proc.returncode != 0:
             raise BuildError(f"javac failed (exit {proc.returncode}); the jar was not written:\n"
                              f"{(proc.stdout + proc.stderr)[-4000:]}")

@@ -19,6 +19,7 @@ import itertools
 import json
 import re
 import shutil
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -592,6 +593,16 @@ def test_the_jars_packages_name_only_packages_below_them():
     assert upward == []
 
 
+def test_the_jars_classes_concatenate_strings_without_invokedynamic(jar):
+    """A JVM's first write runs many concatenations once each; an invokedynamic site's first run builds method
+    handles (classes spun and compiled), a StringBuilder's does not: the build compiles them inline."""
+    with zipfile.ZipFile(jar) as archive:
+        classes = [n for n in archive.namelist() if n.endswith(".class")]
+        spun = [n for n in classes if b"java/lang/invoke/StringConcatFactory" in archive.read(n)]
+    assert len(classes) > 100
+    assert spun == []
+
+
 def test_the_layer_check_finds_an_import_and_a_class_named_in_full():
     text = "import org.sparkflow.exchange.catalog.ExchangeTable;\n x = org.sparkflow.exchange.ExchangePlugin.y();"
     assert NAMED.findall(text) == ["catalog", ""]
@@ -602,7 +613,9 @@ def test_the_write_warmup_runs_the_writer_path_to_the_end(jvm):
     failure shows, so a change to the writer that breaks it cannot go unnoticed."""
     [answer] = jvm([{"op": "warmup"}])
     assert "error" not in answer, answer
-    assert answer["ms"] >= 0
+    assert answer["rows"] == 100_000  # every row it made came out of a buffer
+    # 200 targets, a buffer whenever one holds 100 rows, then each target's rest: a task's many small buffers
+    assert 200 < answer["buffers"] < 100_000 // 100 + 200, answer
 
 
 @pytest.mark.parametrize("epoch", [0, 7, 2**40 + 3])

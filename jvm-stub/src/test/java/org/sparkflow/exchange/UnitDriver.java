@@ -99,7 +99,7 @@ public final class UnitDriver {
                     case "readable" -> answer.put("unreadable", FormatProbe.unreadable(request));
                     case "real_time" -> answer.put("unavailable", org.sparkflow.exchange.stream.StreamTable
                             .realTimeUnavailable(request.path("interface").asText()));
-                    case "warmup" -> answer.put("ms", warmup());
+                    case "warmup" -> warmup(answer);
                     case "standalone_read" -> answer.put("hex", standaloneRead(request));
                     case "remote_read" -> answer.set("values", ReadProbe.remoteRead(request));
                     case "partition_request" -> answer.setAll(partitionRequest(request));
@@ -156,14 +156,17 @@ public final class UnitDriver {
     }
 
     /** The write path's warm-up, which a session runs on a daemon thread that swallows its failures: here they show. */
-    private static long warmup() {
+    private static void warmup(ObjectNode answer) {
         long started = System.nanoTime();
+        long[] made;
         try {
-            org.sparkflow.exchange.write.Warmup.warm();
+            made = org.sparkflow.exchange.write.Warmup.warm();
         } catch (Exception e) {
             throw new IllegalStateException("the warm-up failed: " + e, e);
         }
-        return (System.nanoTime() - started) / 1_000_000;
+        answer.put("ms", (System.nanoTime() - started) / 1_000_000);
+        answer.put("buffers", made[0]);
+        answer.put("rows", made[1]);
     }
 
     private static ObjectNode contract() throws IllegalAccessException {

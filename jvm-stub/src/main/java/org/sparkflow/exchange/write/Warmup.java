@@ -1,22 +1,30 @@
 package org.sparkflow.exchange.write;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.ObjectInputStream;
+import java.io.ObjectOutputStream;
 import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicBoolean;
 import javax.crypto.Mac;
 import javax.crypto.spec.SecretKeySpec;
 import org.apache.arrow.vector.types.pojo.Schema;
-import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
+import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.Decimal;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
 import org.sparkflow.exchange.coordinator.ExchangeDescription;
 import org.sparkflow.exchange.codec.Codecs;
+import org.sparkflow.exchange.contract.Contract;
+import org.sparkflow.exchange.wire.Frames;
 import org.sparkflow.exchange.discovery.Endpoint;
 import org.sparkflow.exchange.wire.RpcConnection;
 
@@ -30,7 +38,9 @@ import org.sparkflow.exchange.wire.RpcConnection;
  * finds it done. Best effort: a failure here changes nothing but the first write's time.
  */
 public final class Warmup {
-    static final int ROWS = 4096; // enough for the JIT to compile the row loop's methods (tiered C1)
+    static final int ROWS = 100_000; // past the optimising compiler's thresholds for a row's methods, which a busy compile queue at start raises
+    static final int TARGETS = 200; // spark.sql.shuffle.partitions' default: a write's common width
+    static final int ROWS_PER_BUFFER = 100;
     static final int CONNECT_MILLIS = 10_000;
     private static final AtomicBoolean STARTED = new AtomicBoolean();
 
@@ -54,20 +64,61 @@ public final class Warmup {
         }
     }
 
-    /** The write path's work, start to end, on rows of the common column types (public for the unit driver). */
-    public static void warm() throws Exception {
+    /**
+     * The write path's work, start to end, as a task does it (public for the unit driver): rows of the common column
+     * types as Spark hands a writer its rows ({@link UnsafeRow}s: a warm-up on other rows left the JIT's code
+     * specialised for them, undone at the first real rows), hashed into {@link #TARGETS} targets, a buffer encoded
+     * with the default codec whenever a target holds {@link #ROWS_PER_BUFFER} rows. {@link #ROWS} rows: enough
+     * for the JIT's optimising compiler to compile the row loop, the vectors' allocation and the encoding here, not
+     * in the first write. What it made: its buffers, their rows (checked: a warm-up that lost rows says so).
+     */
+    public static long[] warm() throws Exception {
         StructType rows = new StructType().add("l", DataTypes.LongType).add("i", DataTypes.IntegerType)
                 .add("d", DataTypes.DoubleType).add("s", DataTypes.StringType).add("b", DataTypes.BooleanType)
                 .add("m", DataTypes.createDecimalType(12, 2)).add("t", DataTypes.DateType)
                 .add("ts", DataTypes.TimestampType).add("bin", DataTypes.BinaryType);
         String declared = ExchangeBatchWrite.arrowSchemaBase64(rows); // as a write's declare makes it
         Schema schema = ExchangeDescription.arrowSchema("warmup", declared); // as a task reads it back
-        try (BufferEncoder encoder = new BufferEncoder(schema, rows, 2, Codecs.forName(Codecs.DEFAULT))) {
-            for (int r = 0; r < ROWS; r++) {
-                encoder.append(r & 1, row(r));
+        WriteSettings settings = WriteSettings.defaults()
+                .withLayout(Contract.Partitioner.HASH, List.of("l"), TARGETS, Contract.OptionDefault.PARTITION_TYPE);
+        WriteHandle handle = new WriteHandle("warmup", 0, "", declared, rows, TARGETS, settings, new HashMap<>());
+        // a task gets its write's handle, and the driver each task's commit, by Java serialization, whose first
+        // use of a record class builds the method handles of its constructor (classes spun and compiled)
+        ProducerCommit commit = new ProducerCommit("warmup", 0, ROWS);
+        if (!handle.equals(roundTrip(handle)) || !commit.equals(roundTrip(commit))) {
+            throw new IllegalStateException("the warm-up's write handle or commit changed in serialization");
+        }
+        RowRouter router = new RowRouter(handle, 0);
+        long[] held = new long[TARGETS];
+        long buffers = 0;
+        long encoded = 0;
+        UnsafeRowWriter writer = new UnsafeRowWriter(rows.size(), 32);
+        byte[] header = new byte[Contract.DataHeaderSize.PUSH_BUFFER];
+        try (BufferEncoder encoder = new BufferEncoder(schema, rows, TARGETS, Codecs.forName(Codecs.DEFAULT))) {
+            for (int r = 0; r < ROWS + TARGETS * ROWS_PER_BUFFER; r++) { // the tail: every target's last buffer
+                int t;
+                if (r < ROWS) {
+                    UnsafeRow row = row(writer, r);
+                    t = router.target(row);
+                    encoder.append(t, row);
+                    if (++held[t] < ROWS_PER_BUFFER) {
+                        continue;
+                    }
+                } else {
+                    t = r % TARGETS;
+                    if (held[t] == 0) {
+                        continue;
+                    }
+                }
+                byte[] payload = encoder.encode(t, held[t] * 64, held[t]);
+                Frames.encode(Frames.PUSH_BUFFER, header, payload.length); // as a push frames it
+                buffers++;
+                encoded += held[t];
+                held[t] = 0;
             }
-            encoder.encode(0, 1 << 16, (ROWS + 1) / 2);
-            encoder.encode(1, 1 << 16, ROWS / 2);
+        }
+        if (encoded != ROWS) {
+            throw new IllegalStateException("the warm-up encoded " + encoded + " of its " + ROWS + " rows");
         }
         Mac hmac = Mac.getInstance("HmacSHA256"); // the handshake's
         hmac.init(new SecretKeySpec("warmup".getBytes(StandardCharsets.UTF_8), "HmacSHA256"));
@@ -79,6 +130,7 @@ public final class Warmup {
                 ProducerCommit.class, ExchangeDataWriterFactory.class)) {
             Class.forName(c.getName(), true, c.getClassLoader());
         }
+        return new long[] {buffers, encoded};
     }
 
     /**
@@ -94,8 +146,34 @@ public final class Warmup {
         }
     }
 
-    private static InternalRow row(int r) {
-        return new GenericInternalRow(new Object[] {(long) r, r, r * 0.5, UTF8String.fromString("row-" + r), (r & 1) == 0,
-            new Decimal().set(r, 12, 2), r, r * 1_000_000L, new byte[] {(byte) r}});
+    private static Object roundTrip(Object value) throws IOException, ClassNotFoundException {
+        ByteArrayOutputStream bytes = new ByteArrayOutputStream();
+        try (ObjectOutputStream out = new ObjectOutputStream(bytes)) {
+            out.writeObject(value);
+        }
+        try (ObjectInputStream in = new ObjectInputStream(new ByteArrayInputStream(bytes.toByteArray()))) {
+            return in.readObject();
+        }
+    }
+
+    /** Row {@code r} in {@code w}'s buffer (reused, as a Spark plan reuses its row): a null now and then. */
+    private static UnsafeRow row(UnsafeRowWriter w, int r) {
+        w.reset();
+        w.zeroOutNullBytes();
+        w.write(0, r * 0x9E3779B97F4A7C15L);
+        if (r % 97 == 0) {
+            w.setNullAt(1);
+            w.setNullAt(3);
+        } else {
+            w.write(1, r);
+            w.write(3, UTF8String.fromString("row-" + r));
+        }
+        w.write(2, r * 0.5);
+        w.write(4, (r & 1) == 0);
+        w.write(5, new Decimal().set(r, 12, 2), 12, 2);
+        w.write(6, r);
+        w.write(7, r * 1_000_000L);
+        w.write(8, new byte[] {(byte) r});
+        return w.getRow();
     }
 }
