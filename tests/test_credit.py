@@ -487,9 +487,9 @@ def test_randomized_slow_reader_contends_for_floating_buffers(seed, monkeypatch)
 @pytest.mark.parametrize("exclusive,floating", [(1, 0), (2, 8), (8, 0)])
 def test_remote_read_returns_credit_in_batches_and_reads_every_row(tmp_service, monkeypatch, exclusive, floating):
     """A reader on another host (TCP) reading a write still in progress under a bounded partition: the writer
-    waits on the reader's credit, so credit held back by the reader would stall it. Every row arrives once,
-    and the reader sends fewer AddCredit messages than it read buffers once a channel holds enough credit
-    to batch (one per channel every quarter of its credit, and whenever the reader would wait)."""
+    waits on the reader's credit, so credit held back by the reader would stall it. Every row arrives once, and
+    the credit returned in batches (one AddCredit per channel every quarter of its credit, and whenever the
+    reader would wait) adds up to the buffers the reader freed, in messages no larger than a batch."""
     import threading
 
     import numpy as np
@@ -537,8 +537,7 @@ def test_remote_read_returns_credit_in_batches_and_reads_every_row(tmp_service, 
     assert not thread.is_alive() and not failures, failures
     ids = np.sort(np.concatenate(seen))
     assert ids.tolist() == list(range(total))
-    batch = credit_batch(ExchangeConfig.load({"buffersPerChannel": str(exclusive),
-                                              "floatingBuffersPerGate": str(floating)}, spark_conf={}))
-    assert sum(sent) <= buffers + exclusive + floating  # never more credit than buffers it freed (and loans)
-    if batch > 1:
-        assert len(sent) < buffers, (len(sent), buffers)
+    # every freed buffer came back as credit (the last ones may not: the channel had ended), never more
+    assert buffers - exclusive - floating <= sum(sent) <= buffers + floating, (sum(sent), buffers)
+    assert max(sent) <= credit_batch(ExchangeConfig.load({"buffersPerChannel": str(exclusive),
+                                                          "floatingBuffersPerGate": str(floating)}, spark_conf={})) + floating
