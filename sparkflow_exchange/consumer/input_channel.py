@@ -244,9 +244,13 @@ class InputChannel(Channel):
         return f" (the read had gone on from the partition's replicas after: {'; '.join(self.failed_over)})" if self.failed_over else ""
 
     # ------------------------------------------------------------ from the gate
-    def consumed(self) -> None:
-        """The reader finished with one data buffer of this channel: it becomes credit again."""
-        self.gate.announce(self.credit.on_consumed())
+    def consumed(self, n: int = 1) -> None:
+        """The reader finished with ``n`` data buffers of this channel: they become credit again, announced
+        to the sender as one AddCredit per channel rather than one per buffer."""
+        announcements: list[tuple[ChannelCredit, int]] = []
+        for _ in range(n):
+            announcements.extend(self.credit.on_consumed())
+        self.gate.announce(announcements)
 
     def send_credit(self, n: int) -> None:
         if self.state == ChannelState.REQUESTED and self.conn is not None:
@@ -389,7 +393,7 @@ class LocalFileInputChannel(Channel):
         finally:
             self._release()
 
-    def consumed(self) -> None:
+    def consumed(self, n: int = 1) -> None:
         pass
 
     def send_credit(self, n: int) -> None:

@@ -50,6 +50,12 @@ from .input_channel import FileOpenError, InputChannel, LocalFileInputChannel, m
 FILE_REPORT_INTERVAL = 1.0  # seconds between reports of a long read's spill-file bytes to the local service
 
 _DONE = object()
+
+
+def credit_batch(config: ExchangeConfig) -> int:
+    """How many finished buffers the task thread returns as credit in one hop: a quarter of the most credit a
+    channel can hold (exclusive plus floating), at least 1, so the sender keeps most of its window."""
+    return max(1, (config.buffers_per_channel + config.floating_buffers_per_gate) // 4)
 GONE_LOOKUP_TIMEOUT = 2.0  # a failing read asks the coordinator whether its exchange was dropped or overwritten
 
 
@@ -334,10 +340,21 @@ class InputGate:
         self.ready.put(channel)
 
     def announce(self, announcements: list[tuple[ChannelCredit, int]]) -> None:
+        """Send the credit in ``announcements``: one AddCredit per channel, however many buffers it names."""
+        if len(announcements) > 1:
+            merged: dict[ChannelCredit, int] = {}
+            for credit, n in announcements:
+                merged[credit] = merged.get(credit, 0) + n
+            announcements = list(merged.items())
         for credit, n in announcements:
             channel = self._by_rid.get(credit.receiver_id)
             if channel is not None:
                 channel.send_credit(n)
+
+    def _return_credit(self, consumed: dict[InputChannel, int]) -> None:
+        """The buffers the task thread finished with since the last call, per channel (IO thread)."""
+        for channel, n in consumed.items():
+            channel.consumed(n)
 
     def _close(self) -> None:
         self._closed = True
@@ -377,15 +394,31 @@ class InputGate:
         except ServiceError as exc:  # e.g. the exchange was dropped between planning and this task's start
             raise self._named(ExchangeReadError(f"reading exchange {self.name!r} failed: {exc}")) from None
         previous: InputChannel | None = None
+        # buffers finished with, per channel, whose credit is not returned yet: returned in one hop to the IO
+        # thread every CREDIT_BATCH buffers, and whenever the reader would wait (so a sender is never left
+        # without the credit the reader could give it); each hop wakes the IO thread and the sender
+        consumed: dict[InputChannel, int] = {}
+        pending = 0
+        batch = credit_batch(self.config)
         try:
             while True:
                 if previous is not None:
-                    self.runtime.call_soon(previous.consumed)
+                    consumed[previous] = consumed.get(previous, 0) + 1
+                    pending += 1
                     previous = None
+                    if pending >= batch:
+                        self.runtime.call_soon(self._return_credit, consumed)
+                        consumed, pending = {}, 0
                 try:
-                    item = self.ready.get(timeout=self.config.reader_timeout)
+                    item = self.ready.get_nowait()
                 except queue.Empty:
-                    raise ExchangeReadError(self._timeout_message()) from None
+                    if pending:
+                        self.runtime.call_soon(self._return_credit, consumed)
+                        consumed, pending = {}, 0
+                    try:
+                        item = self.ready.get(timeout=self.config.reader_timeout)
+                    except queue.Empty:
+                        raise ExchangeReadError(self._timeout_message()) from None
                 if item is _DONE:
                     self._check_files_kept([self.channels[p] for p in self.sealed or ()])
                     return
@@ -406,7 +439,9 @@ class InputGate:
                 yield self._decode(channel, payload, schema)
         finally:
             if previous is not None:
-                self.runtime.call_soon(previous.consumed)
+                consumed[previous] = consumed.get(previous, 0) + 1
+            if consumed:
+                self.runtime.call_soon(self._return_credit, consumed)
             self.runtime.call_soon(self._close)
 
     def _timeout_message(self) -> str:
