@@ -50,26 +50,18 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="loopback-read-"))
     os.environ["SPARKFLOW_EXCHANGE_RUNTIME_DIR"] = str(tmp / "runtime")
     sys.path.insert(0, str(HERE))
-    import pyarrow as pa
-    import pyarrow.parquet as pq
     import tpch_pipeline
 
     import sparkflow_exchange as sfe
     from sparkflow_exchange.service.process import stop_embedded
 
-    batches, n = [], 0
-    for b in pq.ParquetFile(tpch_pipeline.ensure_data(args.sf) / "lineitem.parquet").iter_batches(batch_size=65536):
-        batches.append(b.slice(0, min(b.num_rows, args.rows - n)))
-        n += batches[-1].num_rows
-        if n >= args.rows:
-            break
-    # tpchgen-cli writes string_view columns, which pyarrow's take (the hash writer's gather) does not take
-    schema = pa.schema([f.with_type(pa.string()) if f.type == pa.string_view() else f for f in batches[0].schema])
+    batches = tpch_pipeline.lineitem_batches(tpch_pipeline.ensure_data(args.sf) / "lineitem.parquet", args.rows)
+    schema = batches[0].schema
     try:
         with sfe.open_writer("loopback", schema, keys=["l_orderkey"], num_subpartitions=8,
                              compression=args.codec) as w:
             for b in batches:
-                w.write(b.cast(schema))
+                w.write(b)
         size = next(s.bytes for s in sfe.list_exchanges() if s.name == "loopback")
         run(args, size, _service_pid(tmp))
     finally:

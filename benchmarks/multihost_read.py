@@ -77,21 +77,12 @@ def _copy(host: str, size: int) -> float:
 
 def write(rows: int, codecs: list[str], data: str) -> None:
     """host1: the exchanges, one per codec, by open_writer; their rows and Arrow bytes as JSON."""
-    import pyarrow.parquet as pq
+    from tpch_pipeline import lineitem_batches
 
     import sparkflow_exchange as sfe
 
-    batches, n = [], 0
-    for batch in pq.ParquetFile(data).iter_batches(batch_size=65536):
-        batches.append(batch.slice(0, min(batch.num_rows, rows - n)))
-        n += batches[-1].num_rows
-        if n >= rows:
-            break
-    # tpchgen-cli writes string_view columns, which pyarrow's take (the hash writer's gather) does not take
-    import pyarrow as pa
-
-    schema = pa.schema([f.with_type(pa.string()) if f.type == pa.string_view() else f for f in batches[0].schema])
-    batches = [b.cast(schema) for b in batches]
+    batches = lineitem_batches(data, rows)
+    n = sum(b.num_rows for b in batches)
     raw = sum(b.nbytes for b in batches)
     out = {"rows": n, "raw_bytes": raw, "write_s": {}}
     for codec in codecs:

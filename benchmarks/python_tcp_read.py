@@ -87,8 +87,6 @@ def main() -> None:
     parser.add_argument("--baseline", help="a directory holding another sparkflow_exchange package to compare")
     args = parser.parse_args()
     sys.path[:0] = [str(ROOT / "tests"), str(HERE)]
-    import pyarrow as pa
-    import pyarrow.parquet as pq
     import tpch_pipeline
     from harness import start_service
 
@@ -98,15 +96,9 @@ def main() -> None:
     svc = start_service(Path(tempfile.mkdtemp(prefix="sparkflow-loopback-")), host_id="service-host")
     atexit.register(svc.proc.terminate)
     common = {"coordinator": svc.tcp, "service": svc.tcp, "secret": svc.secret}
-    batches, n = [], 0
-    for batch in pq.ParquetFile(tpch_pipeline.ensure_data(args.sf) / "lineitem.parquet").iter_batches(batch_size=65536):
-        batches.append(batch.slice(0, min(batch.num_rows, args.rows - n)))
-        n += batches[-1].num_rows
-        if n >= args.rows:
-            break
-    # tpchgen-cli writes string_view columns, which pyarrow's take (the hash writer's gather) does not take
-    schema = pa.schema([f.with_type(pa.string()) if f.type == pa.string_view() else f for f in batches[0].schema])
-    batches = [b.cast(schema) for b in batches]
+    batches = tpch_pipeline.lineitem_batches(tpch_pipeline.ensure_data(args.sf) / "lineitem.parquet", args.rows)
+    schema = batches[0].schema
+    n = sum(b.num_rows for b in batches)
     for codec in codecs:
         with sfe.open_writer(f"loopback_{codec}", schema, keys=["l_orderkey"], num_subpartitions=8,
                              compression=codec, hostId="service-host", **common) as w:

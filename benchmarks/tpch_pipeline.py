@@ -323,6 +323,22 @@ def _sf_name(sf: float) -> str:
     return f"sf{sf:g}"
 
 
+def lineitem_batches(path: Path | str, rows: int) -> list:
+    """The first ``rows`` rows of a ``lineitem.parquet`` as record batches of plain strings (tpchgen-cli writes
+    string_view columns, which pyarrow's take, the hash writer's gather, does not take)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    batches, n = [], 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=65536):
+        batches.append(batch.slice(0, min(batch.num_rows, rows - n)))
+        n += batches[-1].num_rows
+        if n >= rows:
+            break
+    schema = pa.schema([f.with_type(pa.string()) if f.type == pa.string_view() else f for f in batches[0].schema])
+    return [b.cast(schema) for b in batches]
+
+
 def ensure_data(sf: float) -> Path:
     """The TPC-H tables at ``sf`` as parquet in benchmarks/.tpch/sf<sf>, generated once."""
     target = DATA / _sf_name(sf)
