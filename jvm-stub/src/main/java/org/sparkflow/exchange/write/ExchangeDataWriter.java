@@ -30,6 +30,10 @@ import org.sparkflow.exchange.discovery.RuntimeDir;
  */
 public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     static final int CLOCK_EVERY = 256;
+    /** Full buffers (of {@code bufferSize}) a background push may hold before the task waits for it. */
+    static final int QUEUED_BUFFERS = 4;
+    /** How long abort and close wait for the push thread's current buffer before closing the connection under it. */
+    static final long STOP_WAIT_MILLIS = 2_000;
     /** A timed flush waits at least this many times what the last one took: flushing many small buffers must not
      *  become the writer's main work (the Python writer's rule, FLUSH_COST_FACTOR). */
     static final int FLUSH_COST_FACTOR = 10;
@@ -42,6 +46,7 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     private final BufferEncoder encoder;
     private final CoordinatorClient coordinator;
     private final ProducerConnection producer;
+    private final PushStage stage; // where full buffers are encoded and pushed: this thread, or the writer's own
     private final boolean coordinatorIsService; // the coordinator's calls go on the producer's connection
     private final long[] heldRows;
     private final long[] heldBytes;
@@ -113,6 +118,11 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
             throw e;
         }
         producer = conn;
+        // compressing is the costly part of a buffer's way out: a compressed write does it, and the push, on a thread
+        // of its own while this one fills the next buffers (none: serialising is a copy, done here as before)
+        boolean background = s.compressionThread() && encoder.flags() != 0;
+        stage = new PushStage("sparkflow-exchange-push-" + partition, conn::push,
+                QUEUED_BUFFERS * (long) s.bufferSize(), background);
     }
 
     /**
@@ -190,8 +200,8 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
             return;
         }
         try {
-            producer.push(router.subpartition(target), encoder.encode(target, heldBytes[target], heldRows[target]),
-                    encoder.flags());
+            BufferEncoder.Detached buffer = encoder.detach(target, heldRows[target]);
+            stage.submit(router.subpartition(target), encoder.flags(), buffer.bytes(), buffer);
         } catch (RuntimeException e) {
             broken = e; // the target's rows are gone from the encoder: nothing may be committed after this
             throw e;
@@ -214,6 +224,14 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
      * (end counts that match no buffer), so it fails too, saying why.
      */
     private void refuseIfBroken() {
+        if (broken == null) {
+            try {
+                stage.check(); // a background push that failed: its own exception, once, then the refusal below
+            } catch (RuntimeException e) {
+                broken = e;
+                throw e;
+            }
+        }
         if (broken != null) {
             throw new IllegalStateException("partition " + partition + " of exchange '" + handle.name()
                     + "' cannot go on: an earlier push of its rows failed (" + broken + ")", broken);
@@ -224,6 +242,12 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     public WriterCommitMessage commit() {
         refuseIfBroken();
         pushAll();
+        try {
+            stage.drain(); // every buffer pushed, in order, before the marker and the end counts
+        } catch (RuntimeException e) {
+            broken = e;
+            throw e;
+        }
         if (marker != null) {
             producer.push(-1, marker, org.sparkflow.exchange.contract.Contract.BufferKind.MARKER, 0);
         }
@@ -255,7 +279,9 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     @Override
     public void abort() {
         String reason = "the Spark task attempt failed";
-        producer.fail(reason);
+        if (stopStage()) {
+            producer.fail(reason);
+        }
         try {
             coordinator.call("producer_failed", Map.of("name", handle.name(), "epoch", handle.epoch(),
                     "partition", partition, "reason", reason));
@@ -266,7 +292,25 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
 
     @Override
     public void close() {
+        stopStage();
         producer.close();
-        encoder.close();
+        if (stage.awaitEnd(STOP_WAIT_MILLIS)) {
+            encoder.close();
+        } // else a push thread still encoding holds some of the encoder's memory: it gives it back as it ends
+    }
+
+    /**
+     * Stop the background push: what is queued is dropped, the buffer being pushed is waited for (bounded); a push
+     * still waiting then (for credit) has its connection closed under it, which fails the partition. Whether the
+     * connection is still usable by this thread.
+     */
+    private boolean stopStage() {
+        stage.stop();
+        if (stage.awaitEnd(STOP_WAIT_MILLIS)) {
+            return true;
+        }
+        producer.close();
+        stage.awaitEnd(STOP_WAIT_MILLIS);
+        return false;
     }
 }
