@@ -36,6 +36,8 @@ final class PushStage {
     private boolean busy; // the worker holds a buffer it took
     private boolean stopping;
     private volatile RuntimeException failure;
+    private long workerCpuNanos; // the worker's CPU time encoding and pushing, and the bytes it took for it
+    private long workerBytes;
 
     /**
      * {@code background}: a worker thread named {@code name} (a daemon: it never holds the JVM); else every buffer is
@@ -114,6 +116,14 @@ final class PushStage {
         return queuedBytes;
     }
 
+    /**
+     * What encoding and pushing {@code bytes} costs the worker in CPU time, by what it spent per byte so far (0
+     * inline, or before its first buffer): a timed flush counts it as its own cost, though another thread spends it.
+     */
+    synchronized long workerCpuNanos(long bytes) {
+        return workerBytes == 0 ? 0 : (long) ((double) workerCpuNanos / workerBytes * bytes);
+    }
+
     /** Drop what is queued (its memory given back) and let the worker end once its current buffer is done. */
     void stop() {
         ArrayDeque<Entry> dropped;
@@ -170,8 +180,14 @@ final class PushStage {
                 e = queue.removeFirst();
                 busy = true;
             }
+            long cpu = ExchangeDataWriter.threadCpuNanos();
             try {
                 sink.push(e.subpartition, e.job.encode(), e.flags);
+                long spent = ExchangeDataWriter.threadCpuNanos() - cpu;
+                synchronized (this) {
+                    workerCpuNanos += cpu >= 0 ? spent : 0;
+                    workerBytes += e.bytes;
+                }
             } catch (RuntimeException | Error t) {
                 fail(t instanceof RuntimeException r ? r : new IllegalStateException(t.toString(), t));
                 return;

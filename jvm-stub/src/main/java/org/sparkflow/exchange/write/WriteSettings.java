@@ -51,7 +51,7 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
                 Contract.OptionDefault.NUM_SUBPARTITIONS, Contract.OptionDefault.PARTITION_TYPE,
                 Math.toIntExact(Contract.OptionDefault.BUFFER_SIZE), Contract.OptionDefault.SORT_BUFFER_SIZE,
                 Contract.OptionDefault.BUFFERS_PER_PARTITION, nanos(Contract.OptionDefault.BUFFER_TIMEOUT),
-                sessionCompression(), Contract.OptionDefault.COMPRESSION_THREAD);
+                sessionCompression(), sessionCompressionThread());
     }
 
     /**
@@ -63,6 +63,17 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
         String value = session.isDefined()
                 ? session.get().conf().get(Contract.Option.PREFIX + Contract.Option.COMPRESSION, null) : null;
         return value == null ? Contract.OptionDefault.COMPRESSION : Codecs.checked(value);
+    }
+
+    /**
+     * {@code spark.sparkflow.exchange.compressionThread} of the active session, else the contract's default: whether
+     * a compressed write compresses and pushes its buffers on a thread of each writer's own.
+     */
+    static boolean sessionCompressionThread() {
+        scala.Option<SparkSession> session = SparkSession.getActiveSession();
+        String key = Contract.Option.PREFIX + Contract.Option.COMPRESSION_THREAD;
+        String value = session.isDefined() ? session.get().conf().get(key, null) : null;
+        return value == null ? Contract.OptionDefault.COMPRESSION_THREAD : bool(key, value);
     }
 
     /** These settings with another layout (partitioner, keys, width, partition type), the buffers' settings kept. */
