@@ -10,8 +10,9 @@ Reported per codec: the exchange's bytes (what the service holds and a reader mo
 uncompressed exchange and to the parquet files, the write's and the read's seconds (median of ``--rounds``,
 codecs interleaved within a round), and the pair's time against ``none``; the same for the application JVM's CPU
 seconds (``/proc``: what the codecs cost, less moved by other load on the machine than wall time). With
-``--compare-thread`` each codec also writes with ``compressionThread=false`` (``lz4/task``, ``zstd/task``: compressed
-and pushed on the task's own thread, as before the writer's push thread) in the same rounds.
+``--compare-thread`` each codec writes twice in the same rounds: ``lz4``, ``zstd`` with ``compressionThread=true``
+(compressed and pushed on each writer's push thread) and ``lz4/task``, ``zstd/task`` with ``compressionThread=false``
+(on the task's own thread, the default); without it, the codecs write with the default.
 
 Run: .venv/bin/python benchmarks/jvm_compression.py [--data tpch] [--sf 0.5] [--rows 3000000] [--rounds 3]
      [--compare-thread]
@@ -100,9 +101,11 @@ def main() -> None:
         for codec in (routes if r % 2 == 0 else routes[::-1]):
             name = f"z_{codec.replace('/', '_')}"
             started, cpu = time.perf_counter(), jvm_cpu()
-            df.writeTo(f"exchange.{name}").tableProperty("keys", key).tableProperty("numSubpartitions", "8") \
-                .tableProperty("compression", codec.split("/")[0]) \
-                .tableProperty("compressionThread", str(not codec.endswith("/task")).lower()).createOrReplace()
+            writer = df.writeTo(f"exchange.{name}").tableProperty("keys", key) \
+                .tableProperty("numSubpartitions", "8").tableProperty("compression", codec.split("/")[0])
+            if args.compare_thread:
+                writer = writer.tableProperty("compressionThread", str(not codec.endswith("/task")).lower())
+            writer.createOrReplace()
             times[codec]["write"].append(time.perf_counter() - started)
             times[codec]["write_cpu"].append(jvm_cpu() - cpu)
             started, cpu = time.perf_counter(), jvm_cpu()

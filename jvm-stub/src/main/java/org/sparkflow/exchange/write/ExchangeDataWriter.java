@@ -119,8 +119,8 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
             throw e;
         }
         producer = conn;
-        // compressing is the costly part of a buffer's way out: a compressed write does it, and the push, on a thread
-        // of its own while this one fills the next buffers (none: serialising is a copy, done here as before)
+        // compressionThread: a compressed write compresses and pushes on a thread of its own while this one fills the
+        // next buffers (off by default: with as many tasks as cores it took a core from a task; none never does)
         boolean background = s.compressionThread() && encoder.flags() != 0;
         stage = new PushStage("sparkflow-exchange-push-" + partition, conn::push,
                 QUEUED_BUFFERS * (long) s.bufferSize(), background);
