@@ -26,7 +26,9 @@ import org.sparkflow.exchange.discovery.RuntimeDir;
  * {@code bufferTimeout} (the output flusher's rule: a reader of a write in progress gets rows while the task runs),
  * then encoded and pushed; at commit the rest pushed, the partition finished with its counts and reported to the
  * coordinator. The wait is checked as rows arrive (every {@link #CLOCK_EVERY} rows): a task whose input stalls
- * holds what it has until its next rows or its end.
+ * holds what it has until its next rows or its end. A full buffer is encoded (compressed) and pushed by a
+ * {@link PushStage}: on this thread, or with {@code compressionThread} (a compressed write only) on the writer's own
+ * push thread, in the order buffers were handed over.
  */
 public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     static final int CLOCK_EVERY = 256;

@@ -55,10 +55,6 @@ final class PushStage {
         }
     }
 
-    boolean background() {
-        return worker != null;
-    }
-
     /**
      * Hand over one buffer of about {@code bytes} for {@code subpartition}, waiting while the queue is full; inline:
      * encode and push it now. Throws the worker's failure instead (the job is discarded then).
@@ -90,17 +86,22 @@ final class PushStage {
         }
     }
 
-    /** Wait until every buffer handed over is pushed; the worker's failure if it failed. */
+    /** Wait until every buffer handed over is pushed; the worker's failure if it failed (or if it was stopped). */
     void drain() {
         if (worker == null) {
             return;
         }
+        boolean stopped;
         synchronized (this) {
             while (failure == null && !stopping && (busy || !queue.isEmpty())) {
                 waitInterruptibly();
             }
+            stopped = stopping;
         }
         check();
+        if (stopped) {
+            throw new IllegalStateException("the writer's push stage was stopped");
+        }
     }
 
     /** The worker's failure, thrown on the caller's thread as it was thrown on the worker's; else nothing. */
