@@ -9,9 +9,13 @@ it back whole through the JVM reader (``spark.table(...)`` into Spark's ``noop``
 Reported per codec: the exchange's bytes (what the service holds and a reader moves), their ratio to the
 uncompressed exchange and to the parquet files, the write's and the read's seconds (median of ``--rounds``,
 codecs interleaved within a round), and the pair's time against ``none``; the same for the application JVM's CPU
-seconds (``/proc``: what the codecs cost, less moved by other load on the machine than wall time).
+seconds (``/proc``: what the codecs cost, less moved by other load on the machine than wall time). With
+``--compare-thread`` each codec writes twice in the same rounds: ``lz4``, ``zstd`` with ``compressionThread=true``
+(compressed and pushed on each writer's push thread) and ``lz4/task``, ``zstd/task`` with ``compressionThread=false``
+(on the task's own thread, the default); without it, the codecs write with the default.
 
 Run: .venv/bin/python benchmarks/jvm_compression.py [--data tpch] [--sf 0.5] [--rows 3000000] [--rounds 3]
+     [--compare-thread]
 Writes benchmarks/jvm_compression-latest.json.
 """
 from __future__ import annotations
@@ -50,7 +54,10 @@ def main() -> None:
     parser.add_argument("--sf", type=float, default=0.5, help="TPC-H scale factor of lineitem (--data tpch)")
     parser.add_argument("--rows", type=int, default=3_000_000, help="rows (--data random)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--compare-thread", action="store_true",
+                        help="also write each codec with compressionThread=false (on the task's thread)")
     args = parser.parse_args()
+    routes = CODECS + (tuple(f"{c}/task" for c in CODECS if c != "none") if args.compare_thread else ())
     sys.path.insert(0, str(HERE))
     from spark_common import bench_environment, end_run
 
@@ -88,14 +95,17 @@ def main() -> None:
     rows = df.count()
     key = df.columns[0]
     times: dict[str, dict[str, list[float]]] = {c: {"write": [], "read": [], "write_cpu": [], "read_cpu": []}
-                                                for c in CODECS}
+                                                for c in routes}
     held: dict[str, int] = {}
     for r in range(args.rounds):
-        for codec in (CODECS if r % 2 == 0 else CODECS[::-1]):
-            name = f"z_{codec}"
+        for codec in (routes if r % 2 == 0 else routes[::-1]):
+            name = f"z_{codec.replace('/', '_')}"
             started, cpu = time.perf_counter(), jvm_cpu()
-            df.writeTo(f"exchange.{name}").tableProperty("keys", key).tableProperty("numSubpartitions", "8") \
-                .tableProperty("compression", codec).createOrReplace()
+            writer = df.writeTo(f"exchange.{name}").tableProperty("keys", key) \
+                .tableProperty("numSubpartitions", "8").tableProperty("compression", codec.split("/")[0])
+            if args.compare_thread:
+                writer = writer.tableProperty("compressionThread", str(not codec.endswith("/task")).lower())
+            writer.createOrReplace()
             times[codec]["write"].append(time.perf_counter() - started)
             times[codec]["write_cpu"].append(jvm_cpu() - cpu)
             started, cpu = time.perf_counter(), jvm_cpu()
@@ -110,15 +120,15 @@ def main() -> None:
                   f"{times[codec]['read_cpu'][-1]:.2f} s", flush=True)
     end_run(spark, tmp)
     out = {"data": args.data, "sf": args.sf if source else None, "rows": rows, "rounds": args.rounds,
-           "parquet_bytes": parquet_bytes, "codecs": {}}
+           "parquet_bytes": parquet_bytes, "load_average": os.getloadavg(), "codecs": {}}
     med = {c: {k: statistics.median(v) for k, v in t.items()} for c, t in times.items()}
     base = med["none"]["write"] + med["none"]["read"]
     base_cpu = med["none"]["write_cpu"] + med["none"]["read_cpu"]
-    print(f"\n{rows:,} rows ({args.data}), median of {args.rounds}")
+    print(f"\n{rows:,} rows ({args.data}), median of {args.rounds}, load average {os.getloadavg()}")
     print("| codec | exchange MiB | vs none | vs parquet | write s | read s | pair vs none | write CPU s | read CPU s |"
           " pair CPU vs none |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for codec in CODECS:
+    for codec in routes:
         m = med[codec]
         w, rd = m["write"], m["read"]
         entry = {"bytes": held[codec], "write_s": w, "read_s": rd, "write_cpu_s": m["write_cpu"],

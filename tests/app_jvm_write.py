@@ -855,8 +855,8 @@ def collated_keys_are_refused_on_both_writers(d):
 
 @check
 def compressed_exchanges_round_trip_on_every_path(d):
-    """compression=zstd|lz4 through the JVM writer (catalog and format("pipelined")) reads back through the Python
-    reader, open_reader and the JVM reader, holding fewer bytes than the same rows uncompressed; the Python writer's
+    """compression=zstd|lz4 through the JVM writer (catalog and format("pipelined"); lz4's catalog write on the
+    writers' push threads) reads back through the Python reader, open_reader and the JVM reader, holding fewer bytes than the same rows uncompressed; the Python writer's
     compressed exchanges read through the JVM reader; a bad value is refused at planning by both writers, naming the
     choices, with nothing declared."""
     import sparkflow_exchange  # noqa: PLC0415
@@ -880,8 +880,10 @@ def compressed_exchanges_round_trip_on_every_path(d):
     same(spark.table("exchange.zc_default"), rows)
     for codec in ("zstd", "lz4"):
         jvm_name, fmt_name, py_name = f"zc_{codec}", f"zc_fmt_{codec}", f"zc_py_{codec}"
+        # lz4's buffers are compressed and pushed on each writer's push thread (compressionThread), zstd's on the task's
         rows.writeTo(f"exchange.{jvm_name}").tableProperty("keys", "k").tableProperty("numSubpartitions", "4") \
-            .tableProperty("compression", codec).create()
+            .tableProperty("compression", codec) \
+            .tableProperty("compressionThread", "true" if codec == "lz4" else "false").create()
         d[f"bytes_{codec}"] = held(jvm_name)
         spark.conf.set(JVM_FORMAT, "true")
         try:

@@ -393,7 +393,8 @@ def _python_write(options: dict) -> dict:
     return {"partitioner": cfg.partitioner, "keys": list(cfg.keys), "numSubpartitions": cfg.num_subpartitions,
             "partitionType": str(cfg.partition_type), "bufferSize": cfg.buffer_size,
             "sortBufferSize": cfg.sort_buffer_size, "buffers": cfg.buffers_per_partition,
-            "bufferTimeoutNanos": int(cfg.buffer_timeout * 1e9), "compression": cfg.compression}
+            "bufferTimeoutNanos": int(cfg.buffer_timeout * 1e9), "compression": cfg.compression,
+            "compressionThread": C["options"]["keys"]["compressionThread"]["default"]}  # the JVM writer's only
 
 
 WRITE_OPTIONS = [

@@ -845,3 +845,64 @@ def test_a_real_time_read_task_goes_on_at_the_buffer_the_last_one_stopped_at(jvm
         again, _, sent = read(o, 650)
         assert again == list(range(350, 1000)), name
         assert sent >= entries - 1, f"{name}: read from the start, {sent} buffers sent of {entries}"
+
+
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_buffers_compressed_on_the_push_thread_are_the_ones_the_task_thread_makes(jvm, compression):
+    """A writer's buffers detached from its vectors and compressed on its background push thread come out byte for
+    byte as the task's own thread encodes them, in the order they were handed over: the stored-as-is rule and the
+    skipping of a column that did not shrink (whose state runs from buffer to buffer) hold there too."""
+    from sparkflow_exchange.buffer import RETRY_AFTER
+
+    kinds = ["noise"] * (RETRY_AFTER + 2) + ["count"] * (RETRY_AFTER + 2)
+    batches = [[k, 2000] for k in kinds]
+    inline, background = jvm([{"op": "encode_batches", "compression": compression, "batches": batches},
+                              {"op": "encode_batches", "compression": compression, "batches": batches,
+                               "background": True, "max_bytes": 40_000}])
+    assert background["hex"] == inline["hex"]
+    assert background["subpartitions"] == list(range(len(kinds)))
+    assert background["threads"] == ["sparkflow-exchange-push-probe"] != [background["caller"]]
+    assert background["ended"] is True
+
+
+def test_the_push_thread_pushes_buffers_in_the_order_they_were_handed_over(jvm):
+    answer, = jvm([{"op": "push_stage", "scenario": "order"}])
+    assert answer["pushed"] == list(range(200))
+    assert answer["subpartitions"] == [i % 7 for i in range(200)]
+    assert answer["threads"] == ["sparkflow-exchange-push-probe"]
+    assert (answer["encoded"], answer["discarded"], answer["ended"], answer["threads_alive"]) == (200, 0, True, 0)
+
+
+def test_a_full_push_queue_holds_the_task_back_until_buffers_leave(jvm):
+    """Bounded by bytes: with 300 bytes queued (the buffer being pushed counted) the task's fourth 100-byte buffer
+    waits; it goes on once the sink takes buffers again. A buffer larger than the whole queue is still taken alone."""
+    answer, = jvm([{"op": "push_stage", "scenario": "backpressure"}])
+    assert (answer["task_waited"], answer["waited_after"], answer["queued_bytes_while_waiting"],
+            answer["pushed_while_waiting"]) == (True, 3, 300, 0)
+    assert answer["task_done"] is True
+    assert answer["pushed"] == list(range(7))
+    assert (answer["encoded"], answer["discarded"], answer["ended"], answer["threads_alive"]) == (7, 0, True, 0)
+
+
+def test_a_failed_background_push_surfaces_on_the_task_thread_with_its_own_message(jvm):
+    """The push thread's failure is thrown by the task's next call as it was thrown (the same exception); the
+    buffers queued behind it are given back, never pushed out of order, and the thread ends."""
+    answer, = jvm([{"op": "push_stage", "scenario": "failure"}])
+    assert answer["drain"] == "exchange service refused buffer 2"
+    assert answer["same_exception"] is True
+    assert answer["later_submit"] == "exchange service refused buffer 2"
+    assert answer["pushed"] == [0, 1]
+    assert (answer["encoded"], answer["discarded"], answer["ended"], answer["threads_alive"]) == (3, 4, True, 0)
+
+
+def test_stopping_the_push_thread_drops_the_queue_and_leaves_no_thread(jvm):
+    """Abort and close stop the stage: the queued buffers are given back at once; a push held in the sink (waiting
+    for credit) ends when its connection is closed under it; nothing is taken afterwards; no thread is left."""
+    answer, = jvm([{"op": "push_stage", "scenario": "stop"}])
+    assert answer["sink_entered"] is True
+    assert answer["discarded_at_stop"] == 3
+    assert answer["ended_while_held"] is False
+    assert answer["ended"] is True
+    assert answer["later_submit"] == "the connection was closed"  # refused, saying what ended the push
+    assert answer["pushed"] == []
+    assert (answer["encoded"], answer["discarded"], answer["threads_alive"]) == (1, 4, 0)

@@ -48,7 +48,7 @@ import org.sparkflow.exchange.write.WriteSettings;
  *   <li>{@code {"op": "write_options", "options": {..}}}: {@link WriteSettings#defaults} with the options applied and
  *       checked, or the error</li>
  *   <li>{@code handshake}, {@code live}, {@code key_filter}, {@code read_partitions}, {@code write_settings},
- *       {@code route}, {@code readable}, {@code encode_rows}, {@code encode_batches}: {@code Handshake}, {@code LiveProducers},
+ *       {@code route}, {@code readable}, {@code encode_rows}, {@code encode_batches}, {@code push_stage}: {@code Handshake}, {@code LiveProducers},
  *       {@code KeyFilter}, {@code ReadLayout}, {@code WriteSettings} and {@code Route} through the probe of their
  *       package ({@code wire.WireProbe}, {@code read.ReadProbe}, {@code write.WriteProbe}, {@code format.FormatProbe}),
  *       whose javadoc gives each request's fields</li>
@@ -94,7 +94,9 @@ public final class UnitDriver {
                     case "encode_rows" -> answer.put("hex", WriteProbe.encodeRows(request));
                     case "encode_typed" -> answer.setAll((ObjectNode) WriteProbe.encodeTyped(request));
                     case "route_keys" -> answer.set("routed", WriteProbe.routeKeys(request));
-                    case "encode_batches" -> answer.setAll(WriteProbe.encodeBatches(request));
+                    case "encode_batches" -> answer.setAll(request.path("background").asBoolean(false)
+                            ? WriteProbe.encodeBatchesInBackground(request) : WriteProbe.encodeBatches(request));
+                    case "push_stage" -> answer.setAll(WriteProbe.pushStage(request));
                     case "route" -> answer.put("python_only", FormatProbe.pythonOnly(request));
                     case "readable" -> answer.put("unreadable", FormatProbe.unreadable(request));
                     case "real_time" -> answer.put("unavailable", org.sparkflow.exchange.stream.StreamTable

@@ -4,8 +4,11 @@ import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.WritableByteChannel;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.zip.CRC32C;
 import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.vector.FieldVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.VectorUnloader;
 import org.apache.arrow.vector.compression.CompressionCodec;
@@ -14,6 +17,7 @@ import org.apache.arrow.vector.ipc.WriteChannel;
 import org.apache.arrow.vector.ipc.message.ArrowRecordBatch;
 import org.apache.arrow.vector.ipc.message.MessageSerializer;
 import org.apache.arrow.vector.types.pojo.Schema;
+import org.apache.arrow.vector.util.TransferPair;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.execution.arrow.ArrowWriter;
 import org.apache.spark.sql.types.StructType;
@@ -73,10 +77,20 @@ final class BufferEncoder implements AutoCloseable {
     }
 
     /**
-     * Target {@code t}'s rows as one data buffer, in order ({@code sizeHint}: about its bytes; {@code rows}: the rows
-     * appended to it, checked); then empty.
+     * Target {@code t}'s rows as one data buffer, in order ({@code sizeHint}: about its bytes, unused: the vectors
+     * say; {@code rows}: the rows appended to it, checked); then empty.
      */
     byte[] encode(int t, long sizeHint, long rows) {
+        return detach(t, rows).encode();
+    }
+
+    /**
+     * Target {@code t}'s rows ({@code rows} of them, checked) taken out of its vectors as they are (Arrow's transfer:
+     * no copy), to be encoded by {@link Detached#encode} later, on any thread; the target is empty at once and takes
+     * rows again. The codec keeps per-position state ({@link StoredWhenLarger}): detached buffers are encoded one at
+     * a time, in the order they were detached.
+     */
+    Detached detach(int t, long rows) {
         ArrowWriter w = writers[t];
         VectorSchemaRoot root = roots[t];
         try {
@@ -85,19 +99,63 @@ final class BufferEncoder implements AutoCloseable {
                 throw new IllegalStateException("a buffer of target " + t + " holds " + root.getRowCount()
                         + " rows where " + rows + " were written to it (" + Thread.currentThread().getName() + ")");
             }
-            Sink out = new Sink((int) Math.min(Integer.MAX_VALUE - 64, sizeHint + sizeHint / 8 + 4096));
-            if (codec instanceof StoredWhenLarger adaptive) {
-                adaptive.nextBatch(); // its positions count this batch's buffers from the first
+            List<FieldVector> moved = new ArrayList<>(root.getFieldVectors().size());
+            try {
+                for (FieldVector v : root.getFieldVectors()) {
+                    TransferPair pair = v.getTransferPair(allocator);
+                    pair.transfer();
+                    moved.add((FieldVector) pair.getTo());
+                }
+            } catch (RuntimeException e) {
+                moved.forEach(FieldVector::close);
+                throw e;
             }
-            try (ArrowRecordBatch batch = new VectorUnloader(root, true, codec, true).getRecordBatch()) {
-                MessageSerializer.serialize(new WriteChannel(out), batch);
-            }
-            return out.sealed();
-        } catch (IOException e) {
-            throw new IllegalStateException("cannot serialise a record batch: " + e, e);
+            return new Detached(new VectorSchemaRoot(root.getSchema().getFields(), moved, (int) rows));
         } finally {
             w.reset();
-            root.clear(); // the memory goes back; the vectors grow again from their first rows
+            root.clear(); // what was not moved goes back; the vectors grow again from their first rows
+        }
+    }
+
+    /** One target's rows out of its vectors: encoded once, or discarded; its memory goes back either way. */
+    final class Detached implements PushStage.Job {
+        private final VectorSchemaRoot root;
+
+        private Detached(VectorSchemaRoot root) {
+            this.root = root;
+        }
+
+        /** The Arrow bytes held (what the queue of a background push counts). */
+        long bytes() {
+            long n = 0;
+            for (FieldVector v : root.getFieldVectors()) {
+                n += v.getBufferSize();
+            }
+            return n;
+        }
+
+        @Override
+        public byte[] encode() {
+            try {
+                long size = bytes();
+                Sink out = new Sink((int) Math.min(Integer.MAX_VALUE - 64, size + size / 8 + 4096));
+                if (codec instanceof StoredWhenLarger adaptive) {
+                    adaptive.nextBatch(); // its positions count this batch's buffers from the first
+                }
+                try (ArrowRecordBatch batch = new VectorUnloader(root, true, codec, true).getRecordBatch()) {
+                    MessageSerializer.serialize(new WriteChannel(out), batch);
+                }
+                return out.sealed();
+            } catch (IOException e) {
+                throw new IllegalStateException("cannot serialise a record batch: " + e, e);
+            } finally {
+                root.close();
+            }
+        }
+
+        @Override
+        public void discard() {
+            root.close();
         }
     }
 

@@ -26,10 +26,16 @@ import org.sparkflow.exchange.discovery.RuntimeDir;
  * {@code bufferTimeout} (the output flusher's rule: a reader of a write in progress gets rows while the task runs),
  * then encoded and pushed; at commit the rest pushed, the partition finished with its counts and reported to the
  * coordinator. The wait is checked as rows arrive (every {@link #CLOCK_EVERY} rows): a task whose input stalls
- * holds what it has until its next rows or its end.
+ * holds what it has until its next rows or its end. A full buffer is encoded (compressed) and pushed by a
+ * {@link PushStage}: on this thread, or with {@code compressionThread} (a compressed write only) on the writer's own
+ * push thread, in the order buffers were handed over.
  */
 public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     static final int CLOCK_EVERY = 256;
+    /** Full buffers (of {@code bufferSize}) a background push may hold before the task waits for it. */
+    static final int QUEUED_BUFFERS = 4;
+    /** How long abort and close wait for the push thread's current buffer before closing the connection under it. */
+    static final long STOP_WAIT_MILLIS = 2_000;
     /** A timed flush waits at least this many times what the last one took: flushing many small buffers must not
      *  become the writer's main work (the Python writer's rule, FLUSH_COST_FACTOR). */
     static final int FLUSH_COST_FACTOR = 10;
@@ -42,6 +48,7 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     private final BufferEncoder encoder;
     private final CoordinatorClient coordinator;
     private final ProducerConnection producer;
+    private final PushStage stage; // where full buffers are encoded and pushed: this thread, or the writer's own
     private final boolean coordinatorIsService; // the coordinator's calls go on the producer's connection
     private final long[] heldRows;
     private final long[] heldBytes;
@@ -52,6 +59,7 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     private long rows;
     private long oldestHeldAt; // System.nanoTime() when the first row now held arrived
     private long lastTimedFlushNanos; // the CPU time the last timed flush took
+    private long handedBytes; // Arrow bytes of the buffers handed to the push stage
     private final byte[] marker; // a MARKER event to every subpartition before the end (a stream's epoch); null: none
     private RuntimeException broken; // a push that failed: its rows left the encoder but not for the service
 
@@ -113,6 +121,11 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
             throw e;
         }
         producer = conn;
+        // compressionThread: a compressed write compresses and pushes on a thread of its own while this one fills the
+        // next buffers (off by default: with as many tasks as cores it took a core from a task; none never does)
+        boolean background = s.compressionThread() && encoder.flags() != 0;
+        stage = new PushStage("sparkflow-exchange-push-" + partition, conn::push,
+                QUEUED_BUFFERS * (long) s.bufferSize(), background);
     }
 
     /**
@@ -174,9 +187,13 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
                 FLUSH_COST_FACTOR * lastTimedFlushNanos)) {
             long before = threadCpuNanos();
             long wallBefore = System.nanoTime();
+            long handedBefore = handedBytes;
             pushAll();
             long cpu = threadCpuNanos();
-            lastTimedFlushNanos = before >= 0 && cpu >= 0 ? cpu - before : System.nanoTime() - wallBefore;
+            // a background push spends the compression's CPU on its own thread: still this flush's cost (else
+            // flushes every bufferTimeout cut buffers a quarter as large, which compress worse and cost more)
+            lastTimedFlushNanos = (before >= 0 && cpu >= 0 ? cpu - before : System.nanoTime() - wallBefore)
+                    + stage.workerCpuNanos(handedBytes - handedBefore);
         }
     }
 
@@ -190,8 +207,10 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
             return;
         }
         try {
-            producer.push(router.subpartition(target), encoder.encode(target, heldBytes[target], heldRows[target]),
-                    encoder.flags());
+            BufferEncoder.Detached buffer = encoder.detach(target, heldRows[target]);
+            long bytes = buffer.bytes();
+            stage.submit(router.subpartition(target), encoder.flags(), bytes, buffer);
+            handedBytes += bytes;
         } catch (RuntimeException e) {
             broken = e; // the target's rows are gone from the encoder: nothing may be committed after this
             throw e;
@@ -214,6 +233,14 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
      * (end counts that match no buffer), so it fails too, saying why.
      */
     private void refuseIfBroken() {
+        if (broken == null) {
+            try {
+                stage.check(); // a background push that failed: its own exception, once, then the refusal below
+            } catch (RuntimeException e) {
+                broken = e;
+                throw e;
+            }
+        }
         if (broken != null) {
             throw new IllegalStateException("partition " + partition + " of exchange '" + handle.name()
                     + "' cannot go on: an earlier push of its rows failed (" + broken + ")", broken);
@@ -224,6 +251,12 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     public WriterCommitMessage commit() {
         refuseIfBroken();
         pushAll();
+        try {
+            stage.drain(); // every buffer pushed, in order, before the marker and the end counts
+        } catch (RuntimeException e) {
+            broken = e;
+            throw e;
+        }
         if (marker != null) {
             producer.push(-1, marker, org.sparkflow.exchange.contract.Contract.BufferKind.MARKER, 0);
         }
@@ -255,7 +288,9 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     @Override
     public void abort() {
         String reason = "the Spark task attempt failed";
-        producer.fail(reason);
+        if (stopStage()) {
+            producer.fail(reason);
+        }
         try {
             coordinator.call("producer_failed", Map.of("name", handle.name(), "epoch", handle.epoch(),
                     "partition", partition, "reason", reason));
@@ -266,7 +301,25 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
 
     @Override
     public void close() {
+        stopStage();
         producer.close();
-        encoder.close();
+        if (stage.awaitEnd(STOP_WAIT_MILLIS)) {
+            encoder.close();
+        } // else a push thread still encoding holds some of the encoder's memory: it gives it back as it ends
+    }
+
+    /**
+     * Stop the background push: what is queued is dropped, the buffer being pushed is waited for (bounded); a push
+     * still waiting then (for credit) has its connection closed under it, which fails the partition. Whether the
+     * connection is still usable by this thread.
+     */
+    private boolean stopStage() {
+        stage.stop();
+        if (stage.awaitEnd(STOP_WAIT_MILLIS)) {
+            return true;
+        }
+        producer.close();
+        stage.awaitEnd(STOP_WAIT_MILLIS);
+        return false;
     }
 }

@@ -20,21 +20,23 @@ import org.sparkflow.exchange.contract.Contract;
  * {@code partitioner} (hash, broadcast, forward, rebalance), {@code keys}, {@code numSubpartitions},
  * {@code partitionType}, {@code bufferSize}, {@code sortBufferSize}, {@code buffersPerPartition},
  * {@code bufferTimeout} (a partly filled buffer leaves after this: what a reader of a write in progress waits),
- * {@code compression} (none, zstd, lz4: Arrow IPC body compression, as the Python writer's). Keys are
+ * {@code compression} (none, zstd, lz4: Arrow IPC body compression, as the Python writer's),
+ * {@code compressionThread} (compressed buffers are compressed and pushed on a thread of each writer's own). Keys are
  * case-insensitive; a table property may also carry Spark's {@code option.} prefix. The keys, their defaults and how
  * sizes and durations are read are the contract's ({@code sparkflow_exchange/contract.json}, through the generated
  * {@link Contract}), as Python's settings are: none is spelled here.
  */
 public record WriteSettings(String partitioner, List<String> keys, Integer numSubpartitions, String partitionType,
                             int bufferSize, long sortBufferSize, int buffers, long bufferTimeoutNanos,
-                            String compression)
+                            String compression, boolean compressionThread)
         implements Serializable {
     public static final List<String> PARTITIONERS = Contract.Partitioner.JVM_WRITE; // hash, broadcast, forward, rebalance
     /** The write options the JVM writer honours (lower case, as Spark's options map keeps them). */
     public static final java.util.Set<String> OPTIONS = java.util.stream.Stream.of(Contract.Option.EXCHANGE,
                     Contract.Option.PARTITIONER, Contract.Option.KEYS, Contract.Option.NUM_SUBPARTITIONS,
                     Contract.Option.PARTITION_TYPE, Contract.Option.BUFFER_SIZE, Contract.Option.SORT_BUFFER_SIZE,
-                    Contract.Option.BUFFERS_PER_PARTITION, Contract.Option.BUFFER_TIMEOUT, Contract.Option.COMPRESSION)
+                    Contract.Option.BUFFERS_PER_PARTITION, Contract.Option.BUFFER_TIMEOUT, Contract.Option.COMPRESSION,
+                    Contract.Option.COMPRESSION_THREAD)
             .map(k -> k.toLowerCase(Locale.ROOT)).collect(java.util.stream.Collectors.toUnmodifiableSet());
     static final List<String> PARTITION_TYPES = Contract.PartitionType.ALL;
     private static final Pattern SIZE = Pattern.compile(Contract.Units.SIZE_PATTERN);
@@ -49,7 +51,7 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
                 Contract.OptionDefault.NUM_SUBPARTITIONS, Contract.OptionDefault.PARTITION_TYPE,
                 Math.toIntExact(Contract.OptionDefault.BUFFER_SIZE), Contract.OptionDefault.SORT_BUFFER_SIZE,
                 Contract.OptionDefault.BUFFERS_PER_PARTITION, nanos(Contract.OptionDefault.BUFFER_TIMEOUT),
-                sessionCompression());
+                sessionCompression(), sessionCompressionThread());
     }
 
     /**
@@ -63,9 +65,21 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
         return value == null ? Contract.OptionDefault.COMPRESSION : Codecs.checked(value);
     }
 
+    /**
+     * {@code spark.sparkflow.exchange.compressionThread} of the active session, else the contract's default: whether
+     * a compressed write compresses and pushes its buffers on a thread of each writer's own.
+     */
+    static boolean sessionCompressionThread() {
+        scala.Option<SparkSession> session = SparkSession.getActiveSession();
+        String key = Contract.Option.PREFIX + Contract.Option.COMPRESSION_THREAD;
+        String value = session.isDefined() ? session.get().conf().get(key, null) : null;
+        return value == null ? Contract.OptionDefault.COMPRESSION_THREAD : bool(key, value);
+    }
+
     /** These settings with another layout (partitioner, keys, width, partition type), the buffers' settings kept. */
     public WriteSettings withLayout(String p, List<String> k, Integer n, String type) {
-        return new WriteSettings(p, k, n, type, bufferSize, sortBufferSize, buffers, bufferTimeoutNanos, compression);
+        return new WriteSettings(p, k, n, type, bufferSize, sortBufferSize, buffers, bufferTimeoutNanos, compression,
+                compressionThread);
     }
 
     /** These settings with {@code options} applied over them (later maps win); {@link #checked} says if they hold. */
@@ -102,7 +116,10 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
         // refused here, before anything is declared, as the Python writer's settings refuse it
         String codec = has(o, Contract.Option.COMPRESSION)
                 ? Codecs.checked(get(o, Contract.Option.COMPRESSION, null)) : compression;
-        return new WriteSettings(p, k, n, type, size, sort, pool, timeout, codec);
+        boolean thread = has(o, Contract.Option.COMPRESSION_THREAD)
+                ? bool(Contract.Option.COMPRESSION_THREAD, get(o, Contract.Option.COMPRESSION_THREAD, null))
+                : compressionThread;
+        return new WriteSettings(p, k, n, type, size, sort, pool, timeout, codec, thread);
     }
 
     /** {@code partitionedBy(bucket(n, k...))}: hash on k into n, the bucket function's own layout. */
@@ -164,6 +181,18 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
 
     private static boolean has(Map<String, String> o, String key) {
         return o.containsKey(key.toLowerCase(Locale.ROOT));
+    }
+
+    /** A bool as Python's settings read one (true/1/yes/on, false/0/no/off, any case); else an IllegalArgumentException. */
+    private static boolean bool(String key, String value) {
+        String v = value == null ? "" : value.strip().toLowerCase(Locale.ROOT);
+        if (List.of("true", "1", "yes", "on").contains(v)) {
+            return true;
+        }
+        if (List.of("false", "0", "no", "off").contains(v)) {
+            return false;
+        }
+        throw new IllegalArgumentException(key + ": not a boolean: '" + value + "'");
     }
 
     private static int positive(String key, String value) {

@@ -69,6 +69,231 @@ public final class WriteProbe {
         return out;
     }
 
+    /**
+     * {@code {"compression": c, "batches": [[kind, rows], ...]}} as {@link #encodeBatches} makes them, but every
+     * buffer detached as a write task detaches it and encoded on a background {@link PushStage} (queue bound
+     * {@code "max_bytes"}): the buffers in the order they were pushed, hex, and the threads that encoded them.
+     */
+    public static ObjectNode encodeBatchesInBackground(JsonNode r) {
+        org.apache.spark.sql.types.StructType rows = new org.apache.spark.sql.types.StructType()
+                .add("l", org.apache.spark.sql.types.DataTypes.LongType);
+        org.apache.arrow.vector.compression.CompressionCodec codec =
+                org.sparkflow.exchange.codec.Codecs.forName(r.path("compression").asText("none"));
+        ObjectNode out = JSON.createObjectNode();
+        com.fasterxml.jackson.databind.node.ArrayNode hex = out.putArray("hex");
+        java.util.Set<String> threads = new java.util.TreeSet<>();
+        List<Integer> subs = new ArrayList<>();
+        try (BufferEncoder encoder = new BufferEncoder(
+                org.apache.spark.sql.util.ArrowUtils.toArrowSchema(rows, "UTC", false, false, false), rows, 1, codec)) {
+            PushStage stage = new PushStage(PROBE_THREAD, (sub, payload, flags) -> {
+                synchronized (hex) {
+                    hex.add(java.util.HexFormat.of().formatHex(payload));
+                    subs.add(sub);
+                    threads.add(Thread.currentThread().getName());
+                }
+            }, r.path("max_bytes").asLong(1 << 20), true);
+            int index = 0;
+            for (JsonNode b : r.path("batches")) {
+                String kind = b.get(0).asText();
+                int n = b.get(1).asInt();
+                long seed = 1_000_003L * index;
+                for (long i = 0; i < n; i++) {
+                    long v = kind.equals("noise") ? splitMix64(seed + i) : i;
+                    encoder.append(0, new org.apache.spark.sql.catalyst.expressions.GenericInternalRow(new Object[]{v}));
+                }
+                BufferEncoder.Detached d = encoder.detach(0, n);
+                stage.submit(index++, 0, d.bytes(), d);
+            }
+            stage.drain();
+            stage.stop();
+            out.put("ended", stage.awaitEnd(10_000));
+        }
+        synchronized (hex) {
+            out.set("subpartitions", JSON.valueToTree(subs));
+            out.set("threads", JSON.valueToTree(threads));
+        }
+        out.put("caller", Thread.currentThread().getName());
+        return out;
+    }
+
+    static final String PROBE_THREAD = "sparkflow-exchange-push-probe";
+
+    /** The probe's push threads still alive (a stage that ended leaves none). */
+    private static long probeThreads() {
+        return Thread.getAllStackTraces().keySet().stream()
+                .filter(t -> t.getName().equals(PROBE_THREAD) && t.isAlive()).count();
+    }
+
+    /** A job of the probe: {@code encode} gives its index as 4 bytes, counted; {@code discard} counted. */
+    private static final class Numbered implements PushStage.Job {
+        final int index;
+        final java.util.concurrent.atomic.AtomicInteger encoded;
+        final java.util.concurrent.atomic.AtomicInteger discarded;
+
+        Numbered(int index, java.util.concurrent.atomic.AtomicInteger encoded,
+                 java.util.concurrent.atomic.AtomicInteger discarded) {
+            this.index = index;
+            this.encoded = encoded;
+            this.discarded = discarded;
+        }
+
+        @Override
+        public byte[] encode() {
+            encoded.incrementAndGet();
+            if (index % 3 == 0) {
+                Thread.yield(); // unequal encoding times
+            }
+            return java.nio.ByteBuffer.allocate(4).putInt(index).array();
+        }
+
+        @Override
+        public void discard() {
+            discarded.incrementAndGet();
+        }
+    }
+
+    private static int indexOf(byte[] payload) {
+        return java.nio.ByteBuffer.wrap(payload).getInt();
+    }
+
+    /** Wait (bounded: 20 s) until {@code done} holds; whether it did. */
+    private static boolean within(java.util.function.BooleanSupplier done) throws InterruptedException {
+        long until = System.nanoTime() + 20_000_000_000L;
+        while (!done.getAsBoolean()) {
+            if (System.nanoTime() > until) {
+                return false;
+            }
+            Thread.sleep(1);
+        }
+        return true;
+    }
+
+    /**
+     * {@code {"scenario": s}}: a {@link PushStage} with a background worker, without Spark or a service (its sink
+     * records what reaches it, in order). {@code order}: 200 buffers to 7 subpartitions pushed as handed over, on the
+     * worker. {@code backpressure}: a queue of 300 bytes and a sink held on its first buffer: a task handing over
+     * 100-byte buffers waits after the third, and goes on once the sink does; a buffer larger than the queue is taken
+     * when the queue is empty. {@code failure}: the sink fails the third buffer: the task's next call throws that
+     * exception, the buffers after it are discarded, never pushed. {@code stop}: stopped while the sink is held: the
+     * queued buffers are discarded at once, the worker ends once the sink lets go, and a later hand-over is refused.
+     * Each answer says how many threads of the probe's stage are still alive at its end.
+     */
+    public static ObjectNode pushStage(JsonNode r) throws InterruptedException {
+        ObjectNode out = JSON.createObjectNode();
+        var encoded = new java.util.concurrent.atomic.AtomicInteger();
+        var discarded = new java.util.concurrent.atomic.AtomicInteger();
+        List<Integer> pushed = java.util.Collections.synchronizedList(new ArrayList<>());
+        List<Integer> subs = java.util.Collections.synchronizedList(new ArrayList<>());
+        java.util.Set<String> threads = java.util.Collections.synchronizedSet(new java.util.TreeSet<>());
+        var entered = new java.util.concurrent.CountDownLatch(1);
+        var release = new java.util.concurrent.CountDownLatch(1);
+        String scenario = r.path("scenario").asText();
+        RuntimeException[] thrown = new RuntimeException[1];
+        PushStage.Sink sink = (sub, payload, flags) -> {
+            int i = indexOf(payload);
+            threads.add(Thread.currentThread().getName());
+            boolean hold = (scenario.equals("backpressure") || scenario.equals("stop")) && i == 0
+                    || scenario.equals("failure") && i == 2;
+            if (hold) {
+                entered.countDown();
+                try {
+                    release.await();
+                } catch (InterruptedException e) {
+                    throw new IllegalStateException(e);
+                }
+                if (scenario.equals("stop")) {
+                    throw new IllegalStateException("the connection was closed");
+                }
+                if (scenario.equals("failure")) {
+                    thrown[0] = new IllegalStateException("exchange service refused buffer 2");
+                    throw thrown[0];
+                }
+            }
+            pushed.add(i);
+            subs.add(sub);
+        };
+        PushStage stage = new PushStage(PROBE_THREAD, sink, scenario.equals("backpressure") ? 300 : 1 << 20, true);
+        switch (scenario) {
+            case "order" -> {
+                for (int i = 0; i < 200; i++) {
+                    stage.submit(i % 7, 0, 10, new Numbered(i, encoded, discarded));
+                }
+                stage.drain();
+            }
+            case "backpressure" -> {
+                var handed = new java.util.concurrent.atomic.AtomicInteger();
+                Thread task = new Thread(() -> {
+                    for (int i = 0; i < 6; i++) {
+                        stage.submit(i, 0, 100, new Numbered(i, encoded, discarded));
+                        handed.incrementAndGet();
+                    }
+                }, "probe-task");
+                task.start();
+                boolean waited = within(() -> entered.getCount() == 0 && handed.get() == 3
+                        && task.getState() == Thread.State.WAITING);
+                out.put("waited_after", handed.get());
+                out.put("queued_bytes_while_waiting", stage.queuedBytes());
+                out.put("pushed_while_waiting", pushed.size());
+                out.put("task_waited", waited);
+                release.countDown();
+                task.join(20_000);
+                out.put("task_done", !task.isAlive());
+                stage.drain();
+                stage.submit(6, 0, 1_000, new Numbered(6, encoded, discarded)); // larger than the queue: taken alone
+                stage.drain();
+            }
+            case "failure" -> {
+                for (int i = 0; i < 6; i++) {
+                    stage.submit(i, 0, 10, new Numbered(i, encoded, discarded));
+                }
+                release.countDown();
+                try {
+                    stage.drain();
+                    out.put("drain", "returned");
+                } catch (RuntimeException e) {
+                    out.put("drain", e.getMessage());
+                    out.put("same_exception", e == thrown[0]);
+                }
+                try {
+                    stage.submit(9, 0, 10, new Numbered(9, encoded, discarded));
+                    out.put("later_submit", "taken");
+                } catch (RuntimeException e) {
+                    out.put("later_submit", e.getMessage());
+                }
+                out.put("ended", stage.awaitEnd(20_000));
+            }
+            case "stop" -> {
+                for (int i = 0; i < 4; i++) {
+                    stage.submit(i, 0, 10, new Numbered(i, encoded, discarded));
+                }
+                out.put("sink_entered", within(() -> entered.getCount() == 0));
+                stage.stop();
+                out.put("discarded_at_stop", discarded.get());
+                out.put("ended_while_held", stage.awaitEnd(50));
+                release.countDown(); // the connection closed under the push: the sink lets go
+                out.put("ended", stage.awaitEnd(20_000));
+                try {
+                    stage.submit(5, 0, 10, new Numbered(5, encoded, discarded));
+                    out.put("later_submit", "taken");
+                } catch (RuntimeException e) {
+                    out.put("later_submit", e.getMessage());
+                }
+            }
+            default -> throw new IllegalArgumentException("unknown scenario " + scenario);
+        }
+        if (!scenario.equals("failure") && !scenario.equals("stop")) {
+            stage.stop();
+            out.put("ended", stage.awaitEnd(20_000));
+        }
+        out.set("pushed", JSON.valueToTree(new ArrayList<>(pushed)));
+        out.set("subpartitions", JSON.valueToTree(new ArrayList<>(subs)));
+        out.set("threads", JSON.valueToTree(new ArrayList<>(threads)));
+        out.put("encoded", encoded.get());
+        out.put("discarded", discarded.get());
+        out.put("threads_alive", probeThreads());
+        return out;
+    }
+
     /** SplitMix64's output for {@code x}: well-mixed bits a test can compute too. */
     static long splitMix64(long x) {
         long z = x * 0x9E3779B97F4A7C15L;
