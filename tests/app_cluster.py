@@ -5,13 +5,15 @@ both checks in one application (a local-cluster's two executors take a while to 
 "exact": 1M rows hash-exchanged by 4 writer tasks over both executors (the JVM writer: the jar serves
 format("pipelined")), read by 4 tasks of the JVM reader and then of the Python reader, compared with chispa; prints
 the services' traffic by locality.
-"kill", after it: a BLOCKING exchange is read slowly while one executor's service is killed with SIGKILL;
+"kill", after it: a BLOCKING exchange is read slowly while one executor's service is killed with SIGKILL (once
+the read's first batch arrived; the read waits for the kill, so it always falls mid-read);
 prints the error and how long the read took to fail.
 """
 import json
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -23,6 +25,15 @@ from pyspark.sql import SparkSession  # noqa: E402
 
 from sparkflow_exchange.network.blocking_client import BlockingConnection  # noqa: E402
 from sparkflow_exchange.service.discovery import runtime_dir  # noqa: E402
+
+
+def _dead(pid: int) -> bool:
+    """Whether ``pid`` has ended (gone, or a zombie its parent has not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def executor_services() -> list[dict]:
@@ -86,17 +97,33 @@ def kill(spark) -> dict:
     victim = executor_services()[0]
     services = [{"pid": s["pid"], "spill_dir": status(s)["service"]["spill_dir"]} for s in executor_services()]
 
+    marker = os.path.join(tempfile.mkdtemp(prefix="cluster-kill-"), "reading")
+    victim_pid = victim["pid"]
+
     def slow(iterator):
+        """The read's consumer: at its first batch it says the read is under way and waits (bounded) until the
+        victim is dead, so the kill always falls mid-read, whatever the machine's speed; then it reads slowly."""
+        first = True
         for batch in iterator:
+            if first:
+                first = False
+                open(marker, "a").close()
+                deadline = time.monotonic() + 120
+                while not _dead(victim_pid) and time.monotonic() < deadline:
+                    time.sleep(0.05)
             time.sleep(0.1)
             yield batch
 
+    killed: list[float] = []
+
     def killer():
-        time.sleep(4)
-        os.kill(victim["pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 300
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(victim_pid, signal.SIGKILL)
+        killed.append(time.monotonic())
 
     threading.Thread(target=killer, daemon=True).start()
-    started = time.monotonic()
     error = ""
     try:
         got = (spark.read.format("pipelined").option("exchange", "cluster-kill")
@@ -104,7 +131,7 @@ def kill(spark) -> dict:
         got.mapInArrow(slow, got.schema).write.format("noop").mode("overwrite").save()
     except Exception as exc:  # noqa: BLE001 - the test inspects the message
         error = str(exc)
-    failed_after = time.monotonic() - started - 4
+    failed_after = time.monotonic() - killed[0] if killed else -1.0
     return {"error": error[:4000], "failed_after": failed_after, "victim": victim["tcp"],
             "victim_unix": victim["unix"], "services": services}
 
