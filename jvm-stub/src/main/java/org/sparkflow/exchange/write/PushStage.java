@@ -127,19 +127,10 @@ final class PushStage {
 
     /** Drop what is queued (its memory given back) and let the worker end once its current buffer is done. */
     void stop() {
-        ArrayDeque<Entry> dropped;
         synchronized (this) {
             stopping = true;
-            dropped = new ArrayDeque<>(queue);
-            for (Entry e : queue) {
-                queuedBytes -= e.bytes;
-            }
-            queue.clear();
-            notifyAll();
         }
-        for (Entry e : dropped) {
-            e.job.discard();
-        }
+        discardQueued();
     }
 
     /** Wait up to {@code millis} for the worker to end (after {@link #stop}); whether it has (inline: true). */
@@ -203,13 +194,18 @@ final class PushStage {
     }
 
     private void fail(RuntimeException t) {
-        ArrayDeque<Entry> dropped;
         synchronized (this) {
             failure = t;
+        }
+        discardQueued();
+    }
+
+    /** Empty the queue (its bytes no longer counted, waiters woken), then discard what it held. */
+    private void discardQueued() {
+        ArrayDeque<Entry> dropped;
+        synchronized (this) {
             dropped = new ArrayDeque<>(queue);
-            for (Entry e : queue) {
-                queuedBytes -= e.bytes;
-            }
+            queuedBytes -= dropped.stream().mapToLong(e -> e.bytes).sum();
             queue.clear();
             notifyAll();
         }
