@@ -44,24 +44,15 @@ public final class WriteProbe {
      * compressions after each buffer.
      */
     public static ObjectNode encodeBatches(JsonNode r) {
-        org.apache.spark.sql.types.StructType rows = new org.apache.spark.sql.types.StructType()
-                .add("l", org.apache.spark.sql.types.DataTypes.LongType);
         org.apache.arrow.vector.compression.CompressionCodec codec =
                 org.sparkflow.exchange.codec.Codecs.forName(r.path("compression").asText("none"));
         ObjectNode out = JSON.createObjectNode();
         com.fasterxml.jackson.databind.node.ArrayNode hex = out.putArray("hex");
         com.fasterxml.jackson.databind.node.ArrayNode attempts = out.putArray("attempts");
-        try (BufferEncoder encoder = new BufferEncoder(
-                org.apache.spark.sql.util.ArrowUtils.toArrowSchema(rows, "UTC", false, false, false), rows, 1, codec)) {
+        try (BufferEncoder encoder = longColumnEncoder(codec)) {
             int index = 0;
             for (JsonNode b : r.path("batches")) {
-                String kind = b.get(0).asText();
-                int n = b.get(1).asInt();
-                long seed = 1_000_003L * index++;
-                for (long i = 0; i < n; i++) {
-                    long v = kind.equals("noise") ? splitMix64(seed + i) : i;
-                    encoder.append(0, new org.apache.spark.sql.catalyst.expressions.GenericInternalRow(new Object[]{v}));
-                }
+                int n = appendBatch(encoder, b, index++);
                 hex.add(java.util.HexFormat.of().formatHex(encoder.encode(0, 8L * n, n)));
                 attempts.add(codec instanceof org.sparkflow.exchange.codec.StoredWhenLarger s ? s.attempts() : 0);
             }
@@ -75,16 +66,13 @@ public final class WriteProbe {
      * {@code "max_bytes"}): the buffers in the order they were pushed, hex, and the threads that encoded them.
      */
     public static ObjectNode encodeBatchesInBackground(JsonNode r) {
-        org.apache.spark.sql.types.StructType rows = new org.apache.spark.sql.types.StructType()
-                .add("l", org.apache.spark.sql.types.DataTypes.LongType);
         org.apache.arrow.vector.compression.CompressionCodec codec =
                 org.sparkflow.exchange.codec.Codecs.forName(r.path("compression").asText("none"));
         ObjectNode out = JSON.createObjectNode();
         com.fasterxml.jackson.databind.node.ArrayNode hex = out.putArray("hex");
         java.util.Set<String> threads = new java.util.TreeSet<>();
         List<Integer> subs = new ArrayList<>();
-        try (BufferEncoder encoder = new BufferEncoder(
-                org.apache.spark.sql.util.ArrowUtils.toArrowSchema(rows, "UTC", false, false, false), rows, 1, codec)) {
+        try (BufferEncoder encoder = longColumnEncoder(codec)) {
             PushStage stage = new PushStage(PROBE_THREAD, (sub, payload, flags) -> {
                 synchronized (hex) {
                     hex.add(java.util.HexFormat.of().formatHex(payload));
@@ -94,13 +82,7 @@ public final class WriteProbe {
             }, r.path("max_bytes").asLong(1 << 20), true);
             int index = 0;
             for (JsonNode b : r.path("batches")) {
-                String kind = b.get(0).asText();
-                int n = b.get(1).asInt();
-                long seed = 1_000_003L * index;
-                for (long i = 0; i < n; i++) {
-                    long v = kind.equals("noise") ? splitMix64(seed + i) : i;
-                    encoder.append(0, new org.apache.spark.sql.catalyst.expressions.GenericInternalRow(new Object[]{v}));
-                }
+                int n = appendBatch(encoder, b, index);
                 BufferEncoder.Detached d = encoder.detach(0, n);
                 stage.submit(index++, 0, d.bytes(), d);
             }
@@ -114,6 +96,29 @@ public final class WriteProbe {
         }
         out.put("caller", Thread.currentThread().getName());
         return out;
+    }
+
+    /** An encoder of one target for the probes' one long column {@code l}. */
+    private static BufferEncoder longColumnEncoder(org.apache.arrow.vector.compression.CompressionCodec codec) {
+        org.apache.spark.sql.types.StructType rows = new org.apache.spark.sql.types.StructType()
+                .add("l", org.apache.spark.sql.types.DataTypes.LongType);
+        return new BufferEncoder(
+                org.apache.spark.sql.util.ArrowUtils.toArrowSchema(rows, "UTC", false, false, false), rows, 1, codec);
+    }
+
+    /**
+     * Append batch {@code index} ({@code [kind, rows]}) to target 0: kind {@code "noise"}: SplitMix64 of
+     * {@code 1000003 * index + row}, else 0..rows-1; its rows.
+     */
+    private static int appendBatch(BufferEncoder encoder, JsonNode batch, int index) {
+        String kind = batch.get(0).asText();
+        int n = batch.get(1).asInt();
+        long seed = 1_000_003L * index;
+        for (long i = 0; i < n; i++) {
+            long v = kind.equals("noise") ? splitMix64(seed + i) : i;
+            encoder.append(0, new org.apache.spark.sql.catalyst.expressions.GenericInternalRow(new Object[]{v}));
+        }
+        return n;
     }
 
     static final String PROBE_THREAD = "sparkflow-exchange-push-probe";
