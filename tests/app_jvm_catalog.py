@@ -15,9 +15,10 @@ import os
 import re
 import sys
 import tempfile
-import traceback
 from decimal import Decimal
 
+from app_checks import check as run_check
+from app_checks import results
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -28,23 +29,10 @@ from sparkflow_exchange.partition.spill import read_index
 
 N = 3000
 GROUPS = set(os.environ.get("JVM_CATALOG_CHECKS", "plans,layouts,failures").split(","))
-results: dict[str, dict] = {}
-
-
 def check(group: str):
-    """Run one check of ``group`` (when that group runs); a failure is recorded with its message, and the
-    other checks still run."""
+    """Run one check of ``group`` (when that group runs) as ``app_checks.check`` runs it."""
     def run(fn):
-        if group not in GROUPS:
-            return fn
-        details: dict = {}
-        try:
-            fn(details)
-            results[fn.__name__] = {"ok": True, **details}
-        except Exception as exc:  # noqa: BLE001 - the test asserts on the message
-            results[fn.__name__] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:6000],
-                                    "trace": traceback.format_exc()[-3000:], **details}
-        return fn
+        return run_check(fn) if group in GROUPS else fn
     return run
 
 
