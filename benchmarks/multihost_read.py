@@ -14,7 +14,10 @@ reader and link state, rounds alternate the routes (reversed every other round),
   rows' Arrow bytes counted).
 * ``spark/<codec>``: a Spark application on host2 (the jar's reader through its catalog,
   ``spark.table("exchange.<name>")`` into the ``noop`` sink: every column decoded); its session start and one
-  warm-up read are not timed.
+  warm-up read are not timed;
+* ``spark/parquet`` and ``spark/cached`` (the bound for any reader that hands Spark rows): the same application reads
+  the same rows from a parquet file on host2's own disk (written once, snappy, untimed), and from a cached
+  DataFrame of them, into ``noop``: what Spark spends on these rows with no network at all.
 
 Link states: ``unshaped`` (veth pairs on a bridge: the 2 cores are the limit) and ``shaped``: ``tc`` on host2's
 ``eth0``, a token bucket (``tbf rate 1gbit burst 256kb latency 5ms``) on what leaves it and, through an ``ifb``
@@ -126,20 +129,31 @@ def python_reads(source: str, size: int, codecs: list[str], rounds: int) -> None
     print(json.dumps({"times": times, "raw": raw, "connect_ms": statistics.median(connects) * 1e3}), flush=True)
 
 
-def spark_reads(codecs: list[str], rounds: int) -> None:
-    """host2: a Spark application reading every codec's exchange through the jar, alternating; JSON."""
+def spark_reads(codecs: list[str], rounds: int, data: str, rows: int) -> None:
+    """host2: a Spark application reading every codec's exchange through the jar, and the same rows from a local
+    parquet file and from a cached DataFrame (the bounds), alternating; JSON."""
+    import tempfile
+
     from pyspark.sql import SparkSession
 
     spark = (SparkSession.builder.master("local[2]").appName("multihost-read")
              .config("spark.sql.catalog.exchange", "org.sparkflow.exchange.catalog.ExchangeCatalog").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    spark.table(f"exchange.mh_{codecs[-1]}").write.format("noop").mode("overwrite").save()  # warm-up
-    times: dict[str, list[float]] = {c: [] for c in codecs}
+    local = str(Path(tempfile.mkdtemp(prefix="multihost-read-")) / "lineitem.parquet")
+    spark.read.parquet(data).limit(rows).coalesce(2).write.parquet(local)  # host2's own disk, untimed
+    cached = spark.read.parquet(local).cache()
+    cached.count()
+    sources = {**{c: (lambda c=c: spark.table(f"exchange.mh_{c}")) for c in codecs},
+               "parquet": lambda: spark.read.parquet(local), "cached": lambda: cached}
+    for source in sources.values():  # warm-up: each plan's code compiled once
+        source().write.format("noop").mode("overwrite").save()
+    names = list(sources)
+    times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
-        for codec in (codecs if r % 2 == 0 else codecs[::-1]):
+        for name in (names if r % 2 == 0 else names[::-1]):
             started = time.perf_counter()
-            spark.table(f"exchange.mh_{codec}").write.format("noop").mode("overwrite").save()
-            times[codec].append(time.perf_counter() - started)
+            sources[name]().write.format("noop").mode("overwrite").save()
+            times[name].append(time.perf_counter() - started)
     spark.stop()
     print(json.dumps({"times": times}), flush=True)
 
@@ -192,7 +206,7 @@ def main() -> None:
         elif kind == "python":
             python_reads(rest[0], int(rest[1]), codecs, args.rounds)
         elif kind == "spark":
-            spark_reads(codecs, args.rounds)
+            spark_reads(codecs, args.rounds, rest[0], args.rows)
         return
     sys.path.insert(0, str(TESTS))
     sys.path.insert(0, str(HERE))
@@ -230,7 +244,8 @@ def main() -> None:
         for state in ("unshaped", "shaped"):
             _shape(cluster, h2, state == "shaped")
             py = _json(h2.run([*me, "--part", "python", h1.ip, str(size)], timeout=3600), f"python reads ({state})")
-            sp = _json(h2.run([*me, "--part", "spark"], timeout=3600, spark=True), f"spark reads ({state})")
+            sp = _json(h2.run([*me, "--part", "spark", str(data)], timeout=3600, spark=True),
+                       f"spark reads ({state})")
             out["states"][state] = {"python": py, "spark": sp}
             print(state, json.dumps(out["states"][state]), flush=True)
             (HERE / "multihost_read-latest.json").write_text(json.dumps(out, indent=1))
@@ -252,9 +267,13 @@ def report(out: dict) -> None:
             wire = held[f"mh_{codec}"]
             rows.append((f"python {codec}", statistics.median(got["python"]["times"][codec]), wire, raw_rows))
             rows.append((f"spark {codec}", statistics.median(got["spark"]["times"][codec]), wire, raw_rows))
+        for bound in ("parquet", "cached"):  # no network: what Spark spends on the rows
+            if bound in got["spark"]["times"]:
+                rows.append((f"spark {bound} (local)", statistics.median(got["spark"]["times"][bound]), 0, raw_rows))
         for name, s, wire, raw in rows:
-            print(f"| {state} | {name} | {s:.2f} | {wire / s / 1e6:,.0f} | {raw / s / 1e6:,.0f} | "
-                  f"{wire / s / 1e6 / LINK_MBPS:.2f} | {raw / s / 1e6 / LINK_MBPS:.2f} | {sock / s:.2f} |")
+            wire_cells = f"{wire / s / 1e6:,.0f} | {raw / s / 1e6:,.0f} | {wire / s / 1e6 / LINK_MBPS:.2f}" if wire \
+                else f" | {raw / s / 1e6:,.0f} | "
+            print(f"| {state} | {name} | {s:.2f} | {wire_cells} | {raw / s / 1e6 / LINK_MBPS:.2f} | {sock / s:.2f} |")
 
 
 if __name__ == "__main__":
