@@ -95,6 +95,9 @@ def main() -> None:
     import sparkflow_exchange as sfe
 
     codecs = args.codecs.split(",")
+    # a neutral working directory: a reader's `python -c` and a service's `-m` would import the package in the
+    # current directory (sys.path[0]) before PYTHONPATH's, whichever tree they were meant to run
+    os.chdir(tempfile.mkdtemp(prefix="sparkflow-loopback-cwd-"))
     trees = {"this": str(ROOT)} | ({"baseline": str(Path(args.baseline).resolve())} if args.baseline else {})
     services = {}
     for tree, path in trees.items():  # each tree's reader reads from a service of its own package
