@@ -64,7 +64,7 @@ def test_frames_of_memory_and_file_spans_arrive_whole_and_in_order(tmp_path, kin
         a, b = _pair(kind)
         events: list[str] = []
         errors: list[BaseException] = []
-        writer = SocketWriter(loop, a.fileno(), kind == "tcp", 256 << 10, 64 << 10, lambda: events.append("pause"),
+        writer = SocketWriter(loop, a.fileno(), 256 << 10, 64 << 10, lambda: events.append("pause"),
                               lambda: events.append("resume"), errors.append)
         expected = bytearray()
         payload = bytearray(content[:300_000])
@@ -115,7 +115,7 @@ def test_a_span_whose_file_shrinks_on_the_way_closes_the_connection_naming_the_f
             errors.append(exc)
             a.close()  # what the connection does: it ends
 
-        writer = SocketWriter(loop, a.fileno(), True, 8 << 20, 1 << 20, lambda: None, lambda: None, failed)
+        writer = SocketWriter(loop, a.fileno(), 8 << 20, 1 << 20, lambda: None, lambda: None, failed)
         span = FileSpan(os.dup(fd), 0, 4 << 20, data_file)
         writer.write([b"H" * 24, span])
         assert writer.queue  # 4 MiB do not fit the socket: the span waits, part of it sent

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..errors import ErrorCode, ExchangeError, code_of
@@ -133,10 +132,10 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
         sock = transport.get_extra_info("socket")
         tune_socket(sock)
-        if sock is not None and transport.get_extra_info("sslcontext") is None and hasattr(os, "sendfile"):
-            self.writer = SocketWriter(asyncio.get_running_loop(), sock.fileno(), self.transport_kind == "tcp",
-                                       HIGH_WATER, LOW_WATER, self.pause_writing, self.resume_writing,
-                                       self._write_failed)
+        loop = asyncio.get_running_loop()
+        if sock is not None and transport.get_extra_info("sslcontext") is None and SocketWriter.usable(loop):
+            self.writer = SocketWriter(loop, sock.fileno(), HIGH_WATER, LOW_WATER, self.pause_writing,
+                                       self.resume_writing, self._write_failed)
         self.peer = str(transport.get_extra_info("peername") or "unix")
         self.peer_key, self.trusted = peer_of(transport.get_extra_info("socket"), self.transport_kind,
                                               transport.get_extra_info("peername"))

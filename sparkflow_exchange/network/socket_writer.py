@@ -2,16 +2,16 @@
 
 asyncio's socket transport (Python 3.11) copies whatever the socket does not take at once into a buffer of its
 own, and a spilled buffer had first been read into memory; for a reader on another host both copies cost the
-service more than the send itself. This writer sends a connection's frames in order with ``sendmsg`` from the
+service more than the send itself. This writer sends a connection's frames in order with ``writev`` from the
 caller's buffers (header and payload in one call; what the socket does not take waits as views, never copied),
 and a :class:`~sparkflow_exchange.partition.spill.FileSpan` with ``os.sendfile`` from the spill file, so the
-kernel moves its pages. The transport keeps reading and closing the connection; every write goes through here.
+kernel moves its pages. The transport keeps reading and closing the connection; every write goes through here,
+on the transport's own descriptor (no second one per connection), watched for writability through the event
+loop's selector as the transport itself does (``_add_writer``: the public ``add_writer`` refuses a transport's
+descriptor); a loop without it (not asyncio's own) keeps the transport's writes.
 
-It writes on a duplicate of the socket's descriptor (asyncio lets no one else watch the transport's own for
-writability), which it closes when the connection is lost: until then the socket stays open, so a close waits for
-what is queued (as the transport's close waits for its buffer). A span's file that shrank after it was checked
-cannot complete its frame: the connection is closed (its readers resume on a new one and are told the file is
-truncated), never left with a short frame.
+A span's file that shrank after it was checked cannot complete its frame: the connection is closed (its readers
+resume on a new one and are told the file is truncated), never left with a short frame.
 """
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ import asyncio
 import errno
 import logging
 import os
-import socket
 from collections import deque
 from typing import Callable
 
@@ -27,7 +26,7 @@ from ..partition.spill import FileSpan, SpillCorruptError
 
 log = logging.getLogger(__name__)
 
-MAX_GATHER = 64  # memory pieces sent by one sendmsg (well under IOV_MAX)
+MAX_GATHER = 64  # memory pieces sent by one writev (well under IOV_MAX)
 # sendfile refused for the file (a file system that cannot splice): its bytes are read and sent instead
 _NO_SENDFILE = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
 
@@ -39,14 +38,11 @@ class SocketWriter:
     ``low`` or less: resume); ``on_error(exc)`` is told once when the socket or a span's file fails (the
     connection must close: part of a frame may be out)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock_fd: int, tcp: bool, high: int, low: int,
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock_fd: int, high: int, low: int,
                  on_pause: Callable[[], None], on_resume: Callable[[], None],
                  on_error: Callable[[BaseException], None]) -> None:
         self.loop = loop
-        self.sock = socket.socket(fileno=os.dup(sock_fd))
-        self.sock.setblocking(False)
-        self.fd = self.sock.fileno()
-        self.more = getattr(socket, "MSG_MORE", 0) if tcp else 0  # a header goes out with its span's first bytes
+        self.fd = sock_fd  # the transport's (non-blocking) socket: it closes it, this writer never does
         self.high = high
         self.low = low
         self.on_pause = on_pause
@@ -95,18 +91,21 @@ class SocketWriter:
         else:
             self._drained = callback
 
+    @staticmethod
+    def usable(loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether this loop lets a writer watch a transport's socket (asyncio's selector loops do)."""
+        return hasattr(os, "sendfile") and hasattr(os, "writev") and hasattr(loop, "_add_writer")
+
     def abort(self) -> None:
-        """The connection is gone: drop what is queued, close the duplicate descriptor."""
+        """The connection is gone: stop watching its socket, drop what is queued (spans' descriptors closed)."""
         if self.watching:
-            self.loop.remove_writer(self.fd)
+            self.loop._remove_writer(self.fd)
             self.watching = False
         self.broken = True
         _close_spans(self.queue)
         self.queue.clear()
         self.buffered = 0
         self._drained = None
-        if self.sock.fileno() >= 0:
-            self.sock.close()
 
     # ------------------------------------------------------------ sending
     def _flush(self) -> None:
@@ -121,7 +120,7 @@ class SocketWriter:
                 self._advance(sent)
         except (BlockingIOError, InterruptedError):
             if not self.watching:
-                self.loop.add_writer(self.fd, self._writable)
+                self.loop._add_writer(self.fd, self._writable)
                 self.watching = True
             self._maybe_resume()
             return
@@ -129,7 +128,7 @@ class SocketWriter:
             self._fail(exc)
             return
         if self.watching:
-            self.loop.remove_writer(self.fd)
+            self.loop._remove_writer(self.fd)
             self.watching = False
         self._maybe_resume()
         if self._drained is not None:
@@ -154,17 +153,15 @@ class SocketWriter:
 
     def _send_memory(self) -> int:
         pieces = []
-        span_next = False
         for piece in self.queue:
             if type(piece) is FileSpan:
-                span_next = True
                 break
             pieces.append(piece)
             if len(pieces) == MAX_GATHER:
                 break
         if self.head_done:
             pieces[0] = pieces[0][self.head_done:]
-        return self.sock.sendmsg(pieces, (), self.more if span_next else 0)
+        return os.writev(self.fd, pieces)
 
     def _advance(self, sent: int) -> None:
         """``sent`` more bytes of the queue's first pieces went out: drop those sent whole."""
