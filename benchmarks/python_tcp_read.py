@@ -9,8 +9,10 @@ CPU of the reading process and of the service (user + system) per read. A plain 
 uncompressed exchange holds, from another process's memory (``sendall`` into ``recv_into``), is the reference.
 
 ``--baseline DIR``: also read with the ``sparkflow_exchange`` package in DIR (e.g. ``git archive main
-sparkflow_exchange | tar -x -C DIR``), alternating with this tree's, to compare two readers in one run (the
-service is this tree's). Reports the load average: on a shared machine, compare only routes of one run.
+sparkflow_exchange | tar -x -C DIR``), alternating with this tree's, to compare two trees in one run: the
+baseline's routes read from a second service running DIR's package, which holds the same exchanges (written by
+this tree's writer), so both the reader and the service are the baseline's. Reports the load average: on a shared
+machine, compare only routes of one run.
 
 Run: .venv/bin/python benchmarks/python_tcp_read.py [--rows 3000000] [--rounds 3] [--reads 2] [--codecs none,zstd]
 """
@@ -93,24 +95,34 @@ def main() -> None:
     import sparkflow_exchange as sfe
 
     codecs = args.codecs.split(",")
-    svc = start_service(Path(tempfile.mkdtemp(prefix="sparkflow-loopback-")), host_id="service-host")
-    atexit.register(svc.proc.terminate)
-    common = {"coordinator": svc.tcp, "service": svc.tcp, "secret": svc.secret}
+    # a neutral working directory: a reader's `python -c` and a service's `-m` would import the package in the
+    # current directory (sys.path[0]) before PYTHONPATH's, whichever tree they were meant to run
+    os.chdir(tempfile.mkdtemp(prefix="sparkflow-loopback-cwd-"))
+    trees = {"this": str(ROOT)} | ({"baseline": str(Path(args.baseline).resolve())} if args.baseline else {})
+    services = {}
+    for tree, path in trees.items():  # each tree's reader reads from a service of its own package
+        svc = start_service(Path(tempfile.mkdtemp(prefix="sparkflow-loopback-")), host_id="service-host",
+                            env={"PYTHONPATH": path})
+        atexit.register(svc.proc.terminate)
+        services[tree] = svc
     batches = tpch_pipeline.lineitem_batches(tpch_pipeline.ensure_data(args.sf) / "lineitem.parquet", args.rows)
     schema = batches[0].schema
     n = sum(b.num_rows for b in batches)
-    for codec in codecs:
-        with sfe.open_writer(f"loopback_{codec}", schema, keys=["l_orderkey"], num_subpartitions=8,
-                             compression=codec, hostId="service-host", **common) as w:
-            for b in batches:
-                w.write(b)
+    for svc in services.values():
+        common = {"coordinator": svc.tcp, "service": svc.tcp, "secret": svc.secret}
+        for codec in codecs:
+            with sfe.open_writer(f"loopback_{codec}", schema, keys=["l_orderkey"], num_subpartitions=8,
+                                 compression=codec, hostId="service-host", **common) as w:
+                for b in batches:
+                    w.write(b)
+    svc = services["this"]
+    common = {"coordinator": svc.tcp, "service": svc.tcp, "secret": svc.secret}
     held = {s.name: s.bytes for s in sfe.list_exchanges(**common) if s.name.startswith("loopback_")}
     size = held["loopback_none"] if "loopback_none" in held else sum(b.nbytes for b in batches)
     sender = subprocess.Popen([sys.executable, "-c", SENDER, str(size)], stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True)
     atexit.register(sender.kill)
     port = int(sender.stdout.readline())
-    trees = {"this": str(ROOT)} | ({"baseline": str(Path(args.baseline).resolve())} if args.baseline else {})
     routes = ["socket"] + [f"{tree}/{codec}" for codec in codecs for tree in trees]
     got: dict[str, list[list[float]]] = {r: [] for r in routes}
     loads = []
@@ -121,6 +133,8 @@ def main() -> None:
                 got[route] += [_copy(port, size) for _ in range(args.reads)]
                 continue
             tree, codec = route.split("/")
+            svc = services[tree]
+            common = {"coordinator": svc.tcp, "service": svc.tcp, "secret": svc.secret}
             out = subprocess.run([sys.executable, "-c", READER, f"loopback_{codec}", str(args.reads), json.dumps(common),
                                   str(svc.proc.pid)], env={**os.environ, "PYTHONPATH": trees[tree]},
                                  capture_output=True, text=True, timeout=900)

@@ -541,3 +541,39 @@ def test_remote_read_returns_credit_in_batches_and_reads_every_row(tmp_service, 
     assert buffers - exclusive - floating <= sum(sent) <= buffers + floating, (sum(sent), buffers)
     assert max(sent) <= credit_batch(ExchangeConfig.load({"buffersPerChannel": str(exclusive),
                                                           "floatingBuffersPerGate": str(floating)}, spark_conf={})) + floating
+
+
+@pytest.mark.parametrize("producers,exclusive,floating", [(4, 1, 0), (4, 1, 1), (4, 2, 3), (1, 1, 3), (1, 1, 2)])
+def test_a_remote_read_with_a_small_window_never_stalls(tmp_service, producers, exclusive, floating):
+    """Channels with hardly any credit (four producers' channels sharing one gate, or one channel whose window
+    shrinks to its one exclusive buffer as the backlog ends): a sender runs out after a buffer or two, so nothing
+    arrives to carry its credit back and the reading task must hand it over itself, even when less than a batch
+    waits (floating buffers move between the channels the same way). Every row arrives; a stall is a timeout."""
+    import numpy as np
+    import pyarrow as pa
+    from harness import client_config
+
+    from sparkflow_exchange import exchange as ex
+    from sparkflow_exchange import write_handle as wh
+
+    svc = tmp_service(host_id="hostA")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+    config = client_config(svc, exchange=f"small-window-{producers}-{exclusive}-{floating}", partitioner="hash", keys="id",
+                           numSubpartitions=1, partitionType="BLOCKING", bufferSize="8k", hostId="elsewhere",
+                           buffersPerChannel=str(exclusive), floatingBuffersPerGate=str(floating),
+                           readerTimeout="20s")
+    handle = ex.declare_write(config, schema, overwrite=True)
+    parts, per = [], 20_000
+    for p in range(producers):
+        task = ex.ProducerTask(handle, p, f"a{p}")
+        task.write([pa.record_batch([pa.array(np.arange(p * per, (p + 1) * per, dtype=np.int64))], schema=schema)])
+        parts.append(task.finish()["partition"])
+    wh.commit_write(handle, parts)
+    desc = ex.describe_exchange(config)
+    gate_buffers = 0
+    ids = []
+    for batch in ex.read_subpartition(config, desc, 0):
+        gate_buffers += 1
+        ids.append(batch.column(0).to_numpy())
+    assert gate_buffers > producers * 8  # many buffers per channel, against a window of a few
+    assert np.sort(np.concatenate(ids)).tolist() == list(range(producers * per))

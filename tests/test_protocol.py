@@ -143,6 +143,50 @@ def test_several_frames_in_one_feed_and_split_frames_across_feeds():
     assert dec.pending == 0
 
 
+def _received_like_a_socket(dec: FrameDecoder, stream: bytes) -> tuple[list, int]:
+    """What a buffered protocol gets when every receive fills the buffer the decoder offers (a busy socket):
+    the messages, and how many receives it took."""
+    out, pos, receives = [], 0, 0
+    while pos < len(stream):
+        target = dec.get_buffer(-1)
+        n = min(len(target), len(stream) - pos)
+        target[:n] = stream[pos:pos + n]
+        pos += n
+        receives += 1
+        out.extend(dec.buffer_updated(n))
+    return out, receives
+
+
+def test_consecutive_large_frames_take_one_receive_each_with_the_next_prefix():
+    """A large frame's receive also takes the next frame's prefix (its pooled buffer has room after it), so a
+    stream of large frames costs one receive per frame, not two; small frames between them still decode."""
+    sizes = [700_000, 300_001, 5, 1_000_000, 90_000, 64 * 1024, 5, 5, 450_000]
+    msgs = [p.BufferResponse(3, i, 0, bk.BufferKind.DATA, 0, bytes([i]) * n) for i, n in enumerate(sizes)]
+    stream = b"".join(encode_bytes(m) for m in msgs)
+    out, receives = _received_like_a_socket(FrameDecoder(), stream)
+    assert [_norm(m) for m in out] == [_norm(m) for m in msgs]
+    large = sum(1 for n in sizes if n >= FrameDecoder.LARGE)
+    assert receives <= len(sizes) + 2  # the first prefix, then about one per frame
+    assert receives < 2 * large  # (a prefix receive and a body receive per large frame would be 12 or more)
+
+
+def test_a_large_frame_that_fills_its_buffer_exactly_still_finds_the_next_one():
+    """No room after a frame (its size a multiple of the pool's grain): the next prefix comes on its own."""
+    header = PREFIX_SIZE + struct.calcsize(">qqiBB")
+    exact = p._FramePool.GRAIN * 2 - header
+    msgs = [p.BufferResponse(1, i, 0, bk.BufferKind.DATA, 0, bytes([i + 1]) * n)
+            for i, n in enumerate([exact, exact, 70_000, exact - 1, 9])]
+    stream = b"".join(encode_bytes(m) for m in msgs)
+    for chunk in (None, 13, 4096):
+        dec = FrameDecoder()
+        if chunk is None:
+            out, _ = _received_like_a_socket(dec, stream)
+        else:
+            out = [m for i in range(0, len(stream), chunk) for m in dec.feed(stream[i:i + chunk])]
+        assert [_norm(m) for m in out] == [_norm(m) for m in msgs]
+        assert dec.pending == 0
+
+
 def test_decoded_payload_survives_later_feeds():
     """The payload is a copy: later feeds (which compact the buffer) must not alter it."""
     dec = FrameDecoder()

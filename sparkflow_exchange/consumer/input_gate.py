@@ -29,6 +29,7 @@ import asyncio
 import os
 import queue
 import time
+from collections import deque
 from typing import Any, Iterator
 
 import pyarrow as pa
@@ -53,9 +54,10 @@ _DONE = object()
 
 
 def credit_batch(config: ExchangeConfig) -> int:
-    """How many finished buffers the task thread returns as credit in one hop: a quarter of the most credit a
-    channel can hold (exclusive plus floating), at least 1, so the sender keeps most of its window."""
-    return max(1, (config.buffers_per_channel + config.floating_buffers_per_gate) // 4)
+    """How many finished buffers the task thread returns as credit in one hop: half the most credit a channel can
+    hold (exclusive plus floating), at least 1, so the sender keeps half its window; each hop wakes the IO thread
+    and sends an AddCredit (a reader that would wait returns what it has at once)."""
+    return max(1, (config.buffers_per_channel + config.floating_buffers_per_gate) // 2)
 GONE_LOOKUP_TIMEOUT = 2.0  # a failing read asks the coordinator whether its exchange was dropped or overwritten
 
 
@@ -114,6 +116,12 @@ class InputGate:
         self._file_reported: dict[str, int] = {}  # partition -> spill-file bytes told to the local service
         self._file_report_due = time.monotonic() + FILE_REPORT_INTERVAL
         self.path = "channels"  # or "local files": the task thread read every producer's spill file itself
+        # credit hand-off (see __iter__): the channels of the buffers the task thread finished with, oldest first,
+        # whose credit the IO thread returns when a buffer arrives and enough are waiting, or when asked
+        self._box: deque[InputChannel] = deque()
+        self._batch = credit_batch(config)
+        self._zero_credit: set[InputChannel] = set()  # channels whose sender holds no credit and sends nothing
+        self._drain_asked = False  # the task thread asked the IO thread to return credit
 
     @property
     def runtime(self) -> ClientRuntime:
@@ -234,6 +242,7 @@ class InputGate:
 
     def channel_finished(self, channel: InputChannel) -> None:
         self.finished.add(channel.partition)
+        self._zero_credit.discard(channel)
         self._check_done()
 
     def channel_failed(self, channel: InputChannel, message: str, code: ErrorCode | str) -> None:
@@ -330,7 +339,23 @@ class InputGate:
             pass
 
     def deliver(self, channel: InputChannel, msg: BufferResponse) -> None:
+        """A data buffer for the task thread; returns the credit of finished buffers on the way (no wakeup)."""
         self.ready.put((channel, msg.payload))
+        if channel.credit.announced <= 0:  # nothing more comes on it until credit is returned: the task thread
+            self._zero_credit.add(channel)  # must ask for that when it has some (set before the box is looked at)
+        if self._box and (self._zero_credit or len(self._box) >= self._batch):
+            self._drain(self._batch)
+
+    def _drain(self, limit: int | None = None) -> None:
+        """IO thread: return the credit of (up to ``limit``) buffers the task thread finished with."""
+        self._drain_asked = False
+        box = self._box
+        consumed: dict[InputChannel, int] = {}
+        for _ in range(len(box) if limit is None else min(limit, len(box))):
+            channel = box.popleft()
+            consumed[channel] = consumed.get(channel, 0) + 1
+        if consumed:
+            self._return_credit(consumed)
 
     def deliver_end(self, channel: InputChannel, counts: tuple[int, int] | None) -> None:
         self.ready.put(_End(channel, counts))
@@ -350,6 +375,7 @@ class InputGate:
             channel = self._by_rid.get(credit.receiver_id)
             if channel is not None:
                 channel.send_credit(n)
+                self._zero_credit.discard(channel)
 
     def _return_credit(self, consumed: dict[InputChannel, int]) -> None:
         """The buffers the task thread finished with since the last call, per channel (IO thread)."""
@@ -394,27 +420,28 @@ class InputGate:
         except ServiceError as exc:  # e.g. the exchange was dropped between planning and this task's start
             raise self._named(ExchangeReadError(f"reading exchange {self.name!r} failed: {exc}")) from None
         previous: InputChannel | None = None
-        # buffers finished with, per channel, whose credit is not returned yet: returned in one hop to the IO
-        # thread every CREDIT_BATCH buffers, and whenever the reader would wait (so a sender is never left
-        # without the credit the reader could give it); each hop wakes the IO thread and the sender
-        consumed: dict[InputChannel, int] = {}
-        pending = 0
-        batch = credit_batch(self.config)
+        # taking the next buffer finishes the previous one: its channel goes into the box, whose credit the IO
+        # thread returns as buffers arrive (every credit_batch buffers, one AddCredit per channel), without being
+        # woken for it. A channel whose sender has no credit left sends nothing more, so nothing arrives to carry
+        # its credit back: then (the IO thread marks such channels before it looks at the box) the task thread
+        # wakes the IO thread, once a batch is waiting, and always before it would wait itself
+        box = self._box
+        batch = self._batch
+        zero_credit = self._zero_credit
         try:
             while True:
                 if previous is not None:
-                    consumed[previous] = consumed.get(previous, 0) + 1
-                    pending += 1
+                    box.append(previous)
                     previous = None
-                    if pending >= batch:
-                        self.runtime.call_soon(self._return_credit, consumed)
-                        consumed, pending = {}, 0
+                    if zero_credit and len(box) >= batch and not self._drain_asked:
+                        self._drain_asked = True
+                        self.runtime.call_soon(self._drain, batch)
                 try:
                     item = self.ready.get_nowait()
                 except queue.Empty:
-                    if pending:
-                        self.runtime.call_soon(self._return_credit, consumed)
-                        consumed, pending = {}, 0
+                    if box and zero_credit and not self._drain_asked:
+                        self._drain_asked = True
+                        self.runtime.call_soon(self._drain, batch)
                     try:
                         item = self.ready.get(timeout=self.config.reader_timeout)
                     except queue.Empty:
@@ -439,9 +466,9 @@ class InputGate:
                 yield self._decode(channel, payload, schema)
         finally:
             if previous is not None:
-                consumed[previous] = consumed.get(previous, 0) + 1
-            if consumed:
-                self.runtime.call_soon(self._return_credit, consumed)
+                box.append(previous)
+            if box:
+                self.runtime.call_soon(self._drain)
             self.runtime.call_soon(self._close)
 
     def _timeout_message(self) -> str:

@@ -41,8 +41,9 @@ class Consumers:
         self.held: dict[int, deque] = {}  # receiver -> (partition, buffer) sent by reference, not yet copied
 
     def request(self, msg: PartitionRequest, part: "ResultPartition | None", shared: bool,
-                on_available: Callable[[int], None]) -> None:
-        """Open a channel; ``shared``: its buffers may go by reference (a reader on this host, Unix socket)."""
+                on_available: Callable[[int], None], spans: bool = False) -> None:
+        """Open a channel; ``shared``: its buffers may go by reference (a reader on this host, Unix socket);
+        ``spans``: the connection sends spilled buffers from their file (``FileSpan`` payloads)."""
         rid = msg.receiver_id
         if part is None:
             self.send(ErrorResponse(f"unknown partition {msg.partition!r} on service {self.service_id}", rid, False,
@@ -66,6 +67,7 @@ class Consumers:
             self.send(ErrorResponse(str(exc), rid, False, ErrorCode.BAD_REQUEST))
             return
         view.shared = msg.shared and shared
+        view.spans = spans
         self.queue.add_view(rid, view, msg.initial_credit)
 
     def add_credit(self, receiver_id: int, credit: int) -> None:

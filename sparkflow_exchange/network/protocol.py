@@ -615,7 +615,9 @@ class FrameDecoder:
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """Where the next received bytes should be written."""
         if self._large is not None:
-            return self._large[self._large_have:self._large_len]
+            # the rest of the frame, and the next frame's prefix where its buffer has room after it: one receive
+            # per frame, not one for the frame and one for the prefix that says how large the next one is
+            return self._large[self._large_have:min(len(self._large), self._large_len + PREFIX_SIZE)]
         if self._end == len(self._stage):
             self._compact()
         if self._expect_large and self._end - self._start < PREFIX_SIZE:
@@ -628,10 +630,15 @@ class FrameDecoder:
         self.bytes_received += nbytes
         if self._large is not None:
             self._large_have += nbytes
-            if self._large_have == self._large_len:
+            if self._large_have >= self._large_len:
                 frame, self._large = self._large, None
                 self._expect_large = True
                 self._out.append(self._decode_frame(frame[:self._large_len], 0))
+                extra = self._large_have - self._large_len  # the next frame's first bytes (its prefix, or part)
+                if extra:
+                    self._stage[:extra] = frame[self._large_len:self._large_have]
+                    self._start, self._end = 0, extra
+                    self._parse_stage()
             return self._take()
         self._end += nbytes
         self._parse_stage()

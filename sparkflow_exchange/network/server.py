@@ -5,7 +5,9 @@ received bytes to a :class:`FrameDecoder`, checks each message against the conne
 (``connection.py``: the handshake and the table of what is legal when), and hands it to the
 sans-IO side it belongs to: readers' channels (``consumers.py``, with ``credit.py``'s queue),
 writers' partitions (``producers.py``), or the service's RPCs (checked against ``rpc.py``'s table).
-It writes while the transport is below its high-water mark and resumes at the low one. Anything
+It writes while less than its high-water mark waits to be sent and resumes at the low one: on a plain
+socket through its own :class:`~.socket_writer.SocketWriter` (no copy of what the socket did not take,
+spilled buffers sent from their file by ``sendfile``), over TLS through the transport. Anything
 malformed gets an :class:`ErrorResponse` naming the problem and, when the stream can no longer be
 trusted, the connection is closed.
 """
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..errors import ErrorCode, ExchangeError, code_of
 from ..exhaustion import explain
+from ..partition.spill import FileSpan
 from .admission import peer_of
 from .blocking_client import tune_socket
 from .connection import AuthRefused, ConnState, ServerHandshake
@@ -25,6 +28,7 @@ from .producers import Producers
 from .protocol import (
     PREAUTH_MAX_FRAME,
     AddCredit,
+    BufferResponse,
     CancelPartitionRequest,
     CloseRequest,
     ErrorResponse,
@@ -47,6 +51,7 @@ from .protocol import (
     encode,
 )
 from .rpc import check_args
+from .socket_writer import SocketWriter
 
 if TYPE_CHECKING:
     from ..config import ExchangeConfig
@@ -97,6 +102,7 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.consumers = Consumers(self.send, service.traffic, service.service_id)
         self.producers = Producers(self.send, self._defer, service.producer_lost)
         self.transport: asyncio.Transport | None = None
+        self.writer: SocketWriter | None = None  # a plain socket's writes (None: through the transport, TLS)
         self.authenticated = False
         self.identity = ""  # the credential the client proved (auth.OPERATOR: the service's own secret)
         self.client_id = "?"
@@ -124,7 +130,12 @@ class ServerConnection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
-        tune_socket(transport.get_extra_info("socket"))
+        sock = transport.get_extra_info("socket")
+        tune_socket(sock)
+        loop = asyncio.get_running_loop()
+        if sock is not None and transport.get_extra_info("sslcontext") is None and SocketWriter.usable(loop):
+            self.writer = SocketWriter(loop, sock.fileno(), HIGH_WATER, LOW_WATER, self.pause_writing,
+                                       self.resume_writing, self._write_failed)
         self.peer = str(transport.get_extra_info("peername") or "unix")
         self.peer_key, self.trusted = peer_of(transport.get_extra_info("socket"), self.transport_kind,
                                               transport.get_extra_info("peername"))
@@ -147,6 +158,8 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.service.discharge(self)
         if self.decoder.pending:
             log.info("client %s vanished mid-frame (%d bytes of an incomplete frame dropped)", self.peer, self.decoder.pending)
+        if self.writer is not None:
+            self.writer.abort()
         self.consumers.release_all()
         self.producers.connection_lost(self.client_id)
         self.service.on_connection_closed(self)
@@ -187,12 +200,32 @@ class ServerConnection(asyncio.BufferedProtocol):
                                         code_of(exc, ErrorCode.FAILED)))
 
     def send(self, msg: Message) -> None:
-        if self.closed or self.transport is None:
-            return
         pieces = encode(msg)
+        if self.closed or self.transport is None:
+            _close_spans(pieces)
+            return
+        self.bytes_sent += sum(len(p) for p in pieces)
+        if self.writer is not None:
+            self.writer.write(pieces)
+            return
         for piece in pieces:  # not writelines: in 3.11 it joins, copying every payload
             self.transport.write(piece)
-        self.bytes_sent += sum(len(p) for p in pieces)
+
+    def _write_failed(self, exc: BaseException) -> None:
+        """The socket or a spill file failed mid-write: part of a frame may be out, so the connection ends (a
+        reader resumes on a new one and is told what is wrong with the file, if anything)."""
+        if isinstance(exc, (ConnectionError, BrokenPipeError)):
+            log.info("connection from %s lost while writing: %s", self.peer, exc)
+        else:
+            log.warning("closing connection from %s: writing to it failed: %s", self.peer, exc)
+        self.protocol.close()
+        if self.transport is not None:
+            self.transport.abort()
+
+    @property
+    def file_bytes_sent(self) -> int:
+        """Bytes this connection sent straight from spill files (``sendfile``)."""
+        return self.writer.file_bytes if self.writer is not None else 0
 
     def fatal(self, message: str, code: ErrorCode = ErrorCode.ERROR) -> None:
         log.warning("closing connection from %s: %s", self.peer, message)
@@ -200,8 +233,15 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.close()
 
     def close(self) -> None:
+        """Close once what is queued was sent (a fatal ErrorResponse goes out first)."""
         self.protocol.close()
-        if self.transport is not None:
+        if self.transport is None:
+            return
+        if self.writer is not None:
+            if not self.transport.is_closing():
+                self.transport.pause_reading()
+            self.writer.close_when_drained(self.transport.close)
+        else:
             self.transport.close()
 
     def _defer(self, fn: Callable[[], None]) -> None:
@@ -237,7 +277,8 @@ class ServerConnection(asyncio.BufferedProtocol):
 
     def on_partition_request(self, msg: PartitionRequest) -> None:
         shared = self.transport_kind == "unix" and self.service.config.shared_memory
-        self.consumers.request(msg, self.service.partitions.get(msg.partition), shared, self.on_view_available)
+        self.consumers.request(msg, self.service.partitions.get(msg.partition), shared, self.on_view_available,
+                               spans=self.writer is not None)
         self.schedule_pump()
 
     def on_view_available(self, receiver_id: int) -> None:
@@ -290,7 +331,16 @@ class ServerConnection(asyncio.BufferedProtocol):
 
 
 def _closed_send(msg: Message) -> None:
-    """What a closed connection's sides send to: nothing."""
+    """What a closed connection's sides send to: nothing (a spill file's span is let go)."""
+    if isinstance(msg, BufferResponse):
+        _close_spans([msg.payload])
+
+
+def _close_spans(pieces: list) -> None:
+    """Let go of the spill-file descriptors of pieces that will not be sent."""
+    for piece in pieces:
+        if isinstance(piece, FileSpan):
+            piece.close()
 
 
 def _closed_defer(fn: Callable[[], None]) -> None:

@@ -68,6 +68,7 @@ class RangeView:
         self.pos = resume_from
         self.released = False
         self._shared = False
+        self._spans = False
         k = min(bisect_right(self._first, resume_from) - 1, len(self._subs) - 1)
         self._k = k
         self._inner: SubpartitionView = self._subs[k].create_view(resume_from - self._first[k], listener)
@@ -87,6 +88,15 @@ class RangeView:
         self._shared = value
         self._inner.shared = value
 
+    @property
+    def spans(self) -> bool:
+        return self._spans
+
+    @spans.setter
+    def spans(self, value: bool) -> None:
+        self._spans = value
+        self._inner.spans = value
+
     def _advance(self) -> None:
         """Past an inner end-of-partition that is not the last: on to the next subpartition."""
         if self.part.released or self.part.failure is not None:
@@ -96,6 +106,7 @@ class RangeView:
             self._k += 1
             self._inner = self._subs[self._k].create_view(0, self.listener)
             self._inner.shared = self._shared
+            self._inner.spans = self._spans
 
     def next_is_event(self) -> bool | None:
         if self.released:

@@ -24,7 +24,7 @@ from ..ipc_body import raw_size
 from ..kinds import PartitionState, PartitionType
 from .buffer_pool import MemoryAccount, NetworkBufferPool, StoredBuffer
 from .partition_memory import PartitionMemory
-from .spill import DiskBudget, DiskShare, SpillFile, SpillReaders
+from .spill import DiskBudget, DiskShare, FileSpan, SpillFile, SpillReaders
 from .subpartition import Subpartition, SubpartitionView
 
 
@@ -269,6 +269,12 @@ class ResultPartition:
         if buf.spill is None or self.spill is None:
             raise PartitionStateError(f"buffer of partition {self.pid} is neither in memory nor spilled")
         return self.spill.read(*buf.spill)
+
+    def spilled_span(self, buf: StoredBuffer) -> FileSpan:
+        """A spilled buffer left in its file, for a connection that sends it from there (``os.sendfile``)."""
+        if buf.spill is None or self.spill is None:
+            raise PartitionStateError(f"buffer of partition {self.pid} is neither in memory nor spilled")
+        return self.spill.span(*buf.spill)
 
     # ---------------------------------------------------------------- lifecycle
     def release(self, reason: str = "", code: ErrorCode = ErrorCode.RELEASED) -> None:

@@ -85,6 +85,40 @@ class DiskShare:
         self.shared.give(nbytes)
 
 
+class FileSpan:
+    """``length`` bytes at ``offset`` of a spill data file, for a connection to send from the file itself
+    (``os.sendfile``: the kernel moves the pages, no read into memory and no copy in Python).
+
+    It holds a descriptor of its own (a duplicate), so its bytes stay readable when the partition is released
+    or its file unlinked before they are sent, as a buffer read into memory would; whoever ends up with it
+    calls :meth:`close` once it is sent or dropped.
+    """
+
+    __slots__ = ("fd", "offset", "length", "path")
+
+    def __init__(self, fd: int, offset: int, length: int, path: Path) -> None:
+        self.fd = fd
+        self.offset = offset
+        self.length = length
+        self.path = path
+
+    def __len__(self) -> int:
+        return self.length
+
+    def read(self) -> bytes:
+        """Its bytes, read into memory (where the file cannot be sent by the kernel)."""
+        data = os.pread(self.fd, self.length, self.offset)
+        if len(data) != self.length:
+            raise SpillCorruptError(f"spill file {self.path} is corrupt (truncated): wanted {self.length} bytes at "
+                                    f"{self.offset}, got {len(data)}")
+        return data
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 class SpillReaders:
     """At most ``capacity`` read-only fds of finished spill files, least recently used closed first."""
 
@@ -147,6 +181,16 @@ class SpillFile:
             raise SpillCorruptError(f"spill file {self.path} is corrupt (truncated): wanted {length} bytes at "
                                     f"{offset}, got {len(data)}")
         return data
+
+    def span(self, offset: int, length: int) -> FileSpan:
+        """The bytes :meth:`read` would return, left in the file for a socket to send (:class:`FileSpan`). A file
+        that no longer holds them is a :class:`SpillCorruptError` now, before anything of them is sent."""
+        fd = self._fd if self._fd >= 0 else self.readers.fd(self.path)
+        size = os.fstat(fd).st_size
+        if size < offset + length:
+            raise SpillCorruptError(f"spill file {self.path} is corrupt (truncated): wanted {length} bytes at "
+                                    f"{offset}, the file holds {size}")
+        return FileSpan(os.dup(fd), offset, length, self.path)
 
     def write_index(self, entries: list[tuple[int, int, int, int, int, int]]) -> None:
         tmp = self.index_path.with_suffix(".index.tmp")

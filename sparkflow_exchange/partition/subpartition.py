@@ -15,6 +15,7 @@ from typing import Any, Callable, Protocol
 
 from ..buffer_kinds import BufferKind
 from .buffer_pool import StoredBuffer
+from .spill import FileSpan
 
 
 class BufferOwner(Protocol):
@@ -25,13 +26,16 @@ class BufferOwner(Protocol):
     def release_ref(self, buf: StoredBuffer) -> None: ...
 
 ERROR_KIND = 255  # internal: the partition failed; the server turns this into an ErrorResponse
+# a spilled data buffer at least this large goes to a connection that sends from files as a FileSpan (left in its
+# file); smaller ones, and events, are read: for a few KiB a read costs less than a descriptor of their own
+SPAN_MIN = 64 * 1024
 
 
 @dataclass(frozen=True)
 class Item:
     kind: int
     flags: int
-    payload: bytes | memoryview
+    payload: bytes | memoryview | FileSpan  # a FileSpan: spilled, left in its file for the connection to send
     shared: tuple[Any, StoredBuffer] | None = None  # (its ResultPartition, the buffer) pinned in an arena slot, sent by reference
 
 
@@ -130,6 +134,7 @@ class SubpartitionView:
         self.listener = listener
         self.released = False
         self.shared = False  # the reader is on this host and copies buffers out of arena slots itself
+        self.spans = False  # the connection sends spilled data buffers from their file (take yields FileSpans)
 
     def notify(self) -> None:
         if not self.released:
@@ -162,7 +167,12 @@ class SubpartitionView:
         if self.shared and buf.arena is not None and buf.payload is not None:
             part.memory.pin(buf)  # the slot goes back to the writer only once the reader has copied it
             shared = (part, buf)
-        payload = buf.payload if buf.payload is not None else part.read_spilled(buf)
+        if buf.payload is not None:
+            payload = buf.payload
+        elif self.spans and buf.kind == BufferKind.DATA and buf.size >= SPAN_MIN:
+            payload = part.spilled_span(buf)
+        else:
+            payload = part.read_spilled(buf)
         if shared is None and buf.arena is not None and buf.payload is not None:
             # the bytes sit in the writer's arena slot, which is refilled once this buffer's memory is dropped
             # (maybe by this very take): a socket gets a copy, so no transport ever holds a view of the slot,

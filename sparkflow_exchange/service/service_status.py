@@ -92,7 +92,8 @@ def service_status(service: Described) -> dict[str, Any]:
         "refused_connections": service.admission.refused + sum(listener.refused for listener in service.listeners),
         "connections": [
             {"client": c.client_id, "client_host": c.client_host, "transport": c.transport_kind,
-             "credential": c.identity, "bytes_sent": c.bytes_sent, "bytes_received": c.bytes_received}
+             "credential": c.identity, "bytes_sent": c.bytes_sent, "bytes_received": c.bytes_received,
+             "file_bytes_sent": c.file_bytes_sent}  # of bytes_sent: straight from spill files (sendfile)
             for c in service.connections
         ],
         "exchanges": service.coordinator.list() + service.streams.list() if service.coordinator else [],
