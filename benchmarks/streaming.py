@@ -8,6 +8,10 @@ Routes:
 * ``python``: micro-batches through the Python data source and sink (``spark.sparkflow.exchange.jvmFormat=false``,
   as without the jar);
 * ``files`` (the baseline): parquet files between the two sides (``readStream.parquet`` of a directory);
+* ``noop`` (throughput only): the bound no exchange can beat: the writer query into Spark's own ``noop`` sink (the
+  same source, planning and triggers, nothing written), then the reader query over the prepared source files
+  themselves (the rows already at rest as parquet, read by the same ``foreachBatch``): no route moves the rows in
+  less than this;
 * ``floor`` (throughput only): a no-op Python stream sink and a Python stream source of the same rows prepared as
   Arrow files (``spark_common.StreamFloor``): what PySpark charges any Python streaming source and sink.
 
@@ -79,7 +83,7 @@ SLOTS = 4
 N_SUB = 2
 FLOOR_PARTS = 2  # the floor route's prepared Arrow files: one read partition each, as the source's 2 parquet files
 ROUTES = ("rtm", "jvm", "python", "files")
-MICRO_BATCH_ROUTES = ("jvm", "python", "files", "floor")
+MICRO_BATCH_ROUTES = ("jvm", "python", "files", "floor", "noop")
 EXTRA_ROUTES = {"python-nopoll": ["stream.pollWait=0"],  # the Python route with the reader's long poll off
                 "python-8": ["numSubpartitions=8"]}  # the Python route read by 8 tasks
 JAR = Path(__file__).resolve().parent.parent / "sparkflow_exchange" / "jars" / "sparkflow-exchange-plugin.jar"
@@ -93,7 +97,7 @@ def main() -> None:
                         help="hop: --hop-seconds 8 --search-seconds 6; throughput: --rows 1000000; latency: --seconds 15")
     parser.add_argument("--only", default="hop,throughput", help="comma separated: hop, throughput, latency")
     parser.add_argument("--routes", default=",".join(ROUTES),
-                        help="comma separated: rtm (hop only), jvm, python, files, floor (throughput only), "
+                        help="comma separated: rtm (hop only), jvm, python, files, floor, noop (throughput only), "
                              "python-nopoll (stream.pollWait=0), python-8 (8 subpartitions)")
     # hop
     parser.add_argument("--rates", default="1000,10000,100000", help="hop: rows/s, each measured")
@@ -165,7 +169,7 @@ def main() -> None:
         if "hop" in cases:
             results["hop"] = hops(spark, routes, args)
         if "latency" in cases:
-            mb = [r for r in routes if r in MICRO_BATCH_ROUTES and r != "floor" or r in EXTRA_ROUTES]
+            mb = [r for r in routes if r in MICRO_BATCH_ROUTES and r not in ("floor", "noop") or r in EXTRA_ROUTES]
             if args.latency_warmup:  # untimed, every route once: the first query in a session runs cold
                 short = argparse.Namespace(**{**vars(args), "seconds": args.latency_warmup, "warmup_seconds": 1.0})
                 for r in mb:
@@ -207,6 +211,9 @@ def start_route(spark, route: str, frame, key: str, trigger: dict, args, tag: st
         source = (spark.readStream.format("floor_stream").option("dir", str(args.floor_dir))
                   .option("parts", FLOOR_PARTS).load())
         return query, source
+    if route == "noop":  # throughput only: Spark's no-op sink, then the rows where they already are
+        query = frame.writeStream.format("noop").option("checkpointLocation", ck).trigger(**trigger).start()
+        return query, spark.readStream.schema(frame.schema).format("parquet").load(str(args.source_dir))
     set_route(spark, route)
     if route in ("jvm", "python") or route in EXTRA_ROUTES:
         opts = [*EXTRA_ROUTES.get(route, []), *args.opt]
@@ -322,17 +329,20 @@ def throughput(spark, routes: list[str], args) -> dict:
     src = TMP / "throughput-source"
     bench_rows(spark, args.rows, 2).write.parquet(str(src))
     results: dict = {"rows": args.rows}
+    args.source_dir = src
     if "floor" in routes:
         spark.dataSource.register(StreamFloor)
     if args.warmup_rows:  # untimed: the JIT, the reader's and writer's Python workers, every route once
         small = TMP / "throughput-warmup"
         spark.read.parquet(str(src)).where(F.col("id") < args.warmup_rows).write.parquet(str(small))
         args.floor_dir = TMP / "floor-warmup"
+        args.source_dir = small
         if "floor" in routes:
             prepare_floor_files(args.warmup_rows, args.floor_dir, 1 << 20, FLOOR_PARTS)
         for route in routes:
             through(spark, route, small, args, rows=args.warmup_rows)
     args.floor_dir = TMP / "floor"
+    args.source_dir = src
     if "floor" in routes:
         prepare_floor_files(args.rows, args.floor_dir, 1 << 20, FLOOR_PARTS)
     rounds: dict[str, list[dict]] = {route: [] for route in routes}
@@ -353,6 +363,15 @@ def throughput(spark, routes: list[str], args) -> dict:
             best = results[other]["seconds"] / results[base]["seconds"]
             median = results[other]["median_seconds"] / results[base]["median_seconds"]
             results[f"speedup_{base}_over_{other}"] = {"best": best, "median": median}
+    targets = {"files": 1.5, "python": 3.0}  # the JVM micro-batch route's throughput goals over these routes
+    if "noop" in results:
+        bound = results["noop"]
+        for other, factor in [(r, f) for r, f in targets.items() if r in results]:
+            aims = {k: results[other][s] / factor for k, s in (("best", "seconds"), ("median", "median_seconds"))}
+            results[f"target_{factor:g}x_{other}"] = {
+                **{f"{k}_seconds": v for k, v in aims.items()},
+                **{f"{k}_over_noop_seconds": aims[k] - bound[s]
+                   for k, s in (("best", "seconds"), ("median", "median_seconds"))}}
     print_throughput(results, routes, base)
     return results
 
@@ -412,6 +431,13 @@ def print_throughput(results: dict, routes: list[str], base: str) -> None:
         if key in results:
             print(f"| **{base} speedup over {route}** (its seconds / {base}'s) | **{results[key]['best']:.2f}x** | "
                   f"**{results[key]['median']:.2f}x** | | |")
+    for key in [k for k in results if k.startswith("target_")]:
+        t = results[key]
+        factor, _, other = key[len("target_"):].partition("_")
+        print(f"{factor} {other}: the route must take at most {t['best_seconds']:.2f} s best / "
+              f"{t['median_seconds']:.2f} s median, {t['best_over_noop_seconds']:+.2f} / "
+              f"{t['median_over_noop_seconds']:+.2f} s over the noop bound (writer into Spark's noop sink, reader "
+              f"over the source files)")
 
 
 # ------------------------------------------------------------------ 3. one hop, producer and consumer outside Spark
