@@ -130,6 +130,8 @@ def main() -> None:
                         help="throughput: an untimed round of this many rows first (0: none)")
     parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                         help="extra option for the pipelined writer and reader (repeatable)")
+    parser.add_argument("--writer-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra option for the pipelined writer only (repeatable), e.g. compression=lz4")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra Spark setting for the session (repeatable)")
     parser.add_argument("--driver-java-options", default="",
@@ -219,7 +221,8 @@ def start_route(spark, route: str, frame, key: str, trigger: dict, args, tag: st
         opts = [*EXTRA_ROUTES.get(route, []), *args.opt]
         name = f"bench-{tag}-{uuid.uuid4().hex[:8]}"
         writer = _opts(frame.writeStream.format("pipelined").option("exchange", name).option("keys", key)
-                       .option("numSubpartitions", N_SUB).option("checkpointLocation", ck), opts)
+                       .option("numSubpartitions", N_SUB).option("checkpointLocation", ck),
+                       [*opts, *args.writer_opt])
         query = writer.trigger(**trigger).start()
         source = _opts(spark.readStream.format("pipelined").option("exchange", name)
                        .option("declareTimeout", "120s"), opts)
@@ -238,6 +241,25 @@ def wait_for(cond, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.05)
+
+
+def task_stats(spark, query) -> dict:
+    """The query's Spark jobs from the status store: tasks per stage and the tasks' CPU and run seconds (the
+    executor's own counts, apart from the service's and the driver's other threads)."""
+    tracker = spark.sparkContext.statusTracker()
+    store = spark._jsc.sc().statusStore()
+    tasks, cpu, run = [], 0.0, 0.0
+    for job in sorted(tracker.getJobIdsForGroup(query.runId)):
+        info = tracker.getJobInfo(job)
+        for stage in sorted(info.stageIds) if info else []:
+            try:
+                data = store.lastStageAttempt(stage)
+            except Exception:  # noqa: BLE001 - a stage the store no longer holds
+                continue
+            tasks.append(data.numTasks())
+            cpu += data.executorCpuTime() / 1e9
+            run += data.executorRunTime() / 1e3
+    return {"tasks_per_stage": tasks, "task_cpu_s": round(cpu, 2), "task_run_s": round(run, 2)}
 
 
 def durations(query) -> dict:
@@ -394,6 +416,7 @@ def through(spark, route: str, src: Path, args, rows: int | None = None) -> dict
     writer, source = start_route(spark, route, frame, "key", {"availableNow": True}, args, tag)
     writer.awaitTermination()
     written = time.perf_counter() - start
+    cpu_w = spark_cpu(jvm) - cpu0[0], spark_cpu(service_pids(TMP / "runtime")) - cpu0[1]
     reader = (source.writeStream.foreachBatch(sink).option("checkpointLocation", str(TMP / f"{tag}-{route}-rck"))
               .trigger(availableNow=True).start())
     reader.awaitTermination()
@@ -405,13 +428,16 @@ def through(spark, route: str, src: Path, args, rows: int | None = None) -> dict
     cpu = spark_cpu(jvm) - cpu0[0], spark_cpu(service_pids(TMP / "runtime")) - cpu0[1]
     result = {"seconds": seconds, "writer_seconds": written, "reader_seconds": seconds - written,
               "cpu_s_per_m_rows": {"spark": round(cpu[0] / rows * 1e6, 2), "service": round(cpu[1] / rows * 1e6, 2)},
-              "writer_durations_ms": durations(writer), "reader_durations_ms": durations(reader)}
+              "cpu_s": {"writer_spark": round(cpu_w[0], 2), "writer_service": round(cpu_w[1], 2),
+                        "reader_spark": round(cpu[0] - cpu_w[0], 2), "reader_service": round(cpu[1] - cpu_w[1], 2)},
+              "writer_durations_ms": durations(writer), "reader_durations_ms": durations(reader),
+              "writer_tasks": task_stats(spark, writer), "reader_tasks": task_stats(spark, reader)}
     if rows != args.rows:
         return result
     print(f"throughput {route:9s}: {seconds:6.2f} s (writer query {written:.2f} s, reader query "
-          f"{seconds - written:.2f} s); CPU s per M rows {result['cpu_s_per_m_rows']}")
-    print(f"    writer {result['writer_durations_ms']}")
-    print(f"    reader {result['reader_durations_ms']}")
+          f"{seconds - written:.2f} s); CPU s per M rows {result['cpu_s_per_m_rows']}, CPU s {result['cpu_s']}")
+    print(f"    writer {result['writer_durations_ms']} {result['writer_tasks']}")
+    print(f"    reader {result['reader_durations_ms']} {result['reader_tasks']}")
     return result
 
 
