@@ -248,10 +248,13 @@ def task_stats(spark, query) -> dict:
     executor's own counts, apart from the service's and the driver's other threads)."""
     tracker = spark.sparkContext.statusTracker()
     store = spark._jsc.sc().statusStore()
-    tasks, cpu, run = [], 0.0, 0.0
+    tasks, cpu, run, seen = [], 0.0, 0.0, set()
     for job in sorted(tracker.getJobIdsForGroup(query.runId)):
         info = tracker.getJobInfo(job)
         for stage in sorted(info.stageIds) if info else []:
+            if stage in seen:  # a later job's skipped stage is the one an earlier job ran
+                continue
+            seen.add(stage)
             try:
                 data = store.lastStageAttempt(stage)
             except Exception:  # noqa: BLE001 - a stage the store no longer holds
