@@ -160,7 +160,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "stream.maxRetainedBytes": ("stream_max_retained_bytes", "streaming write: the writer query waits while its stream retains more than this for its slowest consumer group (0 = no bound)"),
     "jvmFormat": ("jvm_format", "with the plugin jar on the classpath: format(\"pipelined\") batch reads and writes go through the JVM path where it applies (session setting, read by the jar; false: every read and write is the Python data source's)"),
     "stream.pollWait": ("stream_poll_wait", "streaming read: an idle reader's trigger waits on the service up to this long for the next epoch, and starts within milliseconds of its commit (0 = answer at once; Spark polls again every 10 ms)"),
-    "stream.bufferTimeout": ("stream_buffer_timeout", "streaming write (the Python sink and the plugin jar's JVM sink): a task pushes the rows it holds once the oldest has waited this long, unless bufferTimeout is given (1 ms: a Real-time Mode hop is meant to take milliseconds; a full buffer and the flush-cost rule bound the small buffers it makes). The JVM sink in a micro-batch writer query, unless this or bufferTimeout is given, flushes as the batch writer does (bufferTimeout's 0.1 s, no timer)"),
+    "stream.bufferTimeout": ("stream_buffer_timeout", "streaming write (the Python sink and the plugin jar's JVM sink): a task pushes the rows it holds once the oldest has waited this long, unless bufferTimeout is given (1 ms: a Real-time Mode hop is meant to take milliseconds; a full buffer and the flush-cost rule bound the small buffers it makes)"),
 }
 _OPTIONS: dict[str, dict[str, Any]] = {k: spec for k, spec in contract.load()["options"]["keys"].items()
                                        if "python" in spec["languages"]}

@@ -206,15 +206,6 @@ def python_sink_read_by_jvm_micro_batches_and_a_real_time_chain(d):
     spark.conf.set(ALLOWLIST, "false")  # neither this sink nor the memory sink is on Real-time Mode's allowlist
     try:
         hop1, hop2 = chain("chain_out")
-        # how the JVM sink tells a Real-time Mode writer query (its tasks flush on a 1 ms timer) from a micro-batch one
-        sink = spark._jvm.org.sparkflow.exchange.stream.StreamSink
-        d["hop1_real_time"] = sink.realTimeQuery(str(hop1.id))
-        micro = (spark.readStream.format("rate").load().writeStream.format("noop")
-                 .trigger(processingTime="10 seconds").start())
-        try:
-            d["micro_batch_real_time"] = sink.realTimeQuery(str(micro.id))
-        finally:
-            micro.stop()
         got = until([hop1, hop2], "chain_out", N * FILES)
         errors = [str(q.exception()) for q in (hop1, hop2) if q.exception() is not None]
         # both queries restart from their checkpoints once each has committed a batch (its offsets per subpartition)

@@ -906,23 +906,3 @@ def test_stopping_the_push_thread_drops_the_queue_and_leaves_no_thread(jvm):
     assert answer["later_submit"] == "the connection was closed"  # refused, saying what ended the push
     assert answer["pushed"] == []
     assert (answer["encoded"], answer["discarded"], answer["threads_alive"]) == (1, 4, 0)
-
-
-def test_the_jvm_stream_sink_flushes_on_a_timer_in_real_time_mode_and_whole_buffers_in_micro_batches(jvm):
-    """A Real-time Mode writer pushes what a task holds after the stream's 1 ms buffer timeout, on a timer; a
-    micro-batch writer's tasks (their input all there, their readers reading committed epochs) flush as the batch
-    writer does: the batch bufferTimeout, no timer. A timeout given applies to both, with the timer."""
-    def flush(options: dict, real_time: bool) -> dict:
-        return jvm([{"op": "stream_flush", "options": options, "real_time": real_time}])[0]
-
-    assert {k: v for k, v in flush({}, True).items() if k != "triggers"} == \
-        {"timer": True, "buffer_timeout_ns": 1_000_000}
-    micro = flush({}, False)
-    assert (micro["timer"], micro["buffer_timeout_ns"]) == (False, 100_000_000)
-    for real_time in (True, False):
-        given = flush({"stream.bufferTimeout": "20ms"}, real_time)
-        assert (given["timer"], given["buffer_timeout_ns"]) == (True, 20_000_000)
-        both = flush({"BufferTimeout": "5ms", "stream.bufferTimeout": "20ms"}, real_time)  # bufferTimeout wins
-        assert (both["timer"], both["buffer_timeout_ns"]) == (True, 5_000_000)
-    assert micro["triggers"] == {"processingTime": False, "availableNow": False, "once": False, "continuous": False,
-                                 "realTime": True}

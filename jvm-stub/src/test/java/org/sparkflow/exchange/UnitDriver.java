@@ -57,8 +57,6 @@ import org.sparkflow.exchange.write.WriteSettings;
  *   <li>{@code remote_read}: one producer's subpartition through {@code read.RemoteProducer}, paused mid-read
  *       ({@code read.ReadProbe#remoteRead})</li>
  *   <li>{@code real_time_read}: a Real-time Mode read task against real services ({@code stream.StreamProbe})</li>
- *   <li>{@code stream_flush}: how the JVM stream sink's tasks flush for given options, in Real-time Mode or not, and
- *       which of Spark's triggers it takes for Real-time Mode ({@code stream.StreamProbe})</li>
  *   <li>{@code partition_request}: a {@code read.CreditReceiver}'s request, a resumed one included, and the buffers
  *       it accepts after it ({@link #partitionRequest})</li>
  * </ul>
@@ -108,7 +106,6 @@ public final class UnitDriver {
                     case "remote_read" -> answer.set("values", ReadProbe.remoteRead(request));
                     case "partition_request" -> answer.setAll(partitionRequest(request));
                     case "real_time_read" -> answer.setAll(org.sparkflow.exchange.stream.StreamProbe.realTimeRead(request));
-                    case "stream_flush" -> answer.setAll(org.sparkflow.exchange.stream.StreamProbe.flush(request));
                     default -> throw new IllegalArgumentException("unknown op " + request.path("op"));
                 }
             } catch (RuntimeException e) {

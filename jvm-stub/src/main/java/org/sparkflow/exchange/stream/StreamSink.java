@@ -42,13 +42,9 @@ import org.sparkflow.exchange.write.WriteSettings;
  * {@code batchId} of the writer query is epoch {@code batchId} of the stream, with the Python sink's exactly-once
  * rules (the service's {@code stream_begin_epoch}: a replay of a committed batch is skipped, one an earlier run left
  * open is replaced; a task waits while the stream retains more than {@code stream.maxRetainedBytes}). Each task
- * writes its rows as a producer of the epoch's exchange (write/ExchangeDataWriter) followed by the epoch marker.
- * In a Real-time Mode writer query a timer pushes what a task holds once it has waited {@code bufferTimeout}
- * ({@code stream.bufferTimeout}, 1 ms by default, unless set), so a Real-time Mode reader gets rows while the
- * writer's long batch runs. A micro-batch task has all its input when it starts and its batch's readers read the
- * committed epoch: unless a timeout is given, it flushes as the batch writer does (full buffers, the batch
- * {@code bufferTimeout} checked as rows arrive, its end), with no timer: 1 ms flushes cut its buffers to a few
- * milliseconds of rows, and every buffer costs the writer, the service and the reader.
+ * writes its rows as a producer of the epoch's exchange (write/ExchangeDataWriter) followed by the epoch marker;
+ * a timer pushes what a task holds once it has waited {@code bufferTimeout} ({@code stream.bufferTimeout}, 1 ms by
+ * default, unless set), so a Real-time Mode reader gets rows while the writer's long batch runs.
  */
 public final class StreamSink implements SupportsWrite {
     /** Spark's own option: a query's checkpoint. */
@@ -64,65 +60,24 @@ public final class StreamSink implements SupportsWrite {
     public static final String ASYNC_SINK_CHECK = "_asyncProgressTrackingOverrideSinkSupportCheck";
     static final double WAIT_ROUND_SECONDS = 5.0; // one begin-epoch call's wait on the service (streaming.py WAIT_ROUND)
     private final String name;
-    private final WriteSettings settings; // a Real-time Mode writer's (its flushes: Flush.of(options, true))
+    private final WriteSettings settings;
     private final Map<String, String> options;
     private final HashMap<String, String> discovery;
 
     public StreamSink(String name, Map<String, String> options, Map<String, String> discovery) {
         this.name = name;
-        this.settings = Flush.of(options, true).settings();
+        Map<String, String> o = new HashMap<>(options);
+        // a stream's buffer timeout unless bufferTimeout is given: stream.bufferTimeout (1 ms by default, Flink's
+        // "about a millisecond" setting; its 100 ms default is a batch exchange's): a Real-time Mode hop is meant to
+        // take milliseconds, and a full buffer or the flush-cost rule still bound the small buffers it makes
+        if (o.keySet().stream().noneMatch(k -> k.equalsIgnoreCase(Option.BUFFER_TIMEOUT))) {
+            String stream = option(options, Option.STREAM_BUFFER_TIMEOUT);
+            o.put(Option.BUFFER_TIMEOUT, stream != null ? stream : OptionDefault.STREAM_BUFFER_TIMEOUT + "s");
+        }
+        o.keySet().removeIf(k -> k.equalsIgnoreCase(Option.STREAM_BUFFER_TIMEOUT));
+        this.settings = WriteSettings.defaults().with(List.of(o));
         this.options = options;
         this.discovery = new HashMap<>(discovery);
-    }
-
-    /**
-     * How a writer query's tasks flush: their settings (the {@code bufferTimeout} they use) and whether a timer
-     * pushes what a task holds while its input is idle. A given {@code bufferTimeout}, else a given
-     * {@code stream.bufferTimeout}, always applies, with the timer. Otherwise a Real-time Mode query uses the
-     * stream's default (1 ms, Flink's "about a millisecond" setting; its 100 ms default is a batch exchange's: a
-     * Real-time Mode hop is meant to take milliseconds, and a full buffer or the flush-cost rule still bound the
-     * small buffers it makes), and a micro-batch query the batch writer's (100 ms, no timer): its tasks' input is
-     * all there when they start, so they fill whole buffers, and its readers read the epoch once it is committed.
-     */
-    record Flush(WriteSettings settings, boolean timer) {
-        static Flush of(Map<String, String> options, boolean realTime) {
-            Map<String, String> o = new HashMap<>(options);
-            String stream = option(options, Option.STREAM_BUFFER_TIMEOUT);
-            o.keySet().removeIf(k -> k.equalsIgnoreCase(Option.STREAM_BUFFER_TIMEOUT));
-            boolean given = option(options, Option.BUFFER_TIMEOUT) != null;
-            if (!given && (stream != null || realTime)) {
-                o.put(Option.BUFFER_TIMEOUT, stream != null ? stream : OptionDefault.STREAM_BUFFER_TIMEOUT + "s");
-            }
-            return new Flush(WriteSettings.defaults().with(List.of(o)), given || stream != null || realTime);
-        }
-    }
-
-    /**
-     * Whether the query {@code queryId} (of this driver's active session) runs in Real-time Mode: its trigger, read
-     * from Spark's query object. Where that cannot be told (another Spark's internals) it is taken to run in
-     * Real-time Mode on a Spark that has it, so a Real-time Mode writer never loses its timer.
-     */
-    public static boolean realTimeQuery(String queryId) {
-        if (!StreamTable.realTimeAvailable()) {
-            return false;
-        }
-        try {
-            org.apache.spark.sql.SparkSession session = org.apache.spark.sql.SparkSession.active();
-            Object query = session.streams().get(UUID.fromString(queryId));
-            if (query == null) {
-                return true;
-            }
-            Object execution = query.getClass().getMethod("streamingQuery").invoke(query);
-            Object trigger = execution.getClass().getMethod("trigger").invoke(execution);
-            return realTimeTrigger(trigger);
-        } catch (ReflectiveOperationException | RuntimeException | LinkageError e) {
-            return true;
-        }
-    }
-
-    /** Whether {@code trigger} is Spark's Real-time Mode trigger ({@code Trigger.RealTime}). */
-    static boolean realTimeTrigger(Object trigger) {
-        return trigger != null && trigger.getClass().getSimpleName().startsWith("RealTime");
     }
 
     @Override
@@ -191,10 +146,9 @@ public final class StreamSink implements SupportsWrite {
         String timeout = option(Option.READER_TIMEOUT);
         long readerTimeout = WriteSettings.duration(Option.READER_TIMEOUT,
                 timeout == null ? OptionDefault.READER_TIMEOUT + "s" : timeout);
-        Flush flush = Flush.of(options, realTimeQuery(info.queryId()));
         return new EpochWrite(name, desc.path("schema").asText(schema), info.schema(),
-                desc.path("num_subpartitions").asInt(settings.numSubpartitions()), flush.settings(), flush.timer(),
-                discovery, UUID.randomUUID().toString().replace("-", ""), info.queryId(), readerTimeout);
+                desc.path("num_subpartitions").asInt(settings.numSubpartitions()), settings, discovery,
+                UUID.randomUUID().toString().replace("-", ""), info.queryId(), readerTimeout);
     }
 
     /** {@code schema} as the Python writer declares it (Arrow, UTC timestamps, an IPC schema message in base64). */
@@ -217,7 +171,7 @@ public final class StreamSink implements SupportsWrite {
 
     /** One start of the writer query ({@code run}): its epochs' tasks and commits. */
     record EpochWrite(String stream, String schemaBase64, StructType schema, int width, WriteSettings settings,
-                      boolean timer, HashMap<String, String> discovery, String run, String queryId, long readerTimeoutNanos)
+                      HashMap<String, String> discovery, String run, String queryId, long readerTimeoutNanos)
             implements StreamingWrite, StreamingDataWriterFactory {
         @Override
         public StreamingDataWriterFactory createStreamingWriterFactory(PhysicalWriteInfo info) {
@@ -249,8 +203,8 @@ public final class StreamSink implements SupportsWrite {
                     settings, discovery);
             int attemptNumber = ctx == null ? 0 : ctx.attemptNumber();
             String attempt = partitionId + "-" + attemptNumber + "-" + taskId;
-            ExchangeDataWriter writer = ExchangeDataWriter.forEpoch(handle, partitionId, attempt, epochMarker(epochId));
-            return timer ? new TimedWriter(writer, settings.bufferTimeoutNanos()) : writer;
+            return new TimedWriter(ExchangeDataWriter.forEpoch(handle, partitionId, attempt, epochMarker(epochId)),
+                    settings.bufferTimeoutNanos());
         }
 
         /** The epoch to write, or a skip; waits (backpressure) while some consumer group still moves on. */

@@ -15,34 +15,6 @@ public final class StreamProbe {
     private StreamProbe() {}
 
     /**
-     * {@code {"op": "stream_flush", "options": {...}, "real_time": bool}}: the sink's flush for a writer query with
-     * these options ({@code timer}, {@code buffer_timeout_ns}), and for each of Spark's triggers (processingTime,
-     * availableNow, once, continuous, realTime) whether the sink takes it for Real-time Mode ({@code triggers}).
-     */
-    public static ObjectNode flush(JsonNode r) {
-        java.util.Map<String, String> options = new java.util.HashMap<>();
-        r.path("options").fields().forEachRemaining(e -> options.put(e.getKey(), e.getValue().asText()));
-        StreamSink.Flush flush = StreamSink.Flush.of(options, r.path("real_time").asBoolean());
-        ObjectNode out = JSON.createObjectNode();
-        out.put("timer", flush.timer());
-        out.put("buffer_timeout_ns", flush.settings().bufferTimeoutNanos());
-        ObjectNode triggers = out.putObject("triggers");
-        triggers.put("processingTime", StreamSink.realTimeTrigger(
-                org.apache.spark.sql.streaming.Trigger.ProcessingTime("1 second")));
-        triggers.put("availableNow", StreamSink.realTimeTrigger(org.apache.spark.sql.streaming.Trigger.AvailableNow()));
-        triggers.put("once", StreamSink.realTimeTrigger(org.apache.spark.sql.streaming.Trigger.Once()));
-        triggers.put("continuous", StreamSink.realTimeTrigger(
-                org.apache.spark.sql.streaming.Trigger.Continuous("1 second")));
-        try { // Spark 4.3's: looked up, so the probe compiles against an older Spark too
-            triggers.put("realTime", StreamSink.realTimeTrigger(org.apache.spark.sql.streaming.Trigger.class
-                    .getMethod("RealTime", String.class).invoke(null, "5 seconds")));
-        } catch (ReflectiveOperationException e) {
-            triggers.putNull("realTime");
-        }
-        return out;
-    }
-
-    /**
      * {@code {"op": "real_time_read", "stream": s, "schema": base64, "offset": checkpoint offset JSON, "rows": n,
      * "coordinator": a, "secret": k, "host_id": h, "timeout_ms": t}}: one Real-time Mode read task of subpartition 0
      * from the offset's place (as the next batch's task starts from the last one's), the first column (a long) of
