@@ -36,7 +36,9 @@ Cases:
    string, double) prepared as parquet (2 files) before timing; a writer query reads them with
    ``trigger(availableNow=True)`` into the route, then a reader query with ``availableNow`` aggregates every
    column in ``foreachBatch``. Time from the writer's start to the reader having everything; count and sum(id)
-   checked exactly.
+   checked exactly. Per query: the CPU seconds of Spark's processes and of the service (``/proc``), and its Spark
+   tasks per stage with their CPU and run seconds (Spark's status store). With ``noop`` in the routes, what the
+   JVM route's goals (1.5x ``files``, 3x ``python``) leave over the noop bound.
 3. ``latency`` (the older case, micro-batch routes): a rate source (``--rate`` rows/s) written by one query, read
    by another whose ``foreachBatch`` sink stamps when the batch's rows are in the driver; the rate source's
    whole-second offsets put a 0.5 s floor under every route (``from_available`` counts from when it hands a row
