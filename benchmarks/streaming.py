@@ -8,6 +8,10 @@ Routes:
 * ``python``: micro-batches through the Python data source and sink (``spark.sparkflow.exchange.jvmFormat=false``,
   as without the jar);
 * ``files`` (the baseline): parquet files between the two sides (``readStream.parquet`` of a directory);
+* ``noop`` (throughput only): the bound no exchange can beat: the writer query into Spark's own ``noop`` sink (the
+  same source, planning and triggers, nothing written), then the reader query over the prepared source files
+  themselves (the rows already at rest as parquet, read by the same ``foreachBatch``): no route moves the rows in
+  less than this;
 * ``floor`` (throughput only): a no-op Python stream sink and a Python stream source of the same rows prepared as
   Arrow files (``spark_common.StreamFloor``): what PySpark charges any Python streaming source and sink.
 
@@ -32,7 +36,9 @@ Cases:
    string, double) prepared as parquet (2 files) before timing; a writer query reads them with
    ``trigger(availableNow=True)`` into the route, then a reader query with ``availableNow`` aggregates every
    column in ``foreachBatch``. Time from the writer's start to the reader having everything; count and sum(id)
-   checked exactly.
+   checked exactly. Per query: the CPU seconds of Spark's processes and of the service (``/proc``), and its Spark
+   tasks per stage with their CPU and run seconds (Spark's status store). With ``noop`` in the routes, what the
+   JVM route's goals (1.5x ``files``, 3x ``python``) leave over the noop bound.
 3. ``latency`` (the older case, micro-batch routes): a rate source (``--rate`` rows/s) written by one query, read
    by another whose ``foreachBatch`` sink stamps when the batch's rows are in the driver; the rate source's
    whole-second offsets put a 0.5 s floor under every route (``from_available`` counts from when it hands a row
@@ -79,7 +85,7 @@ SLOTS = 4
 N_SUB = 2
 FLOOR_PARTS = 2  # the floor route's prepared Arrow files: one read partition each, as the source's 2 parquet files
 ROUTES = ("rtm", "jvm", "python", "files")
-MICRO_BATCH_ROUTES = ("jvm", "python", "files", "floor")
+MICRO_BATCH_ROUTES = ("jvm", "python", "files", "floor", "noop")
 EXTRA_ROUTES = {"python-nopoll": ["stream.pollWait=0"],  # the Python route with the reader's long poll off
                 "python-8": ["numSubpartitions=8"]}  # the Python route read by 8 tasks
 JAR = Path(__file__).resolve().parent.parent / "sparkflow_exchange" / "jars" / "sparkflow-exchange-plugin.jar"
@@ -93,7 +99,7 @@ def main() -> None:
                         help="hop: --hop-seconds 8 --search-seconds 6; throughput: --rows 1000000; latency: --seconds 15")
     parser.add_argument("--only", default="hop,throughput", help="comma separated: hop, throughput, latency")
     parser.add_argument("--routes", default=",".join(ROUTES),
-                        help="comma separated: rtm (hop only), jvm, python, files, floor (throughput only), "
+                        help="comma separated: rtm (hop only), jvm, python, files, floor, noop (throughput only), "
                              "python-nopoll (stream.pollWait=0), python-8 (8 subpartitions)")
     # hop
     parser.add_argument("--rates", default="1000,10000,100000", help="hop: rows/s, each measured")
@@ -126,6 +132,8 @@ def main() -> None:
                         help="throughput: an untimed round of this many rows first (0: none)")
     parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
                         help="extra option for the pipelined writer and reader (repeatable)")
+    parser.add_argument("--writer-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra option for the pipelined writer only (repeatable), e.g. compression=lz4")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra Spark setting for the session (repeatable)")
     parser.add_argument("--driver-java-options", default="",
@@ -165,7 +173,7 @@ def main() -> None:
         if "hop" in cases:
             results["hop"] = hops(spark, routes, args)
         if "latency" in cases:
-            mb = [r for r in routes if r in MICRO_BATCH_ROUTES and r != "floor" or r in EXTRA_ROUTES]
+            mb = [r for r in routes if r in MICRO_BATCH_ROUTES and r not in ("floor", "noop") or r in EXTRA_ROUTES]
             if args.latency_warmup:  # untimed, every route once: the first query in a session runs cold
                 short = argparse.Namespace(**{**vars(args), "seconds": args.latency_warmup, "warmup_seconds": 1.0})
                 for r in mb:
@@ -207,12 +215,16 @@ def start_route(spark, route: str, frame, key: str, trigger: dict, args, tag: st
         source = (spark.readStream.format("floor_stream").option("dir", str(args.floor_dir))
                   .option("parts", FLOOR_PARTS).load())
         return query, source
+    if route == "noop":  # throughput only: Spark's no-op sink, then the rows where they already are
+        query = frame.writeStream.format("noop").option("checkpointLocation", ck).trigger(**trigger).start()
+        return query, spark.readStream.schema(frame.schema).format("parquet").load(str(args.source_dir))
     set_route(spark, route)
     if route in ("jvm", "python") or route in EXTRA_ROUTES:
         opts = [*EXTRA_ROUTES.get(route, []), *args.opt]
         name = f"bench-{tag}-{uuid.uuid4().hex[:8]}"
         writer = _opts(frame.writeStream.format("pipelined").option("exchange", name).option("keys", key)
-                       .option("numSubpartitions", N_SUB).option("checkpointLocation", ck), opts)
+                       .option("numSubpartitions", N_SUB).option("checkpointLocation", ck),
+                       [*opts, *args.writer_opt])
         query = writer.trigger(**trigger).start()
         source = _opts(spark.readStream.format("pipelined").option("exchange", name)
                        .option("declareTimeout", "120s"), opts)
@@ -231,6 +243,28 @@ def wait_for(cond, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.05)
+
+
+def task_stats(spark, query) -> dict:
+    """The query's Spark jobs from the status store: tasks per stage and the tasks' CPU and run seconds (the
+    executor's own counts, apart from the service's and the driver's other threads)."""
+    tracker = spark.sparkContext.statusTracker()
+    store = spark._jsc.sc().statusStore()
+    tasks, cpu, run, seen = [], 0.0, 0.0, set()
+    for job in sorted(tracker.getJobIdsForGroup(query.runId)):
+        info = tracker.getJobInfo(job)
+        for stage in sorted(info.stageIds) if info else []:
+            if stage in seen:  # a later job's skipped stage is the one an earlier job ran
+                continue
+            seen.add(stage)
+            try:
+                data = store.lastStageAttempt(stage)
+            except Exception:  # noqa: BLE001 - a stage the store no longer holds
+                continue
+            tasks.append(data.numTasks())
+            cpu += data.executorCpuTime() / 1e9
+            run += data.executorRunTime() / 1e3
+    return {"tasks_per_stage": tasks, "task_cpu_s": round(cpu, 2), "task_run_s": round(run, 2)}
 
 
 def durations(query) -> dict:
@@ -322,17 +356,20 @@ def throughput(spark, routes: list[str], args) -> dict:
     src = TMP / "throughput-source"
     bench_rows(spark, args.rows, 2).write.parquet(str(src))
     results: dict = {"rows": args.rows}
+    args.source_dir = src
     if "floor" in routes:
         spark.dataSource.register(StreamFloor)
     if args.warmup_rows:  # untimed: the JIT, the reader's and writer's Python workers, every route once
         small = TMP / "throughput-warmup"
         spark.read.parquet(str(src)).where(F.col("id") < args.warmup_rows).write.parquet(str(small))
         args.floor_dir = TMP / "floor-warmup"
+        args.source_dir = small
         if "floor" in routes:
             prepare_floor_files(args.warmup_rows, args.floor_dir, 1 << 20, FLOOR_PARTS)
         for route in routes:
             through(spark, route, small, args, rows=args.warmup_rows)
     args.floor_dir = TMP / "floor"
+    args.source_dir = src
     if "floor" in routes:
         prepare_floor_files(args.rows, args.floor_dir, 1 << 20, FLOOR_PARTS)
     rounds: dict[str, list[dict]] = {route: [] for route in routes}
@@ -353,6 +390,15 @@ def throughput(spark, routes: list[str], args) -> dict:
             best = results[other]["seconds"] / results[base]["seconds"]
             median = results[other]["median_seconds"] / results[base]["median_seconds"]
             results[f"speedup_{base}_over_{other}"] = {"best": best, "median": median}
+    targets = {"files": 1.5, "python": 3.0}  # the JVM micro-batch route's throughput goals over these routes
+    if "noop" in results:
+        bound = results["noop"]
+        for other, factor in [(r, f) for r, f in targets.items() if r in results]:
+            aims = {k: results[other][s] / factor for k, s in (("best", "seconds"), ("median", "median_seconds"))}
+            results[f"target_{factor:g}x_{other}"] = {
+                **{f"{k}_seconds": v for k, v in aims.items()},
+                **{f"{k}_over_noop_seconds": aims[k] - bound[s]
+                   for k, s in (("best", "seconds"), ("median", "median_seconds"))}}
     print_throughput(results, routes, base)
     return results
 
@@ -375,6 +421,7 @@ def through(spark, route: str, src: Path, args, rows: int | None = None) -> dict
     writer, source = start_route(spark, route, frame, "key", {"availableNow": True}, args, tag)
     writer.awaitTermination()
     written = time.perf_counter() - start
+    cpu_w = spark_cpu(jvm) - cpu0[0], spark_cpu(service_pids(TMP / "runtime")) - cpu0[1]
     reader = (source.writeStream.foreachBatch(sink).option("checkpointLocation", str(TMP / f"{tag}-{route}-rck"))
               .trigger(availableNow=True).start())
     reader.awaitTermination()
@@ -386,13 +433,16 @@ def through(spark, route: str, src: Path, args, rows: int | None = None) -> dict
     cpu = spark_cpu(jvm) - cpu0[0], spark_cpu(service_pids(TMP / "runtime")) - cpu0[1]
     result = {"seconds": seconds, "writer_seconds": written, "reader_seconds": seconds - written,
               "cpu_s_per_m_rows": {"spark": round(cpu[0] / rows * 1e6, 2), "service": round(cpu[1] / rows * 1e6, 2)},
-              "writer_durations_ms": durations(writer), "reader_durations_ms": durations(reader)}
+              "cpu_s": {"writer_spark": round(cpu_w[0], 2), "writer_service": round(cpu_w[1], 2),
+                        "reader_spark": round(cpu[0] - cpu_w[0], 2), "reader_service": round(cpu[1] - cpu_w[1], 2)},
+              "writer_durations_ms": durations(writer), "reader_durations_ms": durations(reader),
+              "writer_tasks": task_stats(spark, writer), "reader_tasks": task_stats(spark, reader)}
     if rows != args.rows:
         return result
     print(f"throughput {route:9s}: {seconds:6.2f} s (writer query {written:.2f} s, reader query "
-          f"{seconds - written:.2f} s); CPU s per M rows {result['cpu_s_per_m_rows']}")
-    print(f"    writer {result['writer_durations_ms']}")
-    print(f"    reader {result['reader_durations_ms']}")
+          f"{seconds - written:.2f} s); CPU s per M rows {result['cpu_s_per_m_rows']}, CPU s {result['cpu_s']}")
+    print(f"    writer {result['writer_durations_ms']} {result['writer_tasks']}")
+    print(f"    reader {result['reader_durations_ms']} {result['reader_tasks']}")
     return result
 
 
@@ -412,6 +462,13 @@ def print_throughput(results: dict, routes: list[str], base: str) -> None:
         if key in results:
             print(f"| **{base} speedup over {route}** (its seconds / {base}'s) | **{results[key]['best']:.2f}x** | "
                   f"**{results[key]['median']:.2f}x** | | |")
+    for key in [k for k in results if k.startswith("target_")]:
+        t = results[key]
+        factor, _, other = key[len("target_"):].partition("_")
+        print(f"{factor} {other}: the route must take at most {t['best_seconds']:.2f} s best / "
+              f"{t['median_seconds']:.2f} s median, {t['best_over_noop_seconds']:+.2f} / "
+              f"{t['median_over_noop_seconds']:+.2f} s over the noop bound (writer into Spark's noop sink, reader "
+              f"over the source files)")
 
 
 # ------------------------------------------------------------------ 3. one hop, producer and consumer outside Spark

@@ -677,9 +677,9 @@ def test_the_writer_routes_every_row_where_sparks_hash_partitioning_puts_it(jvm,
 
 @pytest.mark.parametrize("compression", ["none", "lz4"])
 def test_fixed_width_columns_come_out_of_the_writer_as_the_rows_held_them(jvm, compression):
-    """Longs, ints, shorts, bytes, doubles, floats, dates, timestamps and decimals that fit a long are stored
-    straight into the vectors' memory: every value, null and bound of its range comes back as written, past the
-    vectors' first growth (32 rows)."""
+    """Longs, ints, shorts, bytes, doubles, floats, dates, timestamps, decimals that fit a long and strings (empty
+    and multi-byte ones among them, nulls between and after values) are stored straight into the vectors' memory:
+    every value, null and bound of its range comes back as written, past the vectors' first growth (32 rows)."""
     import decimal
 
     from sparkflow_exchange.buffer import decode
@@ -712,6 +712,8 @@ def test_fixed_width_columns_come_out_of_the_writer_as_the_rows_held_them(jvm, c
             else:
                 assert value == int(want), (types[i], row)
     assert got.num_rows == 1000 and 0 < nulls < 1000 * len(types)
+    strings = [row[types.index("string")] for row in answer["values"]]
+    assert "" in strings and any(s and "\u20ac" in s for s in strings)  # empty and multi-byte values were written
 
 
 def _split_mix64(x: int) -> int:

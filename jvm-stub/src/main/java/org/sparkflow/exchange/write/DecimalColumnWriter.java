@@ -38,8 +38,8 @@ final class DecimalColumnWriter extends ArrowFieldWriter {
     }
 
     /**
-     * Spark's ArrowWriter for {@code root}, with this writer for its decimal columns and
-     * {@link FixedWidthColumnWriter}'s for its fixed-width ones; {@code rows}: the rows' schema;
+     * Spark's ArrowWriter for {@code root}, with this writer for its decimal columns,
+     * {@link FixedWidthColumnWriter}'s for its fixed-width ones and {@link VarCharColumnWriter}'s for its strings; {@code rows}: the rows' schema;
      * {@code initialRows}: the rows the vectors are first made for.
      */
     static ArrowWriter create(VectorSchemaRoot root, StructType rows, int initialRows) {
@@ -49,6 +49,9 @@ final class DecimalColumnWriter extends ArrowFieldWriter {
             v.setInitialCapacity(initialRows);
             v.allocateNew(); // as ArrowWriter.create does
             ArrowFieldWriter fixed = FixedWidthColumnWriter.of(v);
+            if (fixed == null) {
+                fixed = VarCharColumnWriter.of(v);
+            }
             fields[i] = v instanceof DecimalVector d ? new DecimalColumnWriter(d,
                     i < rows.fields().length ? rows.fields()[i].dataType() : null)
                     : fixed != null ? fixed : ArrowWriter$.MODULE$.createFieldWriter(v);

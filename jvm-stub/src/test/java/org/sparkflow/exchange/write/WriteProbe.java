@@ -359,7 +359,8 @@ public final class WriteProbe {
             case "integer", "date" -> (int) x;
             case "double" -> x * 0.25;
             case "float" -> (float) (x * 0.25);
-            case "string" -> org.apache.spark.unsafe.types.UTF8String.fromString("s" + x);
+            case "string" -> org.apache.spark.unsafe.types.UTF8String.fromString(
+                    v % 7 == 3 ? "" : v % 7 == 4 ? "\u00e9\u20ac\ud834\udd1e" + x : "s" + x); // empty, multi-byte
             default -> x; // long, timestamp, timestamp_ntz
         };
     }
