@@ -405,5 +405,6 @@ def wrong_secret(d):
     d["friends_rows"] = spark.table("friends.t8a").count()
 
 
-print(json.dumps(results))
-spark.stop()
+if __name__ == "__main__":  # run by itself (tests/app_jvm_write_and_catalog.py runs it as a part)
+    print(json.dumps(results))
+    spark.stop()

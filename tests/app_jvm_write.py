@@ -933,5 +933,6 @@ def compressed_exchanges_round_trip_on_every_path(d):
     assert not {"zc_bad", "zc_bad_py"} & names, names
 
 
-print(json.dumps(results))
-spark.stop()
+if __name__ == "__main__":  # run by itself (tests/app_jvm_write_and_catalog.py runs it as a part)
+    print(json.dumps(results))
+    spark.stop()

@@ -108,3 +108,19 @@ def run_app_with_jar(tmp_path: Path, source: str, jar: Path, defaults: str = "",
     proc = subprocess.run([sys.executable, str(app), str(jar)], capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc
+
+
+@pytest.fixture(scope="session")
+def jvm_write_and_catalog(tmp_path_factory, jar) -> dict:
+    """The checks of tests/app_jvm_write.py and tests/app_jvm_catalog.py, run in one application
+    (tests/app_jvm_write_and_catalog.py; a session start saved): check name -> outcome, for test_jvm_write.py and
+    test_jvm_catalog.py."""
+    from sparkflow_exchange.service.process import stop_embedded
+
+    work = tmp_path_factory.mktemp("jvm-write-and-catalog")
+    try:
+        result, _proc = run_app_with_jar(work, (TESTS / "app_jvm_write_and_catalog.py").read_text(), jar,
+                                         timeout=1800)
+    finally:
+        stop_embedded(work / "runtime")  # the application's service keeps its exchanges for later readers
+    return result

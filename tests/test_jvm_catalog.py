@@ -1,32 +1,22 @@
 """Exchanges read through the JVM catalog (``spark.sql.catalog.exchange=...ExchangeCatalog``) in a real local
 application with the plugin jar: Spark plans groupBy and same-width joins on the hash key without a shuffle, every
 answer equals parquet's, partitions equal the Python reader's, and damaged or missing spill files fail naming the
-exchange, producer and subpartition. The checks run in one application (tests/app_jvm_catalog.py);
-builds the plugin jar; 1-5 min on a busy 2-core machine."""
+exchange, producer and subpartition. The checks (tests/app_jvm_catalog.py) run in one application with
+tests/test_jvm_write.py's (tests/app_jvm_write_and_catalog.py); builds the plugin jar; 2-6 min on a busy 2-core
+machine."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
-from conftest import run_app_with_jar
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
-APP = (Path(__file__).parent / "app_jvm_catalog.py").read_text()
-
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory, jar) -> dict:
-    """Every group of checks, in one application."""
-    from sparkflow_exchange.service.process import stop_embedded
-
-    work = tmp_path_factory.mktemp("jvm-catalog")
-    try:
-        result, _proc = run_app_with_jar(work, APP, jar, timeout=1200)
-    finally:
-        stop_embedded(work / "runtime")  # the application's service keeps its exchanges for later readers
-    return result
+def results(jvm_write_and_catalog) -> dict:
+    """Every group of checks, in one application (with tests/app_jvm_write.py's checks)."""
+    return jvm_write_and_catalog
 
 
 @pytest.fixture(scope="module")

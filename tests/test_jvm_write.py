@@ -2,7 +2,9 @@
 in one real local application with the plugin jar (tests/app_jvm_write.py): rows equal the source DataFrame's, read
 by the Python reader, ``open_reader`` and the catalog; every row sits in the partition ``repartition(n, keys)``
 gives it; a JVM write and read start no Python worker, through the catalog and through ``format("pipelined")``, which
-hands the options the JVM path does not serve to the Python data source. Builds the plugin jar; about 1 min on a busy 2-core machine."""
+hands the options the JVM path does not serve to the Python data source. The checks run in one application with
+tests/test_jvm_catalog.py's (tests/app_jvm_write_and_catalog.py). Builds the plugin jar; 2-6 min on a busy 2-core
+machine."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,19 +14,11 @@ from conftest import run_app_with_jar
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
-APP = (Path(__file__).parent / "app_jvm_write.py").read_text()
-
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory, jar) -> dict:
-    from sparkflow_exchange.service.process import stop_embedded
-
-    work = tmp_path_factory.mktemp("jvm-write")
-    try:
-        result, _proc = run_app_with_jar(work, APP, jar, timeout=900)
-    finally:
-        stop_embedded(work / "runtime")  # the application's service keeps its exchanges for later readers
-    return result
+def results(jvm_write_and_catalog) -> dict:
+    """tests/app_jvm_write.py's checks, run with tests/app_jvm_catalog.py's in one application."""
+    return jvm_write_and_catalog
 
 
 def passed(results: dict, name: str) -> dict:

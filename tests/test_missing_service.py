@@ -103,7 +103,13 @@ def test_the_driver_log_and_the_first_use_name_the_host_without_a_service_and_th
         host = socket.gethostname()
         assert "could not start" in said[0] and f"host {host} has no exchange service" in said[0], said[0]
         assert f"`{command}`" in said[0], said[0]
-        time.sleep(10)  # Spark starts the executor again there: the driver says it once
+        def lost_again() -> bool:  # Spark started the executor there again, and lost it again (its log says so)
+            return any("Lost executor 1 " in line for line in list(lines))
+
+        while not lost_again() and time.monotonic() < deadline and app.poll() is None:
+            time.sleep(0.2)
+        assert lost_again(), "".join(lines)[-5000:]
+        # the driver said it once
         assert len([line for line in list(lines) if line.startswith("ERROR sparkflow-exchange:")]) == 1
         go.touch()
         assert app.stdout.readline().strip() == "planned"
