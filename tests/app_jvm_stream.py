@@ -122,14 +122,17 @@ def only(fn):
 
 def chain(table: str):
     """RTM query 1: stream py (group chain) -> stream jv2; RTM query 2: jv2 -> memory table ``table`` (a memory sink
-    cannot restart from a checkpoint: each table is a new query, in a group of its own from the retained epochs).
+    cannot restart from a checkpoint: each table is a new query, in the consumer group ``table``). jv2's writer
+    names both tables' groups, so the service keeps every epoch until each has read it: the second table reads
+    jv2 from its start however far the first one got.
     Each stream is 2 subpartitions wide: Real-time Mode holds a slot per task, 4 in all of local[4]."""
     hop1 = (spark.readStream.format("pipelined").option("exchange", "py").option("consumerGroup", "chain").load()
             .writeStream.format("pipelined").option("exchange", "jv2").option("numSubpartitions", 2)
+            .option("stream.consumerGroups", "chain_out,chain_again")
             .option("partitioner", "hash").option("keys", "p").outputMode("update")
             .option("_asyncProgressTrackingOverrideSinkSupportCheck", "true")
             .option("checkpointLocation", str(WORK / "hop1-ck")).trigger(realTime="5 seconds").start())
-    hop2 = (spark.readStream.format("pipelined").option("exchange", "jv2").load()
+    hop2 = (spark.readStream.format("pipelined").option("exchange", "jv2").option("consumerGroup", table).load()
             .writeStream.format("memory").queryName(table).outputMode("update")
             .option("checkpointLocation", str(WORK / f"{table}-ck")).trigger(realTime="5 seconds").start())
     return hop1, hop2
@@ -225,7 +228,7 @@ def python_sink_read_by_jvm_micro_batches_and_a_real_time_chain(d):
     # query 1 restarts from its checkpoint (offsets per subpartition): it reads that epoch alone into jv2
     spark.conf.set(ALLOWLIST, "false")
     try:
-        hop1, hop2 = chain("chain_again")  # a new query 2: from jv2's first retained epoch, the old rows too
+        hop1, hop2 = chain("chain_again")  # a new query 2 in its own group: from jv2's first epoch, the old rows too
         until([hop1, hop2], "chain_again", N * (FILES + 1))
         time.sleep(6)  # a whole Real-time Mode batch more: nothing read before the restart comes again
         again = spark.table("chain_again").collect()
