@@ -17,12 +17,13 @@ import org.apache.arrow.vector.compression.CompressionUtil;
  * the context, after which compressing fails.
  */
 final class ZstdContextCodec extends AbstractCompressionCodec implements AutoCloseable {
-    private final int level;
-    private ZstdCompressCtx context; // made at the first buffer: a codec that never compresses holds none
+    // made with the codec, not at its first buffer: a branch every writer took once (a null context) left the JIT's
+    // code of the warm-up's writer (whose context was made) to be thrown away at each task's first buffer
+    private final ZstdCompressCtx context;
     private boolean closed;
 
     ZstdContextCodec(int level) {
-        this.level = level;
+        this.context = new ZstdCompressCtx().setLevel(level);
     }
 
     @Override
@@ -34,9 +35,6 @@ final class ZstdContextCodec extends AbstractCompressionCodec implements AutoClo
         }
         if (closed) {
             throw new IllegalStateException("the writer's ZSTD codec is closed: its buffers were all encoded");
-        }
-        if (context == null) {
-            context = new ZstdCompressCtx().setLevel(level);
         }
         ArrowBuf compressed = allocator.buffer(CompressionUtil.SIZE_OF_UNCOMPRESSED_LENGTH + bound);
         try {
@@ -76,10 +74,9 @@ final class ZstdContextCodec extends AbstractCompressionCodec implements AutoClo
     /** Free the native context (idempotent). */
     @Override
     public void close() {
-        closed = true;
-        if (context != null) {
+        if (!closed) {
+            closed = true;
             context.close();
-            context = null;
         }
     }
 }
