@@ -37,7 +37,7 @@ import org.sparkflow.exchange.wire.RpcConnection;
 public final class Warmup {
     static final int ROWS = 100_000; // past the optimising compiler's thresholds for a row's methods, which a busy compile queue at start raises
     static final int TARGETS = 200; // spark.sql.shuffle.partitions' default: a write's common width
-    /** A target's buffer leaves at this many bytes (about 15 of its rows): some 6,700 buffers in all. */
+    /** A target's buffer leaves at this many bytes (15-18 of its rows): 7,000 buffers or more in all. */
     static final int BUFFER_BYTES = 1536;
     /** Calls after which the optimising compiler takes a method (HotSpot's Tier4InvocationThreshold). */
     static final int BUFFERS = 5_000;
