@@ -39,6 +39,9 @@ public final class Warmup {
     static final int TARGETS = 200; // spark.sql.shuffle.partitions' default: a write's common width
     /** A target's buffer leaves at this many bytes (15-18 of its rows): 7,000 buffers or more in all. */
     static final int BUFFER_BYTES = 1536;
+    /** Rows first written in buffers of {@link #GROWING_BUFFER_BYTES} (about 80 rows: past BufferEncoder's 32). */
+    static final int GROWING_ROWS = 20_000;
+    static final int GROWING_BUFFER_BYTES = 8192;
     /** Calls after which the optimising compiler takes a method (HotSpot's Tier4InvocationThreshold). */
     static final int BUFFERS = 5_000;
     static final int CONNECT_MILLIS = 10_000;
@@ -72,8 +75,10 @@ public final class Warmup {
      * with the default codec and pushed (framed, then dropped) whenever it holds {@link #BUFFER_BYTES}. {@link #ROWS}
      * rows: enough for the JIT's optimising compiler to compile the writer's row method, the vectors' allocation
      * and, with more than {@link #BUFFERS} buffers, each buffer's encoding and push here, not in the first writes
-     * (with a buffer per 100 rows, the encoding was still compiled during a session's first two writes). What it
-     * made: its buffers, their rows (checked: a warm-up that lost rows says so).
+     * (with a buffer per 100 rows, the encoding was still compiled during a session's first two writes); before them
+     * {@link #GROWING_ROWS} rows in larger buffers, whose vectors grow past their first size as a write's do (with
+     * small buffers only, the first write's growing vectors threw the compiled code away). What it made: its buffers,
+     * their rows (checked: a warm-up that lost rows says so).
      */
     public static long[] warm() throws Exception {
         StructType rows = new StructType().add("l", DataTypes.LongType).add("i", DataTypes.IntegerType)
@@ -81,10 +86,13 @@ public final class Warmup {
                 .add("m", DataTypes.createDecimalType(12, 2)).add("t", DataTypes.DateType)
                 .add("ts", DataTypes.TimestampType).add("bin", DataTypes.BinaryType);
         String declared = ExchangeBatchWrite.arrowSchemaBase64(rows); // as a write's declare makes it
-        WriteSettings settings = WriteSettings.defaults()
-                .withLayout(Contract.Partitioner.HASH, List.of("l"), TARGETS, Contract.OptionDefault.PARTITION_TYPE)
-                .with(List.of(Map.of(Contract.Option.BUFFER_SIZE, String.valueOf(BUFFER_BYTES))));
-        WriteHandle handle = new WriteHandle("warmup", 0, "", declared, rows, TARGETS, settings, new HashMap<>());
+        WriteSettings layout = WriteSettings.defaults()
+                .withLayout(Contract.Partitioner.HASH, List.of("l"), TARGETS, Contract.OptionDefault.PARTITION_TYPE);
+        WriteHandle growing = new WriteHandle("warmup", 0, "", declared, rows, TARGETS,
+                layout.with(List.of(Map.of(Contract.Option.BUFFER_SIZE, String.valueOf(GROWING_BUFFER_BYTES)))),
+                new HashMap<>());
+        WriteHandle handle = new WriteHandle("warmup", 0, "", declared, rows, TARGETS,
+                layout.with(List.of(Map.of(Contract.Option.BUFFER_SIZE, String.valueOf(BUFFER_BYTES)))), new HashMap<>());
         // a task gets its write's handle, and the driver each task's commit, by Java serialization, whose first
         // use of a record class builds the method handles of its constructor (classes spun and compiled)
         ProducerCommit commit = new ProducerCommit("warmup", 0, ROWS);
@@ -93,19 +101,26 @@ public final class Warmup {
         }
         UnsafeRowWriter writer = new UnsafeRowWriter(rows.size(), 32);
         byte[] header = new byte[Contract.DataHeaderSize.PUSH_BUFFER];
-        long[] made;
-        ExchangeDataWriter task = ExchangeDataWriter.offline(handle,
-                (subpartition, payload, flags) -> Frames.encode(Frames.PUSH_BUFFER, header, payload.length)); // as a push frames it
-        try {
-            for (int r = 0; r < ROWS; r++) {
-                task.write(row(writer, r));
+        PushStage.Sink sink = (subpartition, payload, flags) -> Frames.encode(Frames.PUSH_BUFFER, header, payload.length);
+        long[] made = {0, 0};
+        // first buffers of more rows than a target's vectors are made for (they grow, as a write's do: a branch the
+        // compiled code must keep), then many small ones (each buffer's encoding and push compiled)
+        for (WriteHandle h : List.of(growing, handle)) {
+            int n = h == growing ? GROWING_ROWS : ROWS;
+            ExchangeDataWriter task = ExchangeDataWriter.offline(h, sink); // pushes frame each buffer, as a push does
+            try {
+                for (int r = 0; r < n; r++) {
+                    task.write(row(writer, r));
+                }
+                long[] pushed = task.finishOffline();
+                if (pushed[1] != n) {
+                    throw new IllegalStateException("the warm-up pushed " + pushed[1] + " of its " + n + " rows");
+                }
+                made[0] += pushed[0];
+                made[1] += pushed[1];
+            } finally {
+                task.close();
             }
-            made = task.finishOffline();
-        } finally {
-            task.close();
-        }
-        if (made[1] != ROWS) {
-            throw new IllegalStateException("the warm-up pushed " + made[1] + " of its " + ROWS + " rows");
         }
         Mac hmac = Mac.getInstance("HmacSHA256"); // the handshake's
         hmac.init(new SecretKeySpec("warmup".getBytes(StandardCharsets.UTF_8), "HmacSHA256"));
