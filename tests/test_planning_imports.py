@@ -61,3 +61,17 @@ def test_planning_a_read_loads_no_data_path(tmp_service):
             f"print(','.join(m for m in {heavy!r} if m in sys.modules))\n")
     loaded = fresh_python(code)
     assert loaded == "", f"loaded to plan a read: {loaded}"
+
+
+def test_a_service_loads_what_a_writes_commit_needs_before_any_write(tmp_service):
+    """The service's start leaves numpy out (it is ready sooner), but imports it on its own once ready: the first
+    write's producers do not wait for that import inside their commit (nothing here writes or calls it)."""
+    import time
+    from pathlib import Path
+
+    svc = tmp_service()
+    maps = Path(f"/proc/{svc.proc.pid}/maps")
+    deadline = time.monotonic() + 60
+    while "_multiarray_umath" not in maps.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "_multiarray_umath" in maps.read_text(), "the service never imported numpy by itself"

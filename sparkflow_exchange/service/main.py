@@ -5,8 +5,10 @@ import argparse
 import asyncio
 import json
 import logging
+import importlib
 import os
 import sys
+import threading
 from pathlib import Path
 
 from ..config import ConfigError, ExchangeConfig, settings_sources
@@ -95,6 +97,7 @@ async def run(args: argparse.Namespace) -> None:
         raise
     announce(config, args, service, fresh_secret=bool(secret) and not configured_secret)
     print(json.dumps(info), flush=True)
+    preload(WRITE_PATH_MODULES)
     try:
         await service.serve_until_stopped()
     finally:
@@ -135,6 +138,28 @@ async def _start(service: ExchangeService, config: ExchangeConfig, args: argpars
         write_state(args.state_file, {**info, "secret": secret})
     registered = None if args.state_file else register_serve({**info, "secret": secret})
     return registered, ledger, info
+
+
+# What a write's first commit needs that the service's start leaves out (it is ready about 45 ms sooner without):
+# numpy, for the sizes each finished producer reports. Imported on a thread once the service is ready, while no
+# write runs yet; left to the first write, its import (0.1-0.15 s, holding the interpreter) sat inside the first
+# producer's commit and held up every other connection of the service meanwhile.
+WRITE_PATH_MODULES = ("numpy",)
+
+
+def preload(modules: tuple[str, ...]) -> threading.Thread:
+    """Import ``modules`` on a daemon thread (best effort: a module that fails to import is imported, and
+    fails, where it is used), so that no request waits for them."""
+    def run() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - the caller's own import says what is wrong
+                pass
+
+    thread = threading.Thread(target=run, name="sparkflow-exchange-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 _FLAGS = ("host", "port", "advertised_host", "unix", "coordinator", "state_dir", "secret_file", "spill_dir",

@@ -57,6 +57,7 @@ import org.sparkflow.exchange.write.WriteSettings;
  *   <li>{@code remote_read}: one producer's subpartition through {@code read.RemoteProducer}, paused mid-read
  *       ({@code read.ReadProbe#remoteRead})</li>
  *   <li>{@code real_time_read}: a Real-time Mode read task against real services ({@code stream.StreamProbe})</li>
+ *   <li>{@code zstd_context}: the writer's ZSTD codec against Arrow's own ({@code codec.CodecProbe})</li>
  *   <li>{@code partition_request}: a {@code read.CreditReceiver}'s request, a resumed one included, and the buffers
  *       it accepts after it ({@link #partitionRequest})</li>
  * </ul>
@@ -97,6 +98,7 @@ public final class UnitDriver {
                     case "encode_batches" -> answer.setAll(request.path("background").asBoolean(false)
                             ? WriteProbe.encodeBatchesInBackground(request) : WriteProbe.encodeBatches(request));
                     case "push_stage" -> answer.setAll(WriteProbe.pushStage(request));
+                    case "zstd_context" -> answer.setAll(org.sparkflow.exchange.codec.CodecProbe.zstdContext(request));
                     case "route" -> answer.put("python_only", FormatProbe.pythonOnly(request));
                     case "readable" -> answer.put("unreadable", FormatProbe.unreadable(request));
                     case "real_time" -> answer.put("unavailable", org.sparkflow.exchange.stream.StreamTable

@@ -37,14 +37,27 @@ public final class Codecs implements CompressionCodec.Factory {
 
     /**
      * The codec that writes buffers for the option's value ({@link #checked} names); a buffer it cannot shrink by
-     * the contract's {@code min_saving_percent} is written as it is ({@link StoredWhenLarger}).
+     * the contract's {@code min_saving_percent} is written as it is ({@link StoredWhenLarger}). One writer's, one
+     * thread at a time: ZSTD keeps one native context for all of its buffers ({@link ZstdContextCodec}), freed by
+     * {@link #close}.
      */
     public static CompressionCodec forName(String name) {
         return switch (checked(name)) {
-            case "zstd" -> new StoredWhenLarger(INSTANCE.createCodec(CodecType.ZSTD));
+            case "zstd" -> new StoredWhenLarger(new ZstdContextCodec(ZSTD_LEVEL));
             case "lz4" -> new StoredWhenLarger(INSTANCE.createCodec(CodecType.LZ4_FRAME));
             default -> NoCompressionCodec.INSTANCE;
         };
+    }
+
+    /** Free what a codec of {@link #forName} holds outside the Java heap (none holds anything else); idempotent. */
+    public static void close(CompressionCodec codec) {
+        if (codec instanceof AutoCloseable closeable) {
+            try {
+                closeable.close();
+            } catch (Exception e) {
+                throw new IllegalStateException("cannot close the " + codec.getCodecType() + " codec: " + e, e);
+            }
+        }
     }
 
     @Override

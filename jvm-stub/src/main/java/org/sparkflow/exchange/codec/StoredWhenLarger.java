@@ -21,7 +21,7 @@ import org.sparkflow.exchange.contract.Contract;
  * {@code RETRY_AFTER + 1}. The writer calls {@link #nextBatch} before each record batch's buffers (Arrow's
  * {@code VectorUnloader} compresses them in the batch's order); one instance per writer, one thread at a time.
  */
-public final class StoredWhenLarger implements CompressionCodec {
+public final class StoredWhenLarger implements CompressionCodec, AutoCloseable {
     static final int MIN_SAVING_PERCENT = Contract.CompressionSaving.MIN_PERCENT;
     /** Record batches a position that did not shrink is stored as it is, untried (the contract's). */
     public static final int RETRY_AFTER = Contract.CompressionSaving.RETRY_AFTER;
@@ -94,5 +94,11 @@ public final class StoredWhenLarger implements CompressionCodec {
     @Override
     public CompressionUtil.CodecType getCodecType() {
         return codec.getCodecType();
+    }
+
+    /** Free what the codec it wraps holds (a kept native context). */
+    @Override
+    public void close() {
+        Codecs.close(codec);
     }
 }

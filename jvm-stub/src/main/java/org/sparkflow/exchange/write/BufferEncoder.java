@@ -22,6 +22,7 @@ import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.execution.arrow.ArrowWriter;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.ArrowUtils;
+import org.sparkflow.exchange.codec.Codecs;
 import org.sparkflow.exchange.codec.StoredWhenLarger;
 import org.sparkflow.exchange.contract.Contract;
 
@@ -198,6 +199,7 @@ final class BufferEncoder implements AutoCloseable {
         }
     }
 
+    /** Give back the targets' memory and the codec's (its native context); after every detached buffer is done. */
     @Override
     public void close() {
         for (VectorSchemaRoot root : roots) {
@@ -205,6 +207,7 @@ final class BufferEncoder implements AutoCloseable {
                 root.close();
             }
         }
+        Codecs.close(codec);
         allocator.close();
     }
 }

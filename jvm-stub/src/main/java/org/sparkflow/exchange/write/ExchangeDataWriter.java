@@ -129,6 +129,50 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     }
 
     /**
+     * A writer with no service, whose buffers go to {@code sink} as they leave (the warm-up's, {@link Warmup}): the
+     * rows take the path of a write task's, {@link #write} to the push of each buffer, so the JIT compiles that
+     * path before the first write runs it. {@link #finishOffline} pushes what is held; nothing is registered.
+     */
+    static ExchangeDataWriter offline(WriteHandle handle, PushStage.Sink sink) {
+        return new ExchangeDataWriter(handle, sink);
+    }
+
+    private ExchangeDataWriter(WriteHandle handle, PushStage.Sink sink) {
+        this.marker = null;
+        this.handle = handle;
+        this.index = 0;
+        this.partition = handle.name() + ".offline";
+        this.router = new RowRouter(handle, 0);
+        int width = router.width();
+        rowEstimate = Math.max(8, handle.schema().defaultSize());
+        heldRows = new long[width];
+        heldBytes = new long[width];
+        sentBuffers = new long[width];
+        sentRows = new long[width];
+        coordinator = null;
+        coordinatorIsService = false;
+        producer = null;
+        encoder = new BufferEncoder(ExchangeDescription.arrowSchema(handle.name(), handle.schemaBase64()), handle.schema(),
+                width, Codecs.forName(handle.settings().compression()));
+        stage = new PushStage("sparkflow-exchange-push-" + partition, sink, QUEUED_BUFFERS * (long) handle.settings().bufferSize(),
+                false);
+    }
+
+    /** An offline writer's end: every held row pushed to its sink; the buffers and rows it pushed in all. */
+    long[] finishOffline() {
+        refuseIfBroken();
+        pushAll();
+        stage.drain();
+        long buffers = 0;
+        long pushed = 0;
+        for (int t = 0; t < sentRows.length; t++) {
+            buffers += sentBuffers[t];
+            pushed += sentRows[t];
+        }
+        return new long[] {buffers, pushed};
+    }
+
+    /**
      * The service this task pushes to is the coordinator itself (local mode's embedded service, or a service with
      * the coordinator role named as both): its calls need no connection of their own.
      */
@@ -302,7 +346,9 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     @Override
     public void close() {
         stopStage();
-        producer.close();
+        if (producer != null) { // null: an offline writer's
+            producer.close();
+        }
         if (stage.awaitEnd(STOP_WAIT_MILLIS)) {
             encoder.close();
         } // else a push thread still encoding holds some of the encoder's memory: it gives it back as it ends
@@ -318,7 +364,9 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
         if (stage.awaitEnd(STOP_WAIT_MILLIS)) {
             return true;
         }
-        producer.close();
+        if (producer != null) {
+            producer.close();
+        }
         stage.awaitEnd(STOP_WAIT_MILLIS);
         return false;
     }

@@ -14,15 +14,12 @@ import java.util.Map;
 import java.util.concurrent.atomic.AtomicBoolean;
 import javax.crypto.Mac;
 import javax.crypto.spec.SecretKeySpec;
-import org.apache.arrow.vector.types.pojo.Schema;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.Decimal;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
-import org.sparkflow.exchange.coordinator.ExchangeDescription;
-import org.sparkflow.exchange.codec.Codecs;
 import org.sparkflow.exchange.contract.Contract;
 import org.sparkflow.exchange.wire.Frames;
 import org.sparkflow.exchange.discovery.Endpoint;
@@ -40,7 +37,13 @@ import org.sparkflow.exchange.wire.RpcConnection;
 public final class Warmup {
     static final int ROWS = 100_000; // past the optimising compiler's thresholds for a row's methods, which a busy compile queue at start raises
     static final int TARGETS = 200; // spark.sql.shuffle.partitions' default: a write's common width
-    static final int ROWS_PER_BUFFER = 100;
+    /** A target's buffer leaves at this many bytes (15-18 of its rows): 7,000 buffers or more in all. */
+    static final int BUFFER_BYTES = 1536;
+    /** Rows first written in buffers of {@link #GROWING_BUFFER_BYTES} (about 80 rows: past BufferEncoder's 32). */
+    static final int GROWING_ROWS = 20_000;
+    static final int GROWING_BUFFER_BYTES = 8192;
+    /** Calls after which the optimising compiler takes a method (HotSpot's Tier4InvocationThreshold). */
+    static final int BUFFERS = 5_000;
     static final int CONNECT_MILLIS = 10_000;
     private static final AtomicBoolean STARTED = new AtomicBoolean();
 
@@ -67,10 +70,15 @@ public final class Warmup {
     /**
      * The write path's work, start to end, as a task does it (public for the unit driver): rows of the common column
      * types as Spark hands a writer its rows ({@link UnsafeRow}s: a warm-up on other rows left the JIT's code
-     * specialised for them, undone at the first real rows), hashed into {@link #TARGETS} targets, a buffer encoded
-     * with the default codec whenever a target holds {@link #ROWS_PER_BUFFER} rows. {@link #ROWS} rows: enough
-     * for the JIT's optimising compiler to compile the row loop, the vectors' allocation and the encoding here, not
-     * in the first write. What it made: its buffers, their rows (checked: a warm-up that lost rows says so).
+     * specialised for them, undone at the first real rows), through an {@link ExchangeDataWriter} of its own (no
+     * service: {@link ExchangeDataWriter#offline}) hashed into {@link #TARGETS} targets, each target's buffer encoded
+     * with the default codec and pushed (framed, then dropped) whenever it holds {@link #BUFFER_BYTES}. {@link #ROWS}
+     * rows: enough for the JIT's optimising compiler to compile the writer's row method, the vectors' allocation
+     * and, with more than {@link #BUFFERS} buffers, each buffer's encoding and push here, not in the first writes
+     * (with a buffer per 100 rows, the encoding was still compiled during a session's first two writes); before them
+     * {@link #GROWING_ROWS} rows in larger buffers, whose vectors grow past their first size as a write's do (with
+     * small buffers only, the first write's growing vectors threw the compiled code away). What it made: its buffers,
+     * their rows (checked: a warm-up that lost rows says so).
      */
     public static long[] warm() throws Exception {
         StructType rows = new StructType().add("l", DataTypes.LongType).add("i", DataTypes.IntegerType)
@@ -78,47 +86,41 @@ public final class Warmup {
                 .add("m", DataTypes.createDecimalType(12, 2)).add("t", DataTypes.DateType)
                 .add("ts", DataTypes.TimestampType).add("bin", DataTypes.BinaryType);
         String declared = ExchangeBatchWrite.arrowSchemaBase64(rows); // as a write's declare makes it
-        Schema schema = ExchangeDescription.arrowSchema("warmup", declared); // as a task reads it back
-        WriteSettings settings = WriteSettings.defaults()
+        WriteSettings layout = WriteSettings.defaults()
                 .withLayout(Contract.Partitioner.HASH, List.of("l"), TARGETS, Contract.OptionDefault.PARTITION_TYPE);
-        WriteHandle handle = new WriteHandle("warmup", 0, "", declared, rows, TARGETS, settings, new HashMap<>());
+        WriteHandle growing = new WriteHandle("warmup", 0, "", declared, rows, TARGETS,
+                layout.with(List.of(Map.of(Contract.Option.BUFFER_SIZE, String.valueOf(GROWING_BUFFER_BYTES)))),
+                new HashMap<>());
+        WriteHandle handle = new WriteHandle("warmup", 0, "", declared, rows, TARGETS,
+                layout.with(List.of(Map.of(Contract.Option.BUFFER_SIZE, String.valueOf(BUFFER_BYTES)))), new HashMap<>());
         // a task gets its write's handle, and the driver each task's commit, by Java serialization, whose first
         // use of a record class builds the method handles of its constructor (classes spun and compiled)
         ProducerCommit commit = new ProducerCommit("warmup", 0, ROWS);
         if (!handle.equals(roundTrip(handle)) || !commit.equals(roundTrip(commit))) {
             throw new IllegalStateException("the warm-up's write handle or commit changed in serialization");
         }
-        RowRouter router = new RowRouter(handle, 0);
-        long[] held = new long[TARGETS];
-        long buffers = 0;
-        long encoded = 0;
         UnsafeRowWriter writer = new UnsafeRowWriter(rows.size(), 32);
         byte[] header = new byte[Contract.DataHeaderSize.PUSH_BUFFER];
-        try (BufferEncoder encoder = new BufferEncoder(schema, rows, TARGETS, Codecs.forName(Codecs.DEFAULT))) {
-            for (int r = 0; r < ROWS + TARGETS * ROWS_PER_BUFFER; r++) { // the tail: every target's last buffer
-                int t;
-                if (r < ROWS) {
-                    UnsafeRow row = row(writer, r);
-                    t = router.target(row);
-                    encoder.append(t, row);
-                    if (++held[t] < ROWS_PER_BUFFER) {
-                        continue;
-                    }
-                } else {
-                    t = r % TARGETS;
-                    if (held[t] == 0) {
-                        continue;
-                    }
+        PushStage.Sink sink = (subpartition, payload, flags) -> Frames.encode(Frames.PUSH_BUFFER, header, payload.length);
+        long[] made = {0, 0};
+        // first buffers of more rows than a target's vectors are made for (they grow, as a write's do: a branch the
+        // compiled code must keep), then many small ones (each buffer's encoding and push compiled)
+        for (WriteHandle h : List.of(growing, handle)) {
+            int n = h == growing ? GROWING_ROWS : ROWS;
+            ExchangeDataWriter task = ExchangeDataWriter.offline(h, sink); // pushes frame each buffer, as a push does
+            try {
+                for (int r = 0; r < n; r++) {
+                    task.write(row(writer, r));
                 }
-                byte[] payload = encoder.encode(t, held[t] * 64, held[t]);
-                Frames.encode(Frames.PUSH_BUFFER, header, payload.length); // as a push frames it
-                buffers++;
-                encoded += held[t];
-                held[t] = 0;
+                long[] pushed = task.finishOffline();
+                if (pushed[1] != n) {
+                    throw new IllegalStateException("the warm-up pushed " + pushed[1] + " of its " + n + " rows");
+                }
+                made[0] += pushed[0];
+                made[1] += pushed[1];
+            } finally {
+                task.close();
             }
-        }
-        if (encoded != ROWS) {
-            throw new IllegalStateException("the warm-up encoded " + encoded + " of its " + ROWS + " rows");
         }
         Mac hmac = Mac.getInstance("HmacSHA256"); // the handshake's
         hmac.init(new SecretKeySpec("warmup".getBytes(StandardCharsets.UTF_8), "HmacSHA256"));
@@ -130,7 +132,7 @@ public final class Warmup {
                 ProducerCommit.class, ExchangeDataWriterFactory.class)) {
             Class.forName(c.getName(), true, c.getClassLoader());
         }
-        return new long[] {buffers, encoded};
+        return made;
     }
 
     /**
