@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import logging
-import importlib
 import os
 import sys
 import threading
