@@ -143,6 +143,7 @@ def test_names_are_at_most_their_documented_length_and_listings_stay_small(cappe
 
 
 def test_a_partition_too_wide_for_its_credentials_memory_is_refused_before_it_is_made(capped):
+    write(as_(capped, "operator", name="baseline"), 10)  # a commit: what the service loads once ready is in
     before = capped.rss_bytes()
     with capped.connect(secret=SECRETS["app-b"]) as conn:
         message = limited(PartitionWriter, conn, "wide", 1 << 16, "HYBRID", exchange="w", attempt="t0")

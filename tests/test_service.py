@@ -144,6 +144,11 @@ def test_backpressure_bounds_memory_and_spares_other_channels(tmp_service):
     block = pa.record_batch([pa.array(np.arange(100_000, dtype=np.int64))] * 5, schema=schema)
     configs = {name: client_config(svc, exchange=name, hostId="127.0.0.1", **base) for name in ("slow", "fast")}
     handles = {name: ex.declare_write(cfg, schema, overwrite=True) for name, cfg in configs.items()}
+    baseline = ex.declare_write(client_config(svc, exchange="baseline", partitioner="forward", numSubpartitions=1),
+                                schema, overwrite=True)  # a commit first: what the service loads once ready is in
+    first = ex.ProducerTask(baseline, 0, "a0")
+    first.write([block.slice(0, 10)])
+    wh.commit_write(baseline, [first.finish()["partition"]])
     rss_start = svc.rss_bytes()
     counts = {"slow": 0, "fast": 0}
     finished: dict[str, float] = {}

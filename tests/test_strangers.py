@@ -61,6 +61,19 @@ def _next_error(sock: socket.socket, decoder: FrameDecoder, timeout: float = 10.
                 return msg
 
 
+def _served_a_write(svc) -> None:
+    """One small write committed: its commit needs what the service imports on its own once ready, so after it
+    the service's memory holds its whole start (a baseline that does not grow by an import meanwhile)."""
+    import pyarrow as pa
+
+    import sparkflow_exchange as sfe
+
+    schema = pa.schema([("id", pa.int64())])
+    with sfe.open_writer("strangers-baseline", schema, keys=["id"], num_subpartitions=2, coordinator=svc.tcp,
+                         service=svc.tcp, secret=svc.secret) as writer:
+        writer.write(pa.record_batch([pa.array(range(100), pa.int64())], schema=schema))
+
+
 def _healthy(svc) -> None:
     with svc.connect() as conn:
         assert conn.call("ping")["service_id"]
@@ -81,6 +94,7 @@ def _healthy_again(svc, timeout: float = 10.0) -> None:
 def test_big_frames_before_authentication_are_refused_from_their_prefix(tmp_service):
     """The attack that took a service to 2.4 GiB: connections announcing 60 MiB frames, no Hello (200 here)."""
     svc = tmp_service()
+    _served_a_write(svc)  # what the service loads once ready (numpy, on a thread) is in before the baseline
     before = _rss_kib(svc.proc.pid)
     announce = PREFIX.pack(60 << 20, MAGIC, VERSION, MsgType.PUSH_BUFFER, 14)
     clients = []
