@@ -424,7 +424,9 @@ class InputGate:
         # thread returns as buffers arrive (every credit_batch buffers, one AddCredit per channel), without being
         # woken for it. A channel whose sender has no credit left sends nothing more, so nothing arrives to carry
         # its credit back: then (the IO thread marks such channels before it looks at the box) the task thread
-        # wakes the IO thread, once a batch is waiting, and always before it would wait itself
+        # wakes the IO thread once a batch is waiting; and before it would wait itself it always has the whole box
+        # returned (a batch holding only other channels' buffers would leave a silent sender without credit, and
+        # the reader waiting for it: nothing else would ever empty the box)
         box = self._box
         batch = self._batch
         zero_credit = self._zero_credit
@@ -439,9 +441,9 @@ class InputGate:
                 try:
                     item = self.ready.get_nowait()
                 except queue.Empty:
-                    if box and zero_credit and not self._drain_asked:
+                    if box:  # before waiting, all of it: a batch could leave a silent sender's credit in the box
                         self._drain_asked = True
-                        self.runtime.call_soon(self._drain, batch)
+                        self.runtime.call_soon(self._drain)
                     try:
                         item = self.ready.get(timeout=self.config.reader_timeout)
                     except queue.Empty:
