@@ -29,7 +29,6 @@ import asyncio
 import os
 import queue
 import time
-from collections import deque
 from typing import Any, Iterator
 
 import pyarrow as pa
@@ -46,6 +45,7 @@ from ..network.protocol import BufferResponse
 from ..partition.shared_arena import ArenaReader
 from ..pids import pid_alive
 from .buffer_manager import ChannelCredit, FloatingBufferPool
+from .credit_return import CreditAsk, CreditReturn
 from .input_channel import FileOpenError, InputChannel, LocalFileInputChannel, make_channel
 
 FILE_REPORT_INTERVAL = 1.0  # seconds between reports of a long read's spill-file bytes to the local service
@@ -116,12 +116,8 @@ class InputGate:
         self._file_reported: dict[str, int] = {}  # partition -> spill-file bytes told to the local service
         self._file_report_due = time.monotonic() + FILE_REPORT_INTERVAL
         self.path = "channels"  # or "local files": the task thread read every producer's spill file itself
-        # credit hand-off (see __iter__): the channels of the buffers the task thread finished with, oldest first,
-        # whose credit the IO thread returns when a buffer arrives and enough are waiting, or when asked
-        self._box: deque[InputChannel] = deque()
-        self._batch = credit_batch(config)
-        self._zero_credit: set[InputChannel] = set()  # channels whose sender holds no credit and sends nothing
-        self._drain_asked = False  # the task thread asked the IO thread to return credit
+        # the credit of the buffers the task thread finished with, returned by the IO thread (credit_return.py)
+        self._credit_return: CreditReturn[InputChannel] = CreditReturn(credit_batch(config))
 
     @property
     def runtime(self) -> ClientRuntime:
@@ -242,7 +238,7 @@ class InputGate:
 
     def channel_finished(self, channel: InputChannel) -> None:
         self.finished.add(channel.partition)
-        self._zero_credit.discard(channel)
+        self._credit_return.credit_sent(channel)
         self._check_done()
 
     def channel_failed(self, channel: InputChannel, message: str, code: ErrorCode | str) -> None:
@@ -341,21 +337,15 @@ class InputGate:
     def deliver(self, channel: InputChannel, msg: BufferResponse) -> None:
         """A data buffer for the task thread; returns the credit of finished buffers on the way (no wakeup)."""
         self.ready.put((channel, msg.payload))
-        if channel.credit.announced <= 0:  # nothing more comes on it until credit is returned: the task thread
-            self._zero_credit.add(channel)  # must ask for that when it has some (set before the box is looked at)
-        if self._box and (self._zero_credit or len(self._box) >= self._batch):
-            self._drain(self._batch)
+        returned = self._credit_return.arrived(channel, channel.credit.announced)
+        if returned:
+            self._return_credit(returned)
 
-    def _drain(self, limit: int | None = None) -> None:
-        """IO thread: return the credit of (up to ``limit``) buffers the task thread finished with."""
-        self._drain_asked = False
-        box = self._box
-        consumed: dict[InputChannel, int] = {}
-        for _ in range(len(box) if limit is None else min(limit, len(box))):
-            channel = box.popleft()
-            consumed[channel] = consumed.get(channel, 0) + 1
-        if consumed:
-            self._return_credit(consumed)
+    def _take_credit(self, ask: CreditAsk) -> None:
+        """IO thread: return the credit the task thread asked for."""
+        returned = self._credit_return.take(ask)
+        if returned:
+            self._return_credit(returned)
 
     def deliver_end(self, channel: InputChannel, counts: tuple[int, int] | None) -> None:
         self.ready.put(_End(channel, counts))
@@ -375,7 +365,7 @@ class InputGate:
             channel = self._by_rid.get(credit.receiver_id)
             if channel is not None:
                 channel.send_credit(n)
-                self._zero_credit.discard(channel)
+                self._credit_return.credit_sent(channel)
 
     def _return_credit(self, consumed: dict[InputChannel, int]) -> None:
         """The buffers the task thread finished with since the last call, per channel (IO thread)."""
@@ -420,30 +410,21 @@ class InputGate:
         except ServiceError as exc:  # e.g. the exchange was dropped between planning and this task's start
             raise self._named(ExchangeReadError(f"reading exchange {self.name!r} failed: {exc}")) from None
         previous: InputChannel | None = None
-        # taking the next buffer finishes the previous one: its channel goes into the box, whose credit the IO
-        # thread returns as buffers arrive (every credit_batch buffers, one AddCredit per channel), without being
-        # woken for it. A channel whose sender has no credit left sends nothing more, so nothing arrives to carry
-        # its credit back: then (the IO thread marks such channels before it looks at the box) the task thread
-        # wakes the IO thread once a batch is waiting; and before it would wait itself it always has the whole box
-        # returned (a batch holding only other channels' buffers would leave a silent sender without credit, and
-        # the reader waiting for it: nothing else would ever empty the box)
-        box = self._box
-        batch = self._batch
-        zero_credit = self._zero_credit
+        # taking the next buffer finishes the previous one; its credit goes back as credit_return.py decides
+        credit_return = self._credit_return
         try:
             while True:
                 if previous is not None:
-                    box.append(previous)
+                    ask = credit_return.finished(previous)
                     previous = None
-                    if zero_credit and len(box) >= batch and not self._drain_asked:
-                        self._drain_asked = True
-                        self.runtime.call_soon(self._drain, batch)
+                    if ask is not None:
+                        self.runtime.call_soon(self._take_credit, ask)
                 try:
                     item = self.ready.get_nowait()
                 except queue.Empty:
-                    if box:  # before waiting, all of it: a batch could leave a silent sender's credit in the box
-                        self._drain_asked = True
-                        self.runtime.call_soon(self._drain)
+                    ask = credit_return.before_wait()
+                    if ask is not None:
+                        self.runtime.call_soon(self._take_credit, ask)
                     try:
                         item = self.ready.get(timeout=self.config.reader_timeout)
                     except queue.Empty:
@@ -468,9 +449,9 @@ class InputGate:
                 yield self._decode(channel, payload, schema)
         finally:
             if previous is not None:
-                box.append(previous)
-            if box:
-                self.runtime.call_soon(self._drain)
+                credit_return.finished(previous)
+            if len(credit_return):
+                self.runtime.call_soon(self._take_credit, CreditAsk.ALL)
             self.runtime.call_soon(self._close)
 
     def _timeout_message(self) -> str:
