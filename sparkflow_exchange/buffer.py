@@ -33,6 +33,7 @@ from .ipc_body import (  # noqa: F401
     RETRY_AFTER,
     SKIP_MIN_BYTES,
     compressed_buffers,
+    is_compressed,
     raw_size,
 )
 from .ipc_body import _field as _field_at
@@ -171,7 +172,9 @@ class _BufferCompressor:
     batches (if it had at least :data:`SKIP_MIN_BYTES`: a smaller buffer's saving is mostly the codec's framing).
     The message is the batch's own uncompressed serialisation (Arrow's layout of its nodes and buffers) under the
     metadata pyarrow writes for a compressed batch of this schema (the same fields, patched in place:
-    length, nodes, buffers, bodyLength). The JVM writer follows the same rule (``codec.StoredWhenLarger``).
+    length, nodes, buffers, bodyLength). A batch none of whose buffers would be compressed (:meth:`stores_all_raw`)
+    goes as that uncompressed serialisation itself: compression is per message in the IPC format. The JVM writer
+    follows the same rules (``codec.StoredWhenLarger``).
     Schemas whose buffer count varies per batch (view types, dictionaries) use pyarrow's path (:meth:`usable`).
     """
 
@@ -198,6 +201,25 @@ class _BufferCompressor:
         text = str(schema)
         return "view" not in text and "dictionary" not in text
 
+    def stores_all_raw(self, sizes: list[int]) -> bool:
+        """Whether a batch of buffers of these sizes (one per position, in order) goes as an uncompressed message:
+        some of its buffers' positions are being skipped and the others (empty ones aside) hold fewer than
+        :data:`SKIP_MIN_BYTES` together, too few for their saving to matter. If so, the skipped positions count the
+        batch as stored as it is. The JVM writer decides the same way (``codec.StoredWhenLarger.storesAllRaw``)."""
+        skipped, rest = False, 0
+        for i, size in enumerate(sizes):
+            if size:
+                if self.skip[i]:
+                    skipped = True
+                else:
+                    rest += size
+        if not skipped or rest >= SKIP_MIN_BYTES:
+            return False
+        for i, size in enumerate(sizes):
+            if size and self.skip[i]:
+                self.skip[i] -= 1
+        return True
+
     def message(self, batch: pa.RecordBatch) -> list | None:
         """The compressed message of ``batch`` as its parts, in order; None if its layout is not the template's
         (pyarrow's path then)."""
@@ -216,6 +238,8 @@ class _BufferCompressor:
         nodes = nodes_at + _I32.unpack_from(meta, nodes_at)[0]
         if _I32.unpack_from(meta, nodes)[0] != self.nodes:
             return None
+        if self.stores_all_raw([length for _offset, length in spans]):
+            return [plain]  # no buffer would be compressed: the batch's own uncompressed message, no prefixes
         out = bytearray(self.meta)
         out[self.nodes_at + 4:self.nodes_at + 4 + 16 * self.nodes] = meta[nodes + 4:nodes + 4 + 16 * self.nodes]
         out[self.length_at:self.length_at + 8] = meta[length_at:length_at + 8]

@@ -750,28 +750,37 @@ def test_the_jvm_writers_zstd_keeps_one_context_and_writes_arrows_frames(jvm):
 def test_the_jvm_writer_skips_compressing_a_column_that_did_not_shrink_then_tries_again(jvm, compression):
     """The contract's compression.retry_after, as the Python writer follows it: a buffer position that saved too
     little is stored as it is, untried, for the next retry_after batches of the writer; a column that still does not
-    shrink is skipped again; one that does is compressed from then on; a small buffer starts no skipping. Every
-    buffer holds its rows exactly."""
-    from sparkflow_exchange.buffer import RETRY_AFTER, SKIP_MIN_BYTES, compressed_buffers, decode, verify
+    shrink is skipped again; one that does is compressed from then on; a small buffer starts no skipping. A batch
+    none of whose buffers would be compressed goes as an uncompressed IPC message; the validity buffer of a column
+    without nulls goes empty (as Arrow C++ sends it), so it keeps no batch compressed. Every buffer holds its rows
+    exactly."""
+    from sparkflow_exchange.buffer import (RETRY_AFTER, SKIP_MIN_BYTES, compressed_buffers, decode, is_compressed,
+                                           verify)
 
     rows = 2000
     kinds = ["noise"] * (RETRY_AFTER + 2) + ["count"] * (RETRY_AFTER + 2)
     answer = jvm([{"op": "encode_batches", "compression": compression, "batches": [[k, rows] for k in kinds]}])[0]
     schema = pa.schema([("l", pa.int64())])
-    data_sizes = []
+    data_sizes, compressed, stored = [], [], []
     for index, (kind, hexed) in enumerate(zip(kinds, answer["hex"])):
         payload = bytes.fromhex(hexed)
         want = [_split_mix64(1_000_003 * index + i) for i in range(rows)] if kind == "noise" else list(range(rows))
         assert decode(payload, schema).column(0).to_pylist() == want, index
-        validity, data = compressed_buffers(verify(payload))
-        assert validity[1] > 0, index  # all valid (ones): it shrinks, so it is compressed every time
+        message = verify(payload)
+        compressed.append(is_compressed(message))
+        *validity, data = compressed_buffers(message)
+        assert [size for _, size in validity] == ([0] if compressed[-1] else []), index  # no nulls: empty
         data_sizes.append(data[1])
+        stored.append(data[0])
     r = RETRY_AFTER
     # tried at 0 and r + 1 (noise: stored as they are), untried in between and for the r count batches after;
     # tried again at 2r + 2, where the counting column shrinks, and compressed from then on
     assert data_sizes == [-1] * (2 * r + 2) + [8 * rows] * 2, data_sizes
-    data_attempts = [after - before - 1 for before, after in zip([0] + answer["attempts"], answer["attempts"])]
+    data_attempts = [after - before for before, after in zip([0] + answer["attempts"], answer["attempts"])]
     assert [i for i, a in enumerate(data_attempts) if a] == [0, r + 1, 2 * r + 2, 2 * r + 3], data_attempts
+    # the untried batches are uncompressed messages: their column's bytes as they are, without a length prefix
+    assert [i for i, c in enumerate(compressed) if c] == [0, r + 1, 2 * r + 2, 2 * r + 3], compressed
+    assert [n for n, c in zip(stored, compressed) if not c] == [8 * rows] * (2 * r), stored
     # a buffer under compression.skip_min_bytes that did not shrink starts no skipping: the next one is tried
     small = SKIP_MIN_BYTES // 8 - 1
     answer = jvm([{"op": "encode_batches", "compression": compression, "batches": [["noise", small], ["count", rows]]}])[0]
