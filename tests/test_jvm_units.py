@@ -937,3 +937,59 @@ def test_stopping_the_push_thread_drops_the_queue_and_leaves_no_thread(jvm):
     assert answer["later_submit"] == "the connection was closed"  # refused, saying what ended the push
     assert answer["pushed"] == []
     assert (answer["encoded"], answer["discarded"], answer["threads_alive"]) == (1, 4, 0)
+
+
+def test_a_stream_mixing_compressed_and_uncompressed_messages_reads_back_exactly_everywhere(jvm, tmp_service):
+    """A compressed exchange's writer sends batches with nothing to compress as uncompressed messages: the service
+    holds both kinds in one subpartition (in memory and in its spill file, sized by what each message holds), and the
+    Python reader and the jar's reader (a producer on another host, over TCP) read every row, in order."""
+    from harness import client_config
+
+    from sparkflow_exchange.buffer import RETRY_AFTER, is_compressed, verify
+    from sparkflow_exchange.calls import call
+    from sparkflow_exchange.client import exchange_config
+    from sparkflow_exchange.exchange import ProducerTask, declare_write, describe_exchange, read_subpartition
+    from sparkflow_exchange.write_handle import commit_write
+
+    schema = pa.schema([("id", pa.int64()), ("x", pa.float64())])
+    rng = np.random.default_rng(11)
+    rows = 4096
+
+    def batch(i: int) -> pa.RecordBatch:  # runs of random ids, then counting ids and rounded prices: they shrink
+        compressible = i // (RETRY_AFTER + 2) % 2 == 1
+        ids = np.arange(i * rows, (i + 1) * rows, dtype=np.int64) if compressible else \
+            rng.integers(-2**63, 2**63 - 1, rows, dtype=np.int64)
+        return pa.record_batch([pa.array(ids), pa.array(np.round(ids % 1000 * 0.25, 2) if compressible
+                                                        else rng.random(rows))], schema=schema)
+
+    batches = [batch(i) for i in range(4 * (RETRY_AFTER + 2))]
+    svc = tmp_service(host_id="hostA", conf={"memory.budget": "256k"})  # most buffers go to the spill file
+    settings = dict(partitioner="rebalance", numSubpartitions=1, bufferSize=f"{16 * rows}", compression="zstd")
+    config = client_config(svc, exchange="mixed", hostId="hostA", **settings)
+    handle = declare_write(config, schema, overwrite=True)
+    task = ProducerTask(handle, 0, "a0")
+    task.write(batches)
+    result = task.finish()
+    commit_write(handle, [result["partition"]], {result["partition"]: result["rows"]})
+    [part] = [p for p in svc.status()["partitions"] if p["exchange"] == "mixed"]
+    assert part["spill_bytes"] > 0 and part["spill_path"], part
+    data = Path(part["spill_path"]).read_bytes()
+    index = Path(part["spill_path"]).with_suffix(".index")
+    messages = [verify(data[offset:offset + length]) for _seq, offset, length, kind, _flags
+                in spill.read_index(index, 0, data_size=len(data)) if kind == BufferKind.DATA]
+    kinds = [is_compressed(m) for m in messages]
+    assert True in kinds and False in kinds, kinds  # both kinds in the one subpartition
+    expected = pa.Table.from_batches(batches)
+    # uncompressed messages are counted at their size: the raw bytes are the Arrow bytes, the stored ones fewer
+    assert expected.nbytes <= part["raw_bytes"] <= expected.nbytes * 1.05 and part["bytes"] < part["raw_bytes"], part
+    for host in ("hostA", "hostB"):  # the spill file read in place, and over TCP
+        reader = client_config(svc, exchange="mixed", hostId=host, **settings)
+        got = pa.Table.from_batches(list(read_subpartition(reader, describe_exchange(reader), 0)), schema=schema)
+        assert got.equals(expected), host
+    desc = call(exchange_config("mixed", coordinator=svc.tcp, secret=svc.secret), "get_exchange", name="mixed")
+    [producer] = desc["producers"]
+    answer, = jvm([{"op": "remote_read", "describe": json.dumps(desc), "partition": producer["partition"],
+                    "subpartition": 0, "secret": svc.secret, "host_id": "client-host", "after": -1,
+                    "mid": "/nonexistent/mid", "go": "/nonexistent/go"}])
+    assert "error" not in answer, answer
+    assert answer["values"] == expected.column("id").to_pylist()
