@@ -15,8 +15,15 @@ from harness import client_config
 
 import sparkflow_exchange as sfe
 from sparkflow_exchange import exchange as ex
-from sparkflow_exchange.buffer import (MIN_SAVING_PERCENT, BatchEncoder, compressed_buffers, decode, is_compressed,
-                                      raw_size, verify)
+from sparkflow_exchange.buffer import (
+    MIN_SAVING_PERCENT,
+    BatchEncoder,
+    compressed_buffers,
+    decode,
+    is_compressed,
+    raw_size,
+    verify,
+)
 from sparkflow_exchange.service.metrics import render
 from sparkflow_exchange.write_handle import commit_write
 

@@ -754,8 +754,7 @@ def test_the_jvm_writer_skips_compressing_a_column_that_did_not_shrink_then_trie
     none of whose buffers would be compressed goes as an uncompressed IPC message; the validity buffer of a column
     without nulls goes empty (as Arrow C++ sends it), so it keeps no batch compressed. Every buffer holds its rows
     exactly."""
-    from sparkflow_exchange.buffer import (RETRY_AFTER, SKIP_MIN_BYTES, compressed_buffers, decode, is_compressed,
-                                           verify)
+    from sparkflow_exchange.buffer import RETRY_AFTER, SKIP_MIN_BYTES, compressed_buffers, decode, is_compressed, verify
 
     rows = 2000
     kinds = ["noise"] * (RETRY_AFTER + 2) + ["count"] * (RETRY_AFTER + 2)

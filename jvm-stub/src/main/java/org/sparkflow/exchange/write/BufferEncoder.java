@@ -55,7 +55,10 @@ final class BufferEncoder implements AutoCloseable {
     private final VectorSchemaRoot[] roots;
     private final ArrowWriter[] writers;
     private final CompressionCodec codec;
-    /** buffer_kinds.FLAG_COMPRESSED: what the Python writer sets on a compressed exchange's buffers. */
+    /**
+     * buffer_kinds.FLAG_COMPRESSED: what the Python writer sets on a compressed exchange's buffers, the uncompressed
+     * messages among them too (each message says whether it is compressed).
+     */
     static final int FLAG_COMPRESSED = 1;
 
     /** {@code schema}: the exchange's Arrow schema; {@code rowSchema}: the rows' Spark schema (the same columns). */
