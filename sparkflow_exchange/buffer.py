@@ -220,10 +220,12 @@ class _BufferCompressor:
                 self.skip[i] -= 1
         return True
 
-    def message(self, batch: pa.RecordBatch) -> list | None:
-        """The compressed message of ``batch`` as its parts, in order; None if its layout is not the template's
-        (pyarrow's path then)."""
-        plain = batch.serialize()
+    def message(self, batch: pa.RecordBatch, plain: pa.Buffer | None = None) -> list | None:
+        """The compressed message of ``batch`` as its parts, in order (``[plain]``, its uncompressed message, when
+        nothing would be compressed); None if its layout is not the template's (pyarrow's path then). ``plain``:
+        ``batch.serialize()`` if the caller has it already (serialised in place)."""
+        if plain is None:
+            plain = batch.serialize()
         view = memoryview(plain)
         found = _body_buffers(view)
         if found is None or self.length_at is None:
@@ -286,6 +288,9 @@ class BatchEncoder:
         self._options = ipc.IpcWriteOptions(compression=self.compression)
         self.schema_message = schema.serialize()  # what an IPC stream starts with (a region does too)
         self._schema_len = _stream_schema_length(schema, self.schema_message, self.compression)
+        # where an uncompressed stream's batch starts: a compressed exchange's batch with nothing to compress is one
+        self._plain_schema_len = self._schema_len if self.compression is None else \
+            _stream_schema_length(schema, self.schema_message, None)
         self._compressor: _BufferCompressor | None | bool = None  # made from the first non-empty batch
 
     def encode(self, batch: pa.RecordBatch) -> pa.Buffer:
@@ -297,15 +302,35 @@ class BatchEncoder:
                 placed = self.encode_into(batch, memoryview(dest))
                 if placed is not None:
                     return dest.slice(*placed)
+        elif self._compressor and self._plain_schema_len is not None:
+            size = ipc.get_record_batch_size(batch)
+            if size >= _COPY_BELOW:  # a batch going uncompressed is serialised in place next to its trailer
+                at = self._plain_schema_len
+                dest = pa.allocate_buffer(at + size + TRAILER_SIZE)
+                sink = pa.FixedSizeBufferWriter(dest)
+                ipc.new_stream(sink, self.schema).write_batch(batch)
+                if sink.tell() == at + size:
+                    plain = dest.slice(at, size)
+                    parts = self._compressor.message(batch, plain)
+                    if parts is not None and len(parts) == 1 and parts[0] is plain:
+                        TRAILER.pack_into(memoryview(dest), at + size, checksum(plain), size)
+                        return dest.slice(at, size + TRAILER_SIZE)
+                    if parts is not None:
+                        return self._sealed(parts)
         message = self._message(batch)
-        if isinstance(message, list):  # one copy: the parts and the trailer together
-            crc, n = 0, 0
-            for part in message:
-                crc = google_crc32c.extend(crc, part if isinstance(part, (bytes, pa.Buffer)) else pa.py_buffer(part))
-                n += len(part)
-            message.append(TRAILER.pack(crc, n))
-            return pa.py_buffer(b"".join(message))
+        if isinstance(message, list):
+            return self._sealed(message)
         return seal(message)
+
+    @staticmethod
+    def _sealed(parts: list) -> pa.Buffer:
+        """A message's parts and their trailer in one buffer (one copy)."""
+        crc, n = 0, 0
+        for part in parts:
+            crc = google_crc32c.extend(crc, part if isinstance(part, (bytes, pa.Buffer)) else pa.py_buffer(part))
+            n += len(part)
+        parts.append(TRAILER.pack(crc, n))
+        return pa.py_buffer(b"".join(parts))
 
     def _message(self, batch: pa.RecordBatch) -> pa.Buffer | list:
         """The batch's IPC message, or (compressed) its parts in order."""
