@@ -992,3 +992,39 @@ def test_a_stream_mixing_compressed_and_uncompressed_messages_reads_back_exactly
                     "mid": "/nonexistent/mid", "go": "/nonexistent/go"}])
     assert "error" not in answer, answer
     assert answer["values"] == expected.column("id").to_pylist()
+
+
+@pytest.mark.parametrize("writer", ["jvm", "python"])
+def test_the_jars_decoder_loads_compressed_and_uncompressed_messages_one_after_another(jvm, writer):
+    """The jar's BufferDecoder loads a stream mixing compressed and uncompressed messages (each says which it is)
+    into one root, as a read task does: every value and null as written, whichever message came before (a batch
+    with nulls, then one without and an empty validity buffer)."""
+    from sparkflow_exchange.buffer import RETRY_AFTER, BatchEncoder, decode, is_compressed, schema_to_b64, verify
+
+    rows = 2000
+    if writer == "jvm":
+        schema = pa.schema([("l", pa.int64())])
+        kinds = ["noise"] * (RETRY_AFTER + 2) + ["count"] * 2
+        payloads = [bytes.fromhex(h) for h in jvm([{"op": "encode_batches", "compression": "zstd",
+                                                     "batches": [[k, rows] for k in kinds]}])[0]["hex"]]
+    else:
+        schema = pa.schema([("k", pa.int64()), ("x", pa.float64())])
+        rng = np.random.default_rng(9)
+        encoder = BatchEncoder(schema, "zstd")
+        payloads = []
+        for i in range(RETRY_AFTER + 4):
+            keys = rng.integers(-2**63, 2**63 - 1, rows, dtype=np.int64)
+            mask = np.arange(rows) % 7 == 0 if i == 3 else None  # nulls in one batch only
+            payloads.append(encoder.encode(pa.record_batch([pa.array(keys, mask=mask), pa.array(rng.random(rows))],
+                                                           schema=schema)).to_pybytes())
+    kinds = [is_compressed(verify(p)) for p in payloads]
+    assert True in kinds and False in kinds, kinds
+    expected = [decode(p, schema) for p in payloads]
+    answer, = jvm([{"op": "decode_buffers", "schema": schema_to_b64(schema), "hex": [p.hex() for p in payloads]}])
+    assert "error" not in answer, answer
+    for i, (got, want) in enumerate(zip(answer["buffers"], expected)):
+        assert "error" not in got, (i, got)
+        assert got["nulls"] == [c.null_count for c in want.columns], i
+        for values, column in zip(got["columns"], want.columns):
+            parse = float if pa.types.is_floating(column.type) else int
+            assert [None if v is None else parse(v) for v in values] == column.to_pylist(), i
