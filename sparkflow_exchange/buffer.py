@@ -33,6 +33,7 @@ from .ipc_body import (  # noqa: F401
     RETRY_AFTER,
     SKIP_MIN_BYTES,
     compressed_buffers,
+    is_compressed,
     raw_size,
 )
 from .ipc_body import _field as _field_at
@@ -171,7 +172,9 @@ class _BufferCompressor:
     batches (if it had at least :data:`SKIP_MIN_BYTES`: a smaller buffer's saving is mostly the codec's framing).
     The message is the batch's own uncompressed serialisation (Arrow's layout of its nodes and buffers) under the
     metadata pyarrow writes for a compressed batch of this schema (the same fields, patched in place:
-    length, nodes, buffers, bodyLength). The JVM writer follows the same rule (``codec.StoredWhenLarger``).
+    length, nodes, buffers, bodyLength). A batch none of whose buffers would be compressed (:meth:`stores_all_raw`)
+    goes as that uncompressed serialisation itself: compression is per message in the IPC format. The JVM writer
+    follows the same rules (``codec.StoredWhenLarger``).
     Schemas whose buffer count varies per batch (view types, dictionaries) use pyarrow's path (:meth:`usable`).
     """
 
@@ -198,10 +201,31 @@ class _BufferCompressor:
         text = str(schema)
         return "view" not in text and "dictionary" not in text
 
-    def message(self, batch: pa.RecordBatch) -> list | None:
-        """The compressed message of ``batch`` as its parts, in order; None if its layout is not the template's
-        (pyarrow's path then)."""
-        plain = batch.serialize()
+    def stores_all_raw(self, sizes: list[int]) -> bool:
+        """Whether a batch of buffers of these sizes (one per position, in order) goes as an uncompressed message:
+        some of its buffers' positions are being skipped and the others (empty ones aside) hold fewer than
+        :data:`SKIP_MIN_BYTES` together, too few for their saving to matter. If so, the skipped positions count the
+        batch as stored as it is. The JVM writer decides the same way (``codec.StoredWhenLarger.storesAllRaw``)."""
+        skipped, rest = False, 0
+        for i, size in enumerate(sizes):
+            if size:
+                if self.skip[i]:
+                    skipped = True
+                else:
+                    rest += size
+        if not skipped or rest >= SKIP_MIN_BYTES:
+            return False
+        for i, size in enumerate(sizes):
+            if size and self.skip[i]:
+                self.skip[i] -= 1
+        return True
+
+    def message(self, batch: pa.RecordBatch, plain: pa.Buffer | None = None) -> list | None:
+        """The compressed message of ``batch`` as its parts, in order (``[plain]``, its uncompressed message, when
+        nothing would be compressed); None if its layout is not the template's (pyarrow's path then). ``plain``:
+        ``batch.serialize()`` if the caller has it already (serialised in place)."""
+        if plain is None:
+            plain = batch.serialize()
         view = memoryview(plain)
         found = _body_buffers(view)
         if found is None or self.length_at is None:
@@ -216,6 +240,8 @@ class _BufferCompressor:
         nodes = nodes_at + _I32.unpack_from(meta, nodes_at)[0]
         if _I32.unpack_from(meta, nodes)[0] != self.nodes:
             return None
+        if self.stores_all_raw([length for _offset, length in spans]):
+            return [plain]  # no buffer would be compressed: the batch's own uncompressed message, no prefixes
         out = bytearray(self.meta)
         out[self.nodes_at + 4:self.nodes_at + 4 + 16 * self.nodes] = meta[nodes + 4:nodes + 4 + 16 * self.nodes]
         out[self.length_at:self.length_at + 8] = meta[length_at:length_at + 8]
@@ -262,6 +288,9 @@ class BatchEncoder:
         self._options = ipc.IpcWriteOptions(compression=self.compression)
         self.schema_message = schema.serialize()  # what an IPC stream starts with (a region does too)
         self._schema_len = _stream_schema_length(schema, self.schema_message, self.compression)
+        # where an uncompressed stream's batch starts: a compressed exchange's batch with nothing to compress is one
+        self._plain_schema_len = self._schema_len if self.compression is None else \
+            _stream_schema_length(schema, self.schema_message, None)
         self._compressor: _BufferCompressor | None | bool = None  # made from the first non-empty batch
 
     def encode(self, batch: pa.RecordBatch) -> pa.Buffer:
@@ -273,15 +302,35 @@ class BatchEncoder:
                 placed = self.encode_into(batch, memoryview(dest))
                 if placed is not None:
                     return dest.slice(*placed)
+        elif self._compressor and self._plain_schema_len is not None:
+            size = ipc.get_record_batch_size(batch)
+            if size >= _COPY_BELOW:  # a batch going uncompressed is serialised in place next to its trailer
+                at = self._plain_schema_len
+                dest = pa.allocate_buffer(at + size + TRAILER_SIZE)
+                sink = pa.FixedSizeBufferWriter(dest)
+                ipc.new_stream(sink, self.schema).write_batch(batch)
+                if sink.tell() == at + size:
+                    plain = dest.slice(at, size)
+                    parts = self._compressor.message(batch, plain)
+                    if parts is not None and len(parts) == 1 and parts[0] is plain:
+                        TRAILER.pack_into(memoryview(dest), at + size, checksum(plain), size)
+                        return dest.slice(at, size + TRAILER_SIZE)
+                    if parts is not None:
+                        return self._sealed(parts)
         message = self._message(batch)
-        if isinstance(message, list):  # one copy: the parts and the trailer together
-            crc, n = 0, 0
-            for part in message:
-                crc = google_crc32c.extend(crc, part if isinstance(part, (bytes, pa.Buffer)) else pa.py_buffer(part))
-                n += len(part)
-            message.append(TRAILER.pack(crc, n))
-            return pa.py_buffer(b"".join(message))
+        if isinstance(message, list):
+            return self._sealed(message)
         return seal(message)
+
+    @staticmethod
+    def _sealed(parts: list) -> pa.Buffer:
+        """A message's parts and their trailer in one buffer (one copy)."""
+        crc, n = 0, 0
+        for part in parts:
+            crc = google_crc32c.extend(crc, part if isinstance(part, (bytes, pa.Buffer)) else pa.py_buffer(part))
+            n += len(part)
+        parts.append(TRAILER.pack(crc, n))
+        return pa.py_buffer(b"".join(parts))
 
     def _message(self, batch: pa.RecordBatch) -> pa.Buffer | list:
         """The batch's IPC message, or (compressed) its parts in order."""

@@ -1,8 +1,10 @@
 """The layout of a compressed Arrow IPC record-batch message, read without pyarrow (the service counts sizes).
 
 A message is the continuation marker (-1), the flatbuffer's length, the flatbuffer (Message -> RecordBatch ->
-buffers: (offset, length) of each body buffer; bodyLength) and the body. With body compression each buffer starts
-with its uncompressed length (little-endian i64), -1 when the bytes that follow are stored as they are.
+buffers: (offset, length) of each body buffer; compression; bodyLength) and the body. With body compression each
+buffer starts with its uncompressed length (little-endian i64), -1 when the bytes that follow are stored as they
+are. Compression is per message: a compressed exchange's writer sends a record batch whose every buffer would be
+stored as it is as an uncompressed message (no compression field, no prefixes), so its stream mixes both kinds.
 """
 from __future__ import annotations
 
@@ -33,9 +35,9 @@ def _field(meta, table: int, index: int) -> int | None:
     return table + offset if offset else None
 
 
-def body_buffers(view: memoryview) -> tuple[memoryview, int, int, int, list[tuple[int, int]]] | None:
-    """An IPC record-batch message's flatbuffer, where its buffers vector and bodyLength lie, the body's start and
-    the buffers' (offset, length) in the body; None if it is no such message."""
+def _record_batch(view: memoryview) -> tuple[memoryview, int, int] | None:
+    """An IPC record-batch message's flatbuffer, where its RecordBatch table and bodyLength lie; None if it is no
+    such message."""
     if len(view) < 8 or _I32.unpack_from(view, 0)[0] != -1:
         return None
     meta_len = _I32.unpack_from(view, 4)[0]
@@ -44,24 +46,47 @@ def body_buffers(view: memoryview) -> tuple[memoryview, int, int, int, list[tupl
     header_at, body_len_at = _field(meta, root, 2), _field(meta, root, 3)
     if header_at is None or body_len_at is None:
         return None
-    batch = header_at + _I32.unpack_from(meta, header_at)[0]
+    return meta, header_at + _I32.unpack_from(meta, header_at)[0], body_len_at
+
+
+def body_buffers(view: memoryview) -> tuple[memoryview, int, int, int, list[tuple[int, int]]] | None:
+    """An IPC record-batch message's flatbuffer, where its buffers vector and bodyLength lie, the body's start and
+    the buffers' (offset, length) in the body; None if it is no such message."""
+    found = _record_batch(view)
+    if found is None:
+        return None
+    meta, batch, body_len_at = found
     buffers_at = _field(meta, batch, 2)
     if buffers_at is None:
         return None
     vector = buffers_at + _I32.unpack_from(meta, buffers_at)[0]
     count = _I32.unpack_from(meta, vector)[0]
     spans = [_ARROW_BUFFER.unpack_from(meta, vector + 4 + 16 * i) for i in range(count)]
-    return meta, vector, body_len_at, 8 + meta_len, spans
+    return meta, vector, body_len_at, 8 + len(meta), spans
+
+
+def is_compressed(message) -> bool:
+    """Whether an IPC record-batch message's body is compressed (its RecordBatch has a compression field): a
+    compressed exchange holds uncompressed messages too, for batches with nothing that shrinks."""
+    view = memoryview(message).cast("B")
+    found = _record_batch(view)
+    if found is None:
+        raise ValueError("not an Arrow IPC record-batch message")
+    meta, batch, _ = found
+    return _field(meta, batch, 3) is not None
 
 
 def compressed_buffers(message) -> list[tuple[int, int]]:
-    """(stored bytes, uncompressed bytes or -1 if stored as it is) of each body buffer of a compressed IPC
-    record-batch message (8-byte length prefix included in the stored bytes; empty buffers left out)."""
+    """(stored bytes, uncompressed bytes or -1 if stored as it is) of each body buffer of an IPC record-batch
+    message (a compressed message's 8-byte length prefix included in the stored bytes; empty buffers left out).
+    Every buffer of an uncompressed message is stored as it is: (its bytes, -1)."""
     view = memoryview(message).cast("B")
     found = body_buffers(view)
     if found is None:
         raise ValueError("not an Arrow IPC record-batch message")
     body_start, spans = found[3], found[4]
+    if not is_compressed(view):
+        return [(length, -1) for _offset, length in spans if length]
     return [(length, _I64.unpack_from(view, body_start + offset)[0]) for offset, length in spans if length >= 8]
 
 
@@ -72,7 +97,7 @@ def raw_size(payload) -> int:
     view = memoryview(payload).cast("B")
     try:
         found = body_buffers(view)
-        if found is None:
+        if found is None or not is_compressed(view):  # an uncompressed message is its own size
             return len(view)
         body_start, spans = found[3], found[4]
         body = 0

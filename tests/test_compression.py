@@ -15,7 +15,15 @@ from harness import client_config
 
 import sparkflow_exchange as sfe
 from sparkflow_exchange import exchange as ex
-from sparkflow_exchange.buffer import MIN_SAVING_PERCENT, BatchEncoder, compressed_buffers, decode, raw_size, verify
+from sparkflow_exchange.buffer import (
+    MIN_SAVING_PERCENT,
+    BatchEncoder,
+    compressed_buffers,
+    decode,
+    is_compressed,
+    raw_size,
+    verify,
+)
 from sparkflow_exchange.service.metrics import render
 from sparkflow_exchange.write_handle import commit_write
 
@@ -127,30 +135,61 @@ def test_a_column_that_did_not_shrink_is_tried_again_after_a_while():
                             schema=schema)
     zeros = pa.record_batch([pa.array(np.zeros(ROWS, dtype=np.int64))], schema=schema)
     encoder = BatchEncoder(schema, "lz4")
-    sizes = []
+    sizes, compressed = [], []
     for b in [noise] + [zeros] * (RETRY_AFTER + 1):
         payload = encoder.encode(b)
         assert decode(payload, schema).equals(b)
         sizes.append(compressed_buffers(verify(payload))[0][1])
+        compressed.append(is_compressed(verify(payload)))
     assert sizes == [-1] * (RETRY_AFTER + 1) + [8 * ROWS], sizes  # stored as they are, then compressed again
+    # nothing to compress while the column is skipped: uncompressed messages, the batch's own serialisation
+    assert compressed == [True] + [False] * RETRY_AFTER + [True], compressed
 
 
-def test_a_small_buffer_that_did_not_shrink_starts_no_skipping():
-    """What a buffer under compression.skip_min_bytes saves is mostly the codec's framing: it says nothing of the
-    column, so the next batch is tried (a writer flushing a few rows to one target must not turn off a column's
-    compression for its larger buffers)."""
-    from sparkflow_exchange.buffer import SKIP_MIN_BYTES
+NOISY = pa.schema([pa.field("k", pa.int64()), pa.field("x", pa.float64(), nullable=False),
+                   pa.field("flag", pa.bool_())])
 
-    schema = pa.schema([pa.field("v", pa.int64(), nullable=False)])
-    rows = SKIP_MIN_BYTES // 8 - 1
-    noise = pa.record_batch([pa.array(np.random.default_rng(6).integers(-2**63, 2**63 - 1, rows, dtype=np.int64))],
-                            schema=schema)
-    zeros = pa.record_batch([pa.array(np.zeros(ROWS, dtype=np.int64))], schema=schema)
-    for codec in ("lz4", "zstd"):
-        encoder = BatchEncoder(schema, codec)
-        sizes = []
-        for b in (noise, zeros):
-            payload = encoder.encode(b)
-            assert decode(payload, schema).equals(b)
-            sizes.append(compressed_buffers(verify(payload))[0][1])
-        assert sizes == [-1, 8 * ROWS], (codec, sizes)
+
+def noisy(start: int, rows: int, compressible: bool = False) -> pa.RecordBatch:
+    """Random keys and doubles (nothing shrinks; ``compressible``: counting keys), a small boolean column."""
+    rng = np.random.default_rng(start)
+    keys = np.arange(start, start + rows, dtype=np.int64) if compressible else \
+        rng.integers(-2**63, 2**63 - 1, rows, dtype=np.int64)
+    return pa.record_batch([pa.array(keys), pa.array(rng.random(rows)),
+                            pa.array(rng.random(rows) < 0.5)], schema=NOISY)
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_a_batch_with_nothing_to_compress_goes_as_an_uncompressed_message(codec):
+    """The contract's rule for a whole batch: once the positions of its large buffers are skipped (they did not
+    shrink), a batch whose other buffers hold fewer than compression.skip_min_bytes goes as an uncompressed message
+    (a column without nulls has an empty validity buffer; a small boolean column's saving does not matter); a batch
+    whose skipping ran out, or with more bytes in positions not skipped, is a compressed message. Read back
+    exactly, through the shared-memory path too."""
+    from sparkflow_exchange.buffer import RETRY_AFTER, SKIP_MIN_BYTES
+
+    rows = 8 * (SKIP_MIN_BYTES - 8)  # the boolean column's bits: under skip_min_bytes
+    encoder = BatchEncoder(NOISY, codec)
+    compressed = []
+    for i in range(RETRY_AFTER + 3):
+        b = noisy(i * rows, rows)
+        payload = encoder.encode(b)
+        assert decode(payload, NOISY).equals(b), i
+        compressed.append(is_compressed(verify(payload)))
+        if not compressed[-1]:
+            assert verify(payload).to_pybytes() == b.serialize().to_pybytes(), i
+            assert raw_size(payload) == len(payload), i  # the service counts it at its own size
+    # tried at 0 (the keys and doubles are skipped from then on) and when the skipping ran out, at r + 1
+    assert [i for i, c in enumerate(compressed) if c] == [0, RETRY_AFTER + 1], compressed
+    slot = bytearray(4 << 20)
+    b = noisy(99, rows)
+    offset, length = encoder.encode_into(b, memoryview(slot))
+    assert not is_compressed(verify(bytes(slot[offset:offset + length])))
+    assert decode(bytes(slot[offset:offset + length]), NOISY).equals(b)
+    # twice the rows, nulls among the keys: the keys' bitmap and the booleans, tried, are too many bytes to leave
+    b = noisy(7, 2 * rows)
+    nulls = pa.record_batch([pa.array(b[0].to_numpy(), mask=np.arange(2 * rows) % 50 == 0), b[1], b[2]],
+                            schema=NOISY)
+    payload = encoder.encode(nulls)
+    assert is_compressed(verify(payload)) and decode(payload, NOISY).equals(nulls)
+    assert compressed_buffers(verify(payload))[1] == (8 + 8 * 2 * rows, -1)  # the keys: still skipped

@@ -750,28 +750,36 @@ def test_the_jvm_writers_zstd_keeps_one_context_and_writes_arrows_frames(jvm):
 def test_the_jvm_writer_skips_compressing_a_column_that_did_not_shrink_then_tries_again(jvm, compression):
     """The contract's compression.retry_after, as the Python writer follows it: a buffer position that saved too
     little is stored as it is, untried, for the next retry_after batches of the writer; a column that still does not
-    shrink is skipped again; one that does is compressed from then on; a small buffer starts no skipping. Every
-    buffer holds its rows exactly."""
-    from sparkflow_exchange.buffer import RETRY_AFTER, SKIP_MIN_BYTES, compressed_buffers, decode, verify
+    shrink is skipped again; one that does is compressed from then on; a small buffer starts no skipping. A batch
+    none of whose buffers would be compressed goes as an uncompressed IPC message; the validity buffer of a column
+    without nulls goes empty (as Arrow C++ sends it), so it keeps no batch compressed. Every buffer holds its rows
+    exactly."""
+    from sparkflow_exchange.buffer import RETRY_AFTER, SKIP_MIN_BYTES, compressed_buffers, decode, is_compressed, verify
 
     rows = 2000
     kinds = ["noise"] * (RETRY_AFTER + 2) + ["count"] * (RETRY_AFTER + 2)
     answer = jvm([{"op": "encode_batches", "compression": compression, "batches": [[k, rows] for k in kinds]}])[0]
     schema = pa.schema([("l", pa.int64())])
-    data_sizes = []
+    data_sizes, compressed, stored = [], [], []
     for index, (kind, hexed) in enumerate(zip(kinds, answer["hex"])):
         payload = bytes.fromhex(hexed)
         want = [_split_mix64(1_000_003 * index + i) for i in range(rows)] if kind == "noise" else list(range(rows))
         assert decode(payload, schema).column(0).to_pylist() == want, index
-        validity, data = compressed_buffers(verify(payload))
-        assert validity[1] > 0, index  # all valid (ones): it shrinks, so it is compressed every time
+        message = verify(payload)
+        compressed.append(is_compressed(message))
+        *validity, data = compressed_buffers(message)
+        assert [size for _, size in validity] == ([0] if compressed[-1] else []), index  # no nulls: empty
         data_sizes.append(data[1])
+        stored.append(data[0])
     r = RETRY_AFTER
     # tried at 0 and r + 1 (noise: stored as they are), untried in between and for the r count batches after;
     # tried again at 2r + 2, where the counting column shrinks, and compressed from then on
     assert data_sizes == [-1] * (2 * r + 2) + [8 * rows] * 2, data_sizes
-    data_attempts = [after - before - 1 for before, after in zip([0] + answer["attempts"], answer["attempts"])]
+    data_attempts = [after - before for before, after in zip([0] + answer["attempts"], answer["attempts"])]
     assert [i for i, a in enumerate(data_attempts) if a] == [0, r + 1, 2 * r + 2, 2 * r + 3], data_attempts
+    # the untried batches are uncompressed messages: their column's bytes as they are, without a length prefix
+    assert [i for i, c in enumerate(compressed) if c] == [0, r + 1, 2 * r + 2, 2 * r + 3], compressed
+    assert [n for n, c in zip(stored, compressed) if not c] == [8 * rows] * (2 * r), stored
     # a buffer under compression.skip_min_bytes that did not shrink starts no skipping: the next one is tried
     small = SKIP_MIN_BYTES // 8 - 1
     answer = jvm([{"op": "encode_batches", "compression": compression, "batches": [["noise", small], ["count", rows]]}])[0]
@@ -928,3 +936,95 @@ def test_stopping_the_push_thread_drops_the_queue_and_leaves_no_thread(jvm):
     assert answer["later_submit"] == "the connection was closed"  # refused, saying what ended the push
     assert answer["pushed"] == []
     assert (answer["encoded"], answer["discarded"], answer["threads_alive"]) == (1, 4, 0)
+
+
+def test_a_stream_mixing_compressed_and_uncompressed_messages_reads_back_exactly_everywhere(jvm, tmp_service):
+    """A compressed exchange's writer sends batches with nothing to compress as uncompressed messages: the service
+    holds both kinds in one subpartition (in memory and in its spill file, sized by what each message holds), and the
+    Python reader and the jar's reader (a producer on another host, over TCP) read every row, in order."""
+    from harness import client_config
+
+    from sparkflow_exchange.buffer import RETRY_AFTER, is_compressed, verify
+    from sparkflow_exchange.calls import call
+    from sparkflow_exchange.client import exchange_config
+    from sparkflow_exchange.exchange import ProducerTask, declare_write, describe_exchange, read_subpartition
+    from sparkflow_exchange.write_handle import commit_write
+
+    schema = pa.schema([("id", pa.int64()), ("x", pa.float64())])
+    rng = np.random.default_rng(11)
+    rows = 4096
+
+    def batch(i: int) -> pa.RecordBatch:  # runs of random ids, then counting ids and rounded prices: they shrink
+        compressible = i // (RETRY_AFTER + 2) % 2 == 1
+        ids = np.arange(i * rows, (i + 1) * rows, dtype=np.int64) if compressible else \
+            rng.integers(-2**63, 2**63 - 1, rows, dtype=np.int64)
+        return pa.record_batch([pa.array(ids), pa.array(np.round(ids % 1000 * 0.25, 2) if compressible
+                                                        else rng.random(rows))], schema=schema)
+
+    batches = [batch(i) for i in range(4 * (RETRY_AFTER + 2))]
+    svc = tmp_service(host_id="hostA", conf={"memory.budget": "256k"})  # most buffers go to the spill file
+    settings = dict(partitioner="rebalance", numSubpartitions=1, bufferSize=f"{16 * rows}", compression="zstd")
+    config = client_config(svc, exchange="mixed", hostId="hostA", **settings)
+    handle = declare_write(config, schema, overwrite=True)
+    task = ProducerTask(handle, 0, "a0")
+    task.write(batches)
+    result = task.finish()
+    commit_write(handle, [result["partition"]], {result["partition"]: result["rows"]})
+    [part] = [p for p in svc.status()["partitions"] if p["exchange"] == "mixed"]
+    assert part["spill_bytes"] > 0 and part["spill_path"], part
+    data = Path(part["spill_path"]).read_bytes()
+    index = Path(part["spill_path"]).with_suffix(".index")
+    messages = [verify(data[offset:offset + length]) for _seq, offset, length, kind, _flags
+                in spill.read_index(index, 0, data_size=len(data)) if kind == BufferKind.DATA]
+    kinds = [is_compressed(m) for m in messages]
+    assert True in kinds and False in kinds, kinds  # both kinds in the one subpartition
+    expected = pa.Table.from_batches(batches)
+    # uncompressed messages are counted at their size: the raw bytes are the Arrow bytes, the stored ones fewer
+    assert expected.nbytes <= part["raw_bytes"] <= expected.nbytes * 1.05 and part["bytes"] < part["raw_bytes"], part
+    for host in ("hostA", "hostB"):  # the spill file read in place, and over TCP
+        reader = client_config(svc, exchange="mixed", hostId=host, **settings)
+        got = pa.Table.from_batches(list(read_subpartition(reader, describe_exchange(reader), 0)), schema=schema)
+        assert got.equals(expected), host
+    desc = call(exchange_config("mixed", coordinator=svc.tcp, secret=svc.secret), "get_exchange", name="mixed")
+    [producer] = desc["producers"]
+    answer, = jvm([{"op": "remote_read", "describe": json.dumps(desc), "partition": producer["partition"],
+                    "subpartition": 0, "secret": svc.secret, "host_id": "client-host", "after": -1,
+                    "mid": "/nonexistent/mid", "go": "/nonexistent/go"}])
+    assert "error" not in answer, answer
+    assert answer["values"] == expected.column("id").to_pylist()
+
+
+@pytest.mark.parametrize("writer", ["jvm", "python"])
+def test_the_jars_decoder_loads_compressed_and_uncompressed_messages_one_after_another(jvm, writer):
+    """The jar's BufferDecoder loads a stream mixing compressed and uncompressed messages (each says which it is)
+    into one root, as a read task does: every value and null as written, whichever message came before (a batch
+    with nulls, then one without and an empty validity buffer)."""
+    from sparkflow_exchange.buffer import RETRY_AFTER, BatchEncoder, decode, is_compressed, schema_to_b64, verify
+
+    rows = 2000
+    if writer == "jvm":
+        schema = pa.schema([("l", pa.int64())])
+        kinds = ["noise"] * (RETRY_AFTER + 2) + ["count"] * 2
+        payloads = [bytes.fromhex(h) for h in jvm([{"op": "encode_batches", "compression": "zstd",
+                                                     "batches": [[k, rows] for k in kinds]}])[0]["hex"]]
+    else:
+        schema = pa.schema([("k", pa.int64()), ("x", pa.float64())])
+        rng = np.random.default_rng(9)
+        encoder = BatchEncoder(schema, "zstd")
+        payloads = []
+        for i in range(RETRY_AFTER + 4):
+            keys = rng.integers(-2**63, 2**63 - 1, rows, dtype=np.int64)
+            mask = np.arange(rows) % 7 == 0 if i == 3 else None  # nulls in one batch only
+            payloads.append(encoder.encode(pa.record_batch([pa.array(keys, mask=mask), pa.array(rng.random(rows))],
+                                                           schema=schema)).to_pybytes())
+    kinds = [is_compressed(verify(p)) for p in payloads]
+    assert True in kinds and False in kinds, kinds
+    expected = [decode(p, schema) for p in payloads]
+    answer, = jvm([{"op": "decode_buffers", "schema": schema_to_b64(schema), "hex": [p.hex() for p in payloads]}])
+    assert "error" not in answer, answer
+    for i, (got, want) in enumerate(zip(answer["buffers"], expected)):
+        assert "error" not in got, (i, got)
+        assert got["nulls"] == [c.null_count for c in want.columns], i
+        for values, column in zip(got["columns"], want.columns):
+            parse = float if pa.types.is_floating(column.type) else int
+            assert [None if v is None else parse(v) for v in values] == column.to_pylist(), i

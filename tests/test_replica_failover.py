@@ -159,6 +159,39 @@ def test_a_write_whose_replica_dies_fails_naming_it_and_its_retry_commits(hosts)
     assert _ids(sfe.open_reader("rw", **_settings(a))) == collections.Counter(range(ROWS))
 
 
+def test_a_compressed_exchange_mixing_uncompressed_messages_reads_back_from_its_replica(hosts):
+    """A compressed exchange's batches with nothing to compress go as uncompressed messages among the compressed
+    ones: the replica holds that mixed stream as it came (sized as its own service counts it), and a reader after
+    the loss of the partition's service reads every row once from it."""
+    from sparkflow_exchange.buffer import RETRY_AFTER
+
+    a, b, _c = hosts
+    rng = np.random.default_rng(5)
+    schema = pa.schema([("id", pa.int64()), ("x", pa.float64())])
+    expected: collections.Counter = collections.Counter()
+    with sfe.open_writer("mixrep", schema, keys=["id"], num_subpartitions=2, replicas=1,
+                         **_settings(a, b, compression="zstd", bufferSize="64k")) as w:
+        for i in range(3 * (RETRY_AFTER + 2)):  # runs of random rows, then of counting ids and rounded prices
+            counting = i // (RETRY_AFTER + 2) == 1
+            ids = np.arange(i * 4096, (i + 1) * 4096, dtype=np.int64) if counting else \
+                rng.integers(-2**63, 2**63 - 1, 4096, dtype=np.int64)
+            w.write(pa.record_batch([pa.array(ids), pa.array(ids % 1000 * 0.25 if counting else rng.random(4096))],
+                                    schema=schema))
+            expected.update(ids.tolist())
+    [producer] = _exchange(a, "mixrep")["producers"]
+    copy = producer["replicas"][0]
+    assert producer["location"]["host_id"] == "hostB" and copy["state"] == "complete", producer
+    holder = next(s for s in hosts if s.status()["service"]["service_id"] == copy["location"]["service_id"])
+    [own] = [p for p in b.status()["partitions"] if p["exchange"] == "mixrep"]
+    [kept] = [p for p in holder.status()["partitions"] if p["exchange"] == "mixrep"]
+    assert (kept["bytes"], kept["raw_bytes"]) == (own["bytes"], own["raw_bytes"]), (kept, own)
+    arrow = 3 * (RETRY_AFTER + 2) * 4096 * 16  # uncompressed messages counted at their size, the others raw
+    assert own["bytes"] < own["raw_bytes"] and arrow <= own["raw_bytes"] <= 1.1 * arrow, own
+    _kill(b)
+    _until("B's partition failed over", lambda: _exchange(a, "mixrep")["replication"]["failed_over"] == 1)
+    assert _ids(sfe.open_reader("mixrep", **_settings(a))) == expected
+
+
 def test_replicas_on_one_host_fail_at_write_time_naming_why(tmp_path):
     a = start_service(tmp_path / "a", host_id="only-host")
     try:

@@ -56,6 +56,8 @@ import org.sparkflow.exchange.write.WriteSettings;
  *       "host_id": h, "columns": [..]}}: {@code read.StandaloneRead#read} against real services, hex</li>
  *   <li>{@code remote_read}: one producer's subpartition through {@code read.RemoteProducer}, paused mid-read
  *       ({@code read.ReadProbe#remoteRead})</li>
+ *   <li>{@code decode_buffers}: data buffers loaded one after another by {@code read.BufferDecoder}
+ *       ({@code read.ReadProbe#decodeBuffers})</li>
  *   <li>{@code real_time_read}: a Real-time Mode read task against real services ({@code stream.StreamProbe})</li>
  *   <li>{@code zstd_context}: the writer's ZSTD codec against Arrow's own ({@code codec.CodecProbe})</li>
  *   <li>{@code partition_request}: a {@code read.CreditReceiver}'s request, a resumed one included, and the buffers
@@ -106,6 +108,7 @@ public final class UnitDriver {
                     case "warmup" -> warmup(answer);
                     case "standalone_read" -> answer.put("hex", standaloneRead(request));
                     case "remote_read" -> answer.set("values", ReadProbe.remoteRead(request));
+                    case "decode_buffers" -> answer.set("buffers", ReadProbe.decodeBuffers(request));
                     case "partition_request" -> answer.setAll(partitionRequest(request));
                     case "real_time_read" -> answer.setAll(org.sparkflow.exchange.stream.StreamProbe.realTimeRead(request));
                     default -> throw new IllegalArgumentException("unknown op " + request.path("op"));

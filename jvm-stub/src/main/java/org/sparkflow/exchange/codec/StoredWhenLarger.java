@@ -18,8 +18,10 @@ import org.sparkflow.exchange.contract.Contract;
  * or data buffer) that saved too little is stored as it is without being compressed for the next
  * {@link #RETRY_AFTER} record batches, then tried again, if it had at least {@link #SKIP_MIN_BYTES} (what a smaller
  * buffer saves is mostly the codec's framing, not the column's). An incompressible column costs one compression in
- * {@code RETRY_AFTER + 1}. The writer calls {@link #nextBatch} before each record batch's buffers (Arrow's
- * {@code VectorUnloader} compresses them in the batch's order); one instance per writer, one thread at a time.
+ * {@code RETRY_AFTER + 1}. A record batch none of whose buffers would be compressed goes as an uncompressed message
+ * ({@link #storesAllRaw}: no length prefixes, no copies). The writer asks {@link #storesAllRaw}, then calls
+ * {@link #nextBatch} before a compressed record batch's buffers (compressed in the batch's order); one instance per
+ * writer, one thread at a time.
  */
 public final class StoredWhenLarger implements CompressionCodec, AutoCloseable {
     static final int MIN_SAVING_PERCENT = Contract.CompressionSaving.MIN_PERCENT;
@@ -39,6 +41,40 @@ public final class StoredWhenLarger implements CompressionCodec, AutoCloseable {
     /** The next buffers are a new record batch's, from its first. */
     public void nextBatch() {
         position = 0;
+    }
+
+    /**
+     * Whether a record batch of buffers of these sizes (one per position, in the batch's order) goes as an
+     * uncompressed IPC message: some of its buffers' positions are being skipped and the others (empty ones aside)
+     * hold fewer than {@link #SKIP_MIN_BYTES} together, too few for their saving to matter. If so, the skipped
+     * positions count the batch as stored as it is (as {@link #compress} would have); if not, nothing changes and the
+     * batch's buffers go through {@link #compress} after {@link #nextBatch}. The Python writer decides the same way
+     * ({@code buffer._BufferCompressor.stores_all_raw}).
+     */
+    public boolean storesAllRaw(long[] sizes) {
+        if (sizes.length > skip.length) {
+            skip = Arrays.copyOf(skip, Math.max(sizes.length, 2 * skip.length));
+        }
+        boolean skipped = false;
+        long rest = 0;
+        for (int i = 0; i < sizes.length; i++) {
+            if (sizes[i] > 0) {
+                if (skip[i] > 0) {
+                    skipped = true;
+                } else {
+                    rest += sizes[i];
+                }
+            }
+        }
+        if (!skipped || rest >= SKIP_MIN_BYTES) {
+            return false;
+        }
+        for (int i = 0; i < sizes.length; i++) {
+            if (sizes[i] > 0 && skip[i] > 0) {
+                skip[i]--;
+            }
+        }
+        return true;
     }
 
     /** Buffers compressed so far (those stored untried not counted): what the skipping saved is visible in tests. */

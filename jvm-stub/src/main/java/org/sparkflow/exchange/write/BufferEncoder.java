@@ -7,13 +7,18 @@ import java.nio.channels.WritableByteChannel;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.zip.CRC32C;
+import org.apache.arrow.memory.ArrowBuf;
 import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.vector.BufferLayout;
 import org.apache.arrow.vector.FieldVector;
+import org.apache.arrow.vector.TypeLayout;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.VectorUnloader;
 import org.apache.arrow.vector.compression.CompressionCodec;
 import org.apache.arrow.vector.compression.CompressionUtil;
+import org.apache.arrow.vector.compression.NoCompressionCodec;
 import org.apache.arrow.vector.ipc.WriteChannel;
+import org.apache.arrow.vector.ipc.message.ArrowFieldNode;
 import org.apache.arrow.vector.ipc.message.ArrowRecordBatch;
 import org.apache.arrow.vector.ipc.message.MessageSerializer;
 import org.apache.arrow.vector.types.pojo.Schema;
@@ -28,7 +33,8 @@ import org.sparkflow.exchange.contract.Contract;
 
 /**
  * Rows into data buffers, the layout of {@code buffer.BatchEncoder}: one Arrow IPC
- * record-batch message (its body compressed per Arrow buffer by the codec, ZSTD or LZ4_FRAME, if any) (no schema: the exchange carries it once), then an 8-byte trailer, the message's CRC32C
+ * record-batch message (its body compressed per Arrow buffer by the codec, ZSTD or LZ4_FRAME, if any, unless none of
+ * its buffers would shrink: then uncompressed) (no schema: the exchange carries it once), then an 8-byte trailer, the message's CRC32C
  * and its length (u32 each, big endian). Each target fills its own Arrow root through Spark's own ArrowWriter as
  * rows arrive (no row is copied to be held), made when the target gets its first row; a root's memory is given
  * back each time its buffer leaves, so what a task holds is what its targets hold, never each target's largest.
@@ -49,7 +55,10 @@ final class BufferEncoder implements AutoCloseable {
     private final VectorSchemaRoot[] roots;
     private final ArrowWriter[] writers;
     private final CompressionCodec codec;
-    /** buffer_kinds.FLAG_COMPRESSED: what the Python writer sets on a compressed exchange's buffers. */
+    /**
+     * buffer_kinds.FLAG_COMPRESSED: what the Python writer sets on a compressed exchange's buffers, the uncompressed
+     * messages among them too (each message says whether it is compressed).
+     */
     static final int FLAG_COMPRESSED = 1;
 
     /** {@code schema}: the exchange's Arrow schema; {@code rowSchema}: the rows' Spark schema (the same columns). */
@@ -140,10 +149,15 @@ final class BufferEncoder implements AutoCloseable {
             try {
                 long size = bytes();
                 Sink out = new Sink((int) Math.min(Integer.MAX_VALUE - 64, size + size / 8 + 4096));
+                ArrowRecordBatch unloaded = null;
                 if (codec instanceof StoredWhenLarger adaptive) {
-                    adaptive.nextBatch(); // its positions count this batch's buffers from the first
+                    unloaded = unload(root, adaptive);
+                    if (unloaded == null) {
+                        adaptive.nextBatch(); // Arrow's unloader compresses every buffer, from the first position
+                    }
                 }
-                try (ArrowRecordBatch batch = new VectorUnloader(root, true, codec, true).getRecordBatch()) {
+                try (ArrowRecordBatch batch = unloaded != null ? unloaded
+                        : new VectorUnloader(root, true, codec, true).getRecordBatch()) {
                     MessageSerializer.serialize(new WriteChannel(out), batch);
                 }
                 return out.sealed();
@@ -158,6 +172,65 @@ final class BufferEncoder implements AutoCloseable {
         public void discard() {
             root.close();
         }
+    }
+
+    /**
+     * {@code root}'s record batch for a compressing writer: an uncompressed message if none of its buffers would be
+     * compressed ({@link StoredWhenLarger#storesAllRaw}: its buffers as they are, no length prefixes, no copies), else
+     * compressed buffer by buffer. The validity buffer of a column without nulls goes empty, as the Python writer
+     * (Arrow C++) sends it and the IPC format allows: Arrow Java's {@code VectorUnloader} sends its bitmap of ones,
+     * which compresses, so every batch of an incompressible column would stay compressed. Null (Arrow's
+     * {@code VectorUnloader} then) for a layout it does not know (buffers other than the type's own, e.g. views).
+     */
+    private ArrowRecordBatch unload(VectorSchemaRoot root, StoredWhenLarger codec) {
+        List<ArrowFieldNode> nodes = new ArrayList<>();
+        List<ArrowBuf> buffers = new ArrayList<>();
+        for (FieldVector v : root.getFieldVectors()) {
+            if (!append(v, nodes, buffers)) {
+                return null;
+            }
+        }
+        long[] sizes = new long[buffers.size()];
+        for (int i = 0; i < sizes.length; i++) {
+            sizes[i] = buffers.get(i).writerIndex();
+        }
+        boolean raw = codec.storesAllRaw(sizes);
+        if (!raw) {
+            codec.nextBatch(); // its positions count this batch's buffers from the first
+        }
+        List<ArrowBuf> stored = new ArrayList<>(buffers.size());
+        try {
+            for (ArrowBuf b : buffers) {
+                b.getReferenceManager().retain(); // the batch releases what it holds; the codec, what it is given
+                stored.add(raw ? b : codec.compress(allocator, b));
+            }
+        } catch (RuntimeException e) {
+            stored.forEach(ArrowBuf::close);
+            throw e;
+        }
+        return new ArrowRecordBatch(root.getRowCount(), nodes, stored, raw
+                ? NoCompressionCodec.DEFAULT_BODY_COMPRESSION : CompressionUtil.createBodyCompression(codec), true, false);
+    }
+
+    /** {@code v}'s node and buffers (then its children's), as Arrow's VectorUnloader: whether its layout is known. */
+    private boolean append(FieldVector v, List<ArrowFieldNode> nodes, List<ArrowBuf> buffers) {
+        TypeLayout layout = TypeLayout.getTypeLayout(v.getField().getType());
+        List<ArrowBuf> own = v.getFieldBuffers();
+        if (!layout.isFixedBufferCount() || own.size() != layout.getBufferLayouts().size()) {
+            return false;
+        }
+        int nulls = v.getNullCount();
+        nodes.add(new ArrowFieldNode(v.getValueCount(), nulls));
+        for (int i = 0; i < own.size(); i++) {
+            boolean noNulls = i == 0 && nulls == 0 && layout.getBufferTypes().get(0) == BufferLayout.BufferType.VALIDITY;
+            buffers.add(noNulls ? allocator.getEmpty() : own.get(i));
+        }
+        for (FieldVector child : v.getChildrenFromFields()) {
+            if (!append(child, nodes, buffers)) {
+                return false;
+            }
+        }
+        return true;
     }
 
     /**

@@ -218,4 +218,45 @@ public final class ReadProbe {
         }
         return out;
     }
+    /**
+     * {@code {"schema": base64 IPC schema, "hex": ["..", ..]}}: data buffers loaded one after another into one root by
+     * {@link BufferDecoder} (as a read task loads a subpartition's), each answered with its columns' values as text
+     * (null for a null) and its columns' null counts, or the error its load threw.
+     */
+    public static ArrayNode decodeBuffers(JsonNode r) throws Exception {
+        ArrayNode out = JSON.createArrayNode();
+        try (org.apache.arrow.memory.BufferAllocator allocator = new org.apache.arrow.memory.RootAllocator()) {
+            org.apache.arrow.vector.types.pojo.Schema schema = org.apache.arrow.vector.ipc.message.MessageSerializer
+                    .deserializeSchema(new org.apache.arrow.vector.ipc.ReadChannel(java.nio.channels.Channels.newChannel(
+                            new java.io.ByteArrayInputStream(java.util.Base64.getDecoder().decode(
+                                    r.path("schema").asText())))));
+            try (org.apache.arrow.vector.VectorSchemaRoot root = org.apache.arrow.vector.VectorSchemaRoot.create(schema,
+                    allocator)) {
+                BufferDecoder decoder = new BufferDecoder(allocator, root);
+                for (JsonNode h : r.path("hex")) {
+                    ObjectNode one = out.addObject();
+                    try {
+                        int rows = decoder.load(java.util.HexFormat.of().parseHex(h.asText()));
+                        ArrayNode columns = one.putArray("columns");
+                        ArrayNode nulls = one.putArray("nulls");
+                        for (org.apache.arrow.vector.FieldVector v : root.getFieldVectors()) {
+                            ArrayNode values = columns.addArray();
+                            for (int i = 0; i < rows; i++) {
+                                Object value = v.getObject(i);
+                                if (value == null) {
+                                    values.addNull();
+                                } else {
+                                    values.add(String.valueOf(value));
+                                }
+                            }
+                            nulls.add(v.getNullCount());
+                        }
+                    } catch (BufferDecoder.CorruptBuffer | RuntimeException e) {
+                        one.put("error", e.getClass().getSimpleName() + ": " + e.getMessage());
+                    }
+                }
+            }
+        }
+        return out;
+    }
 }
