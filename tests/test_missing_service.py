@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -103,8 +104,11 @@ def test_the_driver_log_and_the_first_use_name_the_host_without_a_service_and_th
         host = socket.gethostname()
         assert "could not start" in said[0] and f"host {host} has no exchange service" in said[0], said[0]
         assert f"`{command}`" in said[0], said[0]
-        def lost_again() -> bool:  # Spark started the executor there again, and lost it again (its log says so)
-            return any("Lost executor 1 " in line for line in list(lines))
+        first = next(i for i, line in enumerate(list(lines)) if line.startswith("ERROR sparkflow-exchange: an executor"))
+        lost = re.compile(r"Lost (an )?executor \d+ ")
+
+        def lost_again() -> bool:  # Spark started an executor there again, and lost it again (its log says so)
+            return any(lost.search(line) for line in list(lines)[first + 1:])
 
         while not lost_again() and time.monotonic() < deadline and app.poll() is None:
             time.sleep(0.2)
