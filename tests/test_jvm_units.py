@@ -729,21 +729,27 @@ def _split_mix64(x: int) -> int:
     return z - (1 << 64) if z >> 63 else z
 
 
-def test_the_jvm_writers_zstd_keeps_one_context_and_writes_arrows_frames(jvm):
+def test_the_jvm_zstd_codecs_keep_one_context_and_write_and_read_arrows_frames(jvm):
     """The writer's ZSTD codec keeps one native context for all its buffers: buffer after buffer, of every size and
     kind (empty, a validity bitmap, counting longs, strings, incompressible, a megabyte), its frames are byte for byte
-    those of Arrow's own codec at the same level and decompress to the buffer; closed, it compresses no more."""
+    those of Arrow's own codec at the same level and decompress to the buffer; closed, it compresses no more. A
+    reader's codec keeps one context too and reads Arrow's frames back exactly."""
     rng = np.random.default_rng(7)
     buffers = [b"", b"\x01", b"\xff" * 32, np.arange(250, dtype="<i8").tobytes(),
                b"".join(f"{i:x>16}".encode() for i in range(250)), rng.bytes(100_000),
                np.arange(131_072, dtype="<i8").tobytes(), b"\xff" * 32, np.arange(250, dtype="<i8").tobytes()]
-    answer = jvm([{"op": "zstd_context", "buffers": [b.hex() for b in buffers]}])[0]
+    answer = jvm([{"op": "zstd_context", "buffers": [b.hex() for b in buffers], "cut": 6}])[0]
     assert "error" not in answer, answer
     assert answer["kept"] == answer["arrow"]
     assert [bytes.fromhex(h) for h in answer["round_trip"]] == buffers
     compressed = [int.from_bytes(bytes.fromhex(h)[:8], "little", signed=True) for h in answer["kept"]]
     assert compressed[5] == -1 and compressed[6] == len(buffers[6])  # noise stored as it is; a megabyte compressed
     assert "closed" in answer["closed"].lower(), answer["closed"]
+    # a reader's codec keeps one decompression context for all its buffers: Arrow's frames come back whole, a cut
+    # frame is refused naming it, and a closed reader's codec decompresses no more
+    assert [bytes.fromhex(h) for h in answer["read_back"]] == buffers
+    assert answer["corrupt"] and "cannot decompress a ZSTD buffer" in answer["corrupt"], answer["corrupt"]
+    assert answer["read_closed"] and "closed" in answer["read_closed"], answer["read_closed"]
 
 
 @pytest.mark.parametrize("compression", ["lz4", "zstd"])

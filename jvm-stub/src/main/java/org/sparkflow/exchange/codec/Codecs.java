@@ -43,7 +43,7 @@ public final class Codecs implements CompressionCodec.Factory {
      */
     public static CompressionCodec forName(String name) {
         return switch (checked(name)) {
-            case "zstd" -> new StoredWhenLarger(new ZstdContextCodec(ZSTD_LEVEL));
+            case "zstd" -> new StoredWhenLarger(ZstdContextCodec.forWriting(ZSTD_LEVEL));
             case "lz4" -> new StoredWhenLarger(INSTANCE.createCodec(CodecType.LZ4_FRAME));
             default -> NoCompressionCodec.INSTANCE;
         };
@@ -56,6 +56,50 @@ public final class Codecs implements CompressionCodec.Factory {
                 closeable.close();
             } catch (Exception e) {
                 throw new IllegalStateException("cannot close the " + codec.getCodecType() + " codec: " + e, e);
+            }
+        }
+    }
+
+    /**
+     * The codecs one reader decompresses with, one thread at a time: ZSTD keeps one native context for all of the
+     * reader's buffers, made at its first compressed one and freed by {@link Reading#close}.
+     */
+    public static Reading forReading() {
+        return new Reading();
+    }
+
+    /** A reader's codecs (see {@link #forReading}). */
+    public static final class Reading implements CompressionCodec.Factory, AutoCloseable {
+        private ZstdContextCodec zstd;
+        private boolean closed;
+
+        private Reading() {}
+
+        @Override
+        public CompressionCodec createCodec(CodecType type) {
+            if (type != CodecType.ZSTD) {
+                return INSTANCE.createCodec(type);
+            }
+            if (zstd == null) {
+                if (closed) {
+                    throw new IllegalStateException("the reader's codecs are closed: its read ended");
+                }
+                zstd = ZstdContextCodec.forReading();
+            }
+            return zstd;
+        }
+
+        @Override
+        public CompressionCodec createCodec(CodecType type, int level) {
+            return createCodec(type); // decompressing needs no level
+        }
+
+        /** Free the ZSTD context, if one was made (idempotent). */
+        @Override
+        public void close() {
+            closed = true;
+            if (zstd != null) {
+                zstd.close();
             }
         }
     }

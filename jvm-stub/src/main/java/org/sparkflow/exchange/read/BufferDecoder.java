@@ -24,16 +24,24 @@ import org.sparkflow.exchange.wire.Frames;
  * into Arrow memory; the checksum is checked before Arrow looks at them; the body is loaded without another copy
  * (compressed bodies are decompressed by {@link Codecs}: ZSTD and LZ4 frames, natively where lz4-java can).
  */
-public final class BufferDecoder {
+public final class BufferDecoder implements AutoCloseable {
     static final int TRAILER = Contract.Buffer.TRAILER_SIZE;
     private final BufferAllocator allocator;
     private final VectorSchemaRoot root;
+    private final Codecs.Reading codecs; // one ZSTD context for all of this reader's buffers
     private final VectorLoader loader;
 
     public BufferDecoder(BufferAllocator allocator, VectorSchemaRoot root) {
         this.allocator = allocator;
         this.root = root;
-        this.loader = new VectorLoader(root, Codecs.INSTANCE);
+        this.codecs = Codecs.forReading();
+        this.loader = new VectorLoader(root, codecs);
+    }
+
+    /** Free the decompression context (idempotent); loading afterwards fails. */
+    @Override
+    public void close() {
+        codecs.close();
     }
 
     /** Corrupt bytes: the buffer is not what its writer wrote. */

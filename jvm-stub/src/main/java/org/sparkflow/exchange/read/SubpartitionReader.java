@@ -245,6 +245,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
         if (live != null) {
             live.close();
         }
+        decoder.close();
         root.close();
         allocator.close();
     }

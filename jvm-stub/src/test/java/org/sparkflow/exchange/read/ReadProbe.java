@@ -189,8 +189,7 @@ public final class ReadProbe {
                     .deserializeSchema(new org.apache.arrow.vector.ipc.ReadChannel(java.nio.channels.Channels.newChannel(
                             new java.io.ByteArrayInputStream(java.util.Base64.getDecoder().decode(desc.schemaBase64)))));
             try (org.apache.arrow.vector.VectorSchemaRoot root = org.apache.arrow.vector.VectorSchemaRoot.create(schema,
-                    allocator)) {
-                BufferDecoder decoder = new BufferDecoder(allocator, root);
+                    allocator); BufferDecoder decoder = new BufferDecoder(allocator, root)) {
                 java.nio.file.Path mid = java.nio.file.Path.of(r.path("mid").asText());
                 java.nio.file.Path go = java.nio.file.Path.of(r.path("go").asText());
                 try (RemoteProducer source = new RemoteProducer(p, p.tcp(), r.path("subpartition").asInt(),
@@ -231,8 +230,7 @@ public final class ReadProbe {
                             new java.io.ByteArrayInputStream(java.util.Base64.getDecoder().decode(
                                     r.path("schema").asText())))));
             try (org.apache.arrow.vector.VectorSchemaRoot root = org.apache.arrow.vector.VectorSchemaRoot.create(schema,
-                    allocator)) {
-                BufferDecoder decoder = new BufferDecoder(allocator, root);
+                    allocator); BufferDecoder decoder = new BufferDecoder(allocator, root)) {
                 for (JsonNode h : r.path("hex")) {
                     ObjectNode one = out.addObject();
                     try {
