@@ -295,24 +295,15 @@ class BatchEncoder:
 
     def encode(self, batch: pa.RecordBatch) -> pa.Buffer:
         """The batch's data buffer: its IPC message and checksum trailer."""
-        if self.compression is None and self._schema_len is not None:
+        at = self._plain_schema_len
+        if at is not None and (self.compression is None or self._compressor):
             size = ipc.get_record_batch_size(batch)
             if size >= _COPY_BELOW:  # serialised in place next to its trailer: no copy of a large message
-                dest = pa.allocate_buffer(self._schema_len + size + TRAILER_SIZE)
-                placed = self.encode_into(batch, memoryview(dest))
-                if placed is not None:
-                    return dest.slice(*placed)
-        elif self._compressor and self._plain_schema_len is not None:
-            size = ipc.get_record_batch_size(batch)
-            if size >= _COPY_BELOW:  # a batch going uncompressed is serialised in place next to its trailer
-                at = self._plain_schema_len
                 dest = pa.allocate_buffer(at + size + TRAILER_SIZE)
-                sink = pa.FixedSizeBufferWriter(dest)
-                ipc.new_stream(sink, self.schema).write_batch(batch)
-                if sink.tell() == at + size:
+                if self._write_plain(batch, dest) == at + size:
                     plain = dest.slice(at, size)
-                    parts = self._compressor.message(batch, plain)
-                    if parts is not None and len(parts) == 1 and parts[0] is plain:
+                    parts = [plain] if self.compression is None else self._compressor.message(batch, plain)
+                    if parts is not None and len(parts) == 1 and parts[0] is plain:  # it goes uncompressed
                         TRAILER.pack_into(memoryview(dest), at + size, checksum(plain), size)
                         return dest.slice(at, size + TRAILER_SIZE)
                     if parts is not None:
@@ -321,6 +312,16 @@ class BatchEncoder:
         if isinstance(message, list):
             return self._sealed(message)
         return seal(message)
+
+    def _write_plain(self, batch: pa.RecordBatch, dest: pa.Buffer) -> int | None:
+        """Writes an uncompressed stream of ``batch`` (the schema message, then the batch's) into ``dest``: where the
+        batch's message ends in it, or None if it does not fit."""
+        sink = pa.FixedSizeBufferWriter(dest)
+        try:
+            ipc.new_stream(sink, self.schema).write_batch(batch)
+        except (pa.ArrowInvalid, OSError):  # larger than dest
+            return None
+        return sink.tell()
 
     @staticmethod
     def _sealed(parts: list) -> pa.Buffer:
@@ -358,44 +359,27 @@ class BatchEncoder:
 
     def encode_into(self, batch: pa.RecordBatch, dest: memoryview) -> tuple[int, int] | None:
         """Serialise ``batch`` straight into ``dest`` (a shared-memory slot): (offset, length), or None if it won't fit."""
-        if self._schema_len is None:
+        at = self._schema_len
+        if at is None:
             return None
-        if self.compression is None and \
-                ipc.get_record_batch_size(batch) + self._schema_len + TRAILER_SIZE > len(dest):
-            return None
-        if self.compression is not None:  # serialised apart (buffer by buffer), then placed after the schema
+        if self.compression is None:
+            if ipc.get_record_batch_size(batch) + at + TRAILER_SIZE > len(dest):
+                return None
+            end = self._write_plain(batch, pa.py_buffer(dest))
+        else:  # serialised apart (buffer by buffer), then placed after the schema
             message = self._message(batch)
             parts = message if isinstance(message, list) else [message]
-            end = self._schema_len + sum(len(p) for p in parts)
-            if end + TRAILER_SIZE > len(dest):
-                return None
-            at = self._schema_len
-            for part in parts:
-                dest[at:at + len(part)] = memoryview(part).cast("B")
-                at += len(part)
-            n = end - self._schema_len
-            TRAILER.pack_into(dest, end, checksum(dest[self._schema_len:end]), n)
-            return self._schema_len, n + TRAILER_SIZE
-        target = pa.py_buffer(dest)
-        sink = pa.FixedSizeBufferWriter(target)
-        try:
-            ipc.new_stream(sink, self.schema, options=self._options).write_batch(batch)
-        except (pa.ArrowInvalid, OSError):  # compressed data that did not shrink enough
+            end = at + sum(len(p) for p in parts)
+            if end + TRAILER_SIZE <= len(dest):
+                position = at
+                for part in parts:
+                    dest[position:position + len(part)] = memoryview(part).cast("B")
+                    position += len(part)
+        if end is None or end + TRAILER_SIZE > len(dest):
             return None
-        end = sink.tell()
-        if self.compression is not None:  # buffers that shrank too little are stored as they are
-            message = target.slice(self._schema_len, end - self._schema_len)
-            stored = store_raw_where_larger(message, self.compression)
-            if stored is not message:
-                end = self._schema_len + len(stored)
-                if end + TRAILER_SIZE > len(dest):
-                    return None
-                dest[self._schema_len:end] = memoryview(stored).cast("B")
-        if end + TRAILER_SIZE > len(dest):
-            return None
-        n = end - self._schema_len
-        TRAILER.pack_into(dest, end, checksum(target.slice(self._schema_len, n)), n)
-        return self._schema_len, end + TRAILER_SIZE - self._schema_len
+        n = end - at
+        TRAILER.pack_into(dest, end, checksum(dest[at:end]), n)
+        return at, n + TRAILER_SIZE
 
 
 class Region:

@@ -53,6 +53,11 @@ def test_a_batch_holds_at_least_one_buffer():
         CreditReturn(batch=0)
 
 
+@pytest.mark.parametrize(("exclusive", "floating", "batch"), [(2, 8, 5), (2, 0, 1), (1, 0, 1), (4, 4, 4)])
+def test_a_batch_is_half_a_channels_window(exclusive, floating, batch):
+    assert CreditReturn.for_window(exclusive, floating).batch == batch
+
+
 @pytest.mark.parametrize("seed", range(300))
 def test_no_interleaving_leaves_a_reader_waiting_on_credit_it_holds(seed):
     """Random reads of 1-4 channels with windows of 1-4 buffers (seeded): the IO thread delivers buffers while

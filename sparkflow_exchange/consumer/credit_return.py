@@ -43,6 +43,13 @@ class CreditReturn(Generic[Channel]):
         self._silent: set[Channel] = set()  # channels whose sender holds no credit and so sends nothing
         self._asked = False  # a BATCH ask is on its way to the IO thread
 
+    @classmethod
+    def for_window(cls, exclusive: int, floating: int) -> "CreditReturn[Channel]":
+        """The hand-off for channels of ``exclusive`` buffers each and a gate of ``floating`` more: a batch is half the
+        most credit a channel can hold, at least 1, so its sender keeps half its window; each batch wakes the IO
+        thread and sends an AddCredit (a reader that would wait returns what it has at once)."""
+        return cls(max(1, (exclusive + floating) // 2))
+
     # ------------------------------------------------------------ task thread
     def finished(self, channel: Channel) -> CreditAsk | None:
         """The task thread finished a buffer of ``channel``; returns what to ask the IO thread for, if anything."""

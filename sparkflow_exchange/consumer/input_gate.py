@@ -53,11 +53,6 @@ FILE_REPORT_INTERVAL = 1.0  # seconds between reports of a long read's spill-fil
 _DONE = object()
 
 
-def credit_batch(config: ExchangeConfig) -> int:
-    """How many finished buffers the task thread returns as credit in one hop: half the most credit a channel can
-    hold (exclusive plus floating), at least 1, so the sender keeps half its window; each hop wakes the IO thread
-    and sends an AddCredit (a reader that would wait returns what it has at once)."""
-    return max(1, (config.buffers_per_channel + config.floating_buffers_per_gate) // 2)
 GONE_LOOKUP_TIMEOUT = 2.0  # a failing read asks the coordinator whether its exchange was dropped or overwritten
 
 
@@ -117,7 +112,8 @@ class InputGate:
         self._file_report_due = time.monotonic() + FILE_REPORT_INTERVAL
         self.path = "channels"  # or "local files": the task thread read every producer's spill file itself
         # the credit of the buffers the task thread finished with, returned by the IO thread (credit_return.py)
-        self._credit_return: CreditReturn[InputChannel] = CreditReturn(credit_batch(config))
+        self._credit_return: CreditReturn[InputChannel] = CreditReturn.for_window(
+            config.buffers_per_channel, config.floating_buffers_per_gate)
 
     @property
     def runtime(self) -> ClientRuntime:

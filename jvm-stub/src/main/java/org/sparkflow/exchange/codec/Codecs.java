@@ -70,7 +70,7 @@ public final class Codecs implements CompressionCodec.Factory {
 
     /** A reader's codecs (see {@link #forReading}). */
     public static final class Reading implements CompressionCodec.Factory, AutoCloseable {
-        private ZstdContextCodec zstd;
+        private ZstdContextCodec.Decompressing zstd;
         private boolean closed;
 
         private Reading() {}
