@@ -63,6 +63,8 @@ class ExchangeDescription:
     producers: tuple[dict, ...] = ()
     committed: tuple[str, ...] = ()  # partitions of the committed producers, in commit order
     subpartition_bytes: tuple[int, ...] | None = None  # once every committed producer reported its sizes
+    # the same as they would be uncompressed: what read partitions decode to, so what read layouts size by
+    subpartition_raw_bytes: tuple[int, ...] | None = None
     subpartition_rows: tuple[int, ...] | None = None
     rows: int | None = None
     owner: str = ""
@@ -71,6 +73,12 @@ class ExchangeDescription:
     last_committed: int | None = None  # a stream's newest committed epoch
     # the coordinator's read verdict (sealed, live, writing, ended, code, reason): the JVM reader follows it
     readable: dict | None = None
+
+    @property
+    def layout_bytes(self) -> tuple[int, ...] | None:
+        """Bytes per subpartition to size read partitions by: decoded (raw) where the coordinator reports them,
+        else as stored."""
+        return self.subpartition_raw_bytes if self.subpartition_raw_bytes is not None else self.subpartition_bytes
 
     @classmethod
     def parse(cls, reply: Mapping[str, Any]) -> ExchangeDescription:
@@ -94,6 +102,7 @@ class ExchangeDescription:
                 coalesce=bool(reply.get("coalesce")), producers=tuple(reply.get("producers") or ()),
                 committed=tuple(reply.get("committed") or ()),
                 subpartition_bytes=_ints(reply.get("subpartition_bytes")),
+                subpartition_raw_bytes=_ints(reply.get("subpartition_raw_bytes")),
                 subpartition_rows=_ints(reply.get("subpartition_rows")), rows=reply.get("rows"),
                 owner=str(reply.get("owner") or ""), created_at=reply.get("created_at"),
                 last_used_at=reply.get("last_used_at"), last_committed=reply.get("last_committed"),

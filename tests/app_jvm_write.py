@@ -878,6 +878,20 @@ def compressed_exchanges_round_trip_on_every_path(d):
     assert raw["zc_none"] == d["bytes_none"] and raw["zc_default"] is not None, (raw, d)
     assert abs(raw["zc_default"] - d["bytes_none"]) < 0.1 * d["bytes_none"], (raw, d)
     same(spark.table("exchange.zc_default"), rows)
+    # read layouts size by what subpartitions decode to: the compressed exchange reads in as many partitions as the
+    # same rows uncompressed (by its stored bytes it would be coalesced into fewer, larger ones)
+    layout = {"spark.sql.adaptive.enabled": "true",  # readPartitions=auto coalesces as adaptive execution would
+              "spark.sql.adaptive.advisoryPartitionSizeInBytes": str(max(1, d["bytes_none"] // 3)),
+              "spark.sql.adaptive.coalescePartitions.parallelismFirst": "false"}
+    before = {k: spark.conf.get(k, None) for k in layout}
+    for k, v in layout.items():
+        spark.conf.set(k, v)
+    try:
+        d["read_partitions"] = {n: spark.table(f"exchange.{n}").rdd.getNumPartitions() for n in ("zc_none", "zc_default")}
+    finally:
+        for k, v in before.items():
+            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+    assert d["bytes_default"] < d["bytes_none"] // 3 and d["read_partitions"] == {"zc_none": 4, "zc_default": 4}, d
     for codec in ("zstd", "lz4"):
         jvm_name, fmt_name, py_name = f"zc_{codec}", f"zc_fmt_{codec}", f"zc_py_{codec}"
         # lz4's buffers are compressed and pushed on each writer's push thread (compressionThread), zstd's on the task's

@@ -193,3 +193,30 @@ def test_a_batch_with_nothing_to_compress_goes_as_an_uncompressed_message(codec)
     payload = encoder.encode(nulls)
     assert is_compressed(verify(payload)) and decode(payload, NOISY).equals(nulls)
     assert compressed_buffers(verify(payload))[1] == (8 + 8 * 2 * rows, -1)  # the keys: still skipped
+
+
+def test_a_compressed_exchange_is_read_in_as_many_partitions_as_the_same_rows_uncompressed(tmp_service):
+    """Read layouts size by what a subpartition decodes to: a compressed exchange stores a fraction of its rows'
+    bytes, and coalescing by those would pack its rows into a fraction of the read tasks (a query then runs on
+    fewer cores, with larger partitions to sort and join)."""
+    from sparkflow_exchange.consumer.read_plan import read_ranges
+
+    svc = tmp_service(host_id="hostA")
+    described = {}
+    for codec in ("none", "zstd"):
+        config = client_config(svc, exchange=f"layout-{codec}", hostId="hostA", partitioner="hash", keys="k",
+                               bufferSize="64k", compression=codec)  # no width: the read may coalesce
+        handle = ex.declare_write(config, SCHEMA, overwrite=True)
+        producer = ex.ProducerTask(handle, 0, "a0", num_subpartitions=8)
+        producer.write([batch(s, 5000) for s in range(0, ROWS, 5000)])
+        result = producer.finish()
+        commit_write(handle, [result["partition"]], {result["partition"]: result["rows"]})
+        described[codec] = ex.describe_exchange(config)
+    plain, packed = described["none"], described["zstd"]
+    assert plain.coalesce and packed.coalesce and packed.sealed
+    assert plain.subpartition_raw_bytes == plain.subpartition_bytes  # nothing compressed: the same sizes
+    assert sum(packed.subpartition_bytes) < 0.75 * sum(plain.subpartition_bytes), (packed, plain)
+    for stored, raw in zip(plain.subpartition_bytes, packed.subpartition_raw_bytes):  # within the framing
+        assert abs(raw - stored) <= 0.05 * stored, (plain.subpartition_bytes, packed.subpartition_raw_bytes)
+    advisory = sum(plain.subpartition_bytes) // 4
+    assert len(read_ranges(packed, advisory)) == len(read_ranges(plain, advisory)) >= 4

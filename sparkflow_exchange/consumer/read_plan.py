@@ -132,7 +132,7 @@ def read_ranges(desc: ExchangeDescription, advisory_size: int, skew: SkewRule | 
     subpartitions of a coalesced read (see the module's docstring).
     """
     n = desc.num_subpartitions or 0
-    sizes = desc.subpartition_bytes
+    sizes = desc.layout_bytes  # what each subpartition decodes to: a compressed exchange's stored bytes are fewer
     if desc.coalesce and desc.sealed and sizes is not None and len(sizes) == n:
         producers = len(set(desc.committed))
         return plan_ranges(sizes, advisory_size, producers, skew if producers > 1 else None)

@@ -59,6 +59,9 @@ class Exchange:
     # per producer: bytes it wrote to each subpartition (reported at finish); summed over the committed at commit
     sizes: dict[str, np.ndarray] = field(default_factory=dict)
     committed_bytes: np.ndarray | None = None
+    # those bytes as they would be uncompressed (each producer's bytes scaled by its raw / stored ratio): what a read
+    # partition holds once decoded, which read layouts size by; equal to committed_bytes when nothing is compressed
+    committed_raw_bytes: np.ndarray | None = None
     # per producer: rows it wrote to each subpartition (reported at finish); summed like the sizes. Clients
     # outside Spark (a training loop's ranks) plan equal shares from them before reading a row
     row_counts: dict[str, np.ndarray] = field(default_factory=dict)
@@ -138,7 +141,8 @@ class Exchange:
             "open_writes": sorted(self.open_writes), "commits": self.commits, "abort_reason": self.abort_reason,
             "coalesce": self.coalesce, "sizes": {k: v.tolist() for k, v in self.sizes.items()},
             "row_counts": {k: v.tolist() for k, v in self.row_counts.items()},
-            "committed_bytes": listed(self.committed_bytes), "committed_sub_rows": listed(self.committed_sub_rows),
+            "committed_bytes": listed(self.committed_bytes), "committed_raw_bytes": listed(self.committed_raw_bytes),
+            "committed_sub_rows": listed(self.committed_sub_rows),
             "sizes_complete": self.sizes_complete, "committed_rows": self.committed_rows, "owner": self.owner,
             "seal_ends": list(self.seal_ends), "created": self.created, "replicas": self.replicas,
         }
@@ -155,7 +159,8 @@ class Exchange:
         ex = cls(r["name"], int(r["epoch"]), r["schema"], r["num_subpartitions"], r["partitioner"],
                  r["partition_type"], life=life, committed=list(r["committed"]), coalesce=bool(r["coalesce"]), sizes={k: array(v) for k, v in r["sizes"].items()},
                  row_counts={k: array(v) for k, v in r["row_counts"].items()},
-                 committed_bytes=array(r["committed_bytes"]), committed_sub_rows=array(r["committed_sub_rows"]),
+                 committed_bytes=array(r["committed_bytes"]), committed_raw_bytes=array(r.get("committed_raw_bytes")),
+                 committed_sub_rows=array(r["committed_sub_rows"]),
                  sizes_complete=bool(r["sizes_complete"]), committed_rows=r["committed_rows"], owner=r["owner"],
                  seal_ends=list(r["seal_ends"]), replicas=int(r.get("replicas", 0)))
         ex.created = float(r.get("created", ex.created))  # a record without it: the restart's time
@@ -182,6 +187,7 @@ class Exchange:
             "producers": list(self._producer_dicts.values()),
             "committed": list(self.committed),
             "subpartition_bytes": self.subpartition_bytes(),
+            "subpartition_raw_bytes": self.subpartition_raw_bytes(),
             "rows": self.committed_rows,
             "subpartition_rows": self.subpartition_rows(),
             "owner": self.owner,
@@ -218,6 +224,13 @@ class Exchange:
         if self.committed_bytes is None or not self.sizes_complete:
             return None
         return self.committed_bytes.tolist()
+
+    def subpartition_raw_bytes(self) -> list[int] | None:
+        """:meth:`subpartition_bytes` as they would be uncompressed: what read layouts size by (a compressed
+        exchange's stored bytes are a fraction of what its read partitions decode to)."""
+        if self.committed_raw_bytes is None or not self.sizes_complete:
+            return None
+        return self.committed_raw_bytes.tolist()
 
     def subpartition_rows(self) -> list[int] | None:
         """Rows per subpartition over the committed producers, when all of them reported theirs."""

@@ -37,6 +37,11 @@ def record_sizes(ex: Exchange, p: ProducerInfo, subpartition_bytes: list[int] | 
         ex.row_counts[partition] = counts.astype(np.uint32) if not counts.size or counts.max() < 1 << 32 else counts
 
 
+def _raw_ratio(p: ProducerInfo | None) -> float:
+    """How many bytes a producer's stored byte decodes to (1.0 when it did not report both counts)."""
+    return p.raw_bytes / p.bytes if p is not None and p.bytes > 0 and p.raw_bytes >= p.bytes else 1.0
+
+
 def fix_width(ex: Exchange, width: int) -> None:
     """The width a producer writes fixes an exchange declared without one; another width is refused."""
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
@@ -83,7 +88,8 @@ def check_tasks_covered(ex: Exchange, of_write: list[ProducerInfo], winners: set
             "driver lost their commit messages", ErrorCode.ROWS_LOST)
 
 def add_sizes(ex: Exchange, partitions: list[str]) -> None:
-    """Sum the winners' per-subpartition bytes into the exchange's one array (readers get only that)."""
+    """Sum the winners' per-subpartition bytes into the exchange's one array (readers get only that), and the same
+    bytes as they would be uncompressed (each producer's scaled by its reported raw / stored ratio)."""
     import numpy as np
 
     if ex.num_subpartitions is None or not partitions:
@@ -94,10 +100,14 @@ def add_sizes(ex: Exchange, partitions: list[str]) -> None:
     if len(reported) < len(partitions) or any(len(r) != ex.num_subpartitions for r in reported):
         ex.sizes_complete = False  # e.g. forward: one subpartition per producer
         return
+    # a journal written before raw sizes were kept has none for what it committed: those count as stored
+    raw = (ex.committed_raw_bytes if ex.committed_raw_bytes is not None else total).copy()
     total = total.copy()
-    for sizes in reported:  # one at a time: stacking them would copy every producer's array
+    for partition, sizes in zip(partitions, reported):  # one at a time: stacking would copy every producer's array
         total += sizes
+        raw += np.rint(sizes * _raw_ratio(ex.producers.get(partition))).astype(np.int64)
     ex.committed_bytes = total
+    ex.committed_raw_bytes = raw
     if len(counted) < len(partitions) or (ex.commits and ex.committed_sub_rows is None):
         ex.committed_sub_rows = None  # a producer that did not count its rows (an older client)
         return

@@ -67,6 +67,11 @@ public final class ExchangeDescription implements Serializable {
     public final OptionalLong bytes;
     /** Bytes of each subpartition over every committed producer; null when the coordinator does not say. */
     public final long[] subpartitionBytes;
+    /**
+     * Those bytes as they would be uncompressed, what read partitions decode to and so what read layouts size by
+     * ({@code subpartition_raw_bytes}); {@link #subpartitionBytes} when the coordinator does not say.
+     */
+    public final long[] subpartitionRawBytes;
     private transient StructType sparkSchema;
 
     private ExchangeDescription(JsonNode d) {
@@ -109,15 +114,21 @@ public final class ExchangeDescription implements Serializable {
                         + "description was not the coordinator's");
         rows = d.path("rows").canConvertToLong() ? OptionalLong.of(d.get("rows").asLong()) : OptionalLong.empty();
         bytes = sum(d.path("subpartition_bytes"));
-        JsonNode each = d.path("subpartition_bytes");
-        if (each.isArray() && numSubpartitions != null && each.size() == numSubpartitions) {
-            subpartitionBytes = new long[each.size()];
-            for (int i = 0; i < subpartitionBytes.length; i++) {
-                subpartitionBytes[i] = each.get(i).asLong();
-            }
-        } else {
-            subpartitionBytes = null;
+        subpartitionBytes = perSubpartition(d.path("subpartition_bytes"), numSubpartitions);
+        long[] raw = perSubpartition(d.path("subpartition_raw_bytes"), numSubpartitions);
+        subpartitionRawBytes = raw != null ? raw : subpartitionBytes;
+    }
+
+    /** One count per subpartition, or null unless {@code each} is an array of exactly {@code n}. */
+    private static long[] perSubpartition(JsonNode each, Integer n) {
+        if (!each.isArray() || n == null || each.size() != n) {
+            return null;
         }
+        long[] out = new long[n];
+        for (int i = 0; i < n; i++) {
+            out[i] = each.get(i).asLong();
+        }
+        return out;
     }
 
     private static Producer producer(JsonNode x) {

@@ -62,10 +62,11 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
             }
         }
         kept = read;
-        // sizes of an exchange being written are those of its earlier commits only: not a basis for a layout
+        // sizes of an exchange being written are those of its earlier commits only: not a basis for a layout; sized
+        // by what the subpartitions decode to (a compressed exchange stores a fraction of it)
         layout = "broadcast".equals(desc.partitioner)
                 ? ReadLayout.copies(desc.name, desc.numSubpartitions, readPartitions, desc.shared)
-                : ReadLayout.plan(desc.name, desc.numSubpartitions, kept, desc.sealed ? desc.subpartitionBytes : null,
+                : ReadLayout.plan(desc.name, desc.numSubpartitions, kept, desc.sealed ? desc.subpartitionRawBytes : null,
                         readPartitions, desc.bucketedOnOneKey());
     }
 
