@@ -47,12 +47,6 @@ wall clock from process start to exit, so interpreter, JVM and session start cou
 * ``noop-producer``: the producer application alone, writing into Spark's ``noop`` sink: what any producer of
   the split pays before its write. With the ``jvm`` route's consumer it gives the ratio a free write would reach
   (``jvm-free-write/parquet``); it has no answer to check.
-* ``cached-consumer``: the consumer application with the producer's rows already in its memory: read from the
-  parquet route's files, hash-partitioned on K into N (``repartition``) and cached, all before its clock stops
-  counting; the route's seconds are the application's minus that preparation. The consumer no exchange can beat
-  by much: its input is Spark's own in-memory columns, laid out as the exchange's, and its JIT is warm. With the
-  ``noop-producer`` route it gives what an exchange that cost nothing to write *and* to read would reach
-  (``free-exchange/parquet``): the bound of any exchange's pair.
 
 The exchange routes' producer starts this run's embedded exchange service (its runtime directory is the
 run's own); after each route's consumer the exchange is dropped and the service stopped by its pid, so every
@@ -84,7 +78,7 @@ factor the run draws the cost curve: each route's median over the parquet route'
 (``--plot``, a PNG; needs matplotlib, in the ``bench`` extra).
 
 Run: .venv/bin/python benchmarks/tpch_pipeline.py --sf 1 5 10 [--queries 3,5,9,10,18] [--repeat 3]
-         [--routes pipelined,pipelined-jvm,jvm,format,jvm-concurrent,format-concurrent,pipelined-concurrent,parquet,one-app,noop-producer,cached-consumer] [--shuffle-partitions 200]
+         [--routes pipelined,pipelined-jvm,jvm,format,jvm-concurrent,format-concurrent,pipelined-concurrent,parquet,one-app,noop-producer] [--shuffle-partitions 200]
          [--conf KEY=VALUE ...]
 Quick check: .venv/bin/python benchmarks/tpch_pipeline.py --sf 0.1 --queries 3 --repeat 1
 Writes benchmarks/tpch_pipeline-latest.json.
@@ -109,7 +103,7 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE / ".tpch"
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
 ROUTES = ("pipelined", "pipelined-jvm", "jvm", "format", "jvm-concurrent", "format-concurrent", "pipelined-concurrent",
-          "parquet", "one-app", "noop-producer", "cached-consumer")
+          "parquet", "one-app", "noop-producer")
 CATALOG = "org.sparkflow.exchange.catalog.ExchangeCatalog"
 APP_TIMEOUT = 3600  # seconds for one application
 
@@ -310,12 +304,6 @@ def _child(args) -> dict:
             spark.read.parquet(args.path).createOrReplaceTempView("exchanged")
         elif args.io in ("jvm", "jvm-wait"):
             spark.table(f"exchange.{args.exchange}").createOrReplaceTempView("exchanged")
-        elif args.io == "cached":  # the rows in memory, laid out as the exchange's, before the clock counts
-            prepared = time.perf_counter()
-            cached = spark.read.parquet(args.path).repartition(args.shuffle_partitions, query["key"]).cache()
-            cached.count()
-            cached.createOrReplaceTempView("exchanged")
-            out["prepare_s"] = time.perf_counter() - prepared
         else:
             reader = spark.read.format("pipelined").option("exchange", args.exchange)
             if args.io in ("concurrent", "format-wait"):
@@ -462,14 +450,6 @@ class Run:
             alone = self.app(data, query, "produce", "noop")
             return {"seconds": alone["wall_s"], "apps": [alone], "rows": None, "shuffles": []}
         parquet = self.tmp / name
-        if route == "cached-consumer":
-            try:
-                self.app(data, query, "produce", "parquet", path=str(parquet))
-                consumer = self.app(data, query, "consume", "cached", path=str(parquet))
-            finally:
-                shutil.rmtree(parquet, ignore_errors=True)
-            return {"seconds": consumer["wall_s"] - consumer["prepare_s"], "apps": [consumer],
-                    "rows": consumer["rows"], "shuffles": consumer["shuffles"]}
         try:
             if route in ("pipelined-concurrent", "jvm-concurrent", "format-concurrent"):
                 sink, source = {"pipelined-concurrent": ("pipelined", "concurrent"), "jvm-concurrent": ("jvm", "jvm-wait"),
@@ -587,15 +567,6 @@ def _free_write(by_route: dict) -> float | None:
             + _median(o["apps"][1]["wall_s"] for o in by_route["jvm"]))
 
 
-def _free_exchange(by_route: dict) -> float | None:
-    """The producer into ``noop`` plus the consumer with its rows already in memory (medians): a pair whose
-    exchange cost nothing to write or to read."""
-    if "noop-producer" not in by_route or "cached-consumer" not in by_route:
-        return None
-    return (_median(o["seconds"] for o in by_route["noop-producer"])
-            + _median(o["seconds"] for o in by_route["cached-consumer"]))
-
-
 def plot_curve(summary: dict, routes: list[str], path: Path) -> bool:
     """Each route's median over the parquet route's against the scale factor, one panel per query (a PNG);
     False when matplotlib is missing or the run has fewer than two scale factors."""
@@ -614,7 +585,7 @@ def plot_curve(summary: dict, routes: list[str], path: Path) -> bool:
     fig, axes = plt.subplots(1, len(queries), figsize=(4.2 * len(queries), 3.8), sharey=True, squeeze=False)
     for ax, q in zip(axes[0], queries):
         for route in routes:
-            if route in ("parquet", "cached-consumer"):  # a consumer alone: its bound is in the table
+            if route == "parquet":
                 continue
             points = [(float(sf), summary[sf][q]["median_s"].get(route), summary[sf][q]["median_s"].get("parquet"))
                       for sf in sfs if q in summary[sf]]
@@ -719,7 +690,7 @@ def main() -> None:
     summary: dict = {}
     header = ("| sf | query | " + " | ".join(routes) + " | pipelined/parquet | pipelined-jvm/parquet | jvm/parquet | format/parquet | "
               "jvm-concurrent/parquet | format-concurrent/parquet | pipelined-concurrent/parquet | pipelined/one-app | "
-              "jvm/one-app | jvm-concurrent/one-app | format-concurrent/one-app | jvm-free-write/parquet | free-exchange/parquet | free-exchange/one-app | consumer shuffles (pipelined / jvm / format / parquet) |")
+              "jvm/one-app | jvm-concurrent/one-app | format-concurrent/one-app | jvm-free-write/parquet | consumer shuffles (pipelined / jvm / format / parquet) |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     cpu_header = "| sf | query | " + " | ".join(routes) + " |"
     cpu_lines = [cpu_header, "|" + "---|" * (cpu_header.count("|") - 1)]
@@ -747,9 +718,7 @@ def main() -> None:
                       "jvm/one-app": _ratio(median.get("jvm"), median.get("one-app")),
                       "jvm-concurrent/one-app": _ratio(median.get("jvm-concurrent"), median.get("one-app")),
                       "format-concurrent/one-app": _ratio(median.get("format-concurrent"), median.get("one-app")),
-                      "jvm-free-write/parquet": _ratio(_free_write(by_route), median.get("parquet")),
-                      "free-exchange/parquet": _ratio(_free_exchange(by_route), median.get("parquet")),
-                      "free-exchange/one-app": _ratio(_free_exchange(by_route), median.get("one-app"))}
+                      "jvm-free-write/parquet": _ratio(_free_write(by_route), median.get("parquet"))}
             cpu = {r: _median(o["cpu_s"] for o in outs) for r, outs in by_route.items()}
             summary.setdefault(sf_name, {})[q_name] = {"median_s": median, "min_max_s": spread, "ratios": ratios,
                                                        "consumer_shuffles": shuffles, "busy_cpu_s": cpu,
