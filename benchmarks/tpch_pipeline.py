@@ -29,6 +29,8 @@ wall clock from process start to exit, so interpreter, JVM and session start cou
 * ``jvm``: the producer writes through the JVM catalog (``df.writeTo("exchange.<name>")``, hashed on K into
   N, no Python worker) and the consumer reads through it as ``pipelined-jvm`` does: no Python worker in
   either application.
+* ``jvm-none``: the ``jvm`` route with ``compression=none`` on its write (a table property): with ``jvm`` in the same
+  run, what the default compression costs or saves each pair, measured with the routes interleaved.
 * ``format``: both applications load the plugin jar and use ``df.write.format("pipelined")`` and
   ``spark.read.format("pipelined")`` with the options of the ``pipelined`` route; the jar serves both in the JVM
   (the write starts the embedded service from the JVM, the read reads partition i from subpartition i and
@@ -78,7 +80,7 @@ factor the run draws the cost curve: each route's median over the parquet route'
 (``--plot``, a PNG; needs matplotlib, in the ``bench`` extra).
 
 Run: .venv/bin/python benchmarks/tpch_pipeline.py --sf 1 5 10 [--queries 3,5,9,10,18] [--repeat 3]
-         [--routes pipelined,pipelined-jvm,jvm,format,jvm-concurrent,format-concurrent,pipelined-concurrent,parquet,one-app,noop-producer] [--shuffle-partitions 200]
+         [--routes pipelined,pipelined-jvm,jvm,jvm-none,format,jvm-concurrent,format-concurrent,pipelined-concurrent,parquet,one-app,noop-producer] [--shuffle-partitions 200]
          [--conf KEY=VALUE ...]
 Quick check: .venv/bin/python benchmarks/tpch_pipeline.py --sf 0.1 --queries 3 --repeat 1
 Writes benchmarks/tpch_pipeline-latest.json.
@@ -102,7 +104,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DATA = HERE / ".tpch"
 TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
-ROUTES = ("pipelined", "pipelined-jvm", "jvm", "format", "jvm-concurrent", "format-concurrent", "pipelined-concurrent",
+ROUTES = ("pipelined", "pipelined-jvm", "jvm", "jvm-none", "format", "jvm-concurrent", "format-concurrent", "pipelined-concurrent",
           "parquet", "one-app", "noop-producer")
 CATALOG = "org.sparkflow.exchange.catalog.ExchangeCatalog"
 APP_TIMEOUT = 3600  # seconds for one application
@@ -267,7 +269,7 @@ def _child(args) -> dict:
         builder = builder.config(key, value)
     if args.io in ("format", "format-wait"):  # the jar serves format("pipelined")
         builder = builder.config("spark.jars", sparkflow_exchange.plugin_jar())
-    if args.io in ("jvm", "jvm-wait"):  # the JVM catalog: reads (and the jvm route's writes), no Python worker
+    if args.io in ("jvm", "jvm-wait", "jvm-none"):  # the JVM catalog: reads (and the jvm route's writes), no Python worker
         builder = (builder.config("spark.jars", sparkflow_exchange.plugin_jar())
                    .config("spark.sql.catalog.exchange", CATALOG)
                    .config("spark.sql.sources.v2.bucketing.shuffle.enabled", "true"))
@@ -285,13 +287,17 @@ def _child(args) -> dict:
             df.write.mode("overwrite").parquet(args.path)
         elif args.io == "noop":
             df.write.format("noop").mode("overwrite").save()
-        elif args.io == "jvm":  # the JVM writer finds the host's service and starts none: this driver starts it
+        elif args.io in ("jvm", "jvm-none"):
+            # the JVM writer finds the host's service and starts none: this driver starts it
             from sparkflow_exchange.config import ExchangeConfig
             from sparkflow_exchange.service.discovery import resolve
 
             resolve(ExchangeConfig.load())
-            df.writeTo(f"exchange.{args.exchange}").tableProperty("keys", query["key"]) \
-                .tableProperty("numSubpartitions", str(args.shuffle_partitions)).createOrReplace()
+            writer = df.writeTo(f"exchange.{args.exchange}").tableProperty("keys", query["key"]) \
+                .tableProperty("numSubpartitions", str(args.shuffle_partitions))
+            if args.io == "jvm-none":
+                writer = writer.tableProperty("compression", "none")
+            writer.createOrReplace()
         else:
             (df.write.format("pipelined").mode("overwrite").option("exchange", args.exchange)
              .option("partitioner", "hash").option("keys", query["key"])
@@ -461,7 +467,7 @@ class Run:
                 seconds = time.perf_counter() - start
             else:
                 sink, source = {"pipelined": ("pipelined", "pipelined"), "pipelined-jvm": ("pipelined", "jvm"),
-                                "jvm": ("jvm", "jvm"), "format": ("format", "format"),
+                                "jvm": ("jvm", "jvm"), "jvm-none": ("jvm-none", "jvm"), "format": ("format", "format"),
                                 "parquet": ("parquet", "parquet")}[route]
                 apps = [self.app(data, query, "produce", sink, exchange=name, path=str(parquet)),
                         self.app(data, query, "consume", source, exchange=name, path=str(parquet))]
@@ -688,7 +694,7 @@ def main() -> None:
     load_after = os.getloadavg()
 
     summary: dict = {}
-    header = ("| sf | query | " + " | ".join(routes) + " | pipelined/parquet | pipelined-jvm/parquet | jvm/parquet | format/parquet | "
+    header = ("| sf | query | " + " | ".join(routes) + " | pipelined/parquet | pipelined-jvm/parquet | jvm/parquet | jvm/jvm-none | format/parquet | "
               "jvm-concurrent/parquet | format-concurrent/parquet | pipelined-concurrent/parquet | pipelined/one-app | "
               "jvm/one-app | jvm-concurrent/one-app | format-concurrent/one-app | jvm-free-write/parquet | consumer shuffles (pipelined / jvm / format / parquet) |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
@@ -710,6 +716,7 @@ def main() -> None:
             ratios = {"pipelined/parquet": _ratio(median.get("pipelined"), median.get("parquet")),
                       "pipelined-jvm/parquet": _ratio(median.get("pipelined-jvm"), median.get("parquet")),
                       "jvm/parquet": _ratio(median.get("jvm"), median.get("parquet")),
+                      "jvm/jvm-none": _ratio(median.get("jvm"), median.get("jvm-none")),
                       "format/parquet": _ratio(median.get("format"), median.get("parquet")),
                       "jvm-concurrent/parquet": _ratio(median.get("jvm-concurrent"), median.get("parquet")),
                       "format-concurrent/parquet": _ratio(median.get("format-concurrent"), median.get("parquet")),
