@@ -71,8 +71,8 @@ planned on the key. Before each route the previous one's dirty pages are synced 
 Data: ``tpchgen-cli`` (``.venv/bin/python -m pip install tpchgen-cli``) writes the eight tables as parquet
 into ``benchmarks/.tpch/sf<N>`` once (ignored by git); later runs reuse them.
 
-Each figure is the median of ``--repeat`` rounds (3 by default; routes interleaved within a round, so a slow
-spell of the machine falls on every route); the JSON keeps every round. For each exchange route the run also
+Each figure is the median of ``--repeat`` rounds (3 by default; routes interleaved within a round, in reverse
+order every other round, so a slow spell or a drift of the machine falls on every route alike); the JSON keeps every round. For each exchange route the run also
 records the embedded service's peak resident memory (``VmHWM`` of its process, read before it is stopped) and
 the bytes it had spilled to disk when the consumer finished (``status``: ``disk.used``), so the table shows
 where the exchange starts to spill under the memory budget and what it costs after. With more than one scale
@@ -667,7 +667,9 @@ def main() -> None:
         for sf, data in datasets.items():
             for round_ in range(args.repeat):
                 for q in queries:
-                    for route in routes:  # interleaved: a slow spell of the machine falls on every route
+                    # interleaved, in reverse every other round: a slow spell or a drift of the machine falls on
+                    # every route alike
+                    for route in routes if round_ % 2 == 0 else routes[::-1]:
                         name = f"tpch_sf{sf:g}_q{q}_{route}_{round_}".replace(".", "_").replace("-", "_")
                         cpu = busy_cpu_seconds()
                         outcome = run.route(data, q, route, name)
