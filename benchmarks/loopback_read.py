@@ -33,12 +33,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=3_000_000)
@@ -76,6 +70,7 @@ def _service_pid(tmp: Path) -> int:
 def run(args: argparse.Namespace, size: int, service: int) -> None:
     """The routes, alternating, and their table."""
     from pyspark.sql import SparkSession
+    from spark_common import cpu_seconds  # on sys.path since main()
 
     import sparkflow_exchange as sfe
 

@@ -292,6 +292,16 @@ def end_run(spark, tmp: Path) -> None:
     print(f"(stopped exchange service pid(s) {stopped}; removed {tmp})")
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User and system CPU-seconds of process ``pid`` so far (every thread; ``/proc/<pid>/stat``), None once it is
+    gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def status_kib(pid: int, field: str) -> int:
     """A /proc/<pid>/status field in KiB (VmRSS, VmHWM), 0 if the process is gone."""
     try:

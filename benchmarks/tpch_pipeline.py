@@ -319,7 +319,9 @@ def _child(args) -> dict:
         out["rows"] = [[_plain(v) for v in row] for row in df.collect()]
         out["shuffles"] = _shuffles(df)
     out["work_s"] = time.perf_counter() - started - session_s
-    out["jvm_cpu_s"] = process_cpu_seconds(int(spark._jvm.java.lang.ProcessHandle.current().pid()))
+    from spark_common import cpu_seconds  # benchmarks/ is this script's own directory
+
+    out["jvm_cpu_s"] = cpu_seconds(int(spark._jvm.java.lang.ProcessHandle.current().pid()))
     spark.stop()
     return out
 
@@ -521,7 +523,9 @@ class Run:
                         usage["service_peak_mib"] = round(int(line.split()[1]) / 1024, 1)
             except OSError:
                 pass
-            usage["service_cpu_s"] = process_cpu_seconds(info["pid"])
+            from spark_common import cpu_seconds  # on sys.path since main()
+
+            usage["service_cpu_s"] = cpu_seconds(info["pid"])
         status = subprocess.run([sys.executable, "-m", "sparkflow_exchange.cli", "status", "--json"],
                                 capture_output=True, text=True, timeout=60)
         if status.returncode == 0:
@@ -535,15 +539,6 @@ class Run:
         from sparkflow_exchange.service.process import stop_embedded
 
         stop_embedded(self.tmp / "runtime")
-
-
-def process_cpu_seconds(pid: int) -> float | None:
-    """The CPU-seconds (user + system) a process has used so far (``/proc/<pid>/stat``); None if it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def busy_cpu_seconds() -> float:

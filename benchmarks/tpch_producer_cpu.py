@@ -34,16 +34,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROUTES = ("jvm", "format", "parquet", "noop")
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User and system CPU-seconds of process ``pid`` (every thread), or None once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def children(pid: int) -> list[int]:
@@ -74,6 +64,8 @@ def process_name(pid: int, app: int, service: int | None) -> str:
 
 def run(route: str, sf: float, query: int, data: Path, partitions: int) -> dict:
     """One fresh producer application of ``route``; its times and its processes' CPU-seconds."""
+    from spark_common import cpu_seconds  # benchmarks/ is this script's own directory
+
     tmp = Path(tempfile.mkdtemp(prefix=f"sparkflow-producer-cpu-{route}-"))
     env = dict(os.environ, SPARKFLOW_EXCHANGE_RUNTIME_DIR=str(tmp / "runtime"), PYSPARK_PYTHON=sys.executable)
     cmd = [sys.executable, str(HERE / "tpch_pipeline.py"), "--child", "produce", "--io", route, "--query",
