@@ -84,6 +84,8 @@ Run: .venv/bin/python benchmarks/tpch_pipeline.py --sf 1 5 10 [--queries 3,5,9,1
          [--conf KEY=VALUE ...]
 Quick check: .venv/bin/python benchmarks/tpch_pipeline.py --sf 0.1 --queries 3 --repeat 1
 Writes benchmarks/tpch_pipeline-latest.json.
+The curve of several runs (say one per scale factor): .venv/bin/python benchmarks/tpch_pipeline.py --replot a.json b.json
+         [--routes ...] [--plot curve.png]
 """
 from __future__ import annotations
 
@@ -625,6 +627,9 @@ def main() -> None:
     parser.add_argument("--driver-memory", default="2g")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for every application (repeatable)")
+    parser.add_argument("--replot", type=Path, nargs="+", metavar="JSON",
+                        help="no run: draw the cost curve (--plot) from the summaries of earlier runs' JSON files "
+                             "(e.g. one per scale factor), of the routes given by --routes that they have")
     parser.add_argument("--child", choices=("produce", "consume", "whole"), help=argparse.SUPPRESS)
     parser.add_argument("--io", help=argparse.SUPPRESS)
     parser.add_argument("--query", type=int, help=argparse.SUPPRESS)
@@ -638,6 +643,16 @@ def main() -> None:
         return
     queries = [int(q) for q in args.queries.split(",") if q.strip()]
     routes = [r.strip() for r in args.routes.split(",") if r.strip()]
+    if args.replot:
+        summary = {}
+        for path in args.replot:
+            summary.update(json.loads(path.read_text())["summary"])
+        have = {r for by_q in summary.values() for q in by_q.values() for r in q["median_s"]}
+        if plot_curve(summary, [r for r in routes if r in have], args.plot):
+            print(f"cost curve of scale factors {', '.join(sorted(summary, key=float))}: {args.plot}")
+        else:
+            sys.exit("no plot: the files hold fewer than two scale factors (or matplotlib is missing)")
+        return
     for q in queries:
         if q not in QUERIES:
             parser.error(f"query {q} is not written here: {sorted(QUERIES)}")

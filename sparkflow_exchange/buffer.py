@@ -32,6 +32,7 @@ from .ipc_body import (  # noqa: F401
     MIN_SAVING_PERCENT,
     RETRY_AFTER,
     SKIP_MIN_BYTES,
+    ZSTD_LEVEL,
     compressed_buffers,
     is_compressed,
     raw_size,
@@ -92,6 +93,11 @@ def schema_from_b64(text: str) -> pa.Schema:
 
 
 _SCHEMA_LENGTHS: dict[tuple[bytes, str | None], int | None] = {}  # per schema, not per write task (0.3 ms each)
+
+
+def compression_codec(name: str) -> pa.Codec:
+    """The codec both writers compress ``name`` with: zstd at the contract's level (the JVM writer's too)."""
+    return pa.Codec(name, compression_level=ZSTD_LEVEL if name == "zstd" else None)
 
 
 def _stream_schema_length(schema: pa.Schema, message: pa.Buffer, compression: str | None) -> int | None:
@@ -179,7 +185,7 @@ class _BufferCompressor:
     """
 
     def __init__(self, schema: pa.Schema, codec: str, template: pa.Buffer) -> None:
-        self.codec = pa.Codec(codec)
+        self.codec = compression_codec(codec)
         view = memoryview(template)
         meta_len = _I32.unpack_from(view, 4)[0]
         self.meta = bytes(view[8:8 + meta_len])
@@ -285,7 +291,8 @@ class BatchEncoder:
         self.schema = schema
         self.compression = None if compression == "none" else compression
         self.flags = FLAG_COMPRESSED if self.compression else 0
-        self._options = ipc.IpcWriteOptions(compression=self.compression)
+        self._options = ipc.IpcWriteOptions(
+            compression=compression_codec(self.compression) if self.compression else None)
         self.schema_message = schema.serialize()  # what an IPC stream starts with (a region does too)
         self._schema_len = _stream_schema_length(schema, self.schema_message, self.compression)
         # where an uncompressed stream's batch starts: a compressed exchange's batch with nothing to compress is one

@@ -211,6 +211,7 @@ def contract_java(contract: dict) -> str:
     out += _ints("CompressionSaving", {"MIN_PERCENT": contract["compression"]["min_saving_percent"],
                                        "RETRY_AFTER": contract["compression"]["retry_after"],
                                        "SKIP_MIN_BYTES": contract["compression"]["skip_min_bytes"]})
+    out += _ints("CompressionLevel", {"ZSTD": contract["compression"]["zstd_level"]})
     out += ["    public static final class SpillIndex {", "        private SpillIndex() {}",
             f"        public static final String MAGIC = {json.dumps(spill['magic'])};",
             f"        public static final int VERSION = {int(spill['version'])};",

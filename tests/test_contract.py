@@ -282,6 +282,8 @@ def test_pythons_compression_option_is_the_contracts():
     assert buffer.MIN_SAVING_PERCENT == C["compression"]["min_saving_percent"]
     assert buffer.RETRY_AFTER == C["compression"]["retry_after"]
     assert buffer.SKIP_MIN_BYTES == C["compression"]["skip_min_bytes"]
+    assert buffer.ZSTD_LEVEL == C["compression"]["zstd_level"]
+    assert buffer.compression_codec("zstd").compression_level == C["compression"]["zstd_level"]
 
 
 def _expected_contract_class() -> dict:
@@ -328,6 +330,7 @@ def _expected_contract_class() -> dict:
         "CompressionSaving": {"MIN_PERCENT": C["compression"]["min_saving_percent"],
                               "RETRY_AFTER": C["compression"]["retry_after"],
                               "SKIP_MIN_BYTES": C["compression"]["skip_min_bytes"]},
+        "CompressionLevel": {"ZSTD": C["compression"]["zstd_level"]},
     }
 
 
@@ -366,7 +369,8 @@ def test_the_jars_constants_are_the_contracts(jvm):
                      f"{p}format.FormatCatalog#DECLARE_TIMEOUT": "declareTimeout",
                      f"{p}format.FormatCatalog#ENABLED_KEY": C["options"]["prefix"] + "jvmFormat",
                      f"{p}codec.Codecs#NAMES": C["options"]["keys"]["compression"]["choices"],
-                     f"{p}codec.Codecs#DEFAULT": C["options"]["keys"]["compression"]["default"]})
+                     f"{p}codec.Codecs#DEFAULT": C["options"]["keys"]["compression"]["default"],
+                     f"{p}codec.Codecs#ZSTD_LEVEL": C["compression"]["zstd_level"]})
     expected.update({f"{p}errors.ErrorCodes#{name}": code for name, code in C["error_codes"].items()})
     assert None not in expected.values(), "Frames names a constant the contract does not have"
     generated, used = jvm([{"op": "contract"}, {"op": "fields", "fields": sorted(expected)}])

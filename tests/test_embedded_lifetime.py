@@ -217,3 +217,26 @@ def test_the_plugin_launcher_starts_the_embedded_service_for_a_jvm_and_it_lives_
     while time.monotonic() < deadline and (runtime / "embedded.json").exists():
         time.sleep(0.2)
     assert not (runtime / "embedded.json").exists(), "embedded service still running after its JVM ended"
+
+
+def test_stopping_an_embedded_service_that_exits_as_another_process_zombie_returns_at_once(tmp_path):
+    """The service of an application that is still running but does not reap it stays a zombie after SIGTERM:
+    ``stop_embedded`` counts it as gone instead of waiting out its timeout."""
+    from sparkflow_exchange.service.launcher import write_state
+    from sparkflow_exchange.service.process import stop_embedded
+
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, time\n"
+                               "child = subprocess.Popen(['sleep', '60'])\nprint(child.pid, flush=True)\n"
+                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(parent.stdout.readline())
+        write_state(tmp_path / "embedded.json", {"pid": pid})
+        started = time.monotonic()
+        assert stop_embedded(tmp_path, timeout=20) == pid
+        waited = time.monotonic() - started
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        assert stat.rsplit(") ", 1)[1][0] == "Z"  # ended, and not reaped by its parent
+        assert waited < 10, f"stop_embedded waited {waited:.1f} s on a zombie"
+    finally:
+        parent.kill()  # our own child, by its pid
+        parent.wait()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.network.blocking_client import BlockingConnection
+from sparkflow_exchange.pids import pid_alive
 from sparkflow_exchange.service.private_files import write_private
 
 
@@ -122,12 +123,14 @@ def stop_embedded(runtime: Path, timeout: float = 30.0) -> int | None:
     except ProcessLookupError:
         return pid
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+    while time.monotonic() < deadline:
         try:  # started detached by a launcher of this process: reap it if it is our child
             if os.waitpid(pid, os.WNOHANG)[0]:
                 break
         except ChildProcessError:
             pass
+        if not pid_alive(pid):  # exited, or a zombie its parent (not this process) has yet to reap
+            break
         time.sleep(0.05)
     return pid
 

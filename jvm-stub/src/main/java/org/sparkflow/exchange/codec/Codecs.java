@@ -10,7 +10,7 @@ import org.sparkflow.exchange.contract.Contract;
 
 /**
  * Arrow IPC body compression for the JVM writer and reader, the codecs {@code buffer.BatchEncoder} writes:
- * ZSTD through Arrow's own codec (native, zstd-jni) at pyarrow's default level, LZ4_FRAME through
+ * ZSTD through Arrow's own codec (native, zstd-jni) at the contract's level, LZ4_FRAME through
  * {@link Lz4FrameCodec} (native lz4-java blocks; Arrow Java's own LZ4 codec is pure Java and very slow).
  * The option's names live here for the JVM, as {@code config.COMPRESSIONS} for Python (tests check they agree).
  */
@@ -19,8 +19,11 @@ public final class Codecs implements CompressionCodec.Factory {
     public static final List<String> NAMES = Contract.Compression.CODECS;
     /** The default of the {@code compression} option: the contract's {@code options.keys.compression.default}, as Python's. */
     public static final String DEFAULT = Contract.Compression.DEFAULT;
-    /** Arrow C++'s default ZSTD level (what pyarrow writes); Arrow Java's default, 3, is slower for little gain. */
-    static final int ZSTD_LEVEL = 1;
+    /**
+     * The contract's {@code compression.zstd_level}, Python's {@code ipc_body.ZSTD_LEVEL}: 1, Arrow C++'s default;
+     * Arrow Java's default, 3, is slower for little gain.
+     */
+    static final int ZSTD_LEVEL = Contract.CompressionLevel.ZSTD;
     public static final Codecs INSTANCE = new Codecs();
 
     private Codecs() {}
