@@ -2,42 +2,22 @@ package org.sparkflow.exchange.stream;
 
 import java.io.IOException;
 import java.util.List;
-import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
-import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
-import org.sparkflow.exchange.read.ExchangeReaderFactory;
+import org.sparkflow.exchange.read.ColumnarReaderFactory;
 import org.sparkflow.exchange.read.ReadSettings;
 import org.sparkflow.exchange.read.SubpartitionInput;
 
 /** A micro-batch's readers: columnar, each epoch's sealed exchange read as the batch reader reads it. */
-final class StreamReaderFactory implements PartitionReaderFactory {
-    private final String stream;
-    private final String schemaBase64;
-    private final int[] columns;
-    private final ReadSettings settings;
-
+final class StreamReaderFactory extends ColumnarReaderFactory {
     StreamReaderFactory(String stream, String schemaBase64, int[] columns, ReadSettings settings) {
-        this.stream = stream;
-        this.schemaBase64 = schemaBase64;
-        this.columns = columns;
-        this.settings = settings;
-    }
-
-    @Override
-    public boolean supportColumnarReads(InputPartition partition) {
-        return true;
+        super("stream '" + stream + "'", schemaBase64, columns, settings);
     }
 
     @Override
     public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
         return new Epochs(((EpochStream.EpochsInput) partition).epochs());
-    }
-
-    @Override
-    public PartitionReader<InternalRow> createReader(InputPartition partition) {
-        throw new UnsupportedOperationException("stream '" + stream + "' is read in columnar batches only");
     }
 
     /** Subpartition i of each epoch, one epoch's reader after the other's. */
@@ -57,7 +37,7 @@ final class StreamReaderFactory implements PartitionReaderFactory {
                     if (next >= epochs.size()) {
                         return false;
                     }
-                    current = ExchangeReaderFactory.columnarReader(epochs.get(next++), schemaBase64, columns, settings);
+                    current = subpartitionReader(epochs.get(next++));
                 }
                 if (current.next()) {
                     return true;

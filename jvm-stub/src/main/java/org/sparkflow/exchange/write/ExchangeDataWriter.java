@@ -76,11 +76,30 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
     }
 
     private ExchangeDataWriter(WriteHandle handle, int index, String attempt, byte[] marker) {
+        this(handle, index, attempt, handle.name() + "." + handle.epoch() + "." + index + "." + attempt + "."
+                + UUID.randomUUID().toString().replace("-", "").substring(0, 8), marker, null);
+    }
+
+    /**
+     * A writer with no service, whose buffers go to {@code sink} as they leave (the warm-up's, {@link Warmup}): the
+     * rows take the path of a write task's, {@link #write} to the push of each buffer, so the JIT compiles that
+     * path before the first write runs it. {@link #finishOffline} pushes what is held; nothing is registered.
+     */
+    static ExchangeDataWriter offline(WriteHandle handle, PushStage.Sink sink) {
+        return new ExchangeDataWriter(handle, 0, null, handle.name() + ".offline", null, sink);
+    }
+
+    /**
+     * The one constructor: with {@code offline} null, a task attempt's producer, its partition registered with this
+     * host's service and the coordinator; else the warm-up's writer into {@code offline}. The rows' router comes
+     * first (its refusals, e.g. forward's, come before anything is registered).
+     */
+    private ExchangeDataWriter(WriteHandle handle, int index, String attempt, String partition, byte[] marker,
+                               PushStage.Sink offline) {
         this.marker = marker;
         this.handle = handle;
         this.index = index;
-        this.partition = handle.name() + "." + handle.epoch() + "." + index + "." + attempt + "."
-                + UUID.randomUUID().toString().replace("-", "").substring(0, 8);
+        this.partition = partition;
         this.router = new RowRouter(handle, index);
         int width = router.width();
         rowEstimate = Math.max(8, handle.schema().defaultSize());
@@ -88,16 +107,24 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
         heldBytes = new long[width];
         sentBuffers = new long[width];
         sentRows = new long[width];
-        RuntimeDir runtime = RuntimeDir.standard();
-        Endpoint service = Discovery.service(handle.discovery(), runtime);
-        Endpoint coordinatorAt = Discovery.find(handle.discovery(), runtime);
-        coordinator = new CoordinatorClient(coordinatorAt);
-        coordinatorIsService = sameService(service, coordinatorAt);
         WriteSettings s = handle.settings();
         encoder = new BufferEncoder(ExchangeDescription.arrowSchema(handle.name(), handle.schemaBase64()), handle.schema(),
                 width, Codecs.forName(s.compression()));
+        if (offline != null) {
+            coordinator = null;
+            coordinatorIsService = false;
+            producer = null;
+            stage = new PushStage("sparkflow-exchange-push-" + partition, offline,
+                    QUEUED_BUFFERS * (long) s.bufferSize(), false);
+            return;
+        }
         ProducerConnection conn = null;
         try {
+            RuntimeDir runtime = RuntimeDir.standard();
+            Endpoint service = Discovery.service(handle.discovery(), runtime);
+            Endpoint coordinatorAt = Discovery.find(handle.discovery(), runtime);
+            coordinator = new CoordinatorClient(coordinatorAt);
+            coordinatorIsService = sameService(service, coordinatorAt);
             conn = new ProducerConnection(service, partition, handle.registeredSubpartitions(), s.partitionType(),
                     handle.name(), attempt, s.bufferSize(), s.buffers());
             Map<String, Object> args = new LinkedHashMap<>();
@@ -126,36 +153,6 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
         boolean background = s.compressionThread() && encoder.flags() != 0;
         stage = new PushStage("sparkflow-exchange-push-" + partition, conn::push,
                 QUEUED_BUFFERS * (long) s.bufferSize(), background);
-    }
-
-    /**
-     * A writer with no service, whose buffers go to {@code sink} as they leave (the warm-up's, {@link Warmup}): the
-     * rows take the path of a write task's, {@link #write} to the push of each buffer, so the JIT compiles that
-     * path before the first write runs it. {@link #finishOffline} pushes what is held; nothing is registered.
-     */
-    static ExchangeDataWriter offline(WriteHandle handle, PushStage.Sink sink) {
-        return new ExchangeDataWriter(handle, sink);
-    }
-
-    private ExchangeDataWriter(WriteHandle handle, PushStage.Sink sink) {
-        this.marker = null;
-        this.handle = handle;
-        this.index = 0;
-        this.partition = handle.name() + ".offline";
-        this.router = new RowRouter(handle, 0);
-        int width = router.width();
-        rowEstimate = Math.max(8, handle.schema().defaultSize());
-        heldRows = new long[width];
-        heldBytes = new long[width];
-        sentBuffers = new long[width];
-        sentRows = new long[width];
-        coordinator = null;
-        coordinatorIsService = false;
-        producer = null;
-        encoder = new BufferEncoder(ExchangeDescription.arrowSchema(handle.name(), handle.schemaBase64()), handle.schema(),
-                width, Codecs.forName(handle.settings().compression()));
-        stage = new PushStage("sparkflow-exchange-push-" + partition, sink, QUEUED_BUFFERS * (long) handle.settings().bufferSize(),
-                false);
     }
 
     /** An offline writer's end: every held row pushed to its sink; the buffers and rows it pushed in all. */
