@@ -59,7 +59,7 @@ def main() -> None:
     args = parser.parse_args()
     routes = CODECS + (tuple(f"{c}/task" for c in CODECS if c != "none") if args.compare_thread else ())
     sys.path.insert(0, str(HERE))
-    from spark_common import bench_environment, end_run
+    from spark_common import bench_environment, cpu_seconds, end_run
 
     source = lineitem(args.sf) if args.data == "tpch" else None
     tmp = bench_environment("jvm-compression")
@@ -84,12 +84,11 @@ def main() -> None:
         df = spark.range(0, args.rows, 1, 4).selectExpr(first, "xxhash64(id) AS a", "xxhash64(id, 1) AS b",
                                                         "rand(7) AS d", "rand(8) AS e")
         parquet_bytes = None
-    jvm_stat = Path(f"/proc/{spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()}/stat")
+    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
     def jvm_cpu() -> float:
         """The application JVM's CPU seconds so far (user + system)."""
-        fields = jvm_stat.read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(jvm_pid)
 
     df = df.repartition(4).cache()
     rows = df.count()

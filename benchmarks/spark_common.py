@@ -292,14 +292,20 @@ def end_run(spark, tmp: Path) -> None:
     print(f"(stopped exchange service pid(s) {stopped}; removed {tmp})")
 
 
+def stat_cpu_seconds(stat: str) -> float:
+    """User and system CPU-seconds in the text of a ``/proc`` stat file: a process's (every thread) or one thread's
+    (``/proc/<pid>/task/<tid>/stat``)."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float | None:
     """User and system CPU-seconds of process ``pid`` so far (every thread; ``/proc/<pid>/stat``), None once it is
     gone."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return stat_cpu_seconds(Path(f"/proc/{pid}/stat").read_text())
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def status_kib(pid: int, field: str) -> int:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -41,7 +40,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     import tpch_pipeline
-    from spark_common import bench_environment, end_run
+    from spark_common import bench_environment, cpu_seconds, end_run
 
     data = Path(args.data) if args.data else tpch_pipeline.ensure_data(args.sf)
     tmp = bench_environment("tpch-compression")
@@ -62,12 +61,11 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     for table in tpch_pipeline.TABLES:
         spark.read.parquet(str(data / f"{table}.parquet")).createOrReplaceTempView(table)
-    jvm_stat = Path(f"/proc/{spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()}/stat")
+    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
     def jvm_cpu() -> float:
         """The application JVM's CPU seconds so far (user + system)."""
-        fields = jvm_stat.read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(jvm_pid)
 
     out: dict = {"sf": args.sf, "rounds": args.rounds, "subpartitions": args.subpartitions, "queries": {}}
     routes = (*CODECS, "parquet")

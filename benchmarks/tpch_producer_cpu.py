@@ -75,7 +75,8 @@ def thread_kind(comm: str) -> str:
 def jvm_threads(pid: int, into: dict[int, tuple[str, float]]) -> None:
     """Each thread of JVM ``pid``: its kind and CPU-seconds so far (``/proc/<pid>/task``), kept by thread id (a
     thread that ends keeps its last reading)."""
-    tick = os.sysconf("SC_CLK_TCK")
+    from spark_common import stat_cpu_seconds  # benchmarks/ is this script's own directory
+
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -85,8 +86,7 @@ def jvm_threads(pid: int, into: dict[int, tuple[str, float]]) -> None:
             stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
         except OSError:
             continue
-        comm, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-        into[int(tid)] = (thread_kind(comm), (int(fields[11]) + int(fields[12])) / tick)
+        into[int(tid)] = (thread_kind(stat[stat.index("(") + 1:stat.rindex(")")]), stat_cpu_seconds(stat))
 
 
 def run(route: str, sf: float, query: int, data: Path, partitions: int) -> dict:
