@@ -13,7 +13,7 @@ __all__ = ["SPARK_SETTINGS", "register", "drop_exchange", "list_exchanges", "lea
            "LimitReached", "InvalidRequest", "StorageError", "DataLost", "ExchangeNotFound", "ExchangeLost", "ExchangeReplaced",
            "PartitionReleasedError", "SchemaMismatch", "NoConsumerError", "ExchangeReadError", "ErrorCode", "translate_errors"]
 
-from .config import ExchangeConfig, session_settings
+from .config import PREFIX, ExchangeConfig, session_settings
 from .description import ExchangeDescription
 from .errors import (  # noqa: F401
     AuthenticationFailed,
@@ -62,11 +62,13 @@ def register(spark: Any) -> None:
     Installing the package registers the format already, but Spark's planning workers (``schema``,
     ``reader``, ``writer``) see only options, spark-defaults.conf and what a registered class carries.
     The settings are captured now: call it again after ``spark.conf.set`` of a key planning reads
-    (every key outside ``config.TASK_KEYS``). Works on classic and Spark Connect sessions.
+    (every key outside ``config.TASK_KEYS``). Works on classic and Spark Connect sessions. A classic
+    session's task slots (its ``defaultParallelism``) go with them as ``taskSlots`` unless the session sets
+    that: a read planned while its exchange is written is laid out to them.
     """
     from .spark.datasource import PipelinedDataSource
 
-    settings = session_settings(spark.conf.getAll)
+    settings = _planning_settings(spark)
     ExchangeConfig.load(spark_conf={}, session=settings)  # a bad session setting fails here, in the user's process
     if not settings and spark not in _registered and _statically_registered(spark):
         _registered[spark] = settings  # the installed package's registration carries as much: nothing to replace
@@ -110,9 +112,26 @@ def _quiet_replacement(spark: Any) -> Iterator[None]:
         configurator.setLevel(_DATA_SOURCE_LOG, before)
 
 
-def _register_if_changed(spark: Any) -> None:
-    """``write`` brings the session's settings to planning when they differ from what was registered."""
+TASK_SLOTS = PREFIX + "taskSlots"
+
+
+def _planning_settings(spark: Any) -> dict[str, str]:
+    """The session's settings as planning needs them: its ``spark.sparkflow.exchange.*`` settings and, for a
+    classic session that does not set ``taskSlots``, its default parallelism as the task slots (planning workers
+    cannot ask the session for it; a Spark Connect client cannot either, and leaves it to the server's)."""
     settings = session_settings(spark.conf.getAll)
+    if TASK_SLOTS not in settings:
+        try:
+            settings[TASK_SLOTS] = str(int(spark.sparkContext.defaultParallelism))
+        except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
+            pass
+    return settings
+
+
+def _register_if_changed(spark: Any) -> None:
+    """``write`` brings the session's settings (and task slots) to planning when they differ from what was
+    registered."""
+    settings = _planning_settings(spark)
     if settings != _registered.get(spark, {}):
         register(spark)
 

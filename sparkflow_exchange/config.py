@@ -150,6 +150,8 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "splitSkewedSubpartitions": ("split_skewed_subpartitions", "coalesced read: a skewed subpartition is read by several tasks, each a range of its producers (Spark's skew join split: its keys are no longer in one read partition)"),
     "skewedPartitionFactor": ("skewed_partition_factor", "coalesced read: a subpartition is skewed above this many times the median subpartition (and skewedPartitionThreshold); Spark's spark.sql.adaptive.skewJoin.skewedPartitionFactor"),
     "skewedPartitionThreshold": ("skewed_partition_threshold", "coalesced read: a subpartition is skewed only above this many bytes; Spark's spark.sql.adaptive.skewJoin.skewedPartitionThresholdInBytes"),
+    "readPartitions": ("read_partitions", "read partitions of a read: auto (a sealed exchange as written, or coalesced by size; one being written laid out to taskSlots) or a number m (read partition j reads subpartitions j, j+m, ...; for a hash exchange written with numSubpartitions a divisor of it, so partition j holds the keys repartition(m, keys) puts in j)"),
+    "taskSlots": ("task_slots", "the reading application's task slots: a read planned while its exchange is written (readPartitions auto) is laid out in this many read partitions at most, all of which can run while the producers write (default: the session's Spark defaultParallelism as register(spark) captured it; else spark.default.parallelism of spark-defaults.conf; else the planning host's CPUs)"),
     "consumerGroup": ("consumer_group", "streaming read: the consumer group whose position the query reads from and commits (default: a group of its own, born with its checkpoint)"),
     "startingEpochs": ("starting_epochs", "streaming read of a new group: earliest (every retained epoch) | latest (epochs committed from now on)"),
     "maxEpochsPerTrigger": ("max_epochs_per_trigger", "streaming read: most epochs (writer micro-batches) one micro-batch reads"),
@@ -209,7 +211,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "tuning": ("bufferSize", "bufferTimeout", "sortBufferSize", "buffersPerChannel", "floatingBuffersPerGate",
                "buffersPerPartition", "sharedMemory", "producerTimeout", "pipelined.noConsumerTimeout",
                "readerTimeout", "advisoryPartitionSize", "splitSkewedSubpartitions", "skewedPartitionFactor",
-               "skewedPartitionThreshold", "freezeWorkerHeap", "jvmFormat"),
+               "skewedPartitionThreshold", "readPartitions", "taskSlots", "freezeWorkerHeap", "jvmFormat"),
     "service": ("coordinator", "service", "coordinator.retryTimeout", "heartbeatInterval", "heartbeatTimeout",
                 "lostServiceRetention",
                 "stateDir", "memory.budget", "maxOpenSpillFiles", "maxConnections", "bindHost", "advertisedHost",
@@ -300,6 +302,8 @@ class ExchangeConfig:
     split_skewed_subpartitions: bool = _default("splitSkewedSubpartitions")
     skewed_partition_factor: float = _default("skewedPartitionFactor")
     skewed_partition_threshold: int = _default("skewedPartitionThreshold")
+    read_partitions: str = _default("readPartitions")
+    task_slots: int | None = _default("taskSlots")
     consumer_group: str | None = _default("consumerGroup")
     starting_epochs: str = _default("startingEpochs")
     max_epochs_per_trigger: int | None = _default("maxEpochsPerTrigger")
@@ -363,6 +367,8 @@ class ExchangeConfig:
             raise ConfigError(f"stream.maxRetainedBytes must be 0 (no bound) or more, got {self.stream_max_retained_bytes}")
         if self.advisory_partition_size < 1:
             raise ConfigError(f"advisoryPartitionSize must be at least 1 byte, got {self.advisory_partition_size}")
+        if self.task_slots is not None and self.task_slots < 1:
+            raise ConfigError(f"taskSlots must be at least 1, got {self.task_slots}")
         if not self.skewed_partition_factor > 0:
             raise ConfigError(f"skewedPartitionFactor must be above 0, got {self.skewed_partition_factor}")
         if self.buffer_size > self.max_frame_size // 2:

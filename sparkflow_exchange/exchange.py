@@ -214,13 +214,16 @@ def describe_exchange(config: ExchangeConfig, *, wait: bool = True, allow_stream
 
 def read_subpartition(config: ExchangeConfig, desc: ExchangeDescription, index: int, end: int | None = None,
                       marker: bytes | None = None,
-                      producers: tuple[int, int] | None = None) -> Iterator[pa.RecordBatch]:
+                      producers: tuple[int, int] | None = None, stride: int | None = None) -> Iterator[pa.RecordBatch]:
     """Subpartition ``index`` (or ``index..end-1``) of every producer. A description of a sealed exchange is
     a read plan: its committed producers are read without asking the coordinator again.
 
     ``producers``: only the committed producers [first, last) in commit order (a split of a skewed
-    subpartition; the description must be sealed)."""
+    subpartition; the description must be sealed). ``stride``: subpartitions index, index + stride, ... below
+    ``end`` (or the width), all at once in arrival order (a read laid out to the task slots)."""
     n = desc.num_subpartitions
+    if stride is not None and stride < 1:
+        raise ExchangeError(f"bad stride {stride} reading exchange {desc.name!r} (needs 1 or more)")
     if end is not None and (end <= index or index < 0 or (n is not None and end > n)):
         raise ExchangeError(f"bad subpartition range [{index}, {end}) of exchange {desc.name!r} with "
                             f"{n} subpartitions (needs 0 <= start < end <= {n})")
@@ -235,7 +238,7 @@ def read_subpartition(config: ExchangeConfig, desc: ExchangeDescription, index: 
         plan = plan[first:last]
     ep = _endpoints(config)
     gate = InputGate(config, desc, index, ep.coordinator, ep.secret, ep.host_id, local_service=ep.service,
-                     subpartition_end=end, producers=plan, marker=marker)
+                     subpartition_end=end, producers=plan, marker=marker, stride=stride)
     return iter(gate)
 
 

@@ -1,4 +1,5 @@
-"""Input channels: one per producer partition a gate reads (Flink's Local/Remote/UnknownInputChannel).
+"""Input channels: one per producer partition and subpartition (or range) a gate reads (Flink's
+Local/Remote/UnknownInputChannel).
 
 * every channel starts *pending* (Flink's UnknownInputChannel): the producer
   is known, the connection to its service is not up yet; then it becomes
@@ -98,6 +99,11 @@ class Channel:
         self.buffers_read = 0
         self.rows_read = 0
         self.markers: list[bytes] = []  # MARKER events, in order (a stream's epoch marker)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """What the gate knows this channel by: its producer attempt and (first) subpartition."""
+        return (self.partition, self.subpartition)
 
     def where(self) -> str:
         """Which producer and subpartition(s) this channel reads, for error messages."""

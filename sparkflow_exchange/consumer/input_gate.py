@@ -14,7 +14,12 @@ planning (the description's ``seals`` counts the seals before it), whenever a
 task subscribes; producers of a write declared after that seal are never
 read. A drop or overwrite before the read ends fails it, naming which. A
 coalesced read reads subpartitions [subpartition, subpartition_end) of every
-producer, one channel per producer. Iteration runs on the Spark task's
+producer, one channel per producer. A strided read (a read laid out to the
+reading application's task slots) reads subpartitions subpartition,
+subpartition + stride, ... of every producer at once, one channel per
+(producer, subpartition), each under its own credit with the gate's floating
+buffers shared: buffers are taken in arrival order, so no subpartition waits
+behind another while the producers write. Iteration runs on the Spark task's
 thread; channel work on the process's IO thread; a queue joins them, and
 taking the next buffer is what returns the previous one's credit.
 
@@ -70,8 +75,10 @@ class InputGate:
     def __init__(self, config: ExchangeConfig, exchange: ExchangeDescription, subpartition: int, coordinator: str,
                  secret: str | None, host_id: str, local_service: str | None = None,
                  subpartition_end: int | None = None, producers: list[dict] | None = None,
-                 marker: bytes | None = None) -> None:
+                 marker: bytes | None = None, stride: int | None = None) -> None:
         """``subpartition_end``: read [subpartition, subpartition_end) (a coalesced read partition);
+        ``stride``: read subpartitions subpartition, subpartition + stride, ... below ``subpartition_end`` (or the
+        width), each through a channel of its own (forward: the producers of those indices);
         ``producers``: the committed producer set of a sealed exchange, from the read plan (no subscription);
         ``marker``: the MARKER event every channel must deliver once before its end (a stream's epoch)."""
         self.expected_marker = marker
@@ -82,6 +89,14 @@ class InputGate:
         self.partitioner = exchange.partitioner.name
         self.subpartition = subpartition
         self.subpartition_end = subpartition_end
+        # a strided read: the subpartitions it reads, one channel each per producer (None: one channel per producer)
+        self.strided: tuple[int, ...] | None = None
+        if stride is not None and not (exchange.partitioner.name is Partitioner.BROADCAST):
+            last = subpartition_end if subpartition_end is not None else exchange.num_subpartitions
+            if last is None:
+                raise ExchangeReadError(f"a strided read of exchange {self.name!r} needs its width, which is not "
+                                        "known before its write commits")
+            self.strided = tuple(range(subpartition, last, stride))
         self.plan = producers
         # planned while writes were open: this read reads the exchange's seal number ``read_seal`` (0-based)
         seals = exchange.seals
@@ -94,9 +109,10 @@ class InputGate:
         self.host_id = host_id
         self._runtime: ClientRuntime | None = None  # the IO thread: started only when a channel needs it
         self.floating = FloatingBufferPool(config.floating_buffers_per_gate)
-        self.channels: dict[str, InputChannel] = {}
+        self.channels: dict[tuple[str, int], InputChannel] = {}  # by (partition, subpartition): Channel.key
+        self._of: dict[str, list[InputChannel]] = {}  # a producer attempt's channels (partition -> channels)
         self._by_rid: dict[int, InputChannel] = {}
-        self.finished: set[str] = set()
+        self.finished: set[tuple[str, int]] = set()  # keys of the channels that delivered their end
         self.sealed: list[str] | None = None
         self.ready: queue.SimpleQueue = queue.SimpleQueue()
         self.error: str | None = None
@@ -108,7 +124,7 @@ class InputGate:
         self._alive: dict[int, bool] = {}
         self.buffers = 0
         self.bytes = 0
-        self._file_reported: dict[str, int] = {}  # partition -> spill-file bytes told to the local service
+        self._file_reported: dict[tuple[str, int], int] = {}  # channel -> spill-file bytes told to the local service
         self._file_report_due = time.monotonic() + FILE_REPORT_INTERVAL
         self.path = "channels"  # or "local files": the task thread read every producer's spill file itself
         # the credit of the buffers the task thread finished with, returned by the IO thread (credit_return.py)
@@ -162,13 +178,24 @@ class InputGate:
                 "If the write runs in this same application, it needs free task slots while this read holds its "
                 "slots (use more cores, e.g. local[8], FAIR scheduler pools, or read after the write finished)")
 
-    def _wanted(self, producer: dict) -> int | None:
-        """The subpartition of this producer this gate reads, or None if it reads nothing from it."""
+    def _wanted(self, producer: dict) -> tuple[int, ...]:
+        """The subpartitions of this producer this gate reads (one channel each), empty if none."""
         if self.partitioner is Partitioner.FORWARD:
-            return 0 if producer["index"] == self.subpartition else None
+            indices = self.strided if self.strided is not None else (self.subpartition,)
+            return (0,) if producer["index"] in indices else ()
         if self.partitioner is Partitioner.BROADCAST:
-            return 0 if self.exchange.partitioner.shared else self.subpartition
-        return self.subpartition
+            return (0 if self.exchange.partitioner.shared else self.subpartition,)
+        return self.strided if self.strided is not None else (self.subpartition,)
+
+    def _range_end(self) -> int | None:
+        """The end of the range one channel reads of a producer (None: one subpartition per channel)."""
+        if self.partitioner.single_subpartition or self.strided is not None:
+            return None
+        return self.subpartition_end
+
+    def _channels_of(self, producer: dict, end: int | None) -> list[InputChannel | LocalFileInputChannel]:
+        """This producer's channels: one per subpartition it is read from (a range: one channel)."""
+        return [make_channel(self, producer, sub, end) for sub in self._wanted(producer)]
 
     def _on_producers(self, body: dict) -> None:
         if self._closed or self.error:
@@ -197,48 +224,60 @@ class InputGate:
             self._committed_order = list(body["committed"])
             self.committed = set(self._committed_order)
         committed = self.committed
-        end = None if self.partitioner.single_subpartition else self.subpartition_end
+        end = self._range_end()
         for producer in body.get("producers", []):  # all of them (full state) or the ones that changed
             pid = producer["partition"]
-            if pid in self.channels:
+            if pid in self._of:
                 if producer["state"] == PartitionState.FAILED and pid not in committed:
-                    self._drop_attempt(self.channels[pid], producer.get("reason", ""))
+                    self._drop_attempt(pid, producer.get("reason", ""))
                 continue
-            sub = self._wanted(producer)
-            if sub is None or producer["state"] == PartitionState.FAILED or (fixed is not None and pid not in committed):
+            if producer["state"] == PartitionState.FAILED or (fixed is not None and pid not in committed):
                 continue
-            channel = make_channel(self, producer, sub, end)
-            self.channels[pid] = channel
-            self._by_rid[channel.receiver_id] = channel
-            asyncio.ensure_future(channel.request())
+            channels = self._channels_of(producer, end)
+            if not channels:
+                continue
+            self._of[pid] = channels
+            for channel in channels:  # every subpartition of the producer requested at once
+                self.channels[channel.key] = channel
+                self._by_rid[channel.receiver_id] = channel
+                asyncio.ensure_future(channel.request())
         for pid in body.get("removed", ()):  # attempts that lost the commit, writes that were aborted
-            channel = self.channels.get(pid)
-            if channel is not None and pid not in committed:
-                self._drop_attempt(channel, "its task attempt did not win the commit or its write was aborted")
+            if pid in self._of and pid not in committed:
+                self._drop_attempt(pid, "its task attempt did not win the commit or its write was aborted")
         if fixed is not None or body.get("sealed"):  # the first seal this read sees is its own (see _start)
-            self.sealed = [p for p in self._committed_order if p in self.channels]
-            for pid, channel in list(self.channels.items()):
+            self.sealed = [p for p in self._committed_order if p in self._of]
+            for pid in list(self._of):
                 if pid not in committed:
-                    self._drop_attempt(channel, "its task attempt did not win the commit")
+                    self._drop_attempt(pid, "its task attempt did not win the commit")
             self._check_done()
 
-    def _drop_attempt(self, channel: InputChannel, why: str) -> None:
-        if channel.state in (ChannelState.CANCELLED, ChannelState.FAILED):
+    def _drop_attempt(self, partition: str, why: str) -> None:
+        """A producer attempt that is not part of the read's state: its channels cancelled, or the read failed
+        when any of them gave it rows already."""
+        channels = self._of[partition]
+        if all(c.state in (ChannelState.CANCELLED, ChannelState.FAILED) for c in channels):
             return
-        if channel.data_received:
+        taken = sum(c.data_received for c in channels)
+        if taken:
             self._fail(
-                f"this read took {channel.data_received} buffers from producer attempt {channel.partition} of exchange "
+                f"this read took {taken} buffers from producer attempt {partition} of exchange "
                 f"{self.name!r}, which failed ({why}); the read task must be retried to see each row once")
             return
-        channel.cancel()
+        for channel in channels:
+            if channel.state not in (ChannelState.CANCELLED, ChannelState.FAILED):
+                channel.cancel()
+
+    def _attempt_gave_rows(self, partition: str) -> bool:
+        return any(c.data_received for c in self._of.get(partition, ()))
 
     def channel_finished(self, channel: InputChannel) -> None:
-        self.finished.add(channel.partition)
+        self.finished.add(channel.key)
         self._credit_return.credit_sent(channel)
         self._check_done()
 
     def channel_failed(self, channel: InputChannel, message: str, code: ErrorCode | str) -> None:
-        if code in (ErrorCode.PRODUCER_FAILED, ErrorCode.RELEASED) and self.sealed is None and not channel.data_received:
+        if code in (ErrorCode.PRODUCER_FAILED, ErrorCode.RELEASED) and self.sealed is None and \
+                not self._attempt_gave_rows(channel.partition):
             return  # a failed attempt that gave us nothing: Spark retries the write, the commit tells the winner
         if self.sealed is not None and channel.partition not in self.sealed:
             return
@@ -247,8 +286,12 @@ class InputGate:
                         "read it again)")
         self._fail(message)
 
+    def _sealed_channels(self) -> list[InputChannel]:
+        """The channels of the producers of this read's state, in commit order."""
+        return [c for p in self.sealed or () for c in self._of[p]]
+
     def _check_done(self) -> None:
-        if self.sealed is not None and all(p in self.finished for p in self.sealed):
+        if self.sealed is not None and all(c.key in self.finished for c in self._sealed_channels()):
             self._close_subscription()
             self.ready.put(_DONE)
 
@@ -384,13 +427,13 @@ class InputGate:
         partition, so its status shows a read's progress (IO thread only; no reply awaited)."""
         if not self.local_service:
             return
-        new = {}
+        new: dict[str, int] = {}
         for c in list(self.channels.values()):
             if isinstance(c, LocalFileInputChannel):
-                delta = c.bytes_received - self._file_reported.get(c.partition, 0)
+                delta = c.bytes_received - self._file_reported.get(c.key, 0)
                 if delta > 0:
-                    new[c.partition] = delta
-                    self._file_reported[c.partition] = c.bytes_received
+                    new[c.partition] = new.get(c.partition, 0) + delta
+                    self._file_reported[c.key] = c.bytes_received
         if new:
             asyncio.ensure_future(self._report_file_reads(sum(new.values()), new))
 
@@ -426,7 +469,7 @@ class InputGate:
                     except queue.Empty:
                         raise ExchangeReadError(self._timeout_message()) from None
                 if item is _DONE:
-                    self._check_files_kept([self.channels[p] for p in self.sealed or ()])
+                    self._check_files_kept(self._sealed_channels())
                     return
                 if isinstance(item, ExchangeReadError):
                     raise self._named(item)
@@ -468,24 +511,24 @@ class InputGate:
         """The plan's channels if every one is a finished spill file on this host, in commit order; else None."""
         if self.plan is None:
             return None
-        end = None if self.partitioner.single_subpartition else self.subpartition_end
+        end = self._range_end()
         files = []
         for producer in self.plan:
-            sub = self._wanted(producer)
-            if sub is None or producer["state"] == PartitionState.FAILED:
+            if producer["state"] == PartitionState.FAILED:
                 continue
-            channel = make_channel(self, producer, sub, end)
-            if not isinstance(channel, LocalFileInputChannel):
-                return None  # a mixed plan: every channel goes through the IO thread as usual
-            files.append(channel)
+            for channel in self._channels_of(producer, end):
+                if not isinstance(channel, LocalFileInputChannel):
+                    return None  # a mixed plan: every channel goes through the IO thread as usual
+                files.append(channel)
         return files
 
     def _read_local_files(self, files: list[LocalFileInputChannel], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         """The fast path: each spill file opened, read, checked and closed in turn, on this (the task's) thread."""
         self.path = "local files"
         for channel in files:
-            self.channels[channel.partition] = channel
-        self.sealed = [c.partition for c in files]
+            self.channels[channel.key] = channel
+            self._of.setdefault(channel.partition, []).append(channel)
+        self.sealed = list(self._of)
         try:
             for channel in files:
                 try:
@@ -494,7 +537,7 @@ class InputGate:
                     self.error = str(exc)
                     raise self._named(ExchangeReadError(str(exc))) from None
                 yield from self._read_file(channel, schema)
-                self.finished.add(channel.partition)
+                self.finished.add(channel.key)
             self._check_files_kept(files)
         finally:
             self._closed = True

@@ -16,6 +16,16 @@ then span read partitions. The coordinator keeps per-subpartition totals, not
 per-producer sizes (2,000 x 2,000 of them would cost the service 16 MB per
 exchange), so the ranges hold equal numbers of producers: balanced when the
 producers are (Spark's tasks usually are), never wrong when they are not.
+
+A read planned while its exchange is written has no sizes to coalesce by, and its tasks
+read as the producers write: a task waiting for a slot until the write commits would
+overlap nothing. So it is laid out to the reading application's task slots (Flink
+schedules every consumer of a pipelined exchange together): m = min(slots, n) read
+partitions, read partition j reading subpartitions {j, j+m, j+2m, ...}; for a hash
+exchange written with ``numSubpartitions`` m is the largest divisor of n within the
+slots, since pmod(h, n) mod m = pmod(h, m) when m divides n: partition j then holds
+exactly the keys ``repartition(m, keys)`` puts in partition j. ``readPartitions=m``
+asks for m (same rule) whether sealed or not.
 """
 from __future__ import annotations
 
@@ -24,8 +34,15 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+from .. import contract
+from ..errors import ConfigError
+from ..kinds import Partitioner
+
 if TYPE_CHECKING:
     from ..description import ExchangeDescription
+
+READ_PARTITIONS = "readPartitions"  # the option's key and default: the contract's, as the JVM reader takes them
+AUTO: str = contract.load()["options"]["keys"][READ_PARTITIONS]["default"]
 
 # what an input gate reads of a producer; the rest of the coordinator's entry stays on the driver
 GATE_FIELDS = ("index", "partition", "state", "reason", "spill", "location", "replicas")  # replicas: where to go on
@@ -82,11 +99,17 @@ def _merge_small(ranges: list[list[int]], target: int) -> list[list[int]]:
 @dataclass(frozen=True)
 class ReadRange:
     """One read partition: subpartitions [start, end) of the producers [first, last) in commit order
-    (``producers`` None: of every producer)."""
+    (``producers`` None: of every producer); with ``stride``, subpartitions start, start + stride, ... below
+    end, each read through a channel of its own (a read laid out to fewer partitions than subpartitions)."""
 
     start: int
     end: int
     producers: tuple[int, int] | None = None
+    stride: int | None = None
+
+    def subpartitions(self) -> range:
+        """The subpartitions this read partition reads."""
+        return range(self.start, self.end, self.stride or 1)
 
 
 @dataclass(frozen=True)
@@ -122,16 +145,75 @@ def plan_ranges(sizes: Sequence[int], target: int, producers: int, rule: SkewRul
     return out
 
 
-def read_ranges(desc: ExchangeDescription, advisory_size: int, skew: SkewRule | None = None) -> list[ReadRange]:
+def key_grouped(desc: ExchangeDescription) -> bool:
+    """Whether read partitions must hold whole buckets of ``repartition(m, keys)``: a hash exchange whose
+    width was given (a coalesced one promises only that each key is in one read partition)."""
+    return desc.partitioner.name is Partitioner.HASH and not desc.coalesce
+
+
+def slots_width(n: int, slots: int, grouped: bool) -> int:
+    """Read partitions of a read laid out to ``slots`` task slots: min(slots, n), for a key-grouped read the
+    largest divisor of n within that."""
+    m = max(1, min(n, slots))
+    while grouped and n % m:
+        m -= 1
+    return m
+
+
+def requested_width(desc: ExchangeDescription, requested: str) -> int | None:
+    """The read partitions ``readPartitions`` asks for, None for auto; a ConfigError naming the option and the
+    values allowed for a bad one (the JVM reader's words)."""
+    value = str(requested).strip().lower()
+    if value == AUTO:
+        return None
+    name, n = desc.name, desc.num_subpartitions
+    try:
+        m = int(value)
+    except ValueError:
+        raise ConfigError(f"{READ_PARTITIONS} of exchange '{name}' must be {AUTO} or a number of read partitions, "
+                          f"got '{requested}'") from None
+    if n is None:
+        raise ConfigError(f"{READ_PARTITIONS}={m} for exchange '{name}', whose width is not known until its write "
+                          f"commits (written without numSubpartitions): give {AUTO}, or numSubpartitions to the write")
+    if desc.partitioner.name is Partitioner.BROADCAST:
+        if not 1 <= m <= n:
+            raise ConfigError(f"{READ_PARTITIONS}={m} for broadcast exchange '{name}' of {n} copies: give a number "
+                              f"from 1 to {n} (each read partition reads one copy)")
+        return m
+    grouped = key_grouped(desc)
+    if m < 1 or m > n or (grouped and n % m):
+        raise ConfigError(f"{READ_PARTITIONS}={m} for exchange '{name}' of {n} subpartitions: give "
+                          + (f"a divisor of {n} (each read partition then holds whole buckets)" if grouped
+                             else f"a number from 1 to {n}"))
+    return m
+
+
+def strided(n: int, m: int) -> list[ReadRange]:
+    """m read partitions of n subpartitions: partition j reads j, j + m, ... (one range each when m == n)."""
+    if m == n:
+        return [ReadRange(j, j + 1) for j in range(n)]
+    return [ReadRange(j, n, stride=m) for j in range(m)]
+
+
+def read_ranges(desc: ExchangeDescription, advisory_size: int, skew: SkewRule | None = None,
+                slots: int | None = None, requested: str = AUTO) -> list[ReadRange]:
     """The read partitions of an exchange description.
 
-    Coalesced only when the width was not given (``coalesce``), the exchange is sealed and every committed
-    producer reported its sizes; otherwise one read partition per subpartition: an explicit
-    ``numSubpartitions`` promises ``spark_partition_id() == subpartition``, and an exchange still being written
-    has no final sizes (a read that starts while it is written cannot wait for them). ``skew``: split skewed
+    ``requested`` (``readPartitions``) a number m: m strided read partitions (see the module's docstring), sealed
+    or not; a broadcast's first m copies. Otherwise, an exchange still being written is laid out to ``slots``
+    (the reading application's task slots; None: one read partition per subpartition), a broadcast one read
+    partition per copy. Sealed: coalesced when the width was not given (``coalesce``) and every committed
+    producer reported its sizes; otherwise one read partition per subpartition, since an explicit
+    ``numSubpartitions`` promises ``spark_partition_id() == subpartition``. ``skew``: split skewed
     subpartitions of a coalesced read (see the module's docstring).
     """
+    broadcast = desc.partitioner.name is Partitioner.BROADCAST
+    m = requested_width(desc, requested)
     n = desc.num_subpartitions or 0
+    if m is not None:
+        return [ReadRange(j, j + 1) for j in range(m)] if broadcast else strided(n, m)
+    if not desc.sealed and slots is not None and n and not broadcast:
+        return strided(n, slots_width(n, slots, key_grouped(desc)))
     sizes = desc.layout_bytes  # what each subpartition decodes to: a compressed exchange's stored bytes are fewer
     if desc.coalesce and desc.sealed and sizes is not None and len(sizes) == n:
         producers = len(set(desc.committed))

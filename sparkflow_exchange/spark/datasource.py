@@ -36,7 +36,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from ..config import ConfigError, ExchangeConfig
+from ..config import ConfigError, ExchangeConfig, read_spark_defaults
+from ..consumer.read_plan import AUTO, requested_width
 from ..description import ExchangeDescription
 from ..errors import SchemaMismatch
 from .spark_errors import guarded, user_errors
@@ -85,12 +86,17 @@ class PipelinedDataSource(DataSource):
 
         desc = describe(self.config)
         _check_schema(self.config.exchange, _arrow_schema(schema), desc.arrow_schema)
+        if self.config.split_skewed_subpartitions and self.config.read_partitions.strip().lower() != AUTO:
+            raise ConfigError(
+                f"splitSkewedSubpartitions and readPartitions={self.config.read_partitions} both lay out the read of "
+                f"exchange {self.config.exchange!r}: give one of them")
         if self.config.split_skewed_subpartitions and not desc.coalesce:
             raise ConfigError(
                 f"splitSkewedSubpartitions applies to exchanges written without numSubpartitions (coalesced "
                 f"reads); exchange {self.config.exchange!r} was written with numSubpartitions="
                 f"{desc.num_subpartitions} or a forward/broadcast partitioner, whose read partitions are "
                 "exactly its subpartitions: drop the option, or write the exchange without numSubpartitions")
+        requested_width(desc, self.config.read_partitions)  # a bad readPartitions fails here, naming what to give
         return PipelinedReader(self.config, _read_plan(desc), dict(self.options))
 
     @user_errors
@@ -195,14 +201,33 @@ def _read_plan(desc: ExchangeDescription) -> ExchangeDescription:
     return desc.replace(producers=compact, committed=tuple(p["partition"] for p in compact))
 
 
+DEFAULT_PARALLELISM = "spark.default.parallelism"
+
+
+def task_slots(config: ExchangeConfig) -> int:
+    """The reading application's task slots, as planning can learn them: ``taskSlots`` (register(spark) sets it
+    to the session's defaultParallelism), else ``spark.default.parallelism`` of spark-defaults.conf, else the
+    CPUs this planning worker may use (Spark's default parallelism of a local application on this host)."""
+    if config.task_slots:
+        return config.task_slots
+    value = read_spark_defaults().get(DEFAULT_PARALLELISM, "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    import os
+
+    return max(1, len(os.sched_getaffinity(0)))
+
+
 @dataclass
 class SubpartitionSplit(InputPartition):
     """Read subpartitions [index, end) of every producer (end None: just ``index``), or of the producers
-    [first, last) in commit order (a split of a skewed subpartition)."""
+    [first, last) in commit order (a split of a skewed subpartition); with ``stride``, subpartitions index,
+    index + stride, ... below end, all at once (a read laid out to the task slots)."""
 
     index: int
     end: int | None = None
     producers: tuple[int, int] | None = None
+    stride: int | None = None
 
 
 class PipelinedReader(DataSourceReader):
@@ -217,8 +242,10 @@ class PipelinedReader(DataSourceReader):
         config = self.config
         skew = SkewRule(config.skewed_partition_factor, config.skewed_partition_threshold) \
             if config.split_skewed_subpartitions else None
-        return [SubpartitionSplit(r.start, None if r.end == r.start + 1 else r.end, r.producers)
-                for r in read_ranges(self.desc, config.advisory_partition_size, skew)]
+        slots = None if self.desc.sealed else task_slots(config)  # a read while written runs in as many tasks
+        return [SubpartitionSplit(r.start, None if r.end == r.start + 1 else r.end, r.producers, r.stride)
+                for r in read_ranges(self.desc, config.advisory_partition_size, skew, slots=slots,
+                                     requested=config.read_partitions)]
 
     @user_errors
     def read(self, partition: SubpartitionSplit) -> Iterator[pa.RecordBatch]:
@@ -229,7 +256,7 @@ class PipelinedReader(DataSourceReader):
 
         config = self.config.for_task(self.options, task_session())
         batches = ex.read_subpartition(config, self.desc, partition.index, partition.end,
-                                       producers=partition.producers)
+                                       producers=partition.producers, stride=partition.stride)
         # Spark pays per batch: small ones joined; and per task a full collection of the worker's heap
         return guarded(freezing_after(rebatched(batches, config.buffer_size), "read", config.freeze_worker_heap))
 
