@@ -80,13 +80,17 @@ def test_coalesced_read_under_shuffle_partitions_200(spark):
     assert_keys_in_one_partition_and_ranges_disjoint(small, 200)
 
 
-def test_read_while_written_gets_one_read_partition_per_subpartition(spark):
-    """An exchange still being written has no final sizes: a read planned then is not coalesced."""
+def test_read_while_written_is_laid_out_to_the_task_slots(spark):
+    """An exchange still being written has no final sizes: a read planned then is not coalesced but laid out to
+    the reading application's task slots, min(slots, width) read partitions (a coalesced exchange's keys need not
+    be bucketed as repartition(m) would, so any number within the width)."""
     name = unique("unsealed")
     config = ExchangeConfig.load({"exchange": name, "partitioner": "hash", "keys": "key"})
     handle = ex.declare_write(config, pa.schema([pa.field("key", pa.int64(), False)]), True)
     task = ex.ProducerTask(handle, 0, "a0", num_subpartitions=6)  # registered, not committed: width known
-    assert read(spark, name).rdd.getNumPartitions() == 6
+    assert read(spark, name, taskSlots=4).rdd.getNumPartitions() == 4
+    assert read(spark, name, taskSlots=16).rdd.getNumPartitions() == 6
+    assert read(spark, name, readPartitions=5).rdd.getNumPartitions() == 5
     task.fail("test over")
     wh.abort_write(handle, "test over")
     ex.drop_exchange(name)
