@@ -55,8 +55,8 @@ resolve(ExchangeConfig.load())  # the embedded service, started by this driver p
 spark = (SparkSession.builder.master("local[2]").appName("jvm-write")
          .config("spark.jars", sys.argv[1])
          .config("spark.sql.catalog.exchange", "org.sparkflow.exchange.catalog.ExchangeCatalog")
-         .config("spark.sql.catalog.live", "org.sparkflow.exchange.catalog.ExchangeCatalog")
-         .config("spark.sql.catalog.live.readWhileWritten", "true")
+         .config("spark.sql.catalog.committed", "org.sparkflow.exchange.catalog.ExchangeCatalog")
+         .config("spark.sql.catalog.committed.readWhileWritten", "false")
          .config(JVM_FORMAT, "false")  # format("pipelined") is the Python data source unless a check says otherwise
          .config("spark.sql.shuffle.partitions", "4")
          .config("spark.sql.adaptive.enabled", "false")
@@ -393,6 +393,7 @@ def a_catalog_with_commit_timeout_waits_for_the_commit(d):
     reads that commit; a create through the same catalog does not wait."""
     spark.conf.set("spark.sql.catalog.waiting", "org.sparkflow.exchange.catalog.ExchangeCatalog")
     spark.conf.set("spark.sql.catalog.waiting.commitTimeout", "120s")
+    spark.conf.set("spark.sql.catalog.waiting.readWhileWritten", "false")
     delay = 3.0
     failure: list = []
 
@@ -460,9 +461,9 @@ def live_rows(producer: int, producers: int = 2) -> list:
     return [pa.record_batch([pa.array(part)], schema=LIVE_SCHEMA) for part in (ids[:half], ids[half:])]
 
 
-def start_live_read(name: str, out: dict, catalog: str = ""):
+def start_live_read(name: str, out: dict, catalog: str = "", placed: bool = False):
     """Plan a format("pipelined") read of ``name`` now (served by the JVM), or ``spark.table`` of ``catalog``,
-    and collect it on a thread."""
+    and collect it on a thread (``placed``: also each row's read partition, in ``out["placed"]``)."""
     spark.conf.set(JVM_FORMAT, "true")
     try:
         df = spark.table(f"{catalog}.{name}") if catalog else spark.read.format("pipelined").option("exchange", name).load()
@@ -472,6 +473,11 @@ def start_live_read(name: str, out: dict, catalog: str = ""):
 
     def run():
         try:
+            if placed:
+                rows = df.select(F.spark_partition_id().alias("pid"), "id").collect()
+                out["placed"] = sorted((r.pid, r.id) for r in rows)
+                out["ids"] = sorted(r.id for r in rows)
+                return
             out["ids"] = sorted(r.id for r in df.collect())
         except Exception as exc:  # noqa: BLE001 - the check asserts on the message
             text = str(exc)
@@ -579,26 +585,31 @@ def format_read_waits_for_its_exchange_to_be_declared(d):
 
 
 @check
-def a_catalog_with_read_while_written_reads_as_the_producers_write(d):
-    """spark.table of a catalog with readWhileWritten=true reads an exchange being written as it goes (the
-    catalog without it refuses it at planning), and returns exactly the committed rows."""
+def a_catalog_reads_as_the_producers_write(d):
+    """spark.table of a catalog (readWhileWritten on by default) reads an exchange being written as it goes, laid
+    out to the application's task slots (2 of local[2]: partition j holds bucket(2, id) = j), and returns exactly the
+    committed rows; a catalog set to readWhileWritten=false refuses it at planning."""
     handle = live_write("live_cat")
     first = ex.ProducerTask(handle, 0, "a0")
     first.write(live_rows(0))
     try:
-        spark.table("exchange.live_cat").collect()
-        raise AssertionError("the catalog without readWhileWritten read an exchange being written")
+        spark.table("committed.live_cat").collect()
+        raise AssertionError("the catalog with readWhileWritten=false read an exchange being written")
     except Exception as exc:  # noqa: BLE001 - Spark's own error type
         d["refused"] = str(exc)[:300]
     assert "still being written" in d["refused"], d["refused"]
     out: dict = {}
-    reading = start_live_read("live_cat", out, catalog="live")
+    reading = start_live_read("live_cat", out, catalog="exchange", placed=True)
     d["plan"] = out["plan"]
-    assert "read while written" in out["plan"], out["plan"]
+    assert "read while written, laid out to 2 task slots" in out["plan"] and "in 2 read partitions" in out["plan"], \
+        out["plan"]
     assert until(lambda: running_tasks() > 0), "the read's tasks never started"
     second = ex.ProducerTask(handle, 1, "a1")
     second.write(live_rows(1))
     commit_under_a_read(d, handle, [first, second], reading, out)
+    expected = sorted((r.pid, r.id) for r in spark.range(LIVE_ROWS).select(
+        F.expr("pmod(hash(id), 2)").alias("pid"), "id").collect())
+    assert out["placed"] == expected, "read partition j of 2 is not bucket(2, id) = j"
     assert d["reading_before_commit"], d
 
 

@@ -334,7 +334,8 @@ def step(do: str, partition: str = "", rows: int = 0) -> dict:
 def test_live_producers_take_every_attempt_until_the_seal_then_exactly_the_seals(jvm):
     """Planned after one seal: before the next seal it takes every registered attempt that has not failed; once
     that seal happened, exactly the producers it holds (not a later write's); rows of an attempt the seal does not
-    hold make the read not one committed state. The next subpartition's pass takes the seal's producers again."""
+    hold make the read not one committed state. Each attempt is read once (all the read partition's subpartitions of
+    it together): once complete, nothing is left to take."""
     [answer] = jvm([live(
         1,
         step("started"),
@@ -345,13 +346,13 @@ def test_live_producers_take_every_attempt_until_the_seal_then_exactly_the_seals
         update(described(1, [("old", "finished"), ("c", "finished"), ("later", "finished")], ["old", "c", "later"],
                          [1, 2])),
         step("next"), step("finished", "c", 7), step("next"), step("complete"), step("not_committed"),
-        step("next_pass"), step("next"), step("complete"))])
+        step("next"), step("complete"))])
     r = answer["results"]
     assert r[0] is False and r[2] is True  # nothing registered yet; then attempts to wait for
     assert (r[3], r[5], r[7], r[8]) == ("old", "a", None, False)  # "b" failed: passed over; no seal yet
     assert (r[10], r[12], r[13]) == ("c", None, True)  # the seal's producers, "later" not among them
     assert "took rows from producer attempt a of exchange 'live'" in r[14], r[14]
-    assert (r[16], r[17]) == ("old", False)  # a new pass: the seal's state again
+    assert (r[15], r[16]) == (None, True)  # every producer of the state read once
 
 
 def test_live_producers_pass_over_an_attempt_that_failed_before_giving_rows_only(jvm):
@@ -359,11 +360,11 @@ def test_live_producers_pass_over_an_attempt_that_failed_before_giving_rows_only
         live(0, update(described(1, [("x", "running")], [], [])), step("next"), step("dropped", "x", 0), step("next"),
              update(described(1, [("x", "failed"), ("y", "finished")], ["y"], [1])), step("next"),
              step("finished", "y", 3), step("complete"), step("not_committed"), step("dropped", "y", 0)),
-        live(0, update(described(1, [("x", "running")], [], [])), step("finished", "x", 4), step("next_pass"),
+        live(0, update(described(1, [("x", "running")], [], [])), step("finished", "x", 4),
              step("dropped", "x", 0)),
     ])
     assert clean["results"] == [None, "x", True, None, None, "y", None, True, None, False]
-    assert gave_rows["results"] == [None, None, None, False]  # it gave rows in an earlier pass
+    assert gave_rows["results"] == [None, None, False]  # it gave rows before it failed
 
 
 def test_live_producers_fail_the_read_of_an_overwritten_or_aborted_exchange(jvm):
@@ -451,6 +452,28 @@ def test_read_partitions_group_subpartitions_as_asked_or_are_refused_saying_what
         "readPartitions of exchange 'ex' must be auto or a number of read partitions, got 'x'",
     ]
 
+
+
+def test_a_read_planned_while_written_is_laid_out_to_the_task_slots_a_number_still_wins(jvm):
+    """While written, auto lays the read out to the task slots: a key-grouped read in the largest divisor of n within
+    them (200 into 3 slots: 2; into 8: 8), any other read in min(slots, n); a number given is taken as asked, and a
+    sealed exchange's auto (no sizes known here) is one read partition per subpartition."""
+    answers = jvm([
+        read_partitions(200, None, key_grouped=True, live=True, slots=3),
+        read_partitions(200, "auto", key_grouped=True, live=True, slots=8),
+        read_partitions(7, None, key_grouped=True, live=True, slots=2),
+        read_partitions(7, None, live=True, slots=2), read_partitions(4, None, live=True, slots=16),
+        read_partitions(8, "4", key_grouped=True, live=True, slots=2),
+        read_partitions(8, None, key_grouped=True, live=False, slots=2),
+    ])
+    planned = [a.get("partitions", a.get("error")) for a in answers]
+    assert planned[0] == [list(range(0, 200, 2)), list(range(1, 200, 2))]
+    assert planned[1] == [list(range(j, 200, 8)) for j in range(8)]
+    assert planned[2] == [list(range(7))]  # 7 is prime: one key-grouped partition
+    assert planned[3] == [[0, 2, 4, 6], [1, 3, 5]]
+    assert planned[4] == [[0], [1], [2], [3]]
+    assert planned[5] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert planned[6] == [[i] for i in range(8)]
 
 # ------------------------------------------------------------------ which path a read or write takes
 ROUTES = [  # (options, a write, why the Python source serves it: None for the JVM path)

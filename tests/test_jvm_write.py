@@ -113,8 +113,8 @@ def test_a_format_read_waits_for_its_exchange_to_be_declared_then_reads_it_in_th
     assert "does not exist" in outcome["missing"]
 
 
-def test_a_catalog_set_to_read_while_written_reads_an_exchange_being_written(results):
-    outcome = passed(results, "a_catalog_with_read_while_written_reads_as_the_producers_write")
+def test_a_catalog_reads_an_exchange_being_written_laid_out_to_the_task_slots(results):
+    outcome = passed(results, "a_catalog_reads_as_the_producers_write")
     assert "read while written" in outcome["plan"] and outcome["reading_before_commit"]
 
 

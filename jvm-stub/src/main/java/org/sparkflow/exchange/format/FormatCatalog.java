@@ -204,7 +204,7 @@ public final class FormatCatalog extends ExchangeCatalog {
         }
         if (Route.unreadable(desc, !write) == null) { // a read (of one being written too), or an append to a sealed one
             return new ExchangeTable(desc, readSettings(found).readingWhileWritten(), coordinator, settings(),
-                    String.valueOf(desc.numSubpartitions));
+                    desc.sealed ? String.valueOf(desc.numSubpartitions) : null); // written: laid out to the slots
         }
         return null; // aborted, coalesced, forward, a write beside another: the Python source
     }

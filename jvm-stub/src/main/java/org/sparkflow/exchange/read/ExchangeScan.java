@@ -67,7 +67,7 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
         layout = "broadcast".equals(desc.partitioner)
                 ? ReadLayout.copies(desc.name, desc.numSubpartitions, readPartitions, desc.shared)
                 : ReadLayout.plan(desc.name, desc.numSubpartitions, kept, desc.sealed ? desc.subpartitionRawBytes : null,
-                        readPartitions, desc.bucketedOnOneKey());
+                        readPartitions, desc.bucketedOnOneKey(), !desc.sealed);
     }
 
     /**
@@ -122,7 +122,21 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
                 + (desc.keys.isEmpty() ? "" : "(" + String.join(", ", desc.keys) + ")") + ", "
                 + desc.numSubpartitions + " subpartitions" + (kept.size() < desc.numSubpartitions ? " (" + kept.size()
                 + " read)" : "") + " in " + layout.groups() + " read partitions, " + (desc.sealed
-                ? desc.committed.size() + " producers]" : "read while written]");
+                ? desc.committed.size() + " producers]" : "read while written" + slotsNote() + "]");
+    }
+
+    /**
+     * What the plan says of a read while written: laid out to the task slots, or, with more read partitions than
+     * slots, that the partitions beyond them start as slots free up (after the write, when the producer holds it).
+     */
+    private String slotsNote() {
+        int slots = layout.slots() > 0 ? layout.slots() : ReadLayout.parallelism();
+        int read = (int) layout.members().stream().filter(g -> g.length > 0).count();
+        if (read <= slots) {
+            return ", laid out to " + slots + " task slots";
+        }
+        return ", " + read + " read partitions for " + slots + " task slots: those beyond the slots start as slots "
+                + "free up, after the write commits when it takes that long";
     }
 
     @Override

@@ -15,8 +15,8 @@ import org.sparkflow.exchange.contract.Contract.PartitionState;
  * <p>The read ends at the exchange's first seal after its planning (the description's {@code seals} then): until
  * that seal it takes every registered attempt that has not failed, as it registers; once the seal happened, exactly
  * the committed producers that seal holds. An attempt that gave rows and is not among them (it lost the commit, or
- * its write was aborted) fails the task: Spark retries it, and the retry reads the sealed state alone. Each
- * subpartition of the read partition is one pass over the producers.
+ * its write was aborted) fails the task: Spark retries it, and the retry reads the sealed state alone. Each attempt
+ * is read once, all of the read partition's subpartitions of it together.
  */
 public final class LiveProducers {
     private final String exchange;
@@ -24,9 +24,9 @@ public final class LiveProducers {
     private final int seal;
     private List<Producer> registered = List.of();
     private List<Producer> state; // the seal's committed producers, once it happened
-    private final Set<String> taken = new HashSet<>(); // this pass: attempts read to their end
+    private final Set<String> taken = new HashSet<>(); // attempts read to their end
     private final Set<String> failed = new HashSet<>(); // attempts that failed before giving rows
-    private final Set<String> gaveRows = new HashSet<>(); // any pass
+    private final Set<String> gaveRows = new HashSet<>(); // attempts that gave rows
 
     /** A read of {@code exchange} at {@code epoch}, planned after {@code seal} seals. */
     public LiveProducers(String exchange, long epoch, int seal) {
@@ -50,7 +50,7 @@ public final class LiveProducers {
         }
     }
 
-    /** The next attempt to read in this pass; null when there is none now (see {@link #complete()}). */
+    /** The next attempt to read; null when there is none now (see {@link #complete()}). */
     public Producer next() {
         if (state != null) {
             return state.stream().filter(p -> !taken.contains(p.partition())).findFirst().orElse(null);
@@ -59,7 +59,7 @@ public final class LiveProducers {
                 && !PartitionState.FAILED.equals(p.state())).findFirst().orElse(null);
     }
 
-    /** Whether this pass read every producer of the read's state. */
+    /** Whether every producer of the read's state was read. */
     public boolean complete() {
         return state != null && state.stream().allMatch(p -> taken.contains(p.partition()));
     }
@@ -79,7 +79,7 @@ public final class LiveProducers {
 
     /**
      * Reading {@code p} failed after {@code rows} of its rows: true when the read may go on without it (it gave
-     * none in any pass and is not committed: it lost or failed, and the seal will not hold it).
+     * none and is not committed: it lost or failed, and the seal will not hold it).
      */
     public boolean dropped(Producer p, long rows) {
         if (rows > 0 || gaveRows.contains(p.partition()) || taken.contains(p.partition())) {
@@ -92,7 +92,7 @@ public final class LiveProducers {
         return true;
     }
 
-    /** After a complete pass: why the rows read are not one committed state, or null when they are. */
+    /** Once complete: why the rows read are not one committed state, or null when they are. */
     public String notCommitted() {
         for (String partition : gaveRows) {
             if (state.stream().noneMatch(c -> c.partition().equals(partition))) {
@@ -102,10 +102,5 @@ public final class LiveProducers {
             }
         }
         return null;
-    }
-
-    /** Start the pass over the next subpartition. */
-    public void nextPass() {
-        taken.clear();
     }
 }

@@ -35,7 +35,7 @@ final class LiveRead implements AutoCloseable {
         this.producers = new LiveProducers(input.exchange(), input.epoch(), input.liveSeal());
     }
 
-    /** The next attempt to read in this pass, waiting for one; null when the pass read the whole state. */
+    /** The next attempt to read, waiting for one; null when the read has the whole state. */
     Producer next() {
         long pause = FIRST_PAUSE_MILLIS;
         while (true) {
@@ -76,10 +76,6 @@ final class LiveRead implements AutoCloseable {
         }
         producers.update(describe()); // a commit meanwhile may hold it after all: then it is read again
         return true;
-    }
-
-    void nextPass() {
-        producers.nextPass();
     }
 
     private ExchangeDescription describe() {

@@ -13,28 +13,44 @@ import org.sparkflow.exchange.coordinator.ExchangeDescription.Producer;
 import org.sparkflow.exchange.contract.Contract;
 
 /**
- * One producer's finished spill file, for one subpartition: its index entries (checked by {@link SpillIndex}), its
- * data buffers in order, and the end-of-partition counts (buffers, rows) to compare with what was read.
+ * One producer's finished spill file, for a read partition's subpartitions: each subpartition's index entries
+ * (checked by {@link SpillIndex}), its data buffers in order, and its end-of-partition counts (buffers, rows) to
+ * compare with what was read. Every buffer is on disk already, so the subpartitions are read one after the other.
  */
 final class ProducerFile implements ProducerSource {
     static final int END_COUNTS = Contract.Buffer.END_COUNTS_SIZE; // buffers:i64, rows:i64
 
     private final Producer producer;
     private final FileChannel data;
-    private final List<SpillIndex.Entry> entries;
-    private int next;
-    private long buffersStored = -1;
-    private long rowsStored = -1;
-    private long buffersRead;
+    private final int[] subpartitions;
+    private final List<List<SpillIndex.Entry>> entries; // by position in subpartitions
+    private int at; // the subpartition being read (its position)
+    private int next; // its next entry
+    private final long[] buffersStored;
+    private final long[] rowsStored;
+    private final long[] buffersRead;
+    private final long[] rowsReadBy;
     private long rowsRead;
 
-    ProducerFile(Producer producer, int subpartition) throws IOException {
+    ProducerFile(Producer producer, int[] subpartitions) throws IOException {
         this.producer = producer;
+        this.subpartitions = subpartitions.clone();
+        int k = subpartitions.length;
+        buffersStored = new long[k];
+        rowsStored = new long[k];
+        java.util.Arrays.fill(buffersStored, -1);
+        java.util.Arrays.fill(rowsStored, -1);
+        buffersRead = new long[k];
+        rowsReadBy = new long[k];
         Path dataPath = Paths.get(producer.spill());
         this.data = FileChannel.open(dataPath, StandardOpenOption.READ, LinkOption.NOFOLLOW_LINKS);
         try {
             byte[] index = Files.readAllBytes(indexPath(producer.spill()));
-            this.entries = SpillIndex.entries(index, subpartition, data.size());
+            List<List<SpillIndex.Entry>> all = new java.util.ArrayList<>(k);
+            for (int s : subpartitions) {
+                all.add(SpillIndex.entries(index, s, data.size()));
+            }
+            this.entries = all;
         } catch (IOException | RuntimeException e) {
             data.close();
             throw e;
@@ -61,15 +77,24 @@ final class ProducerFile implements ProducerSource {
             return -1;
         }
         int rows = decoder.load(data, entry.offset(), entry.length());
-        buffersRead++;
+        buffersRead[at]++;
+        rowsReadBy[at] += rows;
         rowsRead += rows;
         return rows;
     }
 
     /** The next data buffer's entry, reading end-of-partition counts on the way; null after the last. */
     private SpillIndex.Entry nextData() throws IOException {
-        while (next < entries.size()) {
-            SpillIndex.Entry e = entries.get(next++);
+        while (at < subpartitions.length) {
+            if (next >= entries.get(at).size()) {
+                if (at + 1 >= subpartitions.length) {
+                    return null;
+                }
+                at++;
+                next = 0;
+                continue;
+            }
+            SpillIndex.Entry e = entries.get(at).get(next++);
             if (e.kind() == SpillIndex.DATA) {
                 return e;
             }
@@ -80,8 +105,8 @@ final class ProducerFile implements ProducerSource {
                         throw new IOException("the data file ends inside the end-of-partition counts (truncated)");
                     }
                 }
-                buffersStored = counts.getLong(0);
-                rowsStored = counts.getLong(8);
+                buffersStored[at] = counts.getLong(0);
+                rowsStored[at] = counts.getLong(8);
             }
         }
         return null;
@@ -94,7 +119,13 @@ final class ProducerFile implements ProducerSource {
 
     @Override
     public String countsMismatch() {
-        return ProducerSource.mismatch(buffersRead, rowsRead, buffersStored, rowsStored);
+        for (int i = 0; i < subpartitions.length; i++) {
+            String mismatch = ProducerSource.mismatch(buffersRead[i], rowsReadBy[i], buffersStored[i], rowsStored[i]);
+            if (mismatch != null) {
+                return "subpartition " + subpartitions[i] + ": " + mismatch;
+            }
+        }
+        return null;
     }
 
     @Override

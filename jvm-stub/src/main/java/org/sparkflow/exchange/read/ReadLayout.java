@@ -17,22 +17,48 @@ import org.apache.spark.sql.internal.SQLConf;
  * same size: each read partition at most {@code spark.sql.adaptive.advisoryPartitionSizeInBytes}, and, with
  * {@code coalescePartitions.parallelismFirst}, at most the size over the default parallelism (not below
  * {@code minPartitionSize}); the smallest divisor of n that keeps to that. Without adaptive execution or sizes:
- * one read partition per subpartition. A number asks for exactly that many (a divisor of n for a key-grouped
- * read).
+ * one read partition per subpartition. A read planned while the exchange is written ({@code live}) is laid out to
+ * the reading application's task slots instead (Spark's default parallelism; for a key-grouped read the largest
+ * divisor of n not above it): every read task can then run while the producers write, as Flink schedules the
+ * consumers of a pipelined exchange together; a task beyond the slots would start only when one ends, after the
+ * write. A number asks for exactly that many (a divisor of n for a key-grouped read).
+ *
+ * <p>{@code slots}: the task slots a live read was laid out to (0: not laid out to slots).
  */
-record ReadLayout(int groups, List<int[]> members) {
+record ReadLayout(int groups, List<int[]> members, int slots) {
     static final String OPTION = ReadSettings.READ_PARTITIONS;
 
     /** The layout of a read of subpartitions {@code kept} (ascending) of an exchange of width {@code n}. */
     static ReadLayout plan(String exchange, int n, SortedSet<Integer> kept, long[] subpartitionBytes,
-                           String requested, boolean keyGrouped) {
-        int m = width(exchange, n, kept, subpartitionBytes, requested, keyGrouped);
+                           String requested, boolean keyGrouped, boolean live) {
+        return plan(exchange, n, kept, subpartitionBytes, requested, keyGrouped, live, parallelism());
+    }
+
+    /** As above, with the reading application's task slots given ({@code slots}). */
+    static ReadLayout plan(String exchange, int n, SortedSet<Integer> kept, long[] subpartitionBytes,
+                           String requested, boolean keyGrouped, boolean live, int slots) {
+        boolean toSlots = live && isAuto(requested);
+        int m = toSlots ? toSlots(n, keyGrouped, slots)
+                : width(exchange, n, kept, subpartitionBytes, requested, keyGrouped);
         List<int[]> members = new ArrayList<>();
         for (int j = 0; j < m; j++) {
             final int g = j;
             members.add(kept.stream().filter(i -> i % m == g).mapToInt(Integer::intValue).toArray());
         }
-        return new ReadLayout(m, members);
+        return new ReadLayout(m, members, live ? Math.max(1, slots) : 0);
+    }
+
+    private static boolean isAuto(String requested) {
+        return requested == null || requested.strip().equalsIgnoreCase("auto");
+    }
+
+    /** As many read partitions as task slots, at most n; for a key-grouped read the largest divisor of n within. */
+    static int toSlots(int n, boolean keyGrouped, int slots) {
+        int m = Math.max(1, Math.min(n, slots));
+        while (keyGrouped && n % m != 0) {
+            m--;
+        }
+        return m;
     }
 
     /**
@@ -59,7 +85,7 @@ record ReadLayout(int groups, List<int[]> members) {
         for (int j = 0; j < m; j++) {
             members.add(new int[] {shared ? 0 : j});
         }
-        return new ReadLayout(m, members);
+        return new ReadLayout(m, members, 0);
     }
 
     private static int width(String exchange, int n, SortedSet<Integer> kept, long[] subpartitionBytes,
@@ -114,7 +140,8 @@ record ReadLayout(int groups, List<int[]> members) {
         return largest;
     }
 
-    private static int parallelism() {
+    /** The reading application's task slots as Spark counts them (its default parallelism). */
+    static int parallelism() {
         try {
             return SparkSession.active().sparkContext().defaultParallelism();
         } catch (RuntimeException e) {

@@ -14,55 +14,80 @@ import org.sparkflow.exchange.errors.ErrorCodes;
 import org.sparkflow.exchange.errors.ServiceError;
 import org.sparkflow.exchange.wire.Frames;
 import org.sparkflow.exchange.wire.RpcConnection;
-import org.sparkflow.exchange.wire.Tls;
 
 /**
- * One producer's subpartition read from its exchange service under credit: a partition request on an
- * authenticated connection, buffers in sequence, one credit back per decoded data buffer, then the end of
- * partition with its counts. For producers whose spill file is not readable here (another host). A partition with
- * replicas (the {@code replicas} write option) is read on from the next replica, at the buffer due, when its service
- * cannot be reached or the connection to it is lost: no buffer is lost or repeated.
+ * A read partition's subpartitions of one producer, read from its exchange service under credit, all at once: one
+ * authenticated connection, one partition request (one input channel, Flink's RemoteInputChannel) per subpartition
+ * multiplexed on it by receiver id, each with its own credit; buffers are taken in the order they arrive, so no
+ * subpartition waits behind another while the producer writes (Flink's input gate). Each channel checks its
+ * sequence and its end-of-partition counts; one credit goes back per decoded data buffer. A partition with replicas
+ * (the {@code replicas} write option) is read on from the next replica, every channel at the buffer it reached, when
+ * its service cannot be reached or the connection to it is lost: no buffer is lost or repeated.
  */
 final class RemoteProducer implements ProducerSource {
     static final int INITIAL_CREDIT = 4;
     static final int TIMEOUT_MILLIS = 300_000; // a service under load may take long for the next buffer
     private static final ObjectMapper MAPPER = new ObjectMapper();
     private final Producer producer;
-    private final int subpartition;
     private final String secret;
     private final String hostId;
-    private final Tls tls;
+    private final org.sparkflow.exchange.wire.Tls tls;
     private final ArrayDeque<String> replicas = new ArrayDeque<>(); // where to go on when the service is lost
     private final List<String> left = new ArrayList<>(); // the services this read left, and why
+    private final Channel[] channels; // by receiver id - 1
     private RpcConnection conn;
-    private final CreditReceiver credit = new CreditReceiver(1, INITIAL_CREDIT);
     private BufferDecoder landingFor; // the decoder whose Arrow memory data buffers are received into
-    private boolean ended;
-    private long buffersRead;
+    private int open; // channels before their end of partition
     private long rowsRead;
-    private long buffersStored = -1;
-    private long rowsStored = -1;
 
-    RemoteProducer(Producer producer, String address, int subpartition, String secret, String hostId, Tls tls) {
+    /** One subpartition's channel: its credit and what it read and was told it holds. */
+    private static final class Channel {
+        final int subpartition;
+        final CreditReceiver credit;
+        boolean ended;
+        long buffersRead;
+        long rowsRead;
+        long buffersStored = -1;
+        long rowsStored = -1;
+
+        Channel(int subpartition, long receiverId) {
+            this.subpartition = subpartition;
+            this.credit = new CreditReceiver(receiverId, INITIAL_CREDIT);
+        }
+    }
+
+    RemoteProducer(Producer producer, String address, int[] subpartitions, String secret, String hostId,
+                   org.sparkflow.exchange.wire.Tls tls) {
+        if (subpartitions.length == 0) {
+            throw new IllegalArgumentException("a read of producer " + producer.partition() + " names no subpartition");
+        }
         this.producer = producer;
-        this.subpartition = subpartition;
         this.secret = secret;
         this.hostId = hostId;
         this.tls = tls;
+        this.channels = new Channel[subpartitions.length];
+        for (int i = 0; i < subpartitions.length; i++) {
+            channels[i] = new Channel(subpartitions[i], i + 1);
+        }
+        open = channels.length;
         for (ExchangeDescription.Replica r : producer.replicas()) {
             replicas.add(r.hostId().equals(hostId) && !r.unix().isEmpty() ? r.unix() : r.tcp());
         }
         connect(address, false);
     }
 
-    /** Ask {@code address} for the partition, from the start or ({@code resume}) from the next buffer due. */
+    /** Ask {@code address} for every open channel, from the start or ({@code resume}) from the next buffer due. */
     private void connect(String address, boolean resume) {
         while (true) {
             RpcConnection c = null;
             try {
                 c = new RpcConnection(address, secret, hostId, TIMEOUT_MILLIS, tls);
-                c.send(resume ? credit.resume(producer.partition(), subpartition)
-                        : credit.request(producer.partition(), subpartition));
+                for (Channel ch : channels) {
+                    if (!ch.ended) {
+                        c.send(resume ? ch.credit.resume(producer.partition(), ch.subpartition)
+                                : ch.credit.request(producer.partition(), ch.subpartition));
+                    }
+                }
                 if (landingFor != null) {
                     c.payloadSink(sink(landingFor));
                 }
@@ -99,8 +124,8 @@ final class RemoteProducer implements ProducerSource {
     }
 
     /** One buffer's credit back; a lost connection goes on from the next replica (the credit announced there). */
-    private void giveBack() {
-        byte[] frame = credit.consumed();
+    private void giveBack(Channel ch) {
+        byte[] frame = ch.credit.consumed();
         try {
             conn.send(frame);
         } catch (ServiceError e) {
@@ -136,18 +161,21 @@ final class RemoteProducer implements ProducerSource {
             landingFor = decoder;
             conn.payloadSink(sink(decoder));
         }
-        while (!ended) {
+        while (open > 0) {
             Frames.Frame frame = receive();
             if (frame.type() == Frames.ERROR_RESPONSE) {
                 JsonNode error = MAPPER.readTree(frame.header());
-                throw new IOException("its service at " + conn.address() + " answered: " + error.path("message").asText());
+                Channel ch = channelOf(error.path("receiver_id").asLong(-1));
+                throw new IOException("its service at " + conn.address() + " answered"
+                        + (ch == null ? "" : " for subpartition " + ch.subpartition) + ": "
+                        + error.path("message").asText());
             }
             if (frame.type() != Frames.BUFFER_RESPONSE) {
                 continue; // nothing else is for this reader
             }
             try {
                 int rows = take(frame, decoder);
-                if (rows != NOT_DATA) {
+                if (rows >= 0) {
                     return rows;
                 }
             } finally {
@@ -159,32 +187,46 @@ final class RemoteProducer implements ProducerSource {
         return -1;
     }
 
+    private Channel channelOf(long receiverId) {
+        return receiverId >= 1 && receiverId <= channels.length ? channels[(int) receiverId - 1] : null;
+    }
+
     private static final int NOT_DATA = -2;
 
-    /** One BUFFER_RESPONSE: a data buffer's rows, -1 at the end of the partition, {@link #NOT_DATA} for a marker. */
+    /** One BUFFER_RESPONSE: a data buffer's rows, else {@link #NOT_DATA} (an end of partition, a marker). */
     private int take(Frames.Frame frame, BufferDecoder decoder) throws IOException, BufferDecoder.CorruptBuffer {
+        if (frame.header().length != CreditReceiver.HEADER) {
+            throw new IOException("a buffer response with a header of " + frame.header().length + " bytes");
+        }
+        Channel ch = channelOf(ByteBuffer.wrap(frame.header()).getLong(0));
+        if (ch == null || ch.ended) {
+            throw new IOException("a buffer for receiver " + ByteBuffer.wrap(frame.header()).getLong(0) + ", which "
+                    + (ch == null ? "this read never asked for" : "had ended") + ", arrived from its service");
+        }
         CreditReceiver.Buffer buffer;
         try {
-            buffer = credit.onBuffer(frame);
+            buffer = ch.credit.onBuffer(frame);
         } catch (IllegalStateException e) {
-            throw new IOException(e.getMessage());
+            throw new IOException("subpartition " + ch.subpartition + ": " + e.getMessage());
         }
         if (buffer.kind() == SpillIndex.END_OF_PARTITION) {
-            ended = true;
+            ch.ended = true;
+            open--;
             if (buffer.payload().length == ProducerFile.END_COUNTS) {
                 ByteBuffer counts = ByteBuffer.wrap(buffer.payload());
-                buffersStored = counts.getLong(0);
-                rowsStored = counts.getLong(8);
+                ch.buffersStored = counts.getLong(0);
+                ch.rowsStored = counts.getLong(8);
             }
-            return -1;
+            return NOT_DATA;
         }
         if (buffer.kind() != SpillIndex.DATA) {
             return NOT_DATA;
         }
         int rows = buffer.landed() != null ? decoder.load(buffer.landed()) : decoder.load(buffer.payload());
-        buffersRead++;
+        ch.buffersRead++;
+        ch.rowsRead += rows;
         rowsRead += rows;
-        giveBack();
+        giveBack(ch);
         return rows;
     }
 
@@ -195,16 +237,24 @@ final class RemoteProducer implements ProducerSource {
 
     @Override
     public String countsMismatch() {
-        return ProducerSource.mismatch(buffersRead, rowsRead, buffersStored, rowsStored);
+        for (Channel ch : channels) {
+            String mismatch = ProducerSource.mismatch(ch.buffersRead, ch.rowsRead, ch.buffersStored, ch.rowsStored);
+            if (mismatch != null) {
+                return "subpartition " + ch.subpartition + ": " + mismatch;
+            }
+        }
+        return null;
     }
 
     @Override
     public void close() {
-        if (!ended) {
-            try {
-                conn.send(credit.cancel());
-            } catch (RuntimeException ignored) {
-                // the connection is going anyway
+        for (Channel ch : channels) {
+            if (!ch.ended) {
+                try {
+                    conn.send(ch.credit.cancel());
+                } catch (RuntimeException ignored) {
+                    // the connection is going anyway
+                }
             }
         }
         conn.close();

@@ -25,12 +25,14 @@ import org.sparkflow.exchange.errors.ServiceError;
 import org.sparkflow.exchange.wire.RpcConnection;
 
 /**
- * Reads a read partition's subpartitions of every committed producer, subpartition after subpartition, each
- * producer after producer: from its spill file when it is on
- * this host, else from its exchange service under credit. Each buffer's checksum and each producer's
- * end-of-partition counts are checked; anything that is not exactly what was written fails the task with an error
- * naming the exchange, producer and subpartition. An exchange being written when the read was planned is read as its
- * producers write ({@link LiveRead}): each attempt from its service as it goes, until the read's state is complete.
+ * Reads a read partition's subpartitions of every committed producer, producer after producer, all of the
+ * partition's subpartitions of a producer at once (Flink's input gate: one channel per subpartition, buffers taken as
+ * they arrive), so a read of an exchange being written keeps up with its producers instead of waiting for each
+ * subpartition's end before the next: from its spill file when it is on this host and finished, else from its
+ * exchange service under credit. Each buffer's checksum and each subpartition's end-of-partition counts are checked;
+ * anything that is not exactly what was written fails the task with an error naming the exchange, producer and
+ * subpartitions. An exchange being written when the read was planned is read as its producers write
+ * ({@link LiveRead}): each attempt from its service as it goes, until the read's state is complete.
  */
 final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
     private final SubpartitionInput input;
@@ -43,8 +45,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
     private final LiveRead live; // null: the plan lists the producers
     private final ReadSettings settings;
     static final int GONE_LOOKUP_MILLIS = 2_000;
-    private int subpartitionIndex; // of input.subpartitions(): the one being read
-    private int producerIndex; // the next producer of that subpartition
+    private int producerIndex; // the next producer of the plan
     private ProducerSource current;
     private ColumnarBatch batch;
 
@@ -69,12 +70,12 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
     }
 
     private String where(Producer p) {
-        return "exchange '" + input.exchange() + "', producer " + p.index() + " (partition " + p.partition()
-                + "), subpartition " + subpartition();
-    }
-
-    private int subpartition() {
-        return input.subpartitions()[subpartitionIndex];
+        int[] subs = input.subpartitions();
+        String which = subs.length == 1 ? "subpartition " + subs[0] : subs.length <= 8
+                ? "subpartitions " + java.util.Arrays.toString(subs)
+                : "subpartitions " + subs[0] + ", " + subs[1] + ", ... " + subs[subs.length - 1] + " (" + subs.length + ")";
+        return "exchange '" + input.exchange() + "', producer " + p.index() + " (partition " + p.partition() + "), "
+                + which;
     }
 
     private ExchangeReadException integrity(Producer p, String what, String detail) {
@@ -122,15 +123,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
             if (current == null) {
                 Producer next = nextProducer();
                 if (next == null) {
-                    if (subpartitionIndex + 1 >= input.subpartitions().length) {
-                        return false;
-                    }
-                    subpartitionIndex++;
-                    producerIndex = 0;
-                    if (live != null) {
-                        live.nextPass();
-                    }
-                    continue;
+                    return false;
                 }
                 try {
                     current = open(next);
@@ -182,7 +175,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
         }
     }
 
-    /** The next producer of this subpartition: the plan's, or the one the coordinator now names; null at its end. */
+    /** The next producer: the plan's, or the one the coordinator now names; null at the read's end. */
     private Producer nextProducer() {
         if (live != null) {
             return live.next();
@@ -204,7 +197,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
                     + p.servicePid() + ") is gone, its spill files are no longer served; re-run the write to recover");
         }
         try {
-            return new ProducerFile(p, subpartition());
+            return new ProducerFile(p, input.subpartitions());
         } catch (IOException e) {
             throw integrity(p, "lost", "its spill file " + p.spill() + " cannot be opened: " + e);
         } catch (IllegalStateException e) {
@@ -224,7 +217,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
                     + "that signed its certificate");
         }
         try {
-            return new RemoteProducer(p, address, subpartition(), secret, hostId, settings.tls());
+            return new RemoteProducer(p, address, input.subpartitions(), secret, hostId, settings.tls());
         } catch (ServiceError e) {
             throw integrity(p, "lost", "its service at " + address + " cannot be asked for it: " + e.getMessage());
         }

@@ -29,7 +29,7 @@ public final class ReadProbe {
     /**
      * {@code {"exchange": e, "epoch": n, "seal": s, "steps": [{"do": ..}, ..]}}: a {@link LiveProducers} taken through
      * the steps ({@code update} with a {@code description}; {@code next}; {@code finished} and {@code dropped} with a
-     * {@code partition} and {@code rows}; {@code complete}; {@code started}; {@code not_committed}; {@code next_pass});
+     * {@code partition} and {@code rows}; {@code complete}; {@code started}; {@code not_committed});
      * one result per step, the last an {@code {"error": ..}} when a step threw (the rest are not taken).
      */
     public static ArrayNode live(JsonNode r) {
@@ -57,10 +57,6 @@ public final class ReadProbe {
                     case "complete" -> out.add(live.complete());
                     case "started" -> out.add(live.started());
                     case "not_committed" -> out.add(live.notCommitted());
-                    case "next_pass" -> {
-                        live.nextPass();
-                        out.addNull();
-                    }
                     default -> throw new IllegalArgumentException("unknown step " + step);
                 }
             } catch (RuntimeException e) {
@@ -146,7 +142,8 @@ public final class ReadProbe {
 
     /**
      * {@code {"exchange": e, "n": width, "kept": [..] (else all), "requested": readPartitions, "key_grouped": bool,
-     * "broadcast": bool, "shared": bool}}: the read partitions {@link ReadLayout} plans, each a list of subpartitions.
+     * "broadcast": bool, "shared": bool, "live": bool, "slots": task slots}}: the read partitions {@link ReadLayout}
+     * plans, each a list of subpartitions ({@code live}: planned while the exchange is written).
      */
     public static ArrayNode readPartitions(JsonNode r) {
         int n = r.path("n").asInt();
@@ -162,7 +159,7 @@ public final class ReadProbe {
         ReadLayout layout = r.path("broadcast").asBoolean()
                 ? ReadLayout.copies(r.path("exchange").asText(), n, requested, r.path("shared").asBoolean())
                 : ReadLayout.plan(r.path("exchange").asText(), n, kept, null, requested,
-                        r.path("key_grouped").asBoolean());
+                        r.path("key_grouped").asBoolean(), r.path("live").asBoolean(), r.path("slots").asInt(1));
         ArrayNode out = JSON.createArrayNode();
         for (int[] members : layout.members()) {
             ArrayNode group = out.addArray();
@@ -174,8 +171,8 @@ public final class ReadProbe {
     }
 
     /**
-     * {@code {"describe": json, "partition": p, "subpartition": s, "secret": k, "host_id": h, "after": n, "mid": path,
-     * "go": path}}: one producer's subpartition read by {@link RemoteProducer} (what a read task does with a producer on
+     * {@code {"describe": json, "partition": p, "subpartition": s (or "subpartitions": [..]), "secret": k, "host_id": h, "after": n, "mid": path,
+     * "go": path}}: one producer's subpartition (or several at once) read by {@link RemoteProducer} (what a read task does with a producer on
      * another host), column 0 as longs; after {@code after} data buffers it creates the file {@code mid} and waits (at
      * most two minutes) for the file {@code go} before it reads on. Answers the values read, in order.
      */
@@ -192,7 +189,11 @@ public final class ReadProbe {
                     allocator); BufferDecoder decoder = new BufferDecoder(allocator, root)) {
                 java.nio.file.Path mid = java.nio.file.Path.of(r.path("mid").asText());
                 java.nio.file.Path go = java.nio.file.Path.of(r.path("go").asText());
-                try (RemoteProducer source = new RemoteProducer(p, p.tcp(), r.path("subpartition").asInt(),
+                int[] subpartitions = r.has("subpartitions")
+                        ? java.util.stream.StreamSupport.stream(r.path("subpartitions").spliterator(), false)
+                                .mapToInt(JsonNode::asInt).toArray()
+                        : new int[] {r.path("subpartition").asInt()};
+                try (RemoteProducer source = new RemoteProducer(p, p.tcp(), subpartitions,
                         r.path("secret").asText(), r.path("host_id").asText(), null)) {
                     int buffers = 0;
                     for (int rows = source.next(decoder); rows >= 0; rows = source.next(decoder)) {
