@@ -216,9 +216,9 @@ def test_spark_read_planned_while_written_runs_in_the_slots_as_repartition_would
     """The read is planned while a slow producer writes; its read partitions are laid out to the session's
     slots (``register(spark)`` carries its defaultParallelism to planning), partition j holds exactly the rows
     Spark's own ``repartition(m, key)`` puts in partition j, and every row arrives once."""
-    import sparkflow_exchange
     from pyspark.sql import functions as F
 
+    import sparkflow_exchange
     from sparkflow_exchange.config import ExchangeConfig
 
     sparkflow_exchange.register(spark)

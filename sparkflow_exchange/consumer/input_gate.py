@@ -91,7 +91,7 @@ class InputGate:
         self.subpartition_end = subpartition_end
         # a strided read: the subpartitions it reads, one channel each per producer (None: one channel per producer)
         self.strided: tuple[int, ...] | None = None
-        if stride is not None and not (exchange.partitioner.name is Partitioner.BROADCAST):
+        if stride is not None and exchange.partitioner.name is not Partitioner.BROADCAST:
             last = subpartition_end if subpartition_end is not None else exchange.num_subpartitions
             if last is None:
                 raise ExchangeReadError(f"a strided read of exchange {self.name!r} needs its width, which is not "
