@@ -176,7 +176,8 @@ class InputGate:
             self._fail(
                 f"no producer of exchange {self.name!r} registered within producerTimeout={self.config.producer_timeout:g} s. "
                 "If the write runs in this same application, it needs free task slots while this read holds its "
-                "slots (use more cores, e.g. local[8], FAIR scheduler pools, or read after the write finished)")
+                "slots (use more cores, e.g. local[8], leave the writers slots with the read's readPartitions or "
+                "taskSlots, FAIR scheduler pools, or read after the write finished)")
 
     def _wanted(self, producer: dict) -> tuple[int, ...]:
         """The subpartitions of this producer this gate reads (one channel each), empty if none."""
