@@ -328,16 +328,22 @@ class JvmReader:
         self.gateway = launch_gateway(SparkConf().set("spark.driver.extraClassPath", sparkflow_exchange.plugin_jar()))
         self.tool = self.gateway.jvm.org.sparkflow.exchange.read.StandaloneRead
 
-    def read(self, desc: ExchangeDescription, sub: int, coordinator: str, secret: str, host_id: str) -> np.ndarray:
-        """(wid, producer, seq) of every row; the JVM's ExchangeReadException as the package's ExchangeReadError."""
+    def read(self, desc: ExchangeDescription, subs: list[int], coordinator: str, secret: str,
+             host_id: str) -> np.ndarray:
+        """(wid, producer, seq) of every row of the read partition of subpartitions ``subs`` (all at once, as a
+        read task laid out to fewer partitions than subpartitions reads them); the JVM's ExchangeReadException as
+        the package's ExchangeReadError."""
         from py4j.protocol import Py4JJavaError
 
         columns = self.gateway.new_array(self.gateway.jvm.int, len(self.COLUMNS))
         for i, c in enumerate(self.COLUMNS):
             columns[i] = c
+        which = self.gateway.new_array(self.gateway.jvm.int, len(subs))
+        for i, sub in enumerate(subs):
+            which[i] = sub
         try:
             wire = dataclasses.asdict(desc)  # the coordinator's description as sent (same field names)
-            data = self.tool.read(json.dumps(wire), sub, coordinator, secret, host_id, columns)
+            data = self.tool.read(json.dumps(wire), which, coordinator, secret, host_id, columns)
         except Py4JJavaError as exc:
             error = exc.java_exception
             if error.getClass().getName() == "org.sparkflow.exchange.read.ExchangeReadException":
@@ -380,11 +386,15 @@ class Reader(Client):
         plan = {"epoch": desc.epoch, "mode": mode, "t_begin": t_begin, "t_desc": t_desc,
                 "ptype": str(desc.partition_type), "desc_committed": list(desc.committed) if mode == "sealed" else None}
         n = desc.num_subpartitions or NUM_SUBPARTITIONS
+        # the read's layout: m read partitions (a divisor of n), partition j reading subpartitions j, j + m, ...
+        # all at once, as a read laid out to the task slots does; m = n is one subpartition per task
+        m = self.rng.choice([d for d in range(1, n + 1) if n % d == 0] + [n])
+        plan["layout"] = m
         outcomes: dict[int, dict] = {}
         # read tasks start when the scheduler gets to them, not all at once
-        delays = [self.rng.uniform(0, self.settings["stagger"]) for _ in range(n)]
-        threads = [threading.Thread(target=self.read_sub, args=(op, cfg, desc, sub, outcomes, delays[sub]),
-                                    daemon=True) for sub in range(n)]
+        delays = [self.rng.uniform(0, self.settings["stagger"]) for _ in range(m)]
+        threads = [threading.Thread(target=self.read_group, args=(op, cfg, desc, j, m, outcomes, delays[j]),
+                                    daemon=True) for j in range(m)]
         for t in threads:
             t.start()
         for t in threads:
@@ -404,34 +414,45 @@ class Reader(Client):
                          t_last_sub=max(o["t_end"] for o in outcomes.values()),
                          longest_wait=max(o["longest_wait"] for o in outcomes.values()))
 
-    def read_sub(self, op: int, cfg: ExchangeConfig, desc: ExchangeDescription, sub: int, outcomes: dict, delay: float) -> None:
-        """One subpartition, as one Spark read task would read it; what arrived, summarised."""
+    def read_group(self, op: int, cfg: ExchangeConfig, desc: ExchangeDescription, j: int, m: int, outcomes: dict,
+                   delay: float) -> None:
+        """Read partition ``j`` of ``m`` (subpartitions j, j + m, ...), as one Spark read task would read it; what
+        arrived, summarised per subpartition (each row's subpartition recomputed from its key)."""
         time.sleep(delay)
-        wait = self.watchdog.watch(op, f"subpartition {sub}: first data", self.timeouts["first_data"])
-        selector = make_selector("hash", desc.num_subpartitions or NUM_SUBPARTITIONS, 0, SCHEMA, keys=("key",))
-        columns: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        misrouted = 0
+        n = desc.num_subpartitions or NUM_SUBPARTITIONS
+        subs = list(range(j, n, m))
+        what = f"subpartition {j}" if m == n else f"read partition {j} of {m}"
+        wait = self.watchdog.watch(op, f"{what}: first data", self.timeouts["first_data"])
+        selector = make_selector("hash", n, 0, SCHEMA, keys=("key",))
+        columns: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # wid, producer, seq, target
         try:
             if self.jvm is not None:
-                rows = self.jvm.read(desc, sub, self.base["coordinator"], self.base["secret"], self.base["hostId"])
-                wait.tick(f"subpartition {sub}: next data", self.timeouts["next_data"])
+                rows = self.jvm.read(desc, subs, self.base["coordinator"], self.base["secret"], self.base["hostId"])
+                wait.tick(f"{what}: next data", self.timeouts["next_data"])
                 wid, producer, seq = (np.ascontiguousarray(rows[:, i]) for i in range(3))
                 batch = pa.record_batch([pa.array(wid), pa.array(producer.astype(np.int32)), pa.array(seq),
                                          pa.array(seq)], schema=SCHEMA)
-                columns.append((wid, producer.astype(np.int32), seq))
-                misrouted += int((np.asarray(selector.select(batch)) != sub).sum())
-            for batch in ex.read_subpartition(cfg, desc, sub) if self.jvm is None else ():
-                wait.tick(f"subpartition {sub}: next data", self.timeouts["next_data"])
-                columns.append((batch.column(0).to_numpy(), batch.column(1).to_numpy(), batch.column(2).to_numpy()))
-                misrouted += int((np.asarray(selector.select(batch)) != sub).sum())
+                columns.append((wid, producer.astype(np.int32), seq, np.asarray(selector.select(batch))))
+            batches = () if self.jvm is not None else (
+                ex.read_subpartition(cfg, desc, j) if m == n else ex.read_subpartition(cfg, desc, j, stride=m))
+            for batch in batches:
+                wait.tick(f"{what}: next data", self.timeouts["next_data"])
+                columns.append((batch.column(0).to_numpy(), batch.column(1).to_numpy(), batch.column(2).to_numpy(),
+                                np.asarray(selector.select(batch))))
         except Exception as exc:  # noqa: BLE001
-            outcomes[sub] = {"ok": False, **error_record(exc)}
+            for sub in subs:
+                outcomes[sub] = {"ok": False, **error_record(exc)}
             return
         finally:
             longest = self.watchdog.done(wait)
-        groups = summarise(columns)
-        outcomes[sub] = {"ok": True, "groups": groups, "misrouted": misrouted, "longest_wait": round(longest, 3),
-                         "rows": sum(g[2] for g in groups), "t_end": time.monotonic()}
+        target = np.concatenate([c[3] for c in columns]) if columns else np.zeros(0, np.int64)
+        misrouted = int((~np.isin(target, subs)).sum())  # rows of a subpartition this partition does not read
+        t_end = time.monotonic()
+        for k, sub in enumerate(subs):
+            mine = [(c[0][c[3] == sub], c[1][c[3] == sub], c[2][c[3] == sub]) for c in columns]
+            groups = summarise(mine)
+            outcomes[sub] = {"ok": True, "groups": groups, "misrouted": misrouted if k == 0 else 0,
+                             "longest_wait": round(longest, 3), "rows": sum(g[2] for g in groups), "t_end": t_end}
 
 
 def summarise(columns: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list[list[int]]:

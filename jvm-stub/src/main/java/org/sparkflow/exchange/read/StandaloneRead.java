@@ -13,7 +13,8 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.sparkflow.exchange.coordinator.ExchangeDescription;
 
 /**
- * One subpartition read by the JVM reader outside a Spark task, exactly as a read task of a scan planned on
+ * One read partition (one subpartition, or several read at once) read by the JVM reader outside a Spark task,
+ * exactly as a read task of a scan planned on
  * {@code describeJson} reads it (the committed producers of a sealed exchange, else as the producers write): for
  * tools that check the reader against the exchange, such as the randomized consistency checker
  * ({@code scripts/checker.py --jvm-readers}). Needs Spark's jars on the class path, not a SparkContext.
@@ -29,12 +30,18 @@ public final class StandaloneRead {
      */
     public static byte[] read(String describeJson, int subpartition, String coordinator, String secret,
                               String hostId, int[] columns) throws IOException {
+        return read(describeJson, new int[] {subpartition}, coordinator, secret, hostId, columns);
+    }
+
+    /** As above, of a read partition of the subpartitions {@code subpartitions}, all read at once. */
+    public static byte[] read(String describeJson, int[] subpartitions, String coordinator, String secret,
+                              String hostId, int[] columns) throws IOException {
         ExchangeDescription desc = ExchangeDescription.parse(MAPPER.readTree(describeJson));
         String why = ExchangeScan.unreadable(desc, true);
         if (why != null) {
             throw new ExchangeReadException(why);
         }
-        SubpartitionInput input = SubpartitionInput.planned(desc, subpartition, new int[] {subpartition});
+        SubpartitionInput input = SubpartitionInput.planned(desc, subpartitions[0], subpartitions.clone());
         ReadSettings settings = new ReadSettings(hostId, secret, coordinator, true, null);
         List<byte[]> chunks = new ArrayList<>();
         int total = 0;
