@@ -54,7 +54,7 @@ import org.sparkflow.exchange.write.WriteSettings;
  *       whose javadoc gives each request's fields</li>
  *   <li>{@code {"op": "standalone_read", "describe": "..", "subpartition": s, "coordinator": a, "secret": k,
  *       "host_id": h, "columns": [..]}}: {@code read.StandaloneRead#read} against real services, hex</li>
- *   <li>{@code remote_read}: one producer's subpartition through {@code read.RemoteProducer}, paused mid-read
+ *   <li>{@code remote_read}: one producer's subpartition (or several at once) through {@code read.RemoteProducer}, paused mid-read
  *       ({@code read.ReadProbe#remoteRead})</li>
  *   <li>{@code decode_buffers}: data buffers loaded one after another by {@code read.BufferDecoder}
  *       ({@code read.ReadProbe#decodeBuffers})</li>
