@@ -187,6 +187,8 @@ class ProducerTask:
                                subpartition_rows=self.records.sent_rows.tolist(),
                                rows=int(self.records.sent_rows.sum()), bytes=int(stats.get("bytes", 0)),
                                raw_bytes=int(stats.get("raw_bytes", stats.get("bytes", 0))),
+                               **({"subpartition_raw_bytes": self.records.sent_raw_bytes.tolist()}
+                                  if self.records.encoder.compression else {}),
                                **({"replicas": replicas} if replicas else {}))
         WRITER_CONNECTIONS.give(self.conn)  # clean: kept for this worker's next task
         return {"partition": self.partition, "index": self.index, "rows": self.records.rows,

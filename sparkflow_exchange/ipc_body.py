@@ -20,6 +20,9 @@ MIN_SAVING_PERCENT = contract.load()["compression"]["min_saving_percent"]
 RETRY_AFTER = contract.load()["compression"]["retry_after"]
 # only a buffer of at least this many bytes starts that skipping: a smaller one's saving is mostly the codec's framing
 SKIP_MIN_BYTES = contract.load()["compression"]["skip_min_bytes"]
+# the Python writer sends a record batch whose buffers hold fewer bytes than this together as an uncompressed message,
+# untried: pyarrow sets up a codec context per buffer, which below it costs more than the compression is worth
+MIN_BATCH_BYTES = contract.load()["compression"]["min_batch_bytes"]
 # zstd's level in both writers (the JVM's Codecs.ZSTD_LEVEL is generated from the same field)
 ZSTD_LEVEL = contract.load()["compression"]["zstd_level"]
 _I32, _U16, _I64 = struct.Struct("<i"), struct.Struct("<H"), struct.Struct("<q")

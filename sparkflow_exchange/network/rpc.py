@@ -198,7 +198,8 @@ RPCS: dict[str, Rpc] = {
     "producer_finished": Rpc(Who.OWNER, "coordinator.producer_finished", {
         "name": TEXT, "epoch": INT, "partition": TEXT, "spill": _opt(TEXT), "subpartition_bytes": _opt(COUNTS, True),
         "subpartition_rows": _opt(COUNTS, True), "rows": _opt(COUNT, True), "bytes": _opt(COUNT, True),
-        "raw_bytes": _opt(COUNT, True), "replicas": _opt(NAMES, True)}, "writing"),
+        "raw_bytes": _opt(COUNT, True), "subpartition_raw_bytes": _opt(COUNTS, True),
+        "replicas": _opt(NAMES, True)}, "writing"),
     "producer_failed": Rpc(Who.OWNER, "coordinator.producer_failed",
                            {"name": TEXT, "epoch": _null(INT), "partition": TEXT, "reason": REASON}, "writing"),
     "commit": Rpc(Who.OWNER, "coordinator.commit", {"name": TEXT, "epoch": INT, "write_id": TEXT, "partitions": NAMES,

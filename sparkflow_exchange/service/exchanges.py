@@ -58,9 +58,13 @@ class Exchange:
     coalesce: bool = False  # the width was not given: fixed by the first producer, reads may coalesce
     # per producer: bytes it wrote to each subpartition (reported at finish); summed over the committed at commit
     sizes: dict[str, np.ndarray] = field(default_factory=dict)
+    # per producer that reported them: those bytes as they would be uncompressed (a compressed exchange's batches
+    # are compressed or not each on its own, so a producer's subpartitions decode to different multiples of them)
+    raw_sizes: dict[str, np.ndarray] = field(default_factory=dict)
     committed_bytes: np.ndarray | None = None
-    # those bytes as they would be uncompressed (each producer's bytes scaled by its raw / stored ratio): what a read
-    # partition holds once decoded, which read layouts size by; equal to committed_bytes when nothing is compressed
+    # those bytes as they would be uncompressed (each producer's reported raw sizes, or its bytes scaled by its raw /
+    # stored ratio when it reported none): what a read partition holds once decoded, which read layouts size by;
+    # equal to committed_bytes when nothing is compressed
     committed_raw_bytes: np.ndarray | None = None
     # per producer: rows it wrote to each subpartition (reported at finish); summed like the sizes. Clients
     # outside Spark (a training loop's ranks) plan equal shares from them before reading a row
@@ -107,6 +111,7 @@ class Exchange:
         self.producers.pop(partition, None)
         self._producer_dicts.pop(partition, None)
         self.sizes.pop(partition, None)
+        self.raw_sizes.pop(partition, None)
         self.row_counts.pop(partition, None)
 
     @property
@@ -140,6 +145,7 @@ class Exchange:
             "producers": [p.to_dict() for p in self.producers.values()], "committed": list(self.committed),
             "open_writes": sorted(self.open_writes), "commits": self.commits, "abort_reason": self.abort_reason,
             "coalesce": self.coalesce, "sizes": {k: v.tolist() for k, v in self.sizes.items()},
+            "raw_sizes": {k: v.tolist() for k, v in self.raw_sizes.items()},
             "row_counts": {k: v.tolist() for k, v in self.row_counts.items()},
             "committed_bytes": listed(self.committed_bytes), "committed_raw_bytes": listed(self.committed_raw_bytes),
             "committed_sub_rows": listed(self.committed_sub_rows),
@@ -158,6 +164,7 @@ class Exchange:
                          reason=r["abort_reason"])
         ex = cls(r["name"], int(r["epoch"]), r["schema"], r["num_subpartitions"], r["partitioner"],
                  r["partition_type"], life=life, committed=list(r["committed"]), coalesce=bool(r["coalesce"]), sizes={k: array(v) for k, v in r["sizes"].items()},
+                 raw_sizes={k: array(v) for k, v in r.get("raw_sizes", {}).items()},
                  row_counts={k: array(v) for k, v in r["row_counts"].items()},
                  committed_bytes=array(r["committed_bytes"]), committed_raw_bytes=array(r.get("committed_raw_bytes")),
                  committed_sub_rows=array(r["committed_sub_rows"]),

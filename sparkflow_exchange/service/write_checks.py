@@ -10,9 +10,11 @@ from .exchanges import Exchange, ProducerInfo
 
 
 def record_sizes(ex: Exchange, p: ProducerInfo, subpartition_bytes: list[int] | None, rows: int | None,
-                 nbytes: int | None, subpartition_rows: list[int] | None) -> None:
+                 nbytes: int | None, subpartition_rows: list[int] | None,
+                 subpartition_raw_bytes: list[int] | None = None) -> None:
     """Keep what a finished producer reports: its rows and bytes, and per subpartition its bytes (for coalesced
-    reads) and rows (summed at commit for readers that plan by rows)."""
+    reads), the same as they would be uncompressed (when some were compressed) and rows (summed at commit for
+    readers that plan by rows)."""
     import numpy as np
 
     partition = p.partition
@@ -29,6 +31,12 @@ def record_sizes(ex: Exchange, p: ProducerInfo, subpartition_bytes: list[int] | 
         if ex.num_subpartitions is not None and len(sizes) == ex.num_subpartitions:
             # held until commit (2,000 x 2,000 would be 32 MB as int64): the narrowest type that fits
             ex.sizes[partition] = sizes.astype(np.uint32) if not sizes.size or sizes.max() < 1 << 32 else sizes
+    if subpartition_raw_bytes is not None and ex.num_subpartitions is not None \
+            and len(subpartition_raw_bytes) == ex.num_subpartitions:
+        raw = np.asarray(subpartition_raw_bytes, dtype=np.int64)
+        if raw.ndim != 1 or (raw.size and raw.min() < 0):
+            raise ServiceError(f"producer {partition} reported malformed subpartition raw sizes", ErrorCode.BAD_REQUEST)
+        ex.raw_sizes[partition] = raw.astype(np.uint32) if not raw.size or raw.max() < 1 << 32 else raw
     if subpartition_rows is not None and ex.num_subpartitions is not None \
             and len(subpartition_rows) == ex.num_subpartitions:
         counts = np.asarray(subpartition_rows, dtype=np.int64)
@@ -89,13 +97,15 @@ def check_tasks_covered(ex: Exchange, of_write: list[ProducerInfo], winners: set
 
 def add_sizes(ex: Exchange, partitions: list[str]) -> None:
     """Sum the winners' per-subpartition bytes into the exchange's one array (readers get only that), and the same
-    bytes as they would be uncompressed (each producer's scaled by its reported raw / stored ratio)."""
+    bytes as they would be uncompressed (each producer's reported raw sizes; else its bytes scaled by its reported
+    raw / stored ratio)."""
     import numpy as np
 
     if ex.num_subpartitions is None or not partitions:
         return
     total = ex.committed_bytes if ex.committed_bytes is not None else np.zeros(ex.num_subpartitions, np.int64)
     reported = [ex.sizes.pop(p) for p in partitions if p in ex.sizes]
+    raw_reported = {p: ex.raw_sizes.pop(p) for p in partitions if p in ex.raw_sizes}
     counted = [ex.row_counts.pop(p) for p in partitions if p in ex.row_counts]
     if len(reported) < len(partitions) or any(len(r) != ex.num_subpartitions for r in reported):
         ex.sizes_complete = False  # e.g. forward: one subpartition per producer
@@ -105,7 +115,8 @@ def add_sizes(ex: Exchange, partitions: list[str]) -> None:
     total = total.copy()
     for partition, sizes in zip(partitions, reported):  # one at a time: stacking would copy every producer's array
         total += sizes
-        raw += np.rint(sizes * _raw_ratio(ex.producers.get(partition))).astype(np.int64)
+        exact = raw_reported.get(partition)
+        raw += exact if exact is not None else np.rint(sizes * _raw_ratio(ex.producers.get(partition))).astype(np.int64)
     ex.committed_bytes = total
     ex.committed_raw_bytes = raw
     if len(counted) < len(partitions) or (ex.commits and ex.committed_sub_rows is None):

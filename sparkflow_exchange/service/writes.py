@@ -219,16 +219,17 @@ class Writes:
     async def producer_finished(self, name: str, epoch: int, partition: str, spill: str = "",
                                 subpartition_bytes: list[int] | None = None, rows: int | None = None,
                                 bytes: int | None = None, subpartition_rows: list[int] | None = None,
-                                raw_bytes: int | None = None, replicas: list[str] | None = None) -> dict:
+                                raw_bytes: int | None = None, replicas: list[str] | None = None,
+                                subpartition_raw_bytes: list[int] | None = None) -> dict:
         """A producer finished; ``subpartition_bytes`` (bytes per subpartition) feed coalesced reads, ``rows``
         (what it pushed) is checked against its commit message; ``subpartition_rows`` (rows per subpartition)
         are summed at commit for readers that plan by rows; ``raw_bytes``: its bytes as they would be
-        uncompressed; ``replicas``: the services whose replica confirmed every buffer (the writer finished it)."""
+        uncompressed, ``subpartition_raw_bytes`` per subpartition (a compressing Python writer's); ``replicas``: the services whose replica confirmed every buffer (the writer finished it)."""
         ex = self.book.get(name, epoch)
         p = ex.producers.get(partition)
         if p is not None:
             ex.life.check(Event.FINISH)
-            record_sizes(ex, p, subpartition_bytes, rows, bytes, subpartition_rows)
+            record_sizes(ex, p, subpartition_bytes, rows, bytes, subpartition_rows, subpartition_raw_bytes)
             if raw_bytes is not None:
                 p.raw_bytes = raw_bytes
             p.state = PartitionState.FINISHED

@@ -103,6 +103,9 @@ class RecordWriter:
         # finish so the service and every reader can tell that nothing was lost
         self.sent_buffers = np.zeros(self.n, dtype=np.int64)
         self.sent_rows = np.zeros(self.n, dtype=np.int64)
+        # and their bytes as they would be uncompressed (the encoder's count of each buffer it made): exact sizes for
+        # read layouts of a compressed exchange, whose buffers are compressed or not each by its own size
+        self.sent_raw_bytes = np.zeros(self.n, dtype=np.int64)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
@@ -179,8 +182,10 @@ class RecordWriter:
         self._sent(sub, batch.num_rows)
 
     def _sent(self, sub: int, rows: int) -> None:
+        """Count a buffer of ``sub`` the encoder has just made (and the writer pushed or packed)."""
         self.sent_buffers[sub] += 1
         self.sent_rows[sub] += rows
+        self.sent_raw_bytes[sub] += self.encoder.plain_bytes
 
     def counts(self) -> dict:
         """What this writer pushed, per subpartition (compact lists; one entry for a broadcast: every one)."""
