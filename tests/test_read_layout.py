@@ -174,6 +174,24 @@ def test_an_attempt_that_loses_the_commit_after_giving_rows_fails_the_strided_re
     assert "must be retried to see each row once" in str(reader.error), reader.error
 
 
+def test_a_strided_forward_read_takes_the_producers_of_its_indices(tmp_service):
+    """forward: subpartition i is producer i's, so read partition j of m reads producers j, j + m, ..."""
+    svc = tmp_service()
+    config = client_config(svc, exchange=unique("forward-strided"), partitioner="forward", numSubpartitions=4,
+                           bufferTimeout="10ms", readerTimeout="60s")
+    handle = ex.declare_write(config, SCHEMA, overwrite=True)
+    tasks = [ex.ProducerTask(handle, p, f"a{p}") for p in range(4)]
+    desc = ex.describe_exchange(config)
+    readers = [_Reader(config, desc, j, 2) for j in range(2)]
+    for p, task in enumerate(tasks):
+        task.write([batch(np.arange(p * 1000, p * 1000 + 1000, dtype=np.int64), p)])
+    wh.commit_write(handle, [task.finish()["partition"] for task in tasks])
+    for r in readers:
+        r.join(60)
+        assert r.error is None, r.error
+    assert [sorted(set((r.got() // 1000).tolist())) for r in readers] == [[0, 2], [1, 3]]
+
+
 @pytest.mark.parametrize("where", ["local files", "channels"])
 def test_a_sealed_strided_read_takes_every_subpartition_of_every_producer(tmp_service, where):
     """readPartitions=m of a sealed exchange: one channel per (producer, subpartition), on the local-file fast
