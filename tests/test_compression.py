@@ -220,3 +220,97 @@ def test_a_compressed_exchange_is_read_in_as_many_partitions_as_the_same_rows_un
         assert abs(raw - stored) <= 0.05 * stored, (plain.subpartition_bytes, packed.subpartition_raw_bytes)
     advisory = sum(plain.subpartition_bytes) // 4
     assert len(read_ranges(packed, advisory)) == len(read_ranges(plain, advisory)) >= 4
+
+
+WIDE = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("key", pa.int64(), nullable=False),
+                  pa.field("s", pa.string(), nullable=False), pa.field("d", pa.float64(), nullable=False)])
+
+
+def wide_rows(start: int, rows: int) -> pa.RecordBatch:
+    """The wide benchmark's rows (benchmarks/wide_compression.py): counting ids and keys, padded strings, doubles."""
+    ids = np.arange(start, start + rows, dtype=np.int64)
+    return pa.record_batch([pa.array(ids), pa.array(ids % 100_003), pa.array([f"{i:x>16}" for i in ids.tolist()]),
+                            pa.array(np.random.default_rng(start).random(rows))], schema=WIDE)
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_a_batch_under_min_batch_bytes_goes_uncompressed_untried(codec):
+    """The contract's compression.min_batch_bytes (the Python writer's): a batch whose buffers hold fewer bytes
+    together is the uncompressed exchange's buffer byte for byte, on the socket and the shared-memory path, and
+    counts for no skipping; a batch of as many bytes or more is compressed. Every one reads back exactly, and the
+    encoder says what each would take uncompressed."""
+    from sparkflow_exchange.buffer import MIN_BATCH_BYTES, RETRY_AFTER
+
+    per_row = 8 + 8 + 4 + 16 + 8  # id, key, the string's offset and bytes, d
+    small, large = wide_rows(0, MIN_BATCH_BYTES // per_row - 8), wide_rows(0, MIN_BATCH_BYTES // per_row + 8)
+    assert sum(b.size for c in small.columns for b in c.buffers() if b is not None) < MIN_BATCH_BYTES
+    encoder, plain = BatchEncoder(WIDE, codec), BatchEncoder(WIDE)
+    for b in (small, small.slice(3, 40), wide_rows(5, 1)):
+        payload = encoder.encode(b)
+        assert payload.to_pybytes() == plain.encode(b).to_pybytes()
+        assert not is_compressed(verify(payload)) and decode(payload, WIDE).equals(b)
+        assert encoder.plain_bytes == len(payload) == raw_size(payload)
+        slot = bytearray(1 << 20)
+        offset, length = encoder.encode_into(b, memoryview(slot))
+        assert bytes(slot[offset:offset + length]) == payload.to_pybytes()
+    payload = encoder.encode(large)
+    assert is_compressed(verify(payload)) and decode(payload, WIDE).equals(large)
+    assert len(payload) < 0.8 * len(plain.encode(large)) and encoder.plain_bytes == len(plain.encode(large))
+    # small batches count for no skipping: a column that did not shrink stays skipped through any number of them
+    schema = pa.schema([pa.field("v", pa.int64(), nullable=False)])
+    noise = [pa.record_batch([pa.array(np.random.default_rng(i).integers(-2**63, 2**63 - 1, ROWS, dtype=np.int64))],
+                             schema=schema) for i in range(2)]
+    tiny = pa.record_batch([pa.array(np.zeros(100, dtype=np.int64))], schema=schema)
+    encoder = BatchEncoder(schema, codec)
+    assert is_compressed(verify(encoder.encode(noise[0])))  # tried: its one buffer did not shrink
+    for _ in range(RETRY_AFTER + 1):
+        assert not is_compressed(verify(encoder.encode(tiny)))
+    assert not is_compressed(verify(encoder.encode(noise[1])))  # still skipped: untried, an uncompressed message
+
+
+@pytest.mark.parametrize("spilled", [False, True], ids=["default-budget", "small-budget"])
+def test_a_wide_exchange_of_small_batches_is_held_and_read_as_the_uncompressed_one(tmp_service, spilled):
+    """Spark's default width in little: producers whose rows split into small batches per subpartition (packed in
+    regions) write the default codec's exchange as the uncompressed one, byte for byte per subpartition; read
+    exactly through the spill files (local file channel) and over TCP; a read layout sizes it as the uncompressed
+    one. An exchange whose batches straddle min_batch_bytes (some compressed, some not) reports each subpartition's
+    bytes as they would be uncompressed exactly: its layout is the uncompressed exchange's."""
+    from sparkflow_exchange.consumer.read_plan import read_ranges
+
+    svc = tmp_service(host_id="hostA", conf={"memory.budget": "1m"} if spilled else None)
+    producers, width, rows = 6, 40, 4000  # 100 rows (4.4 KB) per subpartition and producer
+    described, parts = {}, {}
+    for codec, buffer_size, tag in (("none", "1m", "wide"), ("zstd", "1m", "wide"), ("none", "64k", "mixed"),
+                                    ("zstd", "64k", "mixed")):
+        name = f"{tag}-{codec}-{int(spilled)}"
+        config = client_config(svc, exchange=name, hostId="hostA", partitioner="hash", keys="key",
+                               bufferSize=buffer_size, compression=codec,  # no width: the read may coalesce
+                               bufferTimeout="0")  # no timed flushes: both codecs' writers cut the same buffers
+        handle = ex.declare_write(config, WIDE, overwrite=True)
+        results = []
+        for p in range(producers):
+            producer = ex.ProducerTask(handle, p, f"a{p}", num_subpartitions=width if tag == "wide" else 4)
+            producer.write([wide_rows(p * rows * 10 + s, 1000) for s in range(0, rows * (1 if tag == "wide" else 10),
+                                                                               1000)])
+            results.append(producer.finish())
+        commit_write(handle, [r["partition"] for r in results], {r["partition"]: r["rows"] for r in results})
+        described[(tag, codec)] = ex.describe_exchange(config)
+        parts[(tag, codec)] = [p for p in svc.status()["partitions"] if p["exchange"] == name]
+        if spilled:
+            assert all(p["spill_bytes"] > 0 for p in parts[(tag, codec)])
+        expected = pa.Table.from_batches([wide_rows(p * rows * 10 + s, 1000) for p in range(producers)
+                                          for s in range(0, rows * (1 if tag == "wide" else 10), 1000)]).sort_by("id")
+        for host in ("hostA", "hostB"):  # the spill files or memory in place, and TCP from another host
+            reader = client_config(svc, exchange=name, hostId=host)
+            desc = ex.describe_exchange(reader)
+            got = pa.Table.from_batches([b for s in range(desc.num_subpartitions)
+                                         for b in ex.read_subpartition(reader, desc, s)], schema=WIDE)
+            assert got.sort_by("id").equals(expected), (name, host)
+    plain, packed = described[("wide", "none")], described[("wide", "zstd")]
+    assert packed.subpartition_bytes == plain.subpartition_bytes == packed.subpartition_raw_bytes
+    assert sorted(p["bytes"] for p in parts[("wide", "zstd")]) == sorted(p["bytes"] for p in parts[("wide", "none")])
+    plain, mixed = described[("mixed", "none")], described[("mixed", "zstd")]
+    assert sum(mixed.subpartition_bytes) < 0.9 * sum(plain.subpartition_bytes)  # its large batches compressed
+    assert mixed.subpartition_raw_bytes == plain.subpartition_bytes
+    for advisory in (sum(plain.subpartition_bytes) // k for k in (2, 3, 4)):
+        assert read_ranges(mixed, advisory) == read_ranges(plain, advisory)

@@ -136,6 +136,28 @@ def test_the_jvm_reads_buffers_the_python_writer_compressed(probe, tmp_path, cod
     assert got.equals(pa.Table.from_batches(parts, schema))
 
 
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_the_jvm_reads_a_compressed_exchanges_small_batches_the_python_writer_sent_uncompressed(probe, tmp_path,
+                                                                                                 codec):
+    """Batches under compression.min_batch_bytes (what a wide layout's producers send) go as uncompressed messages
+    among compressed ones; the JVM reader's BufferDecoder loads both kinds in one stream."""
+    from sparkflow_exchange.buffer import MIN_BATCH_BYTES, is_compressed, verify
+
+    big = batches()[1]
+    parts = [big.slice(i * 50, 50) for i in range(6)] + [big.slice(1000, 20_000), big.slice(400, 1)]
+    schema = big.schema
+    enc = BatchEncoder(schema, codec)
+    payloads = [enc.encode(b).to_pybytes() for b in parts]
+    kinds = [is_compressed(verify(p)) for p in payloads]
+    assert kinds == [False] * 6 + [True, False], kinds
+    assert all(len(p) < MIN_BATCH_BYTES for p, k in zip(payloads, kinds) if not k)
+    (tmp_path / "buffers").write_bytes(b"".join(struct.pack(">i", len(p)) + p for p in payloads))
+    (tmp_path / "schema").write_bytes(stream(schema, []))
+    probe("decompress", str(tmp_path / "buffers"), str(tmp_path / "schema"), str(tmp_path / "out"))
+    got = ipc.open_stream(pa.py_buffer((tmp_path / "out").read_bytes())).read_all()
+    assert got.equals(pa.Table.from_batches(parts, schema))
+
+
 @pytest.mark.parametrize("codec", ["zstd", "lz4", "none"])
 def test_pyarrow_reads_batches_the_jvm_writer_compressed(probe, tmp_path, codec):
     parts = batches()
