@@ -603,6 +603,17 @@ def a_catalog_reads_as_the_producers_write(d):
     d["plan"] = out["plan"]
     assert "read while written, laid out to 2 task slots" in out["plan"] and "in 2 read partitions" in out["plan"], \
         out["plan"]
+    grouped = executed(spark.table("exchange.live_cat").groupBy("id").count())  # planned while written too
+    four = executed(spark.read.option("taskSlots", "4").table("exchange.live_cat"))
+    assert "in 4 read partitions, read while written, laid out to 4 task slots" in four, four
+    try:
+        executed(spark.read.option("taskSlots", "none").table("exchange.live_cat"))
+        raise AssertionError("taskSlots=none was taken")
+    except Exception as exc:  # noqa: BLE001 - Spark's own error type
+        d["bad_slots"] = str(exc)[:300]
+    assert "the read option taskSlots must be a number of task slots (1 or more), got 'none'" in d["bad_slots"], d
+    d["grouped_plan"] = grouped
+    assert "read while written" in grouped and "Exchange" not in grouped.replace("sparkflow-exchange", ""), grouped
     assert until(lambda: running_tasks() > 0), "the read's tasks never started"
     second = ex.ProducerTask(handle, 1, "a1")
     second.write(live_rows(1))

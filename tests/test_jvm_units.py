@@ -1027,10 +1027,11 @@ def test_a_stream_mixing_compressed_and_uncompressed_messages_reads_back_exactly
 def test_the_jars_decoder_loads_compressed_and_uncompressed_messages_one_after_another(jvm, writer):
     """The jar's BufferDecoder loads a stream mixing compressed and uncompressed messages (each says which it is)
     into one root, as a read task does: every value and null as written, whichever message came before (a batch
-    with nulls, then one without and an empty validity buffer)."""
+    with nulls, then one without and an empty validity buffer). The batches are larger than the Python writer's
+    smallest batch it compresses (``compression.min_batch_bytes``)."""
     from sparkflow_exchange.buffer import RETRY_AFTER, BatchEncoder, decode, is_compressed, schema_to_b64, verify
 
-    rows = 2000
+    rows = 4000
     if writer == "jvm":
         schema = pa.schema([("l", pa.int64())])
         kinds = ["noise"] * (RETRY_AFTER + 2) + ["count"] * 2

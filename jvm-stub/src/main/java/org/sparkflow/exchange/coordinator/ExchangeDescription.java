@@ -231,6 +231,14 @@ public final class ExchangeDescription implements Serializable {
         return sparkSchema;
     }
 
+    /**
+     * A hash exchange written with its width ({@code numSubpartitions}): grouping subpartitions j, j + m, ... with m a
+     * divisor of the width keeps every row of a group in {@code pmod(hash(keys), m) = j}, on any number of keys.
+     */
+    public boolean hashWithWidth() {
+        return "hash".equals(partitioner) && !keys.isEmpty() && numSubpartitions != null && !coalesce;
+    }
+
     /** Hash-partitioned on exactly one key with an explicit width: Spark may be told the layout. */
     public boolean bucketedOnOneKey() {
         return "hash".equals(partitioner) && keys.size() == 1 && numSubpartitions != null && !coalesce;

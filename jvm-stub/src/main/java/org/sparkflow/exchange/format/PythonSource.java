@@ -21,6 +21,7 @@ import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.sparkflow.exchange.contract.Contract;
+import org.sparkflow.exchange.read.TaskSlots;
 import org.sparkflow.exchange.catalog.ExchangeCatalog;
 
 /** The Python data source {@code pipelined} (installed with the package), for what the JVM path does not serve. */
@@ -71,10 +72,24 @@ final class PythonSource {
         return new CaseInsensitiveStringMap(withSessionDiscovery(options.asCaseSensitiveMap()));
     }
 
+    /**
+     * {@code options} with the reading application's task slots ({@code taskSlots}) where they lack them: the Python
+     * source plans a read while written to them, and its planning worker cannot ask the session (the session's own
+     * {@code taskSlots} setting, else its default parallelism).
+     */
+    static CaseInsensitiveStringMap withTaskSlots(CaseInsensitiveStringMap options) {
+        if (options.containsKey(Contract.Option.TASK_SLOTS)) {
+            return options;
+        }
+        Map<String, String> out = new HashMap<>(options.asCaseSensitiveMap());
+        out.put(Contract.Option.TASK_SLOTS, String.valueOf(TaskSlots.of(null)));
+        return new CaseInsensitiveStringMap(out);
+    }
+
     /** The Python source's table to read: its schema is the exchange's, as the Python source describes it. */
     static Table forRead(CaseInsensitiveStringMap options) {
         PythonDataSourceV2 provider = provider();
-        CaseInsensitiveStringMap found = withSessionDiscovery(options);
+        CaseInsensitiveStringMap found = withTaskSlots(withSessionDiscovery(options));
         return new Finding(provider.getTable(provider.inferSchema(found), new Transform[0],
                 found.asCaseSensitiveMap()));
     }
@@ -112,7 +127,7 @@ final class PythonSource {
 
         @Override
         public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-            return ((SupportsRead) python).newScanBuilder(withSessionDiscovery(options));
+            return ((SupportsRead) python).newScanBuilder(withTaskSlots(withSessionDiscovery(options)));
         }
 
         @Override

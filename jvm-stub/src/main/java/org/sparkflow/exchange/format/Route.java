@@ -20,7 +20,8 @@ import org.sparkflow.exchange.write.WriteSettings;
  */
 final class Route {
     /** Read options the JVM reader honours (lower case, as Spark's options map keeps them). */
-    static final Set<String> READ_OPTIONS = lower(Option.EXCHANGE, Option.READ_PARTITIONS, Option.DECLARE_TIMEOUT);
+    static final Set<String> READ_OPTIONS = lower(Option.EXCHANGE, Option.READ_PARTITIONS, Option.TASK_SLOTS,
+            Option.DECLARE_TIMEOUT);
     /** Write options the JVM writer honours, under the Python options' names. */
     static final Set<String> WRITE_OPTIONS = WriteSettings.OPTIONS;
 

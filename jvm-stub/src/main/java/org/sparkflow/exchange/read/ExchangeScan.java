@@ -39,7 +39,7 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
     private final ReadLayout layout;
 
     ExchangeScan(ExchangeDescription desc, ReadSettings settings, StructType required, SortedSet<Integer> pruned,
-                 String readPartitions) {
+                 String readPartitions, String taskSlots) {
         this.desc = desc;
         this.settings = settings;
         StructType full = desc.sparkSchema();
@@ -67,7 +67,7 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
         layout = "broadcast".equals(desc.partitioner)
                 ? ReadLayout.copies(desc.name, desc.numSubpartitions, readPartitions, desc.shared)
                 : ReadLayout.plan(desc.name, desc.numSubpartitions, kept, desc.sealed ? desc.subpartitionRawBytes : null,
-                        readPartitions, desc.bucketedOnOneKey(), !desc.sealed);
+                        readPartitions, desc.hashWithWidth(), !desc.sealed, taskSlots);
     }
 
     /**
@@ -122,7 +122,8 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
                 + (desc.keys.isEmpty() ? "" : "(" + String.join(", ", desc.keys) + ")") + ", "
                 + desc.numSubpartitions + " subpartitions" + (kept.size() < desc.numSubpartitions ? " (" + kept.size()
                 + " read)" : "") + " in " + layout.groups() + " read partitions, " + (desc.sealed
-                ? desc.committed.size() + " producers]" : "read while written" + slotsNote() + "]");
+                ? desc.committed.size() + " producers]" : "read while written" + (layout.slots() > 0 ? slotsNote() : "")
+                + "]");
     }
 
     /**
@@ -130,7 +131,7 @@ public final class ExchangeScan implements Scan, Batch, SupportsReportPartitioni
      * slots, that the partitions beyond them start as slots free up (after the write, when the producer holds it).
      */
     private String slotsNote() {
-        int slots = layout.slots() > 0 ? layout.slots() : ReadLayout.parallelism();
+        int slots = layout.slots();
         int read = (int) layout.members().stream().filter(g -> g.length > 0).count();
         if (read <= slots) {
             return ", laid out to " + slots + " task slots";

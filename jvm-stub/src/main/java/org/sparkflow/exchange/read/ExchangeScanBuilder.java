@@ -57,6 +57,7 @@ public final class ExchangeScanBuilder implements ScanBuilder, SupportsPushDownR
 
     @Override
     public Scan build() {
-        return new ExchangeScan(desc, settings, required, pruned, options.get(ReadLayout.OPTION));
+        return new ExchangeScan(desc, settings, required, pruned, options.get(ReadLayout.OPTION),
+                options.get(TaskSlots.OPTION));
     }
 }

@@ -18,7 +18,7 @@ import org.apache.spark.sql.internal.SQLConf;
  * {@code coalescePartitions.parallelismFirst}, at most the size over the default parallelism (not below
  * {@code minPartitionSize}); the smallest divisor of n that keeps to that. Without adaptive execution or sizes:
  * one read partition per subpartition. A read planned while the exchange is written ({@code live}) is laid out to
- * the reading application's task slots instead (Spark's default parallelism; for a key-grouped read the largest
+ * the reading application's task slots instead ({@link TaskSlots}; for a key-grouped read the largest
  * divisor of n not above it): every read task can then run while the producers write, as Flink schedules the
  * consumers of a pipelined exchange together; a task beyond the slots would start only when one ends, after the
  * write. A number asks for exactly that many (a divisor of n for a key-grouped read).
@@ -30,8 +30,9 @@ record ReadLayout(int groups, List<int[]> members, int slots) {
 
     /** The layout of a read of subpartitions {@code kept} (ascending) of an exchange of width {@code n}. */
     static ReadLayout plan(String exchange, int n, SortedSet<Integer> kept, long[] subpartitionBytes,
-                           String requested, boolean keyGrouped, boolean live) {
-        return plan(exchange, n, kept, subpartitionBytes, requested, keyGrouped, live, parallelism());
+                           String requested, boolean keyGrouped, boolean live, String taskSlots) {
+        return plan(exchange, n, kept, subpartitionBytes, requested, keyGrouped, live,
+                live ? TaskSlots.of(taskSlots) : 0);
     }
 
     /** As above, with the reading application's task slots given ({@code slots}). */
