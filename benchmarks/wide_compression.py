@@ -13,9 +13,8 @@ partitions. Routes, each a write and a whole read into Spark's ``noop`` sink:
 Untimed ``--warmup`` rounds, then ``--rounds`` rounds in which every route runs once, in reverse order every other
 round (this machine drifts within a run), each from a settled start. Reported per route: the median of its rounds'
 seconds (the write's and the read's apart), the median of its per-round ratio to ``none``, the exchange's bytes as
-the service holds them, and CPU-seconds from ``/proc``: the exchange service's, the Spark driver JVM's and the whole
-run's (this process and its descendants, the Python workers reaped per task included, and the service): on a machine
-shared with other work they say more than the wall times. The load average before and after.
+the service holds them, and the CPU-seconds of the exchange service and of the Spark driver JVM (``/proc``; the
+Python workers are forked per task and not counted). The load average before and after.
 
 ``--profile ROUTE``: after the rounds, one more write and read of that route with ``py-spy`` recording the Python
 workers and the service (``py-spy`` must be installed in the venv: a measuring tool, not a dependency); the
@@ -47,35 +46,6 @@ from sparkflow_exchange.config import ExchangeConfig  # noqa: E402
 
 WIDTH = 200
 HERE = Path(__file__).resolve().parent
-
-
-def tree_cpu_seconds(roots: list[int]) -> float:
-    """CPU-seconds of the processes under ``roots`` (each root and its descendants, every thread) and of the
-    children they reaped (``/proc/<pid>/stat``: utime, stime, cutime, cstime): this run's driver, Spark JVM, Python
-    workers forked and reaped per task, and the service, whatever else the machine runs."""
-    parents: dict[int, int] = {}
-    stats: dict[int, list[str]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid = int(entry.name)
-        parents[pid] = int(fields[1])
-        stats[pid] = fields
-    mine = set(roots)
-    changed = True
-    while changed:
-        changed = False
-        for pid, parent in parents.items():
-            if parent in mine and pid not in mine:
-                mine.add(pid)
-                changed = True
-    ticks = sum(int(stats[p][11]) + int(stats[p][12]) + int(stats[p][13]) + int(stats[p][14])
-                for p in mine if p in stats)
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -143,7 +113,7 @@ def run(spark, args: argparse.Namespace) -> dict:
             write()
             read()
     names = list(routes)
-    keys = ("write", "read", "total", "service_cpu", "jvm_cpu", "run_cpu")
+    keys = ("write", "read", "total", "service_cpu", "jvm_cpu")
     times = {r: {k: [] for k in keys} for r in names}
     held: dict[str, int] = {}
     load_before = os.getloadavg()
@@ -153,7 +123,7 @@ def run(spark, args: argparse.Namespace) -> dict:
             settle(spark)
             services = service_pids(runtime)
             svc0 = sum(cpu_seconds(p) or 0 for p in services)
-            jvm0, run0 = cpu_seconds(jvm_pid), tree_cpu_seconds([os.getpid(), *services])
+            jvm0 = cpu_seconds(jvm_pid)
             start = time.perf_counter()
             write()
             mid = time.perf_counter()
@@ -165,11 +135,10 @@ def run(spark, args: argparse.Namespace) -> dict:
             t["total"].append(end - start)
             t["service_cpu"].append(sum(cpu_seconds(p) or 0 for p in services) - svc0)
             t["jvm_cpu"].append(cpu_seconds(jvm_pid) - jvm0)
-            t["run_cpu"].append(tree_cpu_seconds([os.getpid(), *services]) - run0)
             held[route] = held_bytes(route)
             print(f"round {r} {route:8s} write {mid - start:5.2f} s read {end - mid:5.2f} s total "
-                  f"{end - start:5.2f} s  service cpu {t['service_cpu'][-1]:5.2f} s  run cpu "
-                  f"{t['run_cpu'][-1]:5.2f} s  {held[route] / 1e6:7.1f} MB", flush=True)
+                  f"{end - start:5.2f} s  service cpu {t['service_cpu'][-1]:5.2f} s  JVM cpu "
+                  f"{t['jvm_cpu'][-1]:5.2f} s  {held[route] / 1e6:7.1f} MB", flush=True)
     load_after = os.getloadavg()
 
     med = {r: {k: statistics.median(v) for k, v in t.items()} for r, t in times.items()}
@@ -178,12 +147,12 @@ def run(spark, args: argparse.Namespace) -> dict:
           f"{os.cpu_count()} CPUs, default compression {default_codec}, medians of {args.rounds} rounds (routes "
           f"interleaved), load average {load_before[0]:.1f} before, {load_after[0]:.1f} after")
     print("| route | write s | read s | total s | vs none (median of rounds) | MB held | service CPU s | "
-          "driver JVM CPU s | run's CPU s | rounds (total s) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+          "driver JVM CPU s | rounds (total s) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in names:
         m = med[r]
         print(f"| {r} | {m['write']:.2f} | {m['read']:.2f} | {m['total']:.2f} | {vs_none[r]:.2f} | "
-              f"{held[r] / 1e6:.1f} | {m['service_cpu']:.2f} | {m['jvm_cpu']:.2f} | {m['run_cpu']:.2f} | "
+              f"{held[r] / 1e6:.1f} | {m['service_cpu']:.2f} | {m['jvm_cpu']:.2f} | "
               f"{' '.join(f'{x:.2f}' for x in times[r]['total'])} |")
     profiles = profile(spark, routes[args.profile], args) if args.profile else None
     return {"rows": args.rows, "rounds": args.rounds, "width": WIDTH, "default_compression": default_codec,

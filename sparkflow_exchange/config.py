@@ -96,7 +96,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "bufferSize": ("buffer_size", "largest buffer before compression"),
     "bufferTimeout": ("buffer_timeout", "output flusher interval: a partly filled buffer is sent after this"),
     "sortBufferSize": ("sort_buffer_size", "a writer's sort buffer: rows grouped by subpartition before they leave (its memory bound)"),
-    "compression": ("compression", "none | zstd | lz4 (Arrow IPC body compression, by the Python and the JVM writer; every reader reads it; see docs/batch-guide.md, \"Choosing compression\")"),
+    "compression": ("compression", "none | zstd | lz4 (Arrow IPC body compression, by the Python and the JVM writer; every reader reads it; the Python writer sends a batch under " + f"{contract.load()['compression']['min_batch_bytes'] // 1024} KiB" + " uncompressed, where pyarrow's codec costs more than it saves; see docs/batch-guide.md, \"Choosing compression\")"),
     "replicas": ("replicas", "copies of each partition kept on exchange services of other hosts besides its own (0: none; 1: a read whose service or host is lost continues from the copy); the writer pushes every buffer to both, and a write commits only when every copy holds its whole partition; refused at write time when the coordinator has no service on enough other hosts (the Python writer writes it: a JVM write that asks for it, as an option or a session setting, goes to the Python data source; see docs/operations.md, \"Replicas\")"),
     "buffersPerChannel": ("buffers_per_channel", "exclusive buffers (initial credit) per input channel"),
     "floatingBuffersPerGate": ("floating_buffers_per_gate", "floating buffers shared by an input gate's channels"),
