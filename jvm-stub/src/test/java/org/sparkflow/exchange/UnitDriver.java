@@ -52,7 +52,7 @@ import org.sparkflow.exchange.write.WriteSettings;
  *       {@code KeyFilter}, {@code ReadLayout}, {@code WriteSettings} and {@code Route} through the probe of their
  *       package ({@code wire.WireProbe}, {@code read.ReadProbe}, {@code write.WriteProbe}, {@code format.FormatProbe}),
  *       whose javadoc gives each request's fields</li>
- *   <li>{@code {"op": "standalone_read", "describe": "..", "subpartition": s, "coordinator": a, "secret": k,
+ *   <li>{@code {"op": "standalone_read", "describe": "..", "subpartition": s (or "subpartitions": [..]), "coordinator": a, "secret": k,
  *       "host_id": h, "columns": [..]}}: {@code read.StandaloneRead#read} against real services, hex</li>
  *   <li>{@code remote_read}: one producer's subpartition (or several at once) through {@code read.RemoteProducer}, paused mid-read
  *       ({@code read.ReadProbe#remoteRead})</li>
@@ -151,8 +151,12 @@ public final class UnitDriver {
         for (int i = 0; i < columns.length; i++) {
             columns[i] = cols.get(i).asInt();
         }
+        int[] subpartitions = r.has("subpartitions")
+                ? java.util.stream.StreamSupport.stream(r.path("subpartitions").spliterator(), false)
+                        .mapToInt(JsonNode::asInt).toArray()
+                : new int[] {r.path("subpartition").asInt()};
         return HexFormat.of().formatHex(org.sparkflow.exchange.read.StandaloneRead.read(r.path("describe").asText(),
-                r.path("subpartition").asInt(), r.path("coordinator").asText(), r.path("secret").asText(),
+                subpartitions, r.path("coordinator").asText(), r.path("secret").asText(),
                 r.path("host_id").asText(), columns));
     }
 

@@ -38,6 +38,17 @@ public final class CreditReceiver {
         this.credit = initialCredit;
     }
 
+    /**
+     * The same channel under another receiver id (on the connection it goes on from after a lost one): its position
+     * and the credit it has not used are kept, so {@link #resume} asks for exactly the buffers still due.
+     */
+    public CreditReceiver onReceiver(long receiverId) {
+        CreditReceiver moved = new CreditReceiver(receiverId, initialCredit);
+        moved.nextSeq = nextSeq;
+        moved.credit = credit;
+        return moved;
+    }
+
     /** The PARTITION_REQUEST for one subpartition of {@code partition}, over the socket (never shared memory). */
     public byte[] request(String partition, int subpartition) {
         return Frames.encode(Frames.PARTITION_REQUEST,

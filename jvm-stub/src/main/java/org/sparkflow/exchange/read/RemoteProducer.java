@@ -17,7 +17,8 @@ import org.sparkflow.exchange.wire.RpcConnection;
 
 /**
  * A read partition's subpartitions of one producer, read from its exchange service under credit, all at once: one
- * authenticated connection, one partition request (one input channel, Flink's RemoteInputChannel) per subpartition
+ * authenticated connection (the task's to that service, kept between producers by {@link ServiceConnections}), one
+ * partition request (one input channel, Flink's RemoteInputChannel) per subpartition
  * multiplexed on it by receiver id, each with its own credit; buffers are taken in the order they arrive, so no
  * subpartition waits behind another while the producer writes (Flink's input gate). Each channel checks its
  * sequence and its end-of-partition counts; one credit goes back per decoded data buffer. A partition with replicas
@@ -34,8 +35,10 @@ final class RemoteProducer implements ProducerSource {
     private final org.sparkflow.exchange.wire.Tls tls;
     private final ArrayDeque<String> replicas = new ArrayDeque<>(); // where to go on when the service is lost
     private final List<String> left = new ArrayList<>(); // the services this read left, and why
-    private final Channel[] channels; // by receiver id - 1
+    private final Channel[] channels;
+    private final ServiceConnections connections;
     private RpcConnection conn;
+    private long firstReceiver; // channel i is receiver firstReceiver + i on conn
     private BufferDecoder landingFor; // the decoder whose Arrow memory data buffers are received into
     private int open; // channels before their end of partition
     private long rowsRead;
@@ -43,21 +46,26 @@ final class RemoteProducer implements ProducerSource {
     /** One subpartition's channel: its credit and what it read and was told it holds. */
     private static final class Channel {
         final int subpartition;
-        final CreditReceiver credit;
         boolean ended;
         long buffersRead;
         long rowsRead;
         long buffersStored = -1;
         long rowsStored = -1;
 
-        Channel(int subpartition, long receiverId) {
+        Channel(int subpartition) {
             this.subpartition = subpartition;
-            this.credit = new CreditReceiver(receiverId, INITIAL_CREDIT);
         }
+
+        CreditReceiver credit;
     }
 
     RemoteProducer(Producer producer, String address, int[] subpartitions, String secret, String hostId,
                    org.sparkflow.exchange.wire.Tls tls) {
+        this(producer, address, subpartitions, secret, hostId, tls, new ServiceConnections());
+    }
+
+    RemoteProducer(Producer producer, String address, int[] subpartitions, String secret, String hostId,
+                   org.sparkflow.exchange.wire.Tls tls, ServiceConnections connections) {
         if (subpartitions.length == 0) {
             throw new IllegalArgumentException("a read of producer " + producer.partition() + " names no subpartition");
         }
@@ -65,9 +73,10 @@ final class RemoteProducer implements ProducerSource {
         this.secret = secret;
         this.hostId = hostId;
         this.tls = tls;
+        this.connections = connections;
         this.channels = new Channel[subpartitions.length];
         for (int i = 0; i < subpartitions.length; i++) {
-            channels[i] = new Channel(subpartitions[i], i + 1);
+            channels[i] = new Channel(subpartitions[i]);
         }
         open = channels.length;
         for (ExchangeDescription.Replica r : producer.replicas()) {
@@ -76,17 +85,25 @@ final class RemoteProducer implements ProducerSource {
         connect(address, false);
     }
 
-    /** Ask {@code address} for every open channel, from the start or ({@code resume}) from the next buffer due. */
+    /**
+     * Ask {@code address} for every open channel, from the start or ({@code resume}) from the next buffer due, each
+     * under a receiver id new on the connection. A kept connection that fails gives way to a new one at once.
+     */
     private void connect(String address, boolean resume) {
         while (true) {
             RpcConnection c = null;
             try {
-                c = new RpcConnection(address, secret, hostId, TIMEOUT_MILLIS, tls);
-                for (Channel ch : channels) {
-                    if (!ch.ended) {
-                        c.send(resume ? ch.credit.resume(producer.partition(), ch.subpartition)
-                                : ch.credit.request(producer.partition(), ch.subpartition));
+                c = connections.take(address, secret, hostId, TIMEOUT_MILLIS, tls);
+                boolean kept = connections.reused(c);
+                try {
+                    ask(c, resume);
+                } catch (ServiceError stale) {
+                    if (!kept) {
+                        throw stale;
                     }
+                    connections.discard(c);
+                    c = connections.take(address, secret, hostId, TIMEOUT_MILLIS, tls);
+                    ask(c, resume);
                 }
                 if (landingFor != null) {
                     c.payloadSink(sink(landingFor));
@@ -95,7 +112,7 @@ final class RemoteProducer implements ProducerSource {
                 return;
             } catch (ServiceError e) {
                 if (c != null) {
-                    c.close();
+                    connections.discard(c);
                 }
                 if (replicas.isEmpty()) {
                     throw withLeft(e);
@@ -104,6 +121,22 @@ final class RemoteProducer implements ProducerSource {
                 address = replicas.poll();
                 resume = true;
             }
+        }
+    }
+
+    /** The partition requests of every open channel on {@code c}, under receiver ids new on it. */
+    private void ask(RpcConnection c, boolean resume) {
+        firstReceiver = connections.receivers(c, channels.length);
+        for (int i = 0; i < channels.length; i++) {
+            Channel ch = channels[i];
+            if (ch.ended) {
+                continue;
+            }
+            CreditReceiver old = ch.credit;
+            ch.credit = old == null ? new CreditReceiver(firstReceiver + i, INITIAL_CREDIT)
+                    : old.onReceiver(firstReceiver + i);
+            c.send(resume ? ch.credit.resume(producer.partition(), ch.subpartition)
+                    : ch.credit.request(producer.partition(), ch.subpartition));
         }
     }
 
@@ -139,7 +172,7 @@ final class RemoteProducer implements ProducerSource {
         if (replicas.isEmpty() || !gone) { // TIMEOUT: a host that vanished without a word, at the read's timeout
             throw withLeft(e);
         }
-        conn.close();
+        connections.discard(conn);
         left.add(conn.address() + ": " + e.getMessage());
         connect(replicas.poll(), true);
     }
@@ -188,7 +221,8 @@ final class RemoteProducer implements ProducerSource {
     }
 
     private Channel channelOf(long receiverId) {
-        return receiverId >= 1 && receiverId <= channels.length ? channels[(int) receiverId - 1] : null;
+        long i = receiverId - firstReceiver;
+        return i >= 0 && i < channels.length ? channels[(int) i] : null;
     }
 
     private static final int NOT_DATA = -2;
@@ -248,6 +282,10 @@ final class RemoteProducer implements ProducerSource {
 
     @Override
     public void close() {
+        if (open == 0) {
+            connections.giveBack(conn); // nothing more comes for this producer: the next one may use it
+            return;
+        }
         for (Channel ch : channels) {
             if (!ch.ended) {
                 try {
@@ -257,6 +295,6 @@ final class RemoteProducer implements ProducerSource {
                 }
             }
         }
-        conn.close();
+        connections.discard(conn);
     }
 }

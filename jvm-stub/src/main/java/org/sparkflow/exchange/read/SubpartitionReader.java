@@ -44,6 +44,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
     private final BufferDecoder decoder;
     private final LiveRead live; // null: the plan lists the producers
     private final ReadSettings settings;
+    private final ServiceConnections connections = new ServiceConnections(); // kept between producers
     static final int GONE_LOOKUP_MILLIS = 2_000;
     private int producerIndex; // the next producer of the plan
     private ProducerSource current;
@@ -217,7 +218,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
                     + "that signed its certificate");
         }
         try {
-            return new RemoteProducer(p, address, input.subpartitions(), secret, hostId, settings.tls());
+            return new RemoteProducer(p, address, input.subpartitions(), secret, hostId, settings.tls(), connections);
         } catch (ServiceError e) {
             throw integrity(p, "lost", "its service at " + address + " cannot be asked for it: " + e.getMessage());
         }
@@ -235,6 +236,7 @@ final class SubpartitionReader implements PartitionReader<ColumnarBatch> {
             current.close();
             current = null;
         }
+        connections.close();
         if (live != null) {
             live.close();
         }
