@@ -311,6 +311,9 @@ class BatchEncoder:
         # the last batch's data buffer as it would be uncompressed (its uncompressed IPC message and trailer): what
         # a writer reports per subpartition, since a compressed exchange's batches are compressed or not each on its own
         self.plain_bytes = 0
+        # the last buffer's flags: FLAG_COMPRESSED only if its message is compressed (the service then reads its sizes;
+        # an uncompressed message, a small batch's or one with nothing to compress, is counted at its own size)
+        self.last_flags = self.flags
 
     def encode(self, batch: pa.RecordBatch) -> pa.Buffer:
         """The batch's data buffer: its IPC message and checksum trailer."""
@@ -318,6 +321,7 @@ class BatchEncoder:
         size = ipc.get_record_batch_size(batch)  # its uncompressed message's length (batch.serialize()'s)
         self.plain_bytes = size + TRAILER_SIZE
         plain_only = self.compression is None or size < MIN_BATCH_BYTES  # small: as an uncompressed exchange's
+        self.last_flags = 0
         if at is not None and size >= _COPY_BELOW and (plain_only or self._compressor):
             # serialised in place next to its trailer: no copy of a large message
             dest = pa.allocate_buffer(at + size + TRAILER_SIZE)
@@ -328,13 +332,19 @@ class BatchEncoder:
                     TRAILER.pack_into(memoryview(dest), at + size, checksum(plain), size)
                     return dest.slice(at, size + TRAILER_SIZE)
                 if parts is not None:
+                    self.last_flags = self.flags
                     return self._sealed(parts)
         if plain_only:
             return seal(batch.serialize())
         message = self._message(batch)
+        self.last_flags = self._flags_of(message)
         if isinstance(message, list):
             return self._sealed(message)
         return seal(message)
+
+    def _flags_of(self, message: pa.Buffer | list) -> int:
+        """The flags of a buffer of :meth:`_message`: a list of one part is a batch's uncompressed message."""
+        return 0 if isinstance(message, list) and len(message) == 1 else self.flags
 
     def _write_plain(self, batch: pa.RecordBatch, dest: pa.Buffer) -> int | None:
         """Writes an uncompressed stream of ``batch`` (the schema message, then the batch's) into ``dest``: where the
@@ -389,11 +399,13 @@ class BatchEncoder:
             if at is None or size + at + TRAILER_SIZE > len(dest):
                 return None
             end = self._write_plain(batch, pa.py_buffer(dest))
+            self.last_flags = 0
         elif self._schema_len is None:
             return None
         else:  # serialised apart (buffer by buffer), then placed after the schema
             at = self._schema_len
             message = self._message(batch)
+            self.last_flags = self._flags_of(message)
             parts = message if isinstance(message, list) else [message]
             end = at + sum(len(p) for p in parts)
             if end + TRAILER_SIZE <= len(dest):

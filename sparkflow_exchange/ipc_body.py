@@ -101,8 +101,13 @@ def raw_size(payload) -> int:
     be parsed (what counts sizes must never fail a write)."""
     view = memoryview(payload).cast("B")
     try:
+        batch = _record_batch(view)
+        # an uncompressed message (a compressed exchange's small batches are: the usual case at wide layouts) is its
+        # own size, known before its buffers are read
+        if batch is None or _field(batch[0], batch[1], 3) is None:
+            return len(view)
         found = body_buffers(view)
-        if found is None or not is_compressed(view):  # an uncompressed message is its own size
+        if found is None:
             return len(view)
         body_start, spans = found[3], found[4]
         body = 0

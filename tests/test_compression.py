@@ -240,6 +240,7 @@ def test_a_batch_under_min_batch_bytes_goes_uncompressed_untried(codec):
     counts for no skipping; a batch of as many bytes or more is compressed. Every one reads back exactly, and the
     encoder says what each would take uncompressed."""
     from sparkflow_exchange.buffer import MIN_BATCH_BYTES, RETRY_AFTER
+    from sparkflow_exchange.buffer_kinds import FLAG_COMPRESSED
 
     per_row = 8 + 8 + 4 + 16 + 8  # id, key, the string's offset and bytes, d
     small, large = wide_rows(0, MIN_BATCH_BYTES // per_row - 8), wide_rows(0, MIN_BATCH_BYTES // per_row + 8)
@@ -250,11 +251,13 @@ def test_a_batch_under_min_batch_bytes_goes_uncompressed_untried(codec):
         assert payload.to_pybytes() == plain.encode(b).to_pybytes()
         assert not is_compressed(verify(payload)) and decode(payload, WIDE).equals(b)
         assert encoder.plain_bytes == len(payload) == raw_size(payload)
+        assert encoder.last_flags == 0  # pushed as an uncompressed message: the service counts it at its size
         slot = bytearray(1 << 20)
         offset, length = encoder.encode_into(b, memoryview(slot))
         assert bytes(slot[offset:offset + length]) == payload.to_pybytes()
     payload = encoder.encode(large)
     assert is_compressed(verify(payload)) and decode(payload, WIDE).equals(large)
+    assert encoder.last_flags == FLAG_COMPRESSED == encoder.flags
     assert len(payload) < 0.8 * len(plain.encode(large)) and encoder.plain_bytes == len(plain.encode(large))
     # small batches count for no skipping: a column that did not shrink stays skipped through any number of them
     schema = pa.schema([pa.field("v", pa.int64(), nullable=False)])
@@ -308,6 +311,8 @@ def test_a_wide_exchange_of_small_batches_is_held_and_read_as_the_uncompressed_o
             assert got.sort_by("id").equals(expected), (name, host)
     plain, packed = described[("wide", "none")], described[("wide", "zstd")]
     assert packed.subpartition_bytes == plain.subpartition_bytes == packed.subpartition_raw_bytes
+    # pushed unflagged (no message of theirs is compressed): the service counted them at their size, unparsed
+    assert all(p["raw_bytes"] == p["bytes"] for p in parts[("wide", "zstd")])
     assert sorted(p["bytes"] for p in parts[("wide", "zstd")]) == sorted(p["bytes"] for p in parts[("wide", "none")])
     plain, mixed = described[("mixed", "none")], described[("mixed", "zstd")]
     assert sum(mixed.subpartition_bytes) < 0.9 * sum(plain.subpartition_bytes)  # its large batches compressed

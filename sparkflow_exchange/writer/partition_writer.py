@@ -137,13 +137,14 @@ class PartitionWriter:
                 placed = encoder.encode_into(batch, self.arena.slot(slot))
                 if placed is not None:
                     offset, length = placed
-                    self.conn.send(PushSharedBuffer(self.handle, subpartition, BufferKind.DATA, encoder.flags,
+                    self.conn.send(PushSharedBuffer(self.handle, subpartition, BufferKind.DATA, encoder.last_flags,
                                                     slot, offset, length))
                     self._count(length)
                     self.buffers_shared += 1
                     return
                 self.free_slots.appendleft(slot)  # too big for a slot: this one goes over the socket
-            self._send_payload(subpartition, encoder.encode(batch), BufferKind.DATA, encoder.flags)
+            payload = encoder.encode(batch)
+            self._send_payload(subpartition, payload, BufferKind.DATA, encoder.last_flags)
 
     def push_encoded(self, subpartition: int, payload: pa.Buffer, flags: int) -> None:
         """Send one already serialised data buffer: copied into a shared slot when there is one."""
@@ -303,7 +304,8 @@ class ReplicatedWriter:
             self._each_replica(lambda w: w.push(subpartition, payload, kind, flags))
 
     def push_batch(self, subpartition: int, batch: pa.RecordBatch, encoder: BatchEncoder) -> None:
-        self.push_encoded(subpartition, encoder.encode(batch), encoder.flags)  # serialised once for every copy
+        payload = encoder.encode(batch)  # serialised once for every copy
+        self.push_encoded(subpartition, payload, encoder.last_flags)
 
     def push_encoded(self, subpartition: int, payload: pa.Buffer, flags: int) -> None:
         with self.order:

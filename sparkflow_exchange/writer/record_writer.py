@@ -98,6 +98,7 @@ class RecordWriter:
         # a BLOCKING partition is read only once finished: nothing to gain from sending its rows early
         self._timed_sort_flush = getattr(writer, "partition_type", "") != PartitionType.BLOCKING
         self.region = Region(self.encoder.schema_message, buffer_size)
+        self.region_flags = 0  # FLAG_COMPRESSED once a piece of the region being packed is a compressed message
         self.rows = 0
         # data buffers and rows pushed per accumulator (a broadcast's one counts for every subpartition): sent at
         # finish so the service and every reader can tell that nothing was lost
@@ -239,10 +240,11 @@ class RecordWriter:
                         continue
                     payload = encode(part)
                     if not region.fits(len(payload)):
-                        self.writer.push_encoded(sub, payload, self.encoder.flags)
+                        self.writer.push_encoded(sub, payload, self.encoder.last_flags)
                         self._sent(sub, part.num_rows)
                         continue
             region.add(sub, payload)  # each piece is a buffer of its subpartition
+            self.region_flags |= self.encoder.last_flags
             self._sent(sub, part.num_rows)
         self._push_region()
         self._flush_cost = time.thread_time() - started
@@ -250,10 +252,11 @@ class RecordWriter:
     def _push_region(self) -> None:
         region = self.region
         if len(region) == 1:
-            self.writer.push_encoded(region.subs[0], region.payloads[0], self.encoder.flags)
+            self.writer.push_encoded(region.subs[0], region.payloads[0], self.region_flags)
         elif len(region) > 1:
-            self.writer.push_region(region, self.encoder.flags)
+            self.writer.push_region(region, self.region_flags)
         region.clear()
+        self.region_flags = 0
 
     def flush(self, older_than: float | None = None) -> None:
         """Send everything held; the output flusher passes ``older_than``: only a sort buffer whose first
