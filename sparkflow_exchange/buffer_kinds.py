@@ -17,7 +17,7 @@ class BufferKind(enum.IntEnum):
     MARKER = 2
 
 
-FLAG_COMPRESSED = 1  # the writer compresses: a message may be compressed (each says so; the service counts sizes by it)
+FLAG_COMPRESSED = 1  # a message of the buffer may be compressed (each says so; the service reads the sizes of flagged ones)
 FLAG_SHARED = 2  # a BufferResponse whose payload is a SharedRef: the buffer is in a writer's arena
 BROADCAST = -1  # subpartition index of a buffer meant for every subpartition
 # an END_OF_PARTITION's payload: the data buffers and rows its subpartition (or range) holds; rows -1 = not known
