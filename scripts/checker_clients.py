@@ -46,6 +46,7 @@ SCHEMA = pa.schema([pa.field("wid", pa.int64(), nullable=False), pa.field("produ
                     pa.field("seq", pa.int64(), nullable=False), pa.field("key", pa.int64(), nullable=False)])
 NUM_SUBPARTITIONS = 4
 MAX_ROWS = 40_000  # rows per producer: 0..MAX_ROWS
+MAX_PRODUCERS = 3  # producers of a write: 1..MAX_PRODUCERS, each a thread with a connection of its own
 PARTITION_TYPES = ("HYBRID", "BLOCKING", "PIPELINED_BOUNDED")
 # errors after which a commit may or may not have happened (the request may have reached the service)
 UNCERTAIN = re.compile(r"ServiceError|Timeout|Connection|Unavailable|Unreachable|OSError|timed out|connection|"
@@ -229,7 +230,7 @@ class Writer(Client):
                 ptype = call(self.config(name), "get_exchange", name=name, wait=0)["partition_type"]
             except Exception:  # noqa: BLE001 - no such exchange: the append creates it
                 pass
-        rows = [rng.randint(0, MAX_ROWS) for _ in range(rng.randint(1, 3))]
+        rows = [rng.randint(0, MAX_ROWS) for _ in range(rng.randint(1, MAX_PRODUCERS))]
         self.history.log("write_begin", op=op, wid=wid, name=name, mode="overwrite" if overwrite else "append",
                          ptype=ptype, rows=rows)
         cfg = self.config(name, partitionType=ptype)

@@ -264,6 +264,7 @@ def test_short_run_against_a_real_service(tmp_path):
     summary = json.loads(out.read_text())
     stats = summary["stats"]
     assert stats["reads_ok"] > 0 and stats["writes_committed"] > 0 and sum(stats["kills"].values()) > 0, stats
+    assert stats["service_private_bound_mib"] > 0, stats  # the service's memory was measured against its bound
     violations = summary["violations"]
     assert violations == {}, "\n".join(f"{k}: {e}" for k in violations for e in summary["examples"][k][:3])
 

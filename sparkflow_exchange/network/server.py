@@ -163,11 +163,14 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.consumers.release_all()
         self.producers.connection_lost(self.client_id)
         self.service.on_connection_closed(self)
-        # both sides hold this connection's bound methods: cut those cycles, so a closed connection (and its
-        # decoder's staging area) is freed by reference counting at once, not by the service's rare cyclic
-        # collections (service/main.py raises their threshold)
+        # both sides and the socket writer hold this connection's bound methods: cut those cycles, so a closed
+        # connection (and its decoder's staging area) is freed by reference counting at once, not by the
+        # service's rare cyclic collections (service/main.py raises their threshold)
         self.consumers.send = self.producers.send = _closed_send
         self.producers.defer = _closed_defer
+        if self.writer is not None:  # aborted above: it sends nothing more, so it pauses, resumes and fails no one
+            self.writer.on_pause = self.writer.on_resume = _closed_flow
+            self.writer.on_error = _closed_error
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -345,6 +348,14 @@ def _close_spans(pieces: list) -> None:
 
 def _closed_defer(fn: Callable[[], None]) -> None:
     """What a closed connection's sides defer: nothing."""
+
+
+def _closed_flow() -> None:
+    """What a closed connection's socket writer pauses or resumes: nothing."""
+
+
+def _closed_error(exc: BaseException) -> None:
+    """Whom a closed connection's socket writer tells of a failure: no one."""
 
 
 def _pumped(act: Callable[[ServerConnection, Any], None]) -> Callable[[ServerConnection, Any], None]:
