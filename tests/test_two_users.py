@@ -132,8 +132,12 @@ def _place(src: Path, dst: Path) -> None:
 
 
 def _library_root(top: str) -> Path | None:
-    """The path entry the top-level module ``top`` is imported from; None for the standard library's."""
-    spec = importlib.util.find_spec(top)
+    """The path entry the top-level module ``top`` is imported from; None for the standard library's, and for a
+    module without a file (one Cython's compiled modules register for their shared runtime has no spec at all)."""
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
     if spec is None or not spec.origin or not os.path.isfile(spec.origin):  # built in, frozen
         return None
     origin = Path(spec.origin).resolve()
