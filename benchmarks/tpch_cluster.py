@@ -33,9 +33,9 @@ machine's disk by both hosts (a local copy each): only the producer's output cro
   through the catalog (``spark.table``) from the producer host's service over TCP.
 * ``format``: the same with ``df.write.format("pipelined")`` / ``spark.read.format("pipelined")`` (the jar serves
   both in the JVM). Not in the default routes.
-* ``jvm-concurrent``: both applications started together; the consumer's catalog has ``readWhileWritten=true`` (the
-  catalog reads only committed exchanges without it, and waits for the commit) and ``commitTimeout`` (it waits for
-  the exchange's declaration), so it reads while the producer writes.
+* ``jvm-concurrent``: both applications started together; the consumer's catalog has ``readWhileWritten=true`` (set
+  explicitly, whatever the catalog's default: with ``false`` it reads only committed exchanges and waits for the
+  commit) and ``commitTimeout`` (it waits for the exchange's declaration), so it reads while the producer writes.
 * ``format-concurrent``: both started together; the consumer's ``spark.read.format("pipelined")`` waits for the
   declaration (``declareTimeout``) and reads while the producer writes.
 * ``parquet-sshfs``: the producer writes parquet into its sshfs mount (the storage host's disk), then the consumer
@@ -54,7 +54,8 @@ the CPU-seconds of each host's exchange service over the route and the machine's
 
 Rounds: ``--rounds`` (medians reported), in each round every link state, query and route once, routes in reverse
 order every other round (link states too). After every route the exchange is dropped and the files removed; the
-JSON (all runs and the medians) is rewritten after every route, so an interrupted run keeps what it measured. A plot
+JSON (all runs and the medians) is rewritten after every route, so an interrupted run keeps what it measured; each
+run also records the commit and the plugin jar's digest it ran with (a jar rebuilt during a run is reported). A plot
 (matplotlib): per scale factor, link and query, each route's producer and consumer as bars from start to end
 (medians).
 
@@ -482,6 +483,22 @@ class Run:
         self.live.clear()
 
 
+def code_version() -> dict:
+    """The working tree's commit and whether the package or the jar's sources differ from it, and the jar's digest:
+    a run on a tree others change records what each route ran."""
+    import hashlib
+
+    import sparkflow_exchange
+
+    def git(*a: str) -> str:
+        got = subprocess.run(["git", *a], cwd=HERE.parent, capture_output=True, text=True, timeout=30)
+        return got.stdout.strip() if got.returncode == 0 else ""
+    jar = Path(sparkflow_exchange.plugin_jar())
+    return {"commit": git("rev-parse", "--short", "HEAD"),
+            "changed": bool(git("status", "--porcelain", "--", "sparkflow_exchange", "jvm-stub")),
+            "jar_sha1": hashlib.sha1(jar.read_bytes()).hexdigest()[:12] if jar.exists() else None}
+
+
 def _delta(after: float | None, before: float | None) -> float | None:
     return None if after is None or before is None else round(after - before, 2)
 
@@ -510,6 +527,8 @@ def summarize(results: dict) -> dict:
                     m["service_cpu_s"] = {h: _median(o["service_cpu_s"].get(h) for o in outs)
                                           for h in outs[0]["service_cpu_s"]}
                     m["busy_cpu_s"] = _median(o.get("busy_cpu_s") for o in outs)
+                    m["mb_between"] = _median(((o.get("exchange") or {}).get("bytes") or o.get("parquet_bytes") or 0)
+                                              / 1e6 for o in outs) if route != "one-app" else None
                     m["consumer_shuffles"] = len(outs[0]["apps"].get("consumer", outs[0]["apps"].get("whole"))
                                                  ["shuffles"])
                     medians[route] = m
@@ -532,7 +551,8 @@ def _span(medians: dict, role: str) -> str:
 
 def table(summary: dict) -> str:
     head = ("| sf | link | query | route | s (median) | producer start–end (work) | consumer start–end (work) | "
-            "consumer end − producer end | / parquet-sshfs | / parquet-local | / one-app | rounds |")
+            "consumer end − producer end | / parquet-sshfs | / parquet-local | / one-app | MB between | "
+            "consumer shuffles | rounds |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for sf, by_link in summary.items():
         for link, by_query in by_link.items():
@@ -542,7 +562,8 @@ def table(summary: dict) -> str:
                     lines.append(f"| {sf} | {link} | {q} | {route} | {m['seconds']:.1f} | {producer} | "
                                  f"{_span(m, 'consumer')} | {_cell(m['consumer_end_minus_producer_end_s'])} | "
                                  f"{_cell(m['over_parquet-sshfs'], '.2f')} | {_cell(m['over_parquet-local'], '.2f')} | "
-                                 f"{_cell(m['over_one-app'], '.2f')} | "
+                                 f"{_cell(m['over_one-app'], '.2f')} | {_cell(m['mb_between'], '.0f')} | "
+                                 f"{m['consumer_shuffles']} | "
                                  + " ".join(f"{s:.1f}" for s in m["rounds"]) + " |")
     return "\n".join(lines)
 
@@ -672,7 +693,7 @@ def main() -> None:
                  "slots": args.slots, "shuffle_partitions": args.shuffle_partitions,
                  "driver_memory": args.driver_memory, "conf": args.conf,
                  "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                 "load_before": os.getloadavg(), "link_checks": {}, "runs": {}}
+                 "load_before": os.getloadavg(), "code": code_version(), "link_checks": {}, "runs": {}}
     try:
         print(f"building the hosts in {cluster.root} ...", flush=True)
         started = time.monotonic()
@@ -693,6 +714,9 @@ def main() -> None:
                     for q in queries:
                         for route in routes if forward else routes[::-1]:
                             tag = f"tpch_c_sf{sf:g}_q{q}_{route}_{link}_{round_}".replace(".", "_").replace("-", "_")
+                            version = code_version()
+                            if version["jar_sha1"] != out["code"]["jar_sha1"]:
+                                print(f"(the plugin jar changed since the run started: {version})", flush=True)
                             busy = tpch_pipeline.busy_cpu_seconds()
                             outcome = run.route(data, q, route, tag)
                             outcome["busy_cpu_s"] = round(tpch_pipeline.busy_cpu_seconds() - busy, 1)
@@ -702,6 +726,7 @@ def main() -> None:
                                 sys.exit(f"WRONG ANSWER: sf {sf:g} Q{q} route {route}, link {link}, round "
                                          f"{round_ + 1}:\n  " + "\n  ".join(wrong))
                             outcome["round"] = round_
+                            outcome["code"] = version
                             out["runs"].setdefault(f"{sf:g}", {}).setdefault(link, {}).setdefault(
                                 f"Q{q}", {}).setdefault(route, []).append(outcome)
                             out["summary"] = summarize(out["runs"])
@@ -721,7 +746,12 @@ def main() -> None:
     out["ended"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     out["summary"] = summarize(out["runs"])
     out_path.write_text(json.dumps(out, indent=1))
-    print(f"\nmedians of {args.rounds} round(s); load average before {out['load_before'][0]:.1f}, after "
+    jars = {o["code"]["jar_sha1"] for by_link in out["runs"].values() for by_q in by_link.values()
+            for by_r in by_q.values() for outs in by_r.values() for o in outs}
+    print(f"\ncode: {out['code']['commit']}" + (" (package or jar sources changed)" if out["code"]["changed"] else "")
+          + (f"; THE PLUGIN JAR CHANGED DURING THE RUN ({len(jars)} versions: see each run's code)"
+             if len(jars) > 1 else ""))
+    print(f"medians of {args.rounds} round(s); load average before {out['load_before'][0]:.1f}, after "
           f"{out['load_after'][0]:.1f}; every answer equal to DuckDB's; {args.slots} task slot(s) per host's "
           f"application, one-app local[2]\n")
     for link, checks in out["link_checks"].items():
