@@ -5,6 +5,8 @@ import ipaddress
 import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from harness import start_service
@@ -131,6 +133,11 @@ def test_the_drivers_spark_driver_host_comes_from_its_command_line_else_spark_de
                               "spark.driver.host=198.18.0.4"])
     plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
+        for proc in (given, plain):  # until each child runs its own command line (under load it may not yet)
+            deadline = time.monotonic() + 30
+            while b"time.sleep(120)" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+                assert time.monotonic() < deadline, f"process {proc.pid} did not start its command in 30 s"
+                time.sleep(0.01)
         assert spark_driver_host(given.pid) == "198.18.0.4"
         assert spark_driver_host(plain.pid) is None
         (conf / "spark-defaults.conf").write_text("spark.driver.host  198.18.0.5\n")
