@@ -684,7 +684,7 @@ def main() -> None:
     cluster = make_cluster(args.keep)
 
     def on_signal(signum, _frame):
-        raise SystemExit(128 + signum)
+        raise SystemExit(f"stopped by signal {signum}: ending the applications, unmounting, removing the hosts")
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
     atexit.register(cluster.stop)  # idempotent: also after a failure outside the try below
