@@ -15,34 +15,32 @@ def record_sizes(ex: Exchange, p: ProducerInfo, subpartition_bytes: list[int] | 
     """Keep what a finished producer reports: its rows and bytes, and per subpartition its bytes (for coalesced
     reads), the same as they would be uncompressed (when some were compressed) and rows (summed at commit for
     readers that plan by rows)."""
-    import numpy as np
-
     partition = p.partition
     if rows is not None:
         p.rows = rows
     if nbytes is not None:
         p.bytes = nbytes
     if subpartition_bytes is not None:
-        sizes = np.asarray(subpartition_bytes, dtype=np.int64)
-        if sizes.ndim != 1 or (sizes.size and sizes.min() < 0):
-            raise ServiceError(f"producer {partition} reported malformed subpartition sizes", ErrorCode.BAD_REQUEST)
+        sizes = _per_subpartition(subpartition_bytes, partition, "sizes")
         # a forward/broadcast producer has one subpartition of its own: its sizes do not add up per
         # subpartition, so it reports none (the commit then knows the sizes are incomplete)
         if ex.num_subpartitions is not None and len(sizes) == ex.num_subpartitions:
-            # held until commit (2,000 x 2,000 would be 32 MB as int64): the narrowest type that fits
-            ex.sizes[partition] = sizes.astype(np.uint32) if not sizes.size or sizes.max() < 1 << 32 else sizes
-    if subpartition_raw_bytes is not None and ex.num_subpartitions is not None \
-            and len(subpartition_raw_bytes) == ex.num_subpartitions:
-        raw = np.asarray(subpartition_raw_bytes, dtype=np.int64)
-        if raw.ndim != 1 or (raw.size and raw.min() < 0):
-            raise ServiceError(f"producer {partition} reported malformed subpartition raw sizes", ErrorCode.BAD_REQUEST)
-        ex.raw_sizes[partition] = raw.astype(np.uint32) if not raw.size or raw.max() < 1 << 32 else raw
-    if subpartition_rows is not None and ex.num_subpartitions is not None \
-            and len(subpartition_rows) == ex.num_subpartitions:
-        counts = np.asarray(subpartition_rows, dtype=np.int64)
-        if counts.ndim != 1 or (counts.size and counts.min() < 0):
-            raise ServiceError(f"producer {partition} reported malformed subpartition rows", ErrorCode.BAD_REQUEST)
-        ex.row_counts[partition] = counts.astype(np.uint32) if not counts.size or counts.max() < 1 << 32 else counts
+            ex.sizes[partition] = sizes
+    for values, held, what in ((subpartition_raw_bytes, ex.raw_sizes, "raw sizes"),
+                               (subpartition_rows, ex.row_counts, "rows")):
+        if values is not None and ex.num_subpartitions is not None and len(values) == ex.num_subpartitions:
+            held[partition] = _per_subpartition(values, partition, what)
+
+
+def _per_subpartition(values: list[int], partition: str, what: str):
+    """A producer's per-subpartition counts, checked (one dimension, none negative) and held until the commit in the
+    narrowest type that fits (2,000 x 2,000 would be 32 MB as int64)."""
+    import numpy as np
+
+    counts = np.asarray(values, dtype=np.int64)
+    if counts.ndim != 1 or (counts.size and counts.min() < 0):
+        raise ServiceError(f"producer {partition} reported malformed subpartition {what}", ErrorCode.BAD_REQUEST)
+    return counts.astype(np.uint32) if not counts.size or counts.max() < 1 << 32 else counts
 
 
 def _raw_ratio(p: ProducerInfo | None) -> float:
