@@ -5,7 +5,6 @@ import java.util.List;
 import java.util.Locale;
 import java.util.SortedSet;
 import org.apache.spark.network.util.JavaUtils;
-import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.internal.SQLConf;
 
 /**
@@ -121,7 +120,7 @@ record ReadLayout(int groups, List<int[]> members, int slots) {
         long target = advisory;
         if (bool(conf, "spark.sql.adaptive.coalescePartitions.parallelismFirst", true)) {
             long minimum = size(conf, "spark.sql.adaptive.coalescePartitions.minPartitionSize", "1m");
-            target = Math.max(minimum, Math.min(advisory, total / Math.max(1, parallelism())));
+            target = Math.max(minimum, Math.min(advisory, total / TaskSlots.defaultParallelism()));
         }
         for (int m = 1; m < n; m++) {
             if (n % m == 0 && largestGroup(m, kept, subpartitionBytes) <= target) {
@@ -139,15 +138,6 @@ record ReadLayout(int groups, List<int[]> members, int slots) {
             largest = Math.max(largest, sums[i % m]);
         }
         return largest;
-    }
-
-    /** The reading application's task slots as Spark counts them (its default parallelism). */
-    static int parallelism() {
-        try {
-            return SparkSession.active().sparkContext().defaultParallelism();
-        } catch (RuntimeException e) {
-            return 1;
-        }
     }
 
     private static boolean bool(SQLConf conf, String key, boolean otherwise) {

@@ -25,6 +25,11 @@ public final class TaskSlots {
         if (!session.isEmpty()) {
             return parse(session, Contract.Option.PREFIX + OPTION);
         }
+        return defaultParallelism();
+    }
+
+    /** Spark's default parallelism of the active session, at least 1 (1 without a session). */
+    static int defaultParallelism() {
         try {
             return Math.max(1, SparkSession.active().sparkContext().defaultParallelism());
         } catch (RuntimeException e) {
