@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from harness import client_config
+from harness import client_config, fd_count
 from test_bad_input import RawClient, healthy
 from test_service import SCHEMA, Worker, join_all, producer_batches
 
@@ -170,15 +170,11 @@ def _register_many(client: RawClient, names: list[str], ptype: str) -> dict[str,
     return handles
 
 
-def _fd_count(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
 def test_fds_stay_bounded_with_5000_finished_hybrid_partitions(tmp_service):
     """A finished partition's data file is closed; reads go through an LRU of maxOpenSpillFiles fds."""
     bound = 64
     svc = tmp_service(conf={"maxOpenSpillFiles": bound})
-    start_fds = _fd_count(svc.proc.pid)
+    start_fds = fd_count(svc.proc.pid)
     client = RawClient(svc)
     names = [f"fd-{i}" for i in range(5000)]
     payload = {name: pa.record_batch([pa.array([i])], names=["v"]).serialize().to_pybytes()
@@ -195,7 +191,7 @@ def test_fds_stay_bounded_with_5000_finished_hybrid_partitions(tmp_service):
             msg = client.next()
             assert not isinstance(msg, ErrorResponse), msg.message
             done += isinstance(msg, PartitionFinished)
-        peak = max(peak, _fd_count(svc.proc.pid))
+        peak = max(peak, fd_count(svc.proc.pid))
     # reading 300 different finished partitions cycles the LRU
     reader = RawClient(svc)
     for rid, name in enumerate(names[::16][:300]):
@@ -203,7 +199,7 @@ def test_fds_stay_bounded_with_5000_finished_hybrid_partitions(tmp_service):
         msg = reader.next()
         assert isinstance(msg, BufferResponse) and bytes(msg.payload) == payload[name], name
         assert reader.next().kind == BufferKind.END_OF_PARTITION
-    peak = max(peak, _fd_count(svc.proc.pid))
+    peak = max(peak, fd_count(svc.proc.pid))
     status = svc.status()
     assert len(status["partitions"]) == 5000
     assert status["memory"]["open_spill_reads"] <= bound

@@ -10,14 +10,13 @@ clients can neither hold its connections for good nor take the service's file de
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import subprocess
 import threading
 import time
 
 import pytest
-from harness import client_config
+from harness import client_config, fd_count
 
 from sparkflow_exchange.network.aio_client import rpc_once
 from sparkflow_exchange.service.discovery import Endpoints
@@ -211,7 +210,7 @@ def test_slow_metrics_clients_cannot_take_the_services_descriptors(tmp_service):
     """300 clients that trickle headers to the metrics port of a service with 256 fds: the port serves a few
     at once (its own cap), the operator still connects to the service, and a scrape still gets through."""
     svc = tmp_service(conf={"metricsTimeout": "30", "metricsMaxConnections": "8"}, extra=["--metrics"], nofile=256)
-    fds_before = len(os.listdir(f"/proc/{svc.proc.pid}/fd"))
+    fds_before = fd_count(svc.proc.pid)
     slow = []
     for _ in range(300):
         try:
@@ -223,9 +222,9 @@ def test_slow_metrics_clients_cannot_take_the_services_descriptors(tmp_service):
     try:
         assert len(slow) == 300
         deadline = time.monotonic() + 30  # a bound for a loaded machine, not a pace
-        while len(os.listdir(f"/proc/{svc.proc.pid}/fd")) > fds_before + 8 + 2 and time.monotonic() < deadline:
+        while fd_count(svc.proc.pid) > fds_before + 8 + 2 and time.monotonic() < deadline:
             time.sleep(0.1)  # the accept loop has taken every one in and closed what exceeds the cap
-        assert len(os.listdir(f"/proc/{svc.proc.pid}/fd")) <= fds_before + 8 + 2
+        assert fd_count(svc.proc.pid) <= fds_before + 8 + 2
         with svc.connect() as conn:  # the operator, over TCP: not out of descriptors
             assert conn.call("ping")["service_id"]
         time.sleep(1.1)  # the slow ones held are old now: a newcomer takes the oldest one's place

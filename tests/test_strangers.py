@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 import subprocess
 import threading
 import time
 
 import pytest
-from harness import client_config
+from harness import client_config, fd_count
 
 from sparkflow_exchange.config import ExchangeConfig
 from sparkflow_exchange.network import auth
@@ -417,7 +416,7 @@ def test_strangers_that_never_start_tls_are_capped_and_make_room(tmp_service, tm
     svc = tmp_service(conf={"tls.certFile": str(cert), "tls.keyFile": str(key),
                             "maxUnauthenticatedConnections": "8", "helloTimeout": "60"})  # slow machines
     def fds() -> int:
-        return len(os.listdir(f"/proc/{svc.proc.pid}/fd"))
+        return fd_count(svc.proc.pid)
 
     with svc.connect(svc.unix) as conn:  # whatever the service opens on its first call is counted before
         assert conn.call("ping")["service_id"]
