@@ -232,6 +232,11 @@ class InputGate:
                 if producer["state"] == PartitionState.FAILED and pid not in committed:
                     self._drop_attempt(pid, producer.get("reason", ""))
                 continue
+            if producer["state"] == PartitionState.FAILED and pid in committed:
+                self._fail(f"producer {pid} of exchange {self.name!r} is committed but reported failed "
+                           f"({producer.get('reason') or 'no reason given'}): its rows cannot be read, so this read "
+                           "stops rather than return the exchange without them; write the exchange again")
+                return
             if producer["state"] == PartitionState.FAILED or (fixed is not None and pid not in committed):
                 continue
             channels = self._channels_of(producer, end)
@@ -516,7 +521,7 @@ class InputGate:
         files = []
         for producer in self.plan:
             if producer["state"] == PartitionState.FAILED:
-                continue
+                return None  # the gate's own path decides: skipped if uncommitted, a clear error if committed
             for channel in self._channels_of(producer, end):
                 if not isinstance(channel, LocalFileInputChannel):
                     return None  # a mixed plan: every channel goes through the IO thread as usual

@@ -50,7 +50,7 @@ from .protocol import (
     SharedBuffersRead,
     encode,
 )
-from .rpc import check_args
+from .rpc import MAX_REASON_LENGTH, check_args
 from .socket_writer import SocketWriter
 
 if TYPE_CHECKING:
@@ -90,6 +90,9 @@ class ConnectionHost(Protocol):
 
 HIGH_WATER = 4 * 1024 * 1024
 LOW_WATER = 1 * 1024 * 1024
+# what a connection may leave unread beyond its data's high-water mark before it is closed: notifications (the
+# coordinator's events) are sent whether it reads or not, and a subscriber that never reads must not hold them
+NOTIFY_BACKLOG = 1024 * 1024
 
 
 class ServerConnection(asyncio.BufferedProtocol):
@@ -214,6 +217,27 @@ class ServerConnection(asyncio.BufferedProtocol):
         for piece in pieces:  # not writelines: in 3.11 it joins, copying every payload
             self.transport.write(piece)
 
+    @property
+    def unsent(self) -> int:
+        """Bytes queued to this connection that its socket has not taken yet."""
+        if self.writer is not None:
+            return self.writer.buffered
+        return self.transport.get_write_buffer_size() if self.transport is not None else 0
+
+    def notify(self, msg: Message) -> None:
+        """Send a notification, unless the client leaves what it was sent unread: then it is closed (it hears
+        why), rather than hold the service's memory for every later event."""
+        if self.closed:
+            return
+        if self.unsent > HIGH_WATER + NOTIFY_BACKLOG:
+            self.fatal(f"the connection left {self.unsent} bytes unread while subscribed to exchange events (at "
+                       f"most {HIGH_WATER + NOTIFY_BACKLOG} may wait): a subscriber must read its notifications",
+                       code=ErrorCode.LIMIT)
+            if self.transport is not None:
+                self.transport.abort()  # it does not read: what is queued is dropped, not sent
+            return
+        self.send(msg)
+
     def _write_failed(self, exc: BaseException) -> None:
         """The socket or a spill file failed mid-write: part of a frame may be out, so the connection ends (a
         reader resumes on a new one and is told what is wrong with the file, if anything)."""
@@ -302,7 +326,8 @@ class ServerConnection(asyncio.BufferedProtocol):
         self.producers.register(msg, part, self.transport_kind == "unix" and self.service.config.shared_memory)
 
     def on_fail_partition(self, msg: FailPartition) -> None:
-        self.service.producer_lost(self.producers.get(msg.handle).partition, msg.reason)
+        reason = msg.reason if len(msg.reason) <= MAX_REASON_LENGTH else msg.reason[:MAX_REASON_LENGTH - 6] + " [...]"
+        self.service.producer_lost(self.producers.get(msg.handle).partition, reason)
 
     def schedule_pump(self) -> None:
         if not self.pump_scheduled and not self.closed:

@@ -27,6 +27,7 @@ from ..network.admission import Admission
 from ..network.advertised import WILDCARDS, Advertised, advertised_host
 from ..network.listener import Listener, tcp_sockets, unix_socket
 from ..network.protocol import FRAME_POOL, RegisterPartition
+from ..network.rpc import MAX_ID_LENGTH
 from ..network.server import ServerConnection
 from ..partition.buffer_pool import SUBPARTITION_BYTES, MemoryAccount, NetworkBufferPool
 from ..partition.result_partition import ResultPartition
@@ -266,6 +267,13 @@ class ExchangeService:
         operator may release it or join it to an exchange: ``service/owners.py``)."""
         if msg.partition_type not in PARTITION_TYPES:
             raise ValueError(f"unknown partition type {msg.partition_type!r}; use one of {', '.join(PARTITION_TYPES)}")
+        for field, value in (("partition", msg.partition), ("exchange", msg.exchange), ("attempt", msg.attempt),
+                             ("shm_path", msg.shm_path)):
+            if len(value) > MAX_ID_LENGTH:  # as an RPC's identifiers: every later call can still name it
+                raise ValueError(f"the {field} of a RegisterPartition is {len(value)} characters long; at most "
+                                 f"{MAX_ID_LENGTH} are taken")
+        if not msg.partition:
+            raise ValueError("a RegisterPartition needs a partition id")
         if msg.partition in self.partitions:
             raise ValueError(f"partition {msg.partition!r} is already registered")
         if not 1 <= msg.num_subpartitions <= 1 << 16:

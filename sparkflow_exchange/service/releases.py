@@ -39,12 +39,17 @@ class PartitionReleases:
         self.service = service
 
     def producer_lost(self, part: ResultPartition, reason: str) -> None:
+        if part.finished:  # its rows are complete: a failure told after the end changes nothing
+            return
         part.fail(reason)
-        if self.service.coordinator is not None and part.exchange:
-            asyncio.ensure_future(self.service.coordinator.producer_failed(part.exchange, None, part.pid, reason))
+        if self.service.coordinator is not None:
+            if part.exchange:
+                asyncio.ensure_future(self.service.coordinator.producer_failed(
+                    part.exchange, None, part.pid, reason, held_by=(self.service.service_id, part.owner)))
             # a writer lost before it joined its exchange (killed between registering its partition and
             # register_producer): no reader can learn of the partition and no drop will release it. Asked a
-            # moment later, so a register_producer already on its way is counted.
+            # moment later, so a register_producer already on its way is counted. One with no exchange label
+            # joins none: it goes too.
             asyncio.get_running_loop().call_later(JOIN_GRACE, self.release_if_unjoined, part, reason)
 
     def release_unknown(self, known: set[str], coordinator: str) -> list[str]:

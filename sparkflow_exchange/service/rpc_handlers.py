@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from .streams import StreamRegistry
 
 # subscriptions one connection holds at once (a reader holds one per exchange it is reading): each costs the
-# coordinator a callback, so a client cannot grow its memory without end
+# coordinator a callback, and every event of its exchange a notification, so a client cannot grow its memory without
+# end; one credential holds at most as many over all its connections (the operator: no bound)
 MAX_SUBSCRIPTIONS = 4096
 SERVICE_GIVEN = frozenset({"owner", "conn"})  # a handler's arguments the service gives, never the client
 
@@ -44,6 +45,7 @@ class Service(Protocol):
     secret: str | None
     config: ExchangeConfig
     releases: PartitionReleases
+    connections: set[ServerConnection]
 
     def addresses(self) -> dict[str, Any]: ...
 
@@ -135,6 +137,7 @@ class ExchangeCalls:
     """The coordinator's answers that need the connection, or both exchanges and streams."""
 
     def __init__(self, service: Service) -> None:
+        self.service = service
         self.coordinator = service.coordinator
         self.streams = service.streams
 
@@ -149,7 +152,13 @@ class ExchangeCalls:
                                f"{conn.identity!r}) holds {len(conn.subscriptions)} subscriptions, the most one "
                                "connection may (MAX_SUBSCRIPTIONS); unsubscribe from exchanges it no longer reads",
                                ErrorCode.LIMIT)
-        conn.subscriptions[topic] = self.coordinator.subscribe(name, lambda body: conn.send(Notify(topic, body)),
+        elif conn.identity and conn.identity != auth.OPERATOR:
+            held = sum(len(c.subscriptions) for c in self.service.connections if c.identity == conn.identity)
+            if held >= MAX_SUBSCRIPTIONS:
+                raise ServiceError(f"subscribing to exchange {name!r} is refused: credential {conn.identity!r} holds "
+                                   f"{held} subscriptions over its connections, the most one credential may "
+                                   f"({MAX_SUBSCRIPTIONS}); close readers it no longer needs", ErrorCode.LIMIT)
+        conn.subscriptions[topic] = self.coordinator.subscribe(name, lambda body: conn.notify(Notify(topic, body)),
                                                                seal=seal)
         return {"ok": True}
 

@@ -13,6 +13,7 @@ from typing import Callable
 
 from ..errors import ErrorCode, ServiceError
 from ..kinds import ExchangeState, PartitionState, PartitionType
+from ..network.auth import OPERATOR
 from .exchange_book import REPLACED, ExchangeBook
 from .exchange_lifecycle import Action, Event, ReplicaState, Transition
 from .exchanges import Exchange, ProducerInfo, layout_text, same_layout, same_schema, schema_text
@@ -240,10 +241,25 @@ class Writes:
             await self._carry_out(ex, ex.life.on(Event.FINISH), changed=[ex.set_producer(p)])
         return {"ok": True}
 
-    async def producer_failed(self, name: str, epoch: int | None, partition: str, reason: str) -> dict:
+    async def producer_failed(self, name: str, epoch: int | None, partition: str, reason: str,
+                              held_by: tuple[str, str] | None = None) -> dict:
+        """A producer's writer failed. ``held_by``: (service id, registering credential) when a service reports a
+        partition it holds failing (the data plane's ``FailPartition``): only the producer whose location is that
+        service and that the same credential (or the operator) joined is failed; a partition of the same id on
+        another service, registered by someone else, fails nothing. A committed producer is sealed: a failure
+        reported after its commit changes nothing (its rows are finished and stay readable)."""
         ex = self.book.exchanges.get(name)
         if ex is not None and partition in ex.producers and (epoch is None or ex.epoch == epoch):
             p = ex.producers[partition]
+            if held_by is not None and not _reported_by_holder(p, *held_by):
+                log.warning("producer %s of exchange %r was not failed: the failure came from service %s for "
+                            "credential %r, and the producer is held by service %s for credential %r", partition,
+                            name, held_by[0], held_by[1], p.location.get("service_id"), p.owner)
+                return {"ok": True}
+            if partition in ex.committed:
+                log.info("producer %s of exchange %r is committed: a failure reported since (%s) changes nothing",
+                         partition, name, reason)
+                return {"ok": True}
             if p.state != PartitionState.FAILED:
                 t = ex.life.on(Event.FAIL, reason=reason)
                 p.state, p.reason = PartitionState.FAILED, reason
@@ -323,3 +339,10 @@ class Writes:
     async def discard(self, name: str, reason: str) -> dict:
         """Drop ``name`` for ``reason`` (a stream releases its epochs so)."""
         return await self.book.end(name, Event.RELEASE, reason)
+
+
+def _reported_by_holder(p: ProducerInfo, service_id: str, credential: str) -> bool:
+    """Whether a failure a service reported of a partition it holds is this producer's: same service, and the
+    credential that registered it there is the one that joined the producer (or the operator)."""
+    return p.location.get("service_id") == service_id and (credential == OPERATOR or not p.owner
+                                                            or credential == p.owner)
