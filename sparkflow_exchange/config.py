@@ -116,6 +116,8 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "stateDir": ("state_dir", "coordinator: directory (0700) where it keeps its exchanges, producers, the services holding their partitions and its seals (fsync'd), and takes them up again when it restarts (default: none, kept in memory only)"),
     "secret": ("secret", "shared secret for the HMAC handshake (embedded: generated)"),
     "secretFile": ("secret_file", "file holding the shared secret; refused when empty, or when others may read or change it (mode 0600, or 0640 to share it with a group; beside credentialsFile, the operator's, 0600)"),
+    "readers": ("readers", "credentials (names of credentialsFile) that may read the exchange or stream besides its owner and the operator, comma-separated; '*': every credential the service accepts; not given: the service's defaultReaders. Checked by the coordinator (describing, subscribing, planning, joining a stream's consumer group) and by every service holding its partitions (each request for one); an append keeps the readers the exchange was created with"),
+    "defaultReaders": ("default_readers", "service: the readers of an exchange or stream whose writer names none ('*', the default: every credential; an empty value: only its owner and the operator); see readers"),
     "credentialsFile": ("credentials_file", "service: application credentials it accepts besides its secret (the operator's), one 'name secret' per line, mode 0600 (refused when its group or others may read it); an exchange belongs to the credential that declared it, and only that one or the operator may write, drop or release it"),
     "tls.certFile": ("tls_cert_file", "service certificate (PEM); enables TLS (with tls.keyFile, unless this file holds the key too)"),
     "tls.keyFile": ("tls_key_file", "service private key (PEM); without tls.certFile the service refuses to start (never plaintext in its place)"),
@@ -219,6 +221,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
                 "metricsPort", "metricsHost", "metricsTimeout", "metricsMaxConnections"),
     "security": ("secret", "secretFile", "credentialsFile", "unixSocketGroup", "tls.certFile", "tls.keyFile", "tls.caFile", "tls.checkHostname",
                  "maxUnauthenticatedConnections", "maxUnauthenticatedPerPeer", "helloTimeout",
+                 "readers", "defaultReaders",
                  "maxConnectionsPerCredential", "maxExchangesPerCredential", "maxGroupsPerCredential",
                  "credentialMemoryShare",
                  "credentialDiskShare"),
@@ -250,6 +253,8 @@ class ExchangeConfig:
     sort_buffer_size: int = _default("sortBufferSize")
     compression: str = _default("compression")
     replicas: int = _default("replicas")
+    readers: tuple[str, ...] = _default("readers")
+    default_readers: tuple[str, ...] = _default("defaultReaders")
     buffers_per_channel: int = _default("buffersPerChannel")
     floating_buffers_per_gate: int = _default("floatingBuffersPerGate")
     buffers_per_partition: int = _default("buffersPerPartition")

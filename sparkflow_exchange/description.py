@@ -68,6 +68,8 @@ class ExchangeDescription:
     subpartition_rows: tuple[int, ...] | None = None
     rows: int | None = None
     owner: str = ""
+    readers: tuple[str, ...] = ()  # who may read it besides its owner and the operator ("*": every credential)
+    private: bool = False  # its readers are not every credential: its writers name them to the services holding it
     created_at: float | None = None
     last_used_at: float | None = None
     last_committed: int | None = None  # a stream's newest committed epoch
@@ -104,7 +106,8 @@ class ExchangeDescription:
                 subpartition_bytes=_ints(reply.get("subpartition_bytes")),
                 subpartition_raw_bytes=_ints(reply.get("subpartition_raw_bytes")),
                 subpartition_rows=_ints(reply.get("subpartition_rows")), rows=reply.get("rows"),
-                owner=str(reply.get("owner") or ""), created_at=reply.get("created_at"),
+                owner=str(reply.get("owner") or ""), readers=tuple(reply.get("readers") or ()),
+                private=bool(reply.get("private")), created_at=reply.get("created_at"),
                 last_used_at=reply.get("last_used_at"), last_committed=reply.get("last_committed"),
                 readable=dict(reply["readable"]) if isinstance(reply.get("readable"), Mapping) else None)
         except (TypeError, ValueError) as exc:

@@ -66,9 +66,11 @@ def declare_write(config: ExchangeConfig, schema: pa.Schema, overwrite: bool) ->
                               "shared": partitioner is Partitioner.BROADCAST and config.num_subpartitions is None},
                  partition_type=config.partition_type, mode="overwrite" if overwrite else "append",
                  coalesce=config.num_subpartitions is None and not partitioner.single_subpartition,
-                 **({"replicas": config.replicas} if config.replicas else {}))
+                 **({"replicas": config.replicas} if config.replicas else {}),
+                 **({"readers": list(config.readers)} if config.readers else {}))
     desc = ExchangeDescription.parse(reply)  # the declared exchange, and this write's id
-    return WriteHandle(config, name, desc.epoch, reply["write_id"], desc.schema, desc.num_subpartitions, partitioner)
+    return WriteHandle(config, name, desc.epoch, reply["write_id"], desc.schema, desc.num_subpartitions, partitioner,
+                       desc.readers if desc.private else None)
 
 
 class ProducerTask:
@@ -117,6 +119,8 @@ class ProducerTask:
                                       no_consumer_timeout=config.no_consumer_timeout,
                                       buffer_size=config.buffer_size, buffers=config.buffers_per_partition,
                                       shared_memory=config.shared_memory)
+        if handle.private_readers is not None:  # before it joins: no reader learns of it before its service knows
+            self.conn.call("set_partition_readers", partition=self.partition, readers=list(handle.private_readers))
         extra = {} if width is None else {"num_subpartitions": width}
         try:
             joined = self._coordinator_call("register_producer", name=handle.name, epoch=handle.epoch,

@@ -29,6 +29,8 @@ class WriteHandle:
     schema_b64: str
     num_subpartitions: int | None
     partitioner: Partitioner
+    # the exchange's readers when they are not every credential: each task names them to its service
+    private_readers: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         self.partitioner = Partitioner.of(self.partitioner)

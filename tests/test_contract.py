@@ -398,14 +398,16 @@ def _python_write(options: dict) -> dict:
             "partitionType": str(cfg.partition_type), "bufferSize": cfg.buffer_size,
             "sortBufferSize": cfg.sort_buffer_size, "buffers": cfg.buffers_per_partition,
             "bufferTimeoutNanos": int(cfg.buffer_timeout * 1e9), "compression": cfg.compression,
-            "compressionThread": C["options"]["keys"]["compressionThread"]["default"]}  # the JVM writer's only
+            "compressionThread": C["options"]["keys"]["compressionThread"]["default"],  # the JVM writer's only
+            "readers": list(cfg.readers)}
 
 
 WRITE_OPTIONS = [
     {"keys": "a"},  # the defaults
     {"keys": "a, b", "BUFFERSIZE": "1mib", "sortBufferSize": "64 MB", "bufferTimeout": "250ms",
      "buffersPerPartition": "4", "compression": "ZSTD", "partitionType": "blocking", "numSubpartitions": "3"},
-    {"partitioner": "broadcast", "bufferSize": "512k", "bufferTimeout": "1.5", "maxFrameSize": "1m"},
+    {"partitioner": "broadcast", "bufferSize": "512k", "bufferTimeout": "1.5", "maxFrameSize": "1m",
+     "readers": "bob, analysts"},
 ]
 REFUSED_WRITE_OPTIONS = [
     ({"keys": "a", "bufferSize": "1.5m"}, "not a size"),

@@ -19,15 +19,16 @@ from harness import client_config, start_service
 
 from sparkflow_exchange import exchange as ex
 from sparkflow_exchange import write_handle as wh
+from sparkflow_exchange.calls import call
 from sparkflow_exchange.errors import ErrorCode, ExchangeError
 from sparkflow_exchange.network.blocking_client import BlockingConnection, ServiceError
-from sparkflow_exchange.network.protocol import ErrorResponse, RegisterPartition, RpcRequest
+from sparkflow_exchange.network.protocol import ErrorResponse, PartitionRequest, RegisterPartition, RpcRequest
 from sparkflow_exchange.network.rpc import MAX_ID_LENGTH
 from sparkflow_exchange.service.rpc_handlers import MAX_SUBSCRIPTIONS
 from sparkflow_exchange.writer.partition_writer import PartitionWriter
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False)])
-SECRETS = {"app-a": "secret-of-a-0123456789", "app-b": "secret-of-b-0123456789"}
+SECRETS = {"app-a": "secret-of-a-0123456789", "app-b": "secret-of-b-0123456789", "app-c": "secret-of-c-0123456789"}
 REFUSED = (ExchangeError, ServiceError)
 
 
@@ -183,8 +184,10 @@ def test_a_subscriber_that_never_reads_is_closed_and_the_owners_writes_go_on(sha
     write(a, 10)
     conn = BlockingConnection(shared.tcp, SECRETS["app-b"], timeout=10.0)
     try:
-        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         subscribe_many(conn, "orders", MAX_SUBSCRIPTIONS)
+        # from now on he reads nothing, into a small receive buffer (small from the start, the replies to his
+        # pipelined subscriptions crawl through it, a delayed acknowledgement per segment)
+        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         rss_before = shared.rss_bytes()
         closed = False
         for rows in range(20):
@@ -201,3 +204,89 @@ def test_a_subscriber_that_never_reads_is_closed_and_the_owners_writes_go_on(sha
         assert shared.rss_bytes() - rss_before < 64 * 1024 * 1024
     finally:
         conn.sock.close()
+
+
+# ---------------------------------------------------------------- readers
+
+def forbidden(fn, *args, **kw) -> str:
+    with pytest.raises(REFUSED) as info:
+        fn(*args, **kw)
+    assert info.value.code == ErrorCode.FORBIDDEN, info.value
+    return str(info.value)
+
+
+def request_refusal(svc, secret: str, partition: str) -> ErrorResponse:
+    """A hand-framed request for subpartition 0 of ``partition``: the service's answer."""
+    with svc.connect(secret=secret) as conn:
+        conn.send(PartitionRequest(partition, 0, 7, 2))
+        reply = conn.recv(10)
+        assert isinstance(reply, ErrorResponse), reply
+        return reply
+
+
+@pytest.mark.parametrize("partition_type", ["HYBRID", "PIPELINED_BOUNDED"])
+def test_an_exchange_with_readers_is_read_by_them_only_on_every_service_holding_it(shared, holder, partition_type):
+    a = as_(shared, "app-a", service=holder.tcp, readers="app-c", partitionType=partition_type)
+    pid, = write(a, 1000)
+    b, c = as_(shared, "app-b", partitionType=partition_type), as_(shared, "app-c", partitionType=partition_type)
+    message = forbidden(ex.describe_exchange, b)
+    assert "reading 'orders' is refused: its owner, credential 'app-a', lets 'app-c' read it" in message
+    assert "authenticated as 'app-b'" in message
+    with shared.connect(secret=SECRETS["app-b"]) as conn:
+        with pytest.raises(ServiceError, match="reading 'orders' is refused") as info:
+            conn.call("subscribe", name="orders", topic="peek")
+        assert info.value.code == ErrorCode.FORBIDDEN
+    listed = {e["name"]: e for e in ex.list_exchanges(b)}
+    assert listed["orders"]["readers"] == ["app-c"] and listed["orders"]["owner"] == "app-a"
+    # the partition's id is no key: the service holding it refuses him (a bounded partition: nothing consumed)
+    reply = request_refusal(holder, SECRETS["app-b"], pid)
+    assert reply.code == ErrorCode.FORBIDDEN
+    assert f"reading partition {pid!r} of exchange 'orders' is refused: its writer, credential 'app-a'" in reply.message
+    if partition_type == "HYBRID":
+        assert ids_of(c) == list(range(1000))  # a named reader
+        assert ids_of(a) == list(range(1000))  # the owner
+    else:  # read once: by the named reader, every row
+        assert ids_of(c) == list(range(1000))
+
+
+def test_readers_may_not_be_changed_by_an_append_and_are_kept_by_it(shared):
+    a = as_(shared, "app-a", readers="app-c")
+    write(a, 10)
+    handle = ex.declare_write(as_(shared, "app-a"), SCHEMA, overwrite=False)  # an append naming none keeps them
+    assert ex.describe_exchange(a).readers == ("app-c",)
+    wh.commit_write(handle, [])
+    with pytest.raises(REFUSED, match="the exchange keeps readers=app-c, those it was created with"):
+        ex.declare_write(as_(shared, "app-a", readers="app-b"), SCHEMA, overwrite=False)
+    with pytest.raises(REFUSED, match="is not a credential name"):
+        ex.declare_write(as_(shared, "app-a", readers="app b"), SCHEMA, overwrite=True)
+
+
+def test_a_service_can_make_new_exchanges_private(tmp_path, credentials):
+    svc = start_service(tmp_path / "private", conf={"credentialsFile": str(credentials), "defaultReaders": ""})
+    try:
+        a, b = as_(svc, "app-a"), as_(svc, "app-b")
+        pid, = write(a, 100)
+        assert ex.describe_exchange(a).readers == ()
+        assert "lets no other credential read it" in forbidden(ex.describe_exchange, b)
+        assert request_refusal(svc, SECRETS["app-b"], pid).code == ErrorCode.FORBIDDEN
+        write(as_(svc, "app-a", name="open", readers="*"), 5)  # a writer opens its own
+        assert ids_of(as_(svc, "app-b", name="open")) == list(range(5))
+        assert ids_of(a) == list(range(100))
+    finally:
+        svc.stop()
+
+
+def test_a_stream_with_readers_refuses_others_its_description_plan_and_groups(shared):
+    a = as_(shared, "app-a", name="events", readers="app-c")
+    from sparkflow_exchange.spark import streaming
+
+    handle = streaming.declare_stream(a, SCHEMA)
+    wh_epoch = streaming.begin_epoch(handle, 0, "q")
+    assert wh_epoch.private_readers == ("app-c",)
+    b = as_(shared, "app-b", name="events")
+    assert "reading 'events' is refused" in forbidden(call, b, "stream_describe", name="events")
+    assert "joining a consumer group of 'events' is refused" in forbidden(call, b, "stream_join", name="events")
+    assert "refused" in forbidden(call, b, "stream_plan", name="events", after=-1, upto=0)
+    c = as_(shared, "app-c", name="events")
+    assert call(c, "stream_describe", name="events")["readers"] == ["app-c"]
+    assert call(c, "stream_join", name="events")["group"]

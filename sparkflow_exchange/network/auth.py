@@ -165,3 +165,12 @@ def client_ssl_context(ca_file: str | None, cert_file: str | None = None, *,
         raise ConfigError(f"{setting} {trust} holds no PEM certificate to trust ({exc.reason or exc})") from None
     ctx.check_hostname = check_hostname
     return ctx
+
+
+EVERYONE = "*"  # in an exchange's or stream's readers: every credential the service accepts
+
+
+def may_read(readers: tuple[str, ...], owner: str, identity: str) -> bool:
+    """Whether a credential may read what ``owner`` wrote for ``readers`` (the owner and the operator always may;
+    with no authentication there is no credential, and every read is open)."""
+    return not identity or identity in (OPERATOR, owner) or EVERYONE in readers or identity in readers

@@ -125,6 +125,7 @@ class Who(enum.StrEnum):
     OWNER = "the owner of the exchange or stream it names"  # ``name``: the credential that declared it
     GROUP = "the owner of the consumer group it names"  # ``group`` of stream ``name``, or the stream's owner
     PARTITIONS = "the owner of the partitions it names"  # ``partition(s)`` held here: who registered them
+    READER = "a reader of the exchange or stream it names"  # ``name``: its owner, or a credential of its readers
 
 
 class Rpc(dict):
@@ -177,6 +178,8 @@ RPCS: dict[str, Rpc] = {
                       "attaching an application to the service's lifetime"),
     "report_file_reads": Rpc(Who.ANY, "service.report_file_reads",
                              {"bytes": COUNT, "partitions": _opt(Arg(dict, items=int), True)}),
+    "set_partition_readers": Rpc(Who.PARTITIONS, "service.set_partition_readers",
+                                 {"partition": TEXT, "readers": NAMES}, "naming the readers of"),
     "report_backpressure": Rpc(Who.PARTITIONS, "service.report_backpressure", {"partition": TEXT, "seconds": SECONDS},
                                "reporting the backpressure of"),
     # the coordinator: the services that hold partitions for it (service/service_roster.py)
@@ -187,11 +190,13 @@ RPCS: dict[str, Rpc] = {
                              "an exchange service's heartbeat"),
     "list_services": Rpc(Who.ANY, "coordinator.list_services", {}),
     # the coordinator: batch exchanges
-    "subscribe": Rpc(Who.ANY, "exchanges.subscribe", {"name": TEXT, "topic": TEXT, "seal": _opt(COUNT, True)}),
+    "subscribe": Rpc(Who.READER, "exchanges.subscribe", {"name": TEXT, "topic": TEXT, "seal": _opt(COUNT, True)},
+                     "reading"),
     "unsubscribe": Rpc(Who.ANY, "exchanges.unsubscribe", {"topic": TEXT}),
     "list_exchanges": Rpc(Who.ANY, "exchanges.list_exchanges", {}),
     "declare": Rpc(Who.OWNER, "coordinator.declare", {**_DECLARE, "mode": TEXT,
-                                                      "replicas": _opt(Arg(int, low=0, high=MAX_REPLICAS))}, "writing"),
+                                                      "replicas": _opt(Arg(int, low=0, high=MAX_REPLICAS)),
+                                                      "readers": _opt(NAMES)}, "writing"),
     "register_producer": Rpc(Who.OWNER, "coordinator.register_producer", {
         "name": TEXT, "epoch": INT, "write_id": TEXT, "index": COUNT, "attempt": TEXT, "partition": TEXT,
         "location": OBJECT, "num_subpartitions": _opt(INT, True)}, "writing"),
@@ -207,12 +212,13 @@ RPCS: dict[str, Rpc] = {
     "abort": Rpc(Who.OWNER, "coordinator.abort", {"name": TEXT, "epoch": INT, "write_id": TEXT,
                                                   "reason": _opt(REASON)}, "aborting a write of"),
     "drop": Rpc(Who.OWNER, "exchanges.drop", {"name": TEXT}, "dropping"),
-    "get_exchange": Rpc(Who.ANY, "exchanges.get_exchange", {"name": TEXT, "wait": _opt(WAIT),
-                                                            "need_subpartitions": _opt(FLAG),
-                                                            "allow_stream": _opt(FLAG), "until_sealed": _opt(FLAG)}),
+    "get_exchange": Rpc(Who.READER, "exchanges.get_exchange", {"name": TEXT, "wait": _opt(WAIT),
+                                                               "need_subpartitions": _opt(FLAG),
+                                                               "allow_stream": _opt(FLAG), "until_sealed": _opt(FLAG)},
+                        "reading"),
     # the coordinator: streams
     "stream_declare": Rpc(Who.OWNER, "streams.declare", {**_DECLARE, "max_retained_bytes": _opt(COUNT),
-                                                         "groups": _opt(GROUPS, True)}, "writing"),
+                                                         "groups": _opt(GROUPS, True), "readers": _opt(NAMES)}, "writing"),
     "stream_begin_epoch": Rpc(Who.OWNER, "streams.begin_epoch", {"name": TEXT, "epoch": INT, "query": TEXT,
                                                                  "run": TEXT, "wait": _opt(WAIT)}, "writing"),
     "stream_commit_epoch": Rpc(Who.OWNER, "streams.commit_epoch", {"name": TEXT, "epoch": INT, "partitions": NAMES,
@@ -220,14 +226,14 @@ RPCS: dict[str, Rpc] = {
                                "committing an epoch of"),
     "stream_abort_epoch": Rpc(Who.OWNER, "streams.abort_epoch", {"name": TEXT, "epoch": INT, "reason": _opt(REASON)},
                               "aborting an epoch of"),
-    "stream_describe": Rpc(Who.ANY, "streams.describe", {"name": TEXT, "wait": _opt(WAIT)}),
+    "stream_describe": Rpc(Who.READER, "streams.describe", {"name": TEXT, "wait": _opt(WAIT)}, "reading"),
     "stream_join": Rpc(Who.GROUP, "groups.join", {"name": TEXT, "group": _opt(NAME, True), "start": _opt(TEXT)},
                        "joining"),
     "stream_latest": Rpc(Who.GROUP, "groups.latest", {
         "name": TEXT, "group": TEXT, "after": INT, "max_epochs": _opt(COUNT, True), "max_rows": _opt(COUNT, True),
         "max_bytes": _opt(COUNT, True), "upto": _opt(INT, True), "wait": _opt(WAIT)},
         "reading with (it moves its position)"),
-    "stream_plan": Rpc(Who.ANY, "groups.plan", {"name": TEXT, "after": INT, "upto": INT}),
+    "stream_plan": Rpc(Who.READER, "groups.plan", {"name": TEXT, "after": INT, "upto": INT}, "reading"),
     "stream_commit_group": Rpc(Who.GROUP, "groups.commit_group", {"name": TEXT, "group": TEXT, "epoch": INT},
                                "committing"),
     "stream_leave": Rpc(Who.GROUP, "groups.leave", {"name": TEXT, "group": TEXT}, "leaving"),

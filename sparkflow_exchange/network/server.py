@@ -21,6 +21,7 @@ from ..errors import ErrorCode, ExchangeError, code_of
 from ..exhaustion import explain
 from ..partition.spill import FileSpan
 from .admission import peer_of
+from .auth import may_read
 from .blocking_client import tune_socket
 from .connection import AuthRefused, ConnState, ServerHandshake
 from .consumers import Consumers
@@ -304,8 +305,14 @@ class ServerConnection(asyncio.BufferedProtocol):
 
     def on_partition_request(self, msg: PartitionRequest) -> None:
         shared = self.transport_kind == "unix" and self.service.config.shared_memory
-        self.consumers.request(msg, self.service.partitions.get(msg.partition), shared, self.on_view_available,
-                               spans=self.writer is not None)
+        part = self.service.partitions.get(msg.partition)
+        if part is not None and part.readers is not None and not may_read(part.readers, part.owner, self.identity):
+            self.send(ErrorResponse(
+                f"reading partition {msg.partition!r} of exchange {part.exchange!r} is refused: its writer, credential "
+                f"{part.owner!r}, lets {', '.join(repr(r) for r in part.readers) or 'no other credential'} read it, "
+                f"and this connection authenticated as {self.identity!r}", msg.receiver_id, False, ErrorCode.FORBIDDEN))
+            return
+        self.consumers.request(msg, part, shared, self.on_view_available, spans=self.writer is not None)
         self.schedule_pump()
 
     def on_view_available(self, receiver_id: int) -> None:

@@ -63,6 +63,9 @@ class ResultPartition:
             raise ValueError(f"a partition needs at least one subpartition, got {num_subpartitions}")
         self.pid = pid
         self.owner = ""  # the credential that registered it (service/owners.py), set by its service
+        # who else may read it, as its writer named them (its exchange's readers; "*": every credential); None:
+        # its writer named none, and every credential may
+        self.readers: tuple[str, ...] | None = None
         self.exchange = exchange
         self.attempt = attempt
         self.partition_type = partition_type = PartitionType(partition_type)

@@ -34,6 +34,7 @@ from ..partition.result_partition import ResultPartition
 from ..partition.spill import DiskBudget, DiskShare, SpillReaders
 from . import owners, spill_root
 from .coordinator import Coordinator
+from .exchanges import checked_readers
 from .fd_budget import fd_budget
 from .launcher import pid_alive
 from .releases import PartitionReleases
@@ -110,6 +111,8 @@ class ExchangeService:
             if location.get("service_id") == self.service_id else None,
             max_exchanges_per_owner=config.max_exchanges_per_credential,
             lost_retention=config.lost_service_retention) if coordinator else None
+        if self.coordinator is not None:
+            self.coordinator.writes.default_readers = checked_readers(config.default_readers)
         # a reader query that never planned a batch: its group goes after declareTimeout (at most 30 s) idle
         self.streams = StreamRegistry(self.coordinator, config.ttl, min(30.0, config.declare_timeout),
                                       max_groups_per_owner=config.max_groups_per_credential) \

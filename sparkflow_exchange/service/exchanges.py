@@ -10,7 +10,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ErrorCode, ServiceError
 from ..kinds import ExchangeState, Partitioner, PartitionState
+from ..network.auth import EVERYONE
 from .clock import wall_time
 from .exchange_lifecycle import Kind, Lifecycle, ReplicaState, read_verdict
 
@@ -19,6 +21,24 @@ if TYPE_CHECKING:
 
 # one subpartition per producer (the contract's single-subpartition partitioners); N may be fixed at commit
 FORWARD_LIKE = tuple(p.value for p in Partitioner if p.single_subpartition)
+MAX_READERS = 256  # credentials one readers list may name
+
+
+def checked_readers(readers: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """A readers list as an exchange keeps it: names of credentials (or ``*``), each once, in the given order."""
+    out: list[str] = []
+    for name in readers:
+        name = name.strip()
+        if not name or any(c.isspace() or c == "," for c in name):
+            raise ServiceError(f"readers names credentials ('*' for every one), separated by commas; {name!r} is not a "
+                               "credential name", ErrorCode.BAD_REQUEST)
+        if name not in out:
+            out.append(name)
+    if len(out) > MAX_READERS:
+        raise ServiceError(f"readers names {len(out)} credentials; at most {MAX_READERS} may be named",
+                           ErrorCode.BAD_REQUEST)
+    return tuple(out)
+
 
 
 @dataclass
@@ -75,6 +95,8 @@ class Exchange:
     stream: str = ""  # the stream this exchange is an epoch of (service/streams.py), "" for a batch exchange
     owner: str = ""  # the credential that declared it (service/owners.py); a stream's epoch: the stream's
     replicas: int = 0  # copies of each partition on other hosts' services (the replicas option)
+    # the credentials that may read it besides its owner and the operator (the readers option); "*": every one
+    readers: tuple[str, ...] = (EVERYONE,)
     # len(committed) at each seal (no write open any more, after a commit or an abort): the states a read
     # planned while writes were open may see; such a read reads the first seal after its planning
     seal_ends: list[int] = field(default_factory=list)
@@ -151,6 +173,7 @@ class Exchange:
             "committed_sub_rows": listed(self.committed_sub_rows),
             "sizes_complete": self.sizes_complete, "committed_rows": self.committed_rows, "owner": self.owner,
             "seal_ends": list(self.seal_ends), "created": self.created, "replicas": self.replicas,
+            "readers": list(self.readers),
         }
 
     @classmethod
@@ -169,7 +192,8 @@ class Exchange:
                  committed_bytes=array(r["committed_bytes"]), committed_raw_bytes=array(r.get("committed_raw_bytes")),
                  committed_sub_rows=array(r["committed_sub_rows"]),
                  sizes_complete=bool(r["sizes_complete"]), committed_rows=r["committed_rows"], owner=r["owner"],
-                 seal_ends=list(r["seal_ends"]), replicas=int(r.get("replicas", 0)))
+                 seal_ends=list(r["seal_ends"]), replicas=int(r.get("replicas", 0)),
+                 readers=tuple(r.get("readers", (EVERYONE,))))
         ex.created = float(r.get("created", ex.created))  # a record without it: the restart's time
         for p in r["producers"]:
             ex.set_producer(ProducerInfo(**{**p, "state": PartitionState(p["state"])}))
@@ -198,6 +222,8 @@ class Exchange:
             "rows": self.committed_rows,
             "subpartition_rows": self.subpartition_rows(),
             "owner": self.owner,
+            "readers": list(self.readers),
+            "private": EVERYONE not in self.readers,  # its writers name its readers to the services holding it
             "replicas": self.replicas,
             "replication": self.replication(),
             "created_at": self.created,

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from ..config import ConfigError, read_protected_file
 from ..errors import ErrorCode, ServiceError
-from ..network.auth import OPERATOR
+from ..network.auth import OPERATOR, may_read
 from ..network.rpc import RPCS, Who
 
 FORBIDDEN = ErrorCode.FORBIDDEN
@@ -35,6 +35,9 @@ class Holdings(Protocol):
 
     def partition_owner(self, partition: str) -> str:
         """The credential that registered a partition this service holds."""
+
+    def readers_of(self, name: str) -> tuple[str, tuple[str, ...]] | None:
+        """(owner, readers) of an exchange or stream (or a stream's epoch); None when there is none of that name."""
 
 
 def check(identity: str, method: str, args: dict[str, Any], held: Holdings) -> None:
@@ -56,8 +59,12 @@ def check(identity: str, method: str, args: dict[str, Any], held: Holdings) -> N
             raise ServiceError(f"{row.doing} exchange {name!r} is refused: it belongs to credential {owner!r} "
                                f"and this connection authenticated as {identity!r}; only its owner or the operator "
                                "may write, drop or release it", FORBIDDEN)
+    elif who is Who.READER:
+        check_reader(identity, args.get("name"), held, row.doing)
     elif who is Who.GROUP:
         name, group = args.get("name"), args.get("group")
+        if method == "stream_join":  # joining a group reads the stream: its readers only, whoever owns the group
+            check_reader(identity, name, held, "joining a consumer group of")
         if not (isinstance(name, str) and isinstance(group, str)):
             return  # a new group of its own (stream_join without one)
         owner, stream_owner = held.group_owner(name, group)
@@ -74,6 +81,20 @@ def check(identity: str, method: str, args: dict[str, Any], held: Holdings) -> N
                 raise ServiceError(f"{row.doing} partition {pid!r} is refused: it was registered by "
                                    f"credential {owner!r} and this connection authenticated as {identity!r}; only "
                                    "the credential that registered it or the operator may", FORBIDDEN)
+
+
+def check_reader(identity: str, name: Any, held: Holdings, doing: str = "reading") -> None:
+    """Refuse (``forbidden``) a read of an exchange or stream whose owner did not name this credential among its
+    readers; a name that is not held is left to the handler (it says there is none, or waits for it)."""
+    found = held.readers_of(name) if isinstance(name, str) else None
+    if found is None:
+        return
+    owner, readers = found
+    if not may_read(readers, owner, identity):
+        raise ServiceError(f"{doing} {name!r} is refused: its owner, credential {owner!r}, lets "
+                           f"{', '.join(repr(r) for r in readers) or 'no other credential'} read it, and this connection "
+                           f"authenticated as {identity!r}; ask the owner to write it with readers naming it",
+                           FORBIDDEN)
 
 
 def load_credentials(path: str | None, operator_secret: str | None) -> dict[str, str]:

@@ -44,8 +44,8 @@ class PartitionReleases:
         part.fail(reason)
         if self.service.coordinator is not None:
             if part.exchange:
-                asyncio.ensure_future(self.service.coordinator.producer_failed(
-                    part.exchange, None, part.pid, reason, held_by=(self.service.service_id, part.owner)))
+                asyncio.ensure_future(self.service.coordinator.writes.holder_reports_failure(
+                    part.exchange, part.pid, reason, self.service.service_id, part.owner))
             # a writer lost before it joined its exchange (killed between registering its partition and
             # register_producer): no reader can learn of the partition and no drop will release it. Asked a
             # moment later, so a register_producer already on its way is counted. One with no exchange label

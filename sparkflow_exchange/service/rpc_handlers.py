@@ -16,6 +16,7 @@ from ..errors import ErrorCode, ServiceError
 from ..network import auth
 from ..network.rpc import RPCS
 from . import owners
+from .exchanges import checked_readers
 
 if TYPE_CHECKING:
     from ..config import ExchangeConfig
@@ -84,6 +85,15 @@ class ServiceHoldings:
         part = self.service.partitions.get(partition)
         return part.owner if part is not None else ""
 
+    def readers_of(self, name: str) -> tuple[str, tuple[str, ...]] | None:
+        if self.service.coordinator is None:
+            return None
+        ex = self.service.coordinator.exchanges.get(name)
+        if ex is not None and not ex.stream:
+            return ex.owner, ex.readers
+        st = self.service.streams.streams.get(ex.stream if ex is not None else name)
+        return (st.owner, st.readers) if st is not None else None
+
 
 class ServiceCalls:
     """RPCs every service answers."""
@@ -124,6 +134,16 @@ class ServiceCalls:
             if part is not None and int(nbytes) > 0:
                 part.file_bytes_read += int(nbytes)
                 self.service.traffic["local_file"] += int(nbytes)
+        return {"ok": True}
+
+    def set_partition_readers(self, partition: str, readers: list[str]) -> dict:
+        """Its writer names who may read a partition here besides the credential that registered it (the readers
+        of its exchange): this service checks every request for it against them, whichever coordinator it serves."""
+        part = self.service.partitions.get(partition)
+        if part is None:
+            raise ServiceError(f"partition {partition!r} is not held by service {self.service.service_id}",
+                               ErrorCode.UNKNOWN_PARTITION)
+        part.readers = checked_readers(readers)
         return {"ok": True}
 
     def report_backpressure(self, partition: str, seconds: float) -> dict:

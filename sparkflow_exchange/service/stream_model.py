@@ -8,6 +8,7 @@ from typing import Any
 
 from .clock import wall_time
 from .exchange_lifecycle import Kind, Lifecycle
+from .exchanges import EVERYONE
 
 STARTS = ("earliest", "latest")
 # a group that never got as far as planning a micro-batch is forgotten this long after its query's last call:
@@ -65,6 +66,7 @@ class Stream:
     runs: dict[str, int] = field(default_factory=dict)  # a run's token -> the order the service first saw it in
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     owner: str = ""  # the credential that declared it (service/owners.py); its epochs are its too
+    readers: tuple[str, ...] = (EVERYONE,)  # who may read it and join its groups besides its owner
     created: float = field(default_factory=time.time)  # wall clock: when a writer query first declared it
     written: float = field(default_factory=time.monotonic)  # the writer query's last call (declare, an epoch's)
     life: Lifecycle | None = None  # streaming until dropped or expired
@@ -88,7 +90,7 @@ class Stream:
             "name": self.name, "kind": "stream", "schema": self.schema, "partitioner": self.partitioner,
             "partition_type": self.partition_type, "num_subpartitions": self.num_subpartitions,
             "coalesce": self.coalesce, "state": self.life.state, "writer_query": self.writer_query,
-            "owner": self.owner,
+            "owner": self.owner, "readers": list(self.readers), "private": EVERYONE not in self.readers,
             "last_committed": self.last_committed, "released_upto": self.released_upto,
             "retained_epochs": len(self.epochs), "retained_bytes": self.retained_bytes(),
             "retained_rows": sum(e.rows for e in self.epochs.values() if e.rows >= 0),

@@ -20,7 +20,7 @@ from ..errors import ErrorCode, ServiceError
 from ..kinds import RE_READABLE, PartitionState
 from .coordinator import Coordinator
 from .exchange_lifecycle import Event
-from .exchanges import FORWARD_LIKE, same_schema
+from .exchanges import EVERYONE, FORWARD_LIKE, checked_readers, same_schema
 from .stream_groups import StreamGroups
 from .stream_model import UNCONFIRMED_GRACE, Epoch, Group, OpenEpoch, Stream, epoch_exchange
 
@@ -66,7 +66,7 @@ class StreamRegistry:
     # ------------------------------------------------------------ writer query
     async def declare(self, name: str, schema: str, num_subpartitions: int | None, partitioner: dict,
                       partition_type: str, coalesce: bool = False, max_retained_bytes: int = 0,
-                      groups: list[str] | None = None, owner: str = "") -> dict:
+                      groups: list[str] | None = None, owner: str = "", readers: list[str] | None = None) -> dict:
         """A writer query starts (or restarts): create the stream, or check it still matches.
 
         ``groups``: consumer groups known in advance; each is registered (if new) before anything is
@@ -87,10 +87,16 @@ class StreamRegistry:
         if st is None:
             self.coordinator.book.check_room(owner, name, "stream")
             st = self.streams[name] = Stream(name, schema, partitioner, partition_type, num_subpartitions,
-                                             bool(coalesce) and num_subpartitions is None, owner=owner)
+                                             bool(coalesce) and num_subpartitions is None, owner=owner,
+                                             readers=checked_readers(readers) if readers
+                                             else self.coordinator.writes.default_readers)
             self.coordinator.lost.pop(name, None)
         else:
             self._check_same(st, schema, num_subpartitions, partitioner, partition_type)
+            if readers and checked_readers(readers) != st.readers:
+                raise ServiceError(f"stream {name!r} is read by {','.join(st.readers)}; a writer query that starts "
+                                   f"again keeps its readers (this one names {','.join(readers)}): drop the stream "
+                                   "to change them", ErrorCode.BAD_REQUEST)
             st.life.on(Event.OPEN_WRITE)
         st.written = time.monotonic()
         st.max_retained_bytes = max(0, int(max_retained_bytes or 0))
@@ -158,10 +164,11 @@ class StreamRegistry:
                 ename = epoch_exchange(name, epoch)
                 desc = await self.coordinator.writes.declare_epoch(
                     name, ename, st.schema, st.num_subpartitions, st.partitioner, st.partition_type,
-                    coalesce=st.coalesce and st.num_subpartitions is None, owner=st.owner)
+                    coalesce=st.coalesce and st.num_subpartitions is None, owner=st.owner, readers=st.readers)
                 op = st.open[epoch] = OpenEpoch(epoch, order, ename, desc["epoch"], desc["write_id"])
         return {"exchange": op.exchange, "generation": op.generation, "write_id": op.write_id,
-                "num_subpartitions": st.num_subpartitions, "schema": st.schema}
+                "num_subpartitions": st.num_subpartitions, "schema": st.schema, "readers": list(st.readers),
+                "private": EVERYONE not in st.readers}
 
     async def _room(self, st: Stream, wait: float) -> bool:
         """Backpressure: True when the stream keeps at most maxRetainedBytes (waiting up to ``wait`` s for it)."""

@@ -16,7 +16,7 @@ from ..kinds import ExchangeState, PartitionState, PartitionType
 from ..network.auth import OPERATOR
 from .exchange_book import REPLACED, ExchangeBook
 from .exchange_lifecycle import Action, Event, ReplicaState, Transition
-from .exchanges import Exchange, ProducerInfo, layout_text, same_layout, same_schema, schema_text
+from .exchanges import EVERYONE, Exchange, ProducerInfo, checked_readers, layout_text, same_layout, same_schema, schema_text
 from .write_checks import add_sizes, check_rows, check_tasks_covered, fix_width, record_sizes
 
 log = logging.getLogger(__name__)
@@ -35,13 +35,18 @@ class Writes:
         """``locate``: a producer's location as the service registry holds it (refused when no live registered
         service gave it); ``pick_replicas``: the services of other hosts that keep a partition's copies."""
         self.book = book
+        self.default_readers: tuple[str, ...] = (EVERYONE,)  # the service's defaultReaders
         self.locate = locate
         self.partition_owner = partition_owner
         self.pick_replicas = pick_replicas
 
     async def declare(self, name: str, schema: str, num_subpartitions: int | None, partitioner: dict,
-                      partition_type: str, mode: str, coalesce: bool = False, owner: str = "", replicas: int = 0) -> dict:
+                      partition_type: str, mode: str, coalesce: bool = False, owner: str = "", replicas: int = 0,
+                      readers: list[str] | None = None) -> dict:
         """Start a write: create (overwrite) or extend (append) an exchange; returns its description + write id.
+
+        ``readers``: the credentials that may read it besides its owner and the operator (``*``: every one);
+        none given: the service's ``defaultReaders``. An append keeps the exchange's readers.
 
         ``coalesce``: the width was not given (hash, rebalance, rescale, custom): the first producer fixes it
         when it registers, and reads of the sealed exchange may group adjacent subpartitions. ``replicas``:
@@ -65,17 +70,25 @@ class Writes:
                 raise ServiceError(f"append to exchange {name!r} with replicas={replicas}: the exchange keeps "
                                    f"replicas={ex.replicas}, the count it was created with; write it with "
                                    "mode('overwrite') to change it", ErrorCode.LAYOUT_MISMATCH)
+            if readers and tuple(readers) != ex.readers:
+                raise ServiceError(f"append to exchange {name!r} with readers={','.join(readers)}: the exchange keeps "
+                                   f"readers={','.join(ex.readers)}, those it was created with; write it with "
+                                   "mode('overwrite') to change them", ErrorCode.LAYOUT_MISMATCH)
         else:
             if ex is None or ex.owner != owner:
                 self.book.check_room(owner, name)
             ex = self._new_version(name, schema, num_subpartitions, partitioner, partition_type, coalesce, owner)
             ex.replicas = replicas
+            ex.readers = checked_readers(readers) if readers else self.default_readers
         return await self._open_write(ex)
 
     async def declare_epoch(self, stream: str, name: str, schema: str, num_subpartitions: int | None,
-                            partitioner: dict, partition_type: str, coalesce: bool, owner: str) -> dict:
-        """A new version of a stream's epoch exchange ``name`` (counted with its stream, never on its own)."""
+                            partitioner: dict, partition_type: str, coalesce: bool, owner: str,
+                            readers: tuple[str, ...] = (EVERYONE,)) -> dict:
+        """A new version of a stream's epoch exchange ``name`` (counted with its stream, never on its own, read by
+        the stream's readers)."""
         ex = self._new_version(name, schema, num_subpartitions, partitioner, partition_type, coalesce, owner, stream)
+        ex.readers = readers
         return await self._open_write(ex)
 
     def _check_append(self, ex: Exchange, schema: str, partitioner: dict, partition_type: str,
@@ -241,30 +254,39 @@ class Writes:
             await self._carry_out(ex, ex.life.on(Event.FINISH), changed=[ex.set_producer(p)])
         return {"ok": True}
 
-    async def producer_failed(self, name: str, epoch: int | None, partition: str, reason: str,
-                              held_by: tuple[str, str] | None = None) -> dict:
-        """A producer's writer failed. ``held_by``: (service id, registering credential) when a service reports a
-        partition it holds failing (the data plane's ``FailPartition``): only the producer whose location is that
-        service and that the same credential (or the operator) joined is failed; a partition of the same id on
-        another service, registered by someone else, fails nothing. A committed producer is sealed: a failure
-        reported after its commit changes nothing (its rows are finished and stay readable)."""
+    async def producer_failed(self, name: str, epoch: int | None, partition: str, reason: str) -> dict:
+        """A producer's writer failed (its task says so). A committed producer is sealed: a failure reported after
+        its commit changes nothing (its rows are finished and stay readable)."""
         ex = self.book.exchanges.get(name)
         if ex is not None and partition in ex.producers and (epoch is None or ex.epoch == epoch):
-            p = ex.producers[partition]
-            if held_by is not None and not _reported_by_holder(p, *held_by):
-                log.warning("producer %s of exchange %r was not failed: the failure came from service %s for "
-                            "credential %r, and the producer is held by service %s for credential %r", partition,
-                            name, held_by[0], held_by[1], p.location.get("service_id"), p.owner)
-                return {"ok": True}
-            if partition in ex.committed:
-                log.info("producer %s of exchange %r is committed: a failure reported since (%s) changes nothing",
-                         partition, name, reason)
-                return {"ok": True}
-            if p.state != PartitionState.FAILED:
-                t = ex.life.on(Event.FAIL, reason=reason)
-                p.state, p.reason = PartitionState.FAILED, reason
-                await self._carry_out(ex, t, changed=[ex.set_producer(p)])
+            await self._fail_producer(ex, ex.producers[partition], reason)
         return {"ok": True}
+
+    async def holder_reports_failure(self, name: str, partition: str, reason: str, service_id: str,
+                                     credential: str) -> None:
+        """A service reports a partition it holds failing (the data plane's ``FailPartition``, or its writer's
+        connection lost). Only the producer whose location is that service and that the same credential (or the
+        operator) joined is failed: a partition of the same id on another service, registered by someone else,
+        fails nothing."""
+        ex = self.book.exchanges.get(name)
+        if ex is None or partition not in ex.producers:
+            return
+        p = ex.producers[partition]
+        if not _reported_by_holder(p, service_id, credential):
+            log.warning("producer %s of exchange %r was not failed: the failure came from service %s for "
+                        "credential %r, and the producer is held by service %s for credential %r", partition,
+                        name, service_id, credential, p.location.get("service_id"), p.owner)
+            return
+        await self._fail_producer(ex, p, reason)
+
+    async def _fail_producer(self, ex: Exchange, p: ProducerInfo, reason: str) -> None:
+        if p.partition in ex.committed:
+            log.info("producer %s of exchange %r is committed: a failure reported since (%s) changes nothing",
+                     p.partition, ex.name, reason)
+        elif p.state != PartitionState.FAILED:
+            t = ex.life.on(Event.FAIL, reason=reason)
+            p.state, p.reason = PartitionState.FAILED, reason
+            await self._carry_out(ex, t, changed=[ex.set_producer(p)])
 
     async def commit(self, name: str, epoch: int, write_id: str, partitions: list[str],
                      rows: dict[str, int] | None = None) -> dict:

@@ -72,7 +72,8 @@ def declare_stream(config: ExchangeConfig, schema: "pa.Schema") -> StreamHandle:
                                  "shared": False},
                     partition_type=config.partition_type,
                     coalesce=config.num_subpartitions is None and not partitioner.single_subpartition,
-                    max_retained_bytes=config.stream_max_retained_bytes, groups=list(config.stream_consumer_groups)))
+                    max_retained_bytes=config.stream_max_retained_bytes, groups=list(config.stream_consumer_groups),
+                    **({"readers": list(config.readers)} if config.readers else {})))
     return StreamHandle(config, name, desc.schema, partitioner, desc.num_subpartitions, uuid.uuid4().hex)
 
 
@@ -95,7 +96,8 @@ def begin_epoch(handle: StreamHandle, epoch: int, query: str) -> "WriteHandle | 
         waiting = answer.get("waiting")
         if waiting is None:
             return WriteHandle(config, answer["exchange"], answer["generation"], answer["write_id"],
-                                  answer["schema"], answer["num_subpartitions"], handle.partitioner)
+                                  answer["schema"], answer["num_subpartitions"], handle.partitioner,
+                                  tuple(answer.get("readers") or ()) if answer.get("private") else None)
         position = (waiting["released_upto"], tuple(sorted((g, v["position"]) for g, v in waiting["groups"].items())))
         if position != last_position:  # a reader moved on: wait another readerTimeout for the next one
             last_position = position

@@ -47,6 +47,9 @@ public final class StreamCalls {
         args.put("coalesce", false); // the width is always given
         args.put("max_retained_bytes", maxRetainedBytes);
         args.put("groups", groups);
+        if (!settings.readers().isEmpty()) {
+            args.put("readers", settings.readers());
+        }
         return coordinator.call("stream_declare", args);
     }
 

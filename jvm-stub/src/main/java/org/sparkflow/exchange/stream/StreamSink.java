@@ -200,7 +200,7 @@ public final class StreamSink implements SupportsWrite {
             WriteHandle handle = new WriteHandle(answer.path("exchange").asText(), answer.path("generation").asLong(),
                     answer.path("write_id").asText(), answer.path("schema").asText(schemaBase64), schema,
                     answer.path("num_subpartitions").canConvertToInt() ? answer.get("num_subpartitions").asInt() : width,
-                    settings, discovery);
+                    settings, discovery, WriteHandle.privateReaders(answer));
             int attemptNumber = ctx == null ? 0 : ctx.attemptNumber();
             String attempt = partitionId + "-" + attemptNumber + "-" + taskId;
             return new TimedWriter(ExchangeDataWriter.forEpoch(handle, partitionId, attempt, epochMarker(epochId)),

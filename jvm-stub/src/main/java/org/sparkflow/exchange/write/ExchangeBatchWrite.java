@@ -57,11 +57,15 @@ public final class ExchangeBatchWrite implements BatchWrite {
         args.put("partition_type", settings.partitionType());
         args.put("mode", overwrite ? "overwrite" : "append");
         args.put("coalesce", false); // the width is always given: numSubpartitions, else spark.sql.shuffle.partitions
+        if (!settings.readers().isEmpty()) {
+            args.put("readers", settings.readers());
+        }
         JsonNode desc = coordinator.call("declare", args);
         Integer width = desc.path("num_subpartitions").canConvertToInt() ? Integer.valueOf(desc.get("num_subpartitions").asInt())
                 : settings.numSubpartitions();
         WriteHandle handle = new WriteHandle(name, desc.path("epoch").asLong(), desc.path("write_id").asText(),
-                desc.path("schema").asText(schemaB64), schema, width, settings, new HashMap<>(discovery));
+                desc.path("schema").asText(schemaB64), schema, width, settings, new HashMap<>(discovery),
+                WriteHandle.privateReaders(desc));
         return new ExchangeBatchWrite(handle, coordinator);
     }
 

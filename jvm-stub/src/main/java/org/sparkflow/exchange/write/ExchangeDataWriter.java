@@ -127,6 +127,10 @@ public final class ExchangeDataWriter implements DataWriter<InternalRow> {
             coordinatorIsService = sameService(service, coordinatorAt);
             conn = new ProducerConnection(service, partition, handle.registeredSubpartitions(), s.partitionType(),
                     handle.name(), attempt, s.bufferSize(), s.buffers());
+            if (handle.privateReaders() != null) { // before it joins: no reader learns of it before its service knows
+                conn.call("set_partition_readers", Map.of("partition", partition, "readers", handle.privateReaders()),
+                        CoordinatorClient.TIMEOUT_MILLIS);
+            }
             Map<String, Object> args = new LinkedHashMap<>();
             args.put("name", handle.name());
             args.put("epoch", handle.epoch());

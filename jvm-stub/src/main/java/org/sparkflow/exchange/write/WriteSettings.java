@@ -28,7 +28,7 @@ import org.sparkflow.exchange.contract.Contract;
  */
 public record WriteSettings(String partitioner, List<String> keys, Integer numSubpartitions, String partitionType,
                             int bufferSize, long sortBufferSize, int buffers, long bufferTimeoutNanos,
-                            String compression, boolean compressionThread)
+                            String compression, boolean compressionThread, List<String> readers)
         implements Serializable {
     public static final List<String> PARTITIONERS = Contract.Partitioner.JVM_WRITE; // hash, broadcast, forward, rebalance
     /** The write options the JVM writer honours (lower case, as Spark's options map keeps them). */
@@ -36,7 +36,7 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
                     Contract.Option.PARTITIONER, Contract.Option.KEYS, Contract.Option.NUM_SUBPARTITIONS,
                     Contract.Option.PARTITION_TYPE, Contract.Option.BUFFER_SIZE, Contract.Option.SORT_BUFFER_SIZE,
                     Contract.Option.BUFFERS_PER_PARTITION, Contract.Option.BUFFER_TIMEOUT, Contract.Option.COMPRESSION,
-                    Contract.Option.COMPRESSION_THREAD)
+                    Contract.Option.COMPRESSION_THREAD, Contract.Option.READERS)
             .map(k -> k.toLowerCase(Locale.ROOT)).collect(java.util.stream.Collectors.toUnmodifiableSet());
     static final List<String> PARTITION_TYPES = Contract.PartitionType.ALL;
     private static final Pattern SIZE = Pattern.compile(Contract.Units.SIZE_PATTERN);
@@ -51,7 +51,7 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
                 Contract.OptionDefault.NUM_SUBPARTITIONS, Contract.OptionDefault.PARTITION_TYPE,
                 Math.toIntExact(Contract.OptionDefault.BUFFER_SIZE), Contract.OptionDefault.SORT_BUFFER_SIZE,
                 Contract.OptionDefault.BUFFERS_PER_PARTITION, nanos(Contract.OptionDefault.BUFFER_TIMEOUT),
-                sessionCompression(), sessionCompressionThread());
+                sessionCompression(), sessionCompressionThread(), Contract.OptionDefault.READERS);
     }
 
     /**
@@ -79,7 +79,7 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
     /** These settings with another layout (partitioner, keys, width, partition type), the buffers' settings kept. */
     public WriteSettings withLayout(String p, List<String> k, Integer n, String type) {
         return new WriteSettings(p, k, n, type, bufferSize, sortBufferSize, buffers, bufferTimeoutNanos, compression,
-                compressionThread);
+                compressionThread, readers);
     }
 
     /** These settings with {@code options} applied over them (later maps win); {@link #checked} says if they hold. */
@@ -119,7 +119,9 @@ public record WriteSettings(String partitioner, List<String> keys, Integer numSu
         boolean thread = has(o, Contract.Option.COMPRESSION_THREAD)
                 ? bool(Contract.Option.COMPRESSION_THREAD, get(o, Contract.Option.COMPRESSION_THREAD, null))
                 : compressionThread;
-        return new WriteSettings(p, k, n, type, size, sort, pool, timeout, codec, thread);
+        // the credentials that may read it besides its owner (the coordinator checks the names): none, its default
+        List<String> r = has(o, Contract.Option.READERS) ? splitKeys(get(o, Contract.Option.READERS, null)) : readers;
+        return new WriteSettings(p, k, n, type, size, sort, pool, timeout, codec, thread, r);
     }
 
     /** {@code partitionedBy(bucket(n, k...))}: hash on k into n, the bucket function's own layout. */
