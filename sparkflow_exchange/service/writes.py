@@ -16,7 +16,16 @@ from ..kinds import ExchangeState, PartitionState, PartitionType
 from ..network.auth import OPERATOR
 from .exchange_book import REPLACED, ExchangeBook
 from .exchange_lifecycle import Action, Event, ReplicaState, Transition
-from .exchanges import EVERYONE, Exchange, ProducerInfo, checked_readers, layout_text, same_layout, same_schema, schema_text
+from .exchanges import (
+    EVERYONE,
+    Exchange,
+    ProducerInfo,
+    checked_readers,
+    layout_text,
+    same_layout,
+    same_schema,
+    schema_text,
+)
 from .write_checks import add_sizes, check_rows, check_tasks_covered, fix_width, record_sizes
 
 log = logging.getLogger(__name__)
