@@ -290,3 +290,23 @@ def test_a_stream_with_readers_refuses_others_its_description_plan_and_groups(sh
     c = as_(shared, "app-c", name="events")
     assert call(c, "stream_describe", name="events")["readers"] == ["app-c"]
     assert call(c, "stream_join", name="events")["group"]
+
+
+def test_reported_file_reads_count_only_readers_and_at_most_the_partitions_size(shared):
+    """Readers on the holder's host report what they read from its files themselves: a report is counted only from
+    a credential that may read the partition, and at most once the partition's size per report."""
+    a = as_(shared, "app-a", readers="app-c")
+    pid, = write(a, 1000)
+
+    def reported() -> tuple[int, int]:
+        part = next(p for p in shared.status()["partitions"] if p["partition"] == pid)
+        return part["file_bytes_read"], part["bytes"]
+
+    huge = {pid: 10**15, "no-such-partition": 10**15}
+    with shared.connect(secret=SECRETS["app-b"]) as conn:
+        conn.call("report_file_reads", bytes=10**15, partitions=huge)
+    assert reported()[0] == 0, "a credential that may not read the partition set its metrics"
+    with shared.connect(secret=SECRETS["app-c"]) as conn:
+        conn.call("report_file_reads", bytes=10**15, partitions=huge)
+    counted, size = reported()
+    assert size > 0 and counted == size, (counted, size)

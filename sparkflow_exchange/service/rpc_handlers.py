@@ -125,15 +125,20 @@ class ServiceCalls:
         self.service.last_app_seen = time.monotonic()
         return {"ok": True}
 
-    def report_file_reads(self, bytes: int, partitions: dict[str, int] | None = None) -> dict:
+    def report_file_reads(self, bytes: int, partitions: dict[str, int] | None = None, owner: str = "") -> dict:
         """``partitions``: {partition id: bytes} a reader here read from our files. The reader's word, not an
-        observation: counted apart from what we served (metrics name it "reported"), and only for partitions
-        held here (the total the client adds up is not used)."""
+        observation: counted apart from what we served (metrics name it "reported"), only for partitions held
+        here that the reporting credential may read, and each report at most the partition's own size (one
+        whole read of its file); the total the client adds up is not used."""
         for pid, nbytes in (partitions or {}).items():
             part = self.service.partitions.get(pid)
-            if part is not None and int(nbytes) > 0:
-                part.file_bytes_read += int(nbytes)
-                self.service.traffic["local_file"] += int(nbytes)
+            if part is None or not isinstance(nbytes, int) or nbytes <= 0:
+                continue
+            if part.readers is not None and not auth.may_read(part.readers, part.owner, owner):
+                continue
+            counted = min(nbytes, part.bytes_in)
+            part.file_bytes_read += counted
+            self.service.traffic["local_file"] += counted
         return {"ok": True}
 
     def set_partition_readers(self, partition: str, readers: list[str]) -> dict:
