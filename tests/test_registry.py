@@ -102,7 +102,7 @@ def test_a_producer_location_is_taken_from_the_registry_or_refused():
     assert "at unix address 'unix:/elsewhere'" in refused({"service_id": "svc-a", "unix": "unix:/elsewhere"})
     assert refused({}) and refused({"service_id": 7})
     kept = coord.registered_location({"service_id": "svc-a", "tcp": "10.0.0.1:7338", "host_id": "not-hostA",
-                                      "pid": 1, "tls": False})
+                                      "pid": 1, "tls": False, "spill_dir": "/etc", "extra": "x" * 1000})
     assert kept == {"service_id": "svc-a", "host_id": "hostA", "tcp": "10.0.0.1:7338", "unix": "unix:/a",
                     "pid": 11, "tls": False}
 

@@ -59,7 +59,8 @@ class ServiceRoster:
 
     def registered_location(self, location: dict) -> dict:
         """A producer's location as the registry holds it: readers dial, and releases go to, only addresses a
-        registered service (one that proved the operator's secret) gave, never ones a writer chose. Refused
+        registered service (one that proved the operator's secret) gave, never ones a writer chose; a writer's
+        other keys are dropped. Refused
         (``unregistered_service``) when it names no live registered service, or puts it at another address."""
         sid = location.get("service_id")
         record = self.services.services.get(sid) if isinstance(sid, str) else None
@@ -79,7 +80,9 @@ class ServiceRoster:
                     f"the producer's location puts exchange service {sid!r} at {key} address {given!r}, but it "
                     f"registered {getattr(record, key)!r}: a location is the service's own answer to ping",
                     ErrorCode.UNREGISTERED_SERVICE)
-        return {**location, **record.location()}
+        # the registry's addresses, and whether the service speaks TLS: nothing else a writer puts in a location
+        # (a spill directory, another service's keys) reaches readers
+        return {**record.location(), "tls": location.get("tls") is True}
 
     def pick_replicas(self, location: dict | None, n: int) -> list[dict]:
         """Services on ``n`` hosts other than ``location``'s, one each, the least used first, for a partition's
